@@ -1,0 +1,161 @@
+"""Compose a Config from conf/ and command-line overrides with Hydra's compose API.
+
+Hydra's own errors (unknown key, wrong type, unknown group option, bad override syntax) are turned
+into ConfigError naming the key and listing what is valid, before anything runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, MissingMandatoryValue,
+                              OmegaConfBaseException, ValidationError)
+
+from ..errors import ConfigError, Problem
+from .schema import Config, register
+
+DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def conf_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """--config-dir, else $HPCTRAIN_CONF_DIR, else the conf/ that ships beside the package."""
+    d = Path(explicit or os.environ.get("HPCTRAIN_CONF_DIR") or DEFAULT_CONF_DIR).resolve()
+    if not (d / "config.yaml").is_file():
+        raise ConfigError.one("--config-dir", f"{d} has no config.yaml",
+                              "point --config-dir (or HPCTRAIN_CONF_DIR) at hpctrain's conf/ directory")
+    return d
+
+
+def compose_config(overrides: Sequence[str], config_dir: str | os.PathLike[str] | None = None,
+                   config_name: str = "config") -> DictConfig:
+    register()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir(config_dir)), version_base="1.3",
+                               job_name="hpctrain"):
+        try:
+            return compose(config_name=config_name, overrides=list(overrides))
+        except (HydraException, OmegaConfBaseException) as e:
+            raise _translate(e, overrides) from e
+
+
+def load_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike[str] | None = None) -> Config:
+    """The typed Config for these overrides. Raises ConfigError; does no validation beyond types."""
+    return to_config(compose_config(overrides, config_dir))
+
+
+def unknown_keys(node: DictConfig, prefix: str = "") -> list[Problem]:
+    """Keys a `+key=value` override forced into a typed node (OmegaConf would drop them silently)."""
+    out: list[Problem] = []
+    schema = OmegaConf.get_type(node)
+    names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
+    for key in node.keys():
+        full = f"{prefix}{key}"
+        if names is not None and key not in names:
+            out.append(Problem(full, "unknown key", _valid_keys(schema)))  # type: ignore[arg-type]
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            out.extend(unknown_keys(child, full + "."))
+    return out
+
+
+def to_config(cfg: DictConfig) -> Config:
+    extra = unknown_keys(cfg)
+    if extra:
+        raise ConfigError(extra)
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as e:
+        key = e.full_key or "?"
+        raise ConfigError.one(key, "is required and has no value (???)",
+                              f"set it on the command line: {key}=VALUE") from e
+    except OmegaConfBaseException as e:
+        raise _translate(e) from e
+    if not isinstance(obj, Config):
+        raise ConfigError.one("<root>", "the config does not extend hpctrain's schema",
+                              "start the defaults list of config.yaml with hpctrain_schema")
+    return obj
+
+
+def config_from_yaml(text: str) -> Config:
+    """The Config a run directory's config.yaml holds (written by to_yaml)."""
+    register()
+    base = OmegaConf.structured(Config)
+    data = OmegaConf.create(text)
+    cluster = data.get("cluster", {})
+    from .schema import CLUSTER_SCHEMAS  # local import: the mapping grows with launchers
+    schema = CLUSTER_SCHEMAS.get(str(cluster.get("name", "")))
+    if schema is None:
+        raise ConfigError.one("cluster.name", f"unknown cluster {cluster.get('name')!r}",
+                              f"use one of {sorted(CLUSTER_SCHEMAS)}")
+    base.cluster = OmegaConf.structured(schema)
+    try:
+        return to_config(OmegaConf.merge(base, data))  # type: ignore[arg-type]
+    except OmegaConfBaseException as e:
+        raise _translate(e) from e
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def _valid_keys(schema: type | None) -> str:
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return ""
+    fields = [f"{f.name} (default: {_default(f)})" for f in dataclasses.fields(schema)]
+    return "valid keys are: " + ", ".join(fields)
+
+
+def _default(f: dataclasses.Field) -> object:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        value = f.default_factory()  # type: ignore[misc]
+        return "{...}" if dataclasses.is_dataclass(value) else value
+    return "required"
+
+
+def _translate(e: BaseException, overrides: Sequence[str] = ()) -> ConfigError:
+    """The most specific OmegaConf error in e's cause chain, as a ConfigError."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = e
+    while cur is not None and cur not in chain:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    top = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    for err in reversed(chain):
+        if not isinstance(err, OmegaConfBaseException) or not getattr(err, "full_key", None):
+            continue
+        key = getattr(err, "full_key", None) or "?"
+        msg = (getattr(err, "msg", None) or str(err)).splitlines()[0]
+        if isinstance(err, (ConfigKeyError, ConfigAttributeError)):
+            hint = " ".join(str(e).splitlines()[1:]).strip()  # Hydra's "To append ... use +key=v"
+            return ConfigError([Problem(key, f"unknown key ({msg})",
+                                        _valid_keys(getattr(err, "object_type", None))
+                                        or hint or "remove it, or check its spelling")])
+        if isinstance(err, ValidationError):
+            return ConfigError([Problem(key, f"wrong type: {msg}",
+                                        f"give {key} a value of the type its schema declares")])
+        if isinstance(err, MissingMandatoryValue):
+            return ConfigError([Problem(key, "is required and has no value (???)",
+                                        f"set it on the command line: {key}=VALUE")])
+    msg = str(e).strip()
+    missing = re.search(r"Could not find '([^/']+)/([^']+)'", msg)
+    if missing:
+        group, option = missing.groups()
+        options = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", msg)
+        listed = ", ".join(o.strip() for o in options.group(1).splitlines()) if options else "?"
+        return ConfigError([Problem(group, f"unknown option {option!r} for group {group}",
+                                    f"use one of: {listed}")])
+    bad = [o for o in overrides if o and o in msg]
+    key = bad[0].split("=", 1)[0].lstrip("+~") if bad else "<overrides>"
+    return ConfigError([Problem(key, f"cannot parse the override: {top}",
+                                "use Hydra's syntax key=value (quote values with special characters: "
+                                "key='a;b c'), group=option, +new_key=value")])

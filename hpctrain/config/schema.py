@@ -1,0 +1,149 @@
+"""The typed configuration schema. YAML files in conf/ extend these dataclasses.
+
+Schema only: defaults and one comment per field. Cross-field rules live in validate.py.
+Units are in key names (`_mb`, `_ms`, `_min`), as in Hydra's submitit launcher.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+MODELS = ("cnn", "mlp", "resnet18", "resnet50", "transformer")
+IMAGE_MODELS = ("cnn", "mlp", "resnet18", "resnet50")
+TOKEN_MODELS = ("transformer",)
+DATASETS = ("synthetic", "tokens", "digits", "folder")
+IMAGE_DATASETS = ("synthetic", "digits", "folder")
+TOKEN_DATASETS = ("tokens",)
+PRECISIONS = ("fp32", "fp16", "bf16")
+PARALLELISMS = ("data",)
+BACKENDS = ("mpi", "gloo")
+COMPRESSIONS = ("none", "fp16")
+OPTIMIZERS = ("sgd", "adamw")
+LR_SCALINGS = ("none", "linear")
+DEVICES = ("auto", "cpu", "cuda")
+FAIL_MODES = ("exception", "kill")
+
+
+@dataclass
+class ModelConf:
+    name: str = "cnn"  # one of MODELS
+    width: int = 16  # first conv channels (cnn, resnet), hidden units (mlp), d_model (transformer)
+    depth: int = 2  # hidden layers (mlp), encoder layers (transformer); cnn/resnet ignore it
+    heads: int = 4  # attention heads (transformer); width must be divisible by it
+    channels_last: bool = False  # NHWC memory format for conv models (tensor cores on GPUs)
+
+
+@dataclass
+class DataConf:
+    name: str = "synthetic"  # one of DATASETS
+    num_samples: int = 2048  # size of a synthetic dataset (synthetic, tokens)
+    channels: int = 3  # image channels (digits: 1)
+    image_size: int = 32  # image height = width in pixels (digits: 8)
+    num_classes: int = 10  # label classes (images)
+    seq_len: int = 64  # tokens per sample (tokens)
+    vocab_size: int = 256  # token vocabulary (tokens)
+    path: Optional[str] = None  # folder: a directory with one sub-directory of images per class
+    num_workers: int = 0  # DataLoader worker processes per rank (0 = load in the training process)
+    prefetch_factor: int = 2  # batches each worker loads ahead (needs num_workers > 0)
+    pin_memory: bool = False  # page-locked host memory for faster host-to-GPU copies
+    shuffle: bool = True  # reshuffle the (global) sample order every epoch
+
+
+@dataclass
+class PrecisionConf:
+    name: str = "fp32"  # one of PRECISIONS; fp16/bf16 use autocast
+    init_scale: float = 65536.0  # fp16: initial loss scale of the gradient scaler
+    growth_interval: int = 2000  # fp16: steps without overflow before the loss scale doubles
+
+
+@dataclass
+class ParallelismConf:
+    name: str = "data"  # one of PARALLELISMS
+    backend: str = "mpi"  # Horovod controller and CPU collectives: mpi or gloo
+    fusion_threshold_mb: Optional[float] = None  # HOROVOD_FUSION_THRESHOLD; null = Horovod's 64 MB
+    cycle_time_ms: Optional[float] = None  # HOROVOD_CYCLE_TIME; null = Horovod's default
+    compression: str = "none"  # gradient compression on the wire: none or fp16
+    backward_passes_per_step: int = 1  # micro-batches accumulated locally before one allreduce
+
+
+@dataclass
+class OptimConf:
+    name: str = "sgd"  # one of OPTIMIZERS
+    lr: float = 0.05  # learning rate at the reference batch
+    momentum: float = 0.9  # sgd momentum
+    weight_decay: float = 0.0
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw
+    lr_scaling: str = "none"  # none | linear: lr x global_batch / reference_batch (Goyal et al. 2017)
+    reference_batch: Optional[int] = None  # batch that `lr` was tuned for; null = per-rank batch
+    warmup_steps: int = 0  # linear learning-rate warm-up from `lr` to the scaled lr
+
+
+@dataclass
+class TrainConf:
+    steps: int = 50  # optimizer steps
+    warmup_steps: int = 5  # first steps excluded from timing statistics
+    seed: int = 0
+    log_interval: int = 10  # steps between rank-0 log lines
+    batch_per_rank: Optional[int] = 32  # samples per rank per step; set this or global_batch
+    global_batch: Optional[int] = None  # samples per step over all ranks; set this or batch_per_rank
+    device: str = "auto"  # auto (CUDA when present) | cpu | cuda
+    save_model: bool = True  # rank 0 writes model.pt at the end
+
+
+@dataclass
+class ClusterConf:
+    """Fields every launcher understands."""
+
+    name: str = MISSING
+    env: Dict[str, str] = field(default_factory=dict)  # extra environment for every rank
+
+
+@dataclass
+class LocalClusterConf(ClusterConf):
+    name: str = "local"
+    ranks: int = 2  # processes started by mpirun on this machine
+    mpirun: str = "mpirun"  # the mpirun executable
+    oversubscribe: Optional[bool] = None  # null = only when ranks exceed this machine's cores
+    threads_per_rank: Optional[int] = None  # torch/OpenMP threads; null = cores // ranks
+    extra_args: List[str] = field(default_factory=list)  # extra mpirun arguments, one per item
+
+
+@dataclass
+class DebugConf:
+    fail_rank: Optional[int] = None  # fault injection: this rank fails ...
+    fail_step: int = 0  # ... at this step
+    fail_mode: str = "exception"  # exception (a Python error) | kill (SIGKILL, no traceback)
+
+
+@dataclass
+class RunConf:
+    name: str = "train"  # run name; letters, digits, '.', '_', '-'
+    output_root: str = "outputs"  # run directories go to <output_root>/<date>/<time>-<name>
+    dir: Optional[str] = None  # an explicit run directory (must not exist or be empty)
+
+
+@dataclass
+class Config:
+    model: ModelConf = field(default_factory=ModelConf)
+    data: DataConf = field(default_factory=DataConf)
+    precision: PrecisionConf = field(default_factory=PrecisionConf)
+    parallelism: ParallelismConf = field(default_factory=ParallelismConf)
+    optim: OptimConf = field(default_factory=OptimConf)
+    cluster: Any = MISSING  # a ClusterConf subclass, chosen by the `cluster` group
+    train: TrainConf = field(default_factory=TrainConf)
+    debug: DebugConf = field(default_factory=DebugConf)
+    run: RunConf = field(default_factory=RunConf)
+
+
+CLUSTER_SCHEMAS: dict[str, type[ClusterConf]] = {"local": LocalClusterConf}
+
+
+def register() -> None:
+    """Register the schema in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="hpctrain_schema", node=Config)
+    for name, node in CLUSTER_SCHEMAS.items():
+        cs.store(group="cluster", name=f"{name}_schema", node=node)

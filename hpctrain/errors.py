@@ -1,0 +1,68 @@
+"""Typed exceptions. Library code raises these; only the CLI turns them into messages and exit codes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class HpctrainError(Exception):
+    """Base class for every error hpctrain reports to a user."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One invalid setting: which key, which rule it breaks, and how to fix it."""
+
+    key: str
+    rule: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.rule}\n    fix: {self.fix}"
+
+
+class ConfigError(HpctrainError):
+    """The configuration is invalid. Raised before anything is started or submitted."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        head = "invalid configuration" + (f" ({len(problems)} problems)" if len(problems) > 1 else "")
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+    @classmethod
+    def one(cls, key: str, rule: str, fix: str) -> "ConfigError":
+        return cls([Problem(key, rule, fix)])
+
+    @property
+    def keys(self) -> list[str]:
+        return [p.key for p in self.problems]
+
+
+class LaunchError(HpctrainError):
+    """A launcher could not start the job (missing mpirun, unwritable run directory, ...)."""
+
+    exit_code = 3
+
+
+class RankFailure(HpctrainError):
+    """A training rank failed; the whole run was stopped."""
+
+    exit_code = 4
+
+    def __init__(self, rank: int | None, cause: str, log_tail: str = "", run_dir: str = "") -> None:
+        self.rank = rank
+        self.cause = cause
+        self.log_tail = log_tail
+        self.run_dir = run_dir
+        who = f"rank {rank}" if rank is not None else "a rank"
+        msg = f"{who} failed: {cause}"
+        if run_dir:
+            msg += f"\n  run directory: {run_dir}"
+        if log_tail:
+            msg += "\n  last output of that rank:\n" + "\n".join(
+                "    " + line for line in log_tail.rstrip().splitlines()
+            )
+        super().__init__(msg)

@@ -1,0 +1,1 @@
+"""Launch backends: the only modules that start processes."""

@@ -1,0 +1,118 @@
+"""JobPlan: everything needed to launch a run, computed without I/O. `--dry-run` prints it.
+
+Host facts (cores, root, ...) and the Python executable are passed in, never read here, so the
+same inputs always give the same plan (and the dry-run snapshot test can pin it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .config.schema import Config, LocalClusterConf
+from .config.validate import Batch, resolve_batch, world_size
+from .facts import HostFacts
+from .train.schedule import target_lr
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    run_dir: str
+    world_size: int
+    nodes: int
+    ranks_per_node: int
+    threads_per_rank: int
+    batch: Batch
+    lr: float  # learning rate after scaling, reached at the end of warm-up
+    env: dict[str, str]  # variables every rank gets (beyond the launcher's own environment)
+    argv: list[str] = field(default_factory=list)  # the launch command, one argument per item
+    notes: list[str] = field(default_factory=list)  # decisions worth telling the user
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(self.argv)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["batch"] = {"per_rank": self.batch.per_rank, "global": self.batch.global_,
+                      "micro": self.batch.micro}
+        d["command_line"] = self.command_line
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def default_run_dir(cfg: Config, now: datetime) -> Path:
+    """Hydra's layout: <output_root>/<date>/<time>-<name>."""
+    if cfg.run.dir:
+        return Path(cfg.run.dir)
+    return Path(cfg.run.output_root) / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}-{cfg.run.name}"
+
+
+def rank_env(cfg: Config, threads: int) -> dict[str, str]:
+    """The one table of settings -> environment variables for every rank."""
+    par = cfg.parallelism
+    env = {
+        # Horovod: controller (coordination) and CPU tensor operations both follow the backend.
+        "HOROVOD_CONTROLLER": par.backend,
+        "HOROVOD_CPU_OPERATIONS": par.backend,
+        # torch and OpenMP would otherwise each start one thread per core in every rank.
+        "OMP_NUM_THREADS": str(threads),
+    }
+    if par.fusion_threshold_mb is not None:
+        env["HOROVOD_FUSION_THRESHOLD"] = str(int(par.fusion_threshold_mb * 1024 * 1024))
+    if par.cycle_time_ms is not None:
+        env["HOROVOD_CYCLE_TIME"] = f"{par.cycle_time_ms:g}"
+    env.update({k: str(v) for k, v in cfg.cluster.env.items()})
+    return env
+
+
+def mpirun_argv(c: LocalClusterConf, facts: HostFacts, env: dict[str, str], python: str,
+                run_dir: str) -> tuple[list[str], list[str]]:
+    """mpirun command for a local launch, and notes on the choices made."""
+    notes: list[str] = []
+    argv = [c.mpirun, "-np", str(c.ranks), "--bind-to", "none", "--map-by", "slot", "--tag-output"]
+    oversubscribe = c.oversubscribe if c.oversubscribe is not None else c.ranks > facts.cpu_count
+    if oversubscribe:
+        argv.append("--oversubscribe")
+        notes.append(f"{c.ranks} ranks on {facts.cpu_count} cores: oversubscribing (slower, but runs)")
+    if facts.is_root:
+        argv.append("--allow-run-as-root")  # OpenMPI refuses root without it
+    for key in sorted(env):
+        argv += ["-x", f"{key}={env[key]}"]
+    argv += ["-x", "PATH"]  # so remote or wrapped shells find the same python
+    argv += list(c.extra_args)
+    argv += [python, "-m", "hpctrain.rank", run_dir]
+    return argv, notes
+
+
+GLOO_HOST = "localhost"  # the host name local Gloo ranks and the rendezvous server agree on
+
+
+def gloo_env(port: int | None) -> dict[str, str]:
+    """Where local Gloo ranks meet the launcher's rendezvous server (its port is known at launch)."""
+    return {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port) if port is not None else "<chosen at launch>",
+            "HOROVOD_GLOO_IFACE": "lo", "HPCTRAIN_GLOO_HOSTNAME": GLOO_HOST}
+
+
+def plan_local(cfg: Config, facts: HostFacts, run_dir: str, python: str,
+               rendezvous_port: int | None = None) -> JobPlan:
+    c = cfg.cluster
+    if not isinstance(c, LocalClusterConf):
+        raise TypeError("plan_local needs cluster=local")
+    n = world_size(cfg)
+    threads = c.threads_per_rank or max(1, facts.cpu_count // n)
+    batch = resolve_batch(cfg)
+    env = rank_env(cfg, threads)
+    if cfg.parallelism.backend == "gloo":
+        env.update(gloo_env(rendezvous_port))
+    argv, notes = mpirun_argv(c, facts, env, python, run_dir)
+    return JobPlan(run_dir=run_dir, world_size=n, nodes=1, ranks_per_node=n, threads_per_rank=threads,
+                   batch=batch, lr=target_lr(cfg.optim, batch.global_, batch.per_rank), env=env,
+                   argv=argv, notes=notes)

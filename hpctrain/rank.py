@@ -1,0 +1,119 @@
+"""The entry point every rank runs: `python -m hpctrain.rank RUN_DIR`.
+
+Reads the resolved config and plan the launcher wrote, initialises Horovod, trains, and leaves
+its records in RUN_DIR. On any failure it writes error-rank{R}.json and exits at once with
+os._exit, so neither Horovod's nor MPI's shutdown can hang waiting for ranks that are gone;
+the launcher then stops the others.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from . import records
+from .config.load import config_from_yaml
+from .config.validate import resolve_batch
+from .events import format_event
+
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "HOROVOD_RANK")
+
+
+def launcher_rank(environ: dict[str, str] | os._Environ[str]) -> int | None:
+    """This process's rank as its launcher set it, known even before Horovod starts."""
+    for var in RANK_VARS:
+        if environ.get(var, "").isdigit():
+            return int(environ[var])
+    return None
+
+
+def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, Any]:
+    import numpy
+    import torch
+
+    import horovod
+
+    rec: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "horovod": horovod.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "hosts": hosts,
+        "backend": backend,
+        "horovod_build": {name: bool(getattr(hvd, f"{name}_built")()) for name in
+                          ("mpi", "gloo", "nccl", "cuda", "rocm", "ddl", "ccl")},
+        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        "torch_threads": torch.get_num_threads(),
+        "launcher": {k: v for k, v in os.environ.items()
+                     if k.startswith(("SLURM_JOB", "SLURM_NNODES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))},
+    }
+    if backend == "mpi":
+        from mpi4py import MPI
+
+        rec["mpi_library"] = MPI.Get_library_version().strip().splitlines()[0]
+        rec["mpi4py"] = __import__("mpi4py").__version__
+    return rec
+
+
+def run(run_dir: Path) -> None:
+    from .train.comm import init_horovod, rank_info
+    from .train.loop import train
+    from .train.schedule import target_lr
+    from .train.stats import summarize
+
+    cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
+    plan = records.read_json(run_dir / records.PLAN)
+    hvd = init_horovod(cfg.parallelism.backend, expected_size=plan["world_size"])
+    info = rank_info(hvd)
+    hosts = hvd.allgather_object(socket.gethostname())
+    if info.rank == 0:
+        records.write_json(run_dir / records.ENV, environment_record(hvd, cfg.parallelism.backend, hosts))
+    batch = resolve_batch(cfg)
+    started = time.time()
+    stats = train(cfg, hvd, info, batch, target_lr(cfg.optim, batch.global_, batch.per_rank), run_dir)
+    stats["host"] = socket.gethostname()
+    everyone = hvd.allgather_object(stats)
+    if info.rank == 0:
+        summary = summarize(everyone, batch.global_)
+        summary.update(started=started, finished=time.time(), precision=cfg.precision.name,
+                       model=cfg.model.name, backend=cfg.parallelism.backend)
+        records.write_json(run_dir / records.SUMMARY, summary)
+        print(format_event("done", throughput=summary["throughput_samples_per_s"]), flush=True)
+    hvd.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m hpctrain.rank RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = Path(args[0])
+    # Whole lines per write: mpirun --tag-output tags every write, so an unbuffered print (text and
+    # newline written separately) would come out as two tagged fragments.
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    try:
+        run(run_dir)
+    except BaseException as e:  # noqa: BLE001 - every failure must be recorded and end the process
+        rank = launcher_rank(os.environ)
+        tb = traceback.format_exc()
+        print(tb, file=sys.stderr, flush=True)
+        try:
+            records.write_json(run_dir / records.error_file(rank if rank is not None else -1), {
+                "rank": rank, "host": socket.gethostname(), "type": type(e).__name__,
+                "message": str(e), "traceback": tb, "time": time.time()})
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Config composition, unknown keys, and the table of invalid configs (no process started)."""
+from __future__ import annotations
+
+import pytest
+
+from hpctrain.config import load_config, validate
+from hpctrain.config.load import config_from_yaml, to_yaml
+from hpctrain.config.schema import LocalClusterConf
+from hpctrain.config.validate import resolve_batch
+from hpctrain.errors import ConfigError
+from hpctrain.facts import HostFacts
+
+
+def test_defaults_compose_to_typed_config() -> None:
+    cfg = load_config([])
+    assert cfg.model.name == "cnn"
+    assert cfg.data.name == "synthetic"
+    assert isinstance(cfg.cluster, LocalClusterConf)
+    assert cfg.cluster.ranks == 2
+    validate(cfg, HostFacts.example())
+
+
+def test_group_options_and_overrides_apply() -> None:
+    cfg = load_config(["model=transformer", "data=tokens", "precision=bf16", "cluster.ranks=4",
+                       "optim=adamw", "train.steps=7"])
+    assert (cfg.model.name, cfg.model.width, cfg.data.name) == ("transformer", 128, "tokens")
+    assert (cfg.precision.name, cfg.cluster.ranks, cfg.optim.name, cfg.train.steps) == ("bf16", 4, "adamw", 7)
+
+
+def test_yaml_round_trip_keeps_every_value() -> None:
+    cfg = load_config(["model=resnet18", "+cluster.env.FOO=bar", "train.global_batch=64",
+                       "train.batch_per_rank=null"])
+    again = config_from_yaml(to_yaml(cfg))
+    assert again == cfg
+
+
+def test_unknown_key_names_it_and_lists_valid_keys() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["model.widht=3"])
+    assert e.value.keys == ["model.widht"]
+    assert "width (default: 16)" in str(e.value)
+
+
+def test_unknown_top_level_key() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["foo=1"])
+    assert "foo" in e.value.keys[0]
+    assert "valid keys are" in str(e.value) and "model" in str(e.value)
+
+
+def test_appended_unknown_key_is_rejected_not_dropped() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["+model.x=1"])
+    assert e.value.keys == ["model.x"]
+    assert "width" in str(e.value)
+
+
+def test_new_env_key_without_plus_gets_hydra_hint() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["cluster.env.FOO=bar"])
+    assert e.value.keys == ["cluster.env.FOO"]
+    assert "+cluster.env.FOO=bar" in str(e.value)
+
+
+def test_bad_override_syntax_is_a_config_error() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["train.steps"])
+    assert e.value.keys == ["train.steps"]
+    assert "key=value" in str(e.value)
+
+
+def test_unknown_key_in_cluster_lists_local_keys() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["cluster.rank=3"])
+    assert e.value.keys == ["cluster.rank"]
+    assert "ranks (default: 2)" in str(e.value)
+
+
+def test_wrong_type_names_key() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["train.steps=many"])
+    assert e.value.keys == ["train.steps"]
+    assert "wrong type" in str(e.value)
+
+
+def test_unknown_group_option_lists_available() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["model=vgg"])
+    assert e.value.keys == ["model"]
+    assert "cnn" in str(e.value) and "resnet50" in str(e.value)
+
+
+def test_missing_mandatory_value_names_key() -> None:
+    with pytest.raises(ConfigError) as e:
+        validate(load_config(["data=folder"]))
+    assert e.value.keys == ["data.path"]
+
+
+# (overrides, the key the error must name). Every row is a rule that must hold before launch.
+INVALID = [
+    (["cluster.ranks=0"], "cluster.ranks"),
+    (["train.steps=0"], "train.steps"),
+    (["train.warmup_steps=50", "train.steps=50"], "train.warmup_steps"),
+    (["train.global_batch=64"], "train.batch_per_rank"),  # both batch kinds set
+    (["train.batch_per_rank=null"], "train.batch_per_rank"),  # neither set
+    (["train.batch_per_rank=null", "train.global_batch=33", "cluster.ranks=2"], "train.global_batch"),
+    (["train.batch_per_rank=0"], "train.batch_per_rank"),
+    (["train.batch_per_rank=10", "parallelism.backward_passes_per_step=3"], "parallelism.backward_passes_per_step"),
+    (["parallelism.backward_passes_per_step=0"], "parallelism.backward_passes_per_step"),
+    (["precision.name=fp8"], "precision.name"),
+    (["parallelism.backend=nccl2"], "parallelism.backend"),
+    (["parallelism.compression=int8"], "parallelism.compression"),
+    (["parallelism.fusion_threshold_mb=-1"], "parallelism.fusion_threshold_mb"),
+    (["parallelism.cycle_time_ms=0"], "parallelism.cycle_time_ms"),
+    (["optim.lr=0"], "optim.lr"),
+    (["optim.momentum=1.5"], "optim.momentum"),
+    (["optim.lr_scaling=sqrt"], "optim.lr_scaling"),
+    (["model=transformer"], "data.name"),  # transformer on images
+    (["data=tokens"], "model.name"),  # cnn on tokens
+    (["model=transformer", "data=tokens", "model.heads=3"], "model.heads"),
+    (["data.image_size=2"], "data.image_size"),
+    (["data=digits", "data.image_size=16"], "data.channels"),
+    (["data.num_samples=10"], "data.num_samples"),
+    (["data=folder", "data.path=/nonexistent/images"], "data.path"),
+    (["data.num_workers=-1"], "data.num_workers"),
+    (["data.prefetch_factor=4"], "data.prefetch_factor"),  # without workers
+    (["debug.fail_rank=5"], "debug.fail_rank"),
+    (["debug.fail_rank=1", "debug.fail_step=99"], "debug.fail_step"),
+    (["run.name='a;rm -rf ~'"], "run.name"),
+    (["run.name=a;rm -rf ~"], "run.name"),  # rejected by Hydra's override parser already
+    (["run.name=../../etc"], "run.name"),
+    (["+cluster.env.BAD-NAME=1"], "cluster.env.BAD-NAME"),
+    (["train.device=tpu"], "train.device"),
+]
+
+
+@pytest.mark.parametrize("overrides,key", INVALID, ids=[" ".join(o) for o, _ in INVALID])
+def test_invalid_config_is_rejected_naming_the_key(overrides: list[str], key: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        validate(load_config(overrides), HostFacts.example())
+    assert key in e.value.keys, str(e.value)
+    problem = next(p for p in e.value.problems if p.key == key)
+    assert problem.rule and problem.fix  # every problem says what is wrong and how to fix it
+
+
+def test_host_rules_use_the_facts_given() -> None:
+    cfg = load_config(["train.device=cuda"])
+    with pytest.raises(ConfigError) as e:
+        validate(cfg, HostFacts.example(cuda_available=False))
+    assert e.value.keys == ["train.device"]
+    validate(cfg, HostFacts.example(cuda_available=True, cuda_bf16=True))
+    fp16 = load_config(["precision=fp16"])
+    with pytest.raises(ConfigError) as e:
+        validate(fp16, HostFacts.example(cpu_fp16_autocast=False))
+    assert e.value.keys == ["precision.name"]
+    bf16_gpu = load_config(["precision=bf16"])
+    with pytest.raises(ConfigError):
+        validate(bf16_gpu, HostFacts.example(cuda_available=True, cuda_bf16=False))
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as e:
+        validate(load_config(["cluster.ranks=0", "optim.lr=-1", "precision.name=fp8"]))
+    assert {"cluster.ranks", "optim.lr", "precision.name"} <= set(e.value.keys)
+
+
+@pytest.mark.parametrize("overrides,per_rank,global_,micro", [
+    (["train.batch_per_rank=32", "cluster.ranks=4"], 32, 128, 32),
+    (["train.batch_per_rank=null", "train.global_batch=96", "cluster.ranks=3"], 32, 96, 32),
+    (["train.batch_per_rank=32", "parallelism.backward_passes_per_step=4"], 32, 64, 8),
+])
+def test_batch_resolution(overrides: list[str], per_rank: int, global_: int, micro: int) -> None:
+    b = resolve_batch(load_config(overrides))
+    assert (b.per_rank, b.global_, b.micro) == (per_rank, global_, micro)

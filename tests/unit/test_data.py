@@ -1,0 +1,48 @@
+"""Sharding: N ranks with batch G/N see, together, exactly what one rank with batch G sees."""
+from __future__ import annotations
+
+import pytest
+
+from hpctrain.train.data import GlobalBatchSampler
+
+
+def _steps(n: int, g: int, ranks: int, steps: int, seed: int = 3, shuffle: bool = True) -> list[list[list[int]]]:
+    b = g // ranks
+    per_rank = [list(GlobalBatchSampler(n, g, r, b, steps, seed, shuffle)) for r in range(ranks)]
+    return [[per_rank[r][s] for r in range(ranks)] for s in range(steps)]
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_union_of_rank_batches_is_the_single_rank_batch(ranks: int) -> None:
+    single = _steps(100, 16, 1, 20)
+    multi = _steps(100, 16, ranks, 20)
+    for s in range(20):
+        assert sum(multi[s], []) == single[s][0]
+
+
+def test_ranks_are_disjoint_and_cover_an_epoch_without_repeats() -> None:
+    steps = _steps(64, 16, 2, 4)  # exactly one epoch
+    seen = [i for step in steps for rank in step for i in rank]
+    assert sorted(seen) == list(range(64))
+
+
+def test_epochs_reshuffle_and_drop_the_partial_batch() -> None:
+    steps = _steps(40, 16, 1, 4)  # 2 full batches per epoch; 8 samples dropped each epoch
+    e0 = steps[0][0] + steps[1][0]
+    e1 = steps[2][0] + steps[3][0]
+    assert e0 != e1 and len(set(e0)) == 32 and len(set(e1)) == 32
+
+
+def test_no_shuffle_is_in_order() -> None:
+    assert _steps(8, 4, 2, 2, shuffle=False) == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+
+
+def test_resume_from_a_step_continues_the_same_order() -> None:
+    full = list(GlobalBatchSampler(50, 10, 0, 5, 12, 1, True))
+    tail = list(GlobalBatchSampler(50, 10, 0, 5, 12, 1, True, start_step=7))
+    assert tail == full[7:]
+
+
+def test_global_batch_larger_than_dataset_is_refused() -> None:
+    with pytest.raises(ValueError):
+        GlobalBatchSampler(8, 16, 0, 8, 1, 0, True)
