@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rich.console import Console
+from rich.text import Text
 
 from .errors import HpctrainError
 
@@ -121,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_overhead(args, console)
     except HpctrainError as e:
-        err.print(f"[bold red]error:[/] {e}", markup=True, highlight=False)
+        err.print(Text("error: ", style="bold red") + Text(str(e)), soft_wrap=True)
         return e.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")

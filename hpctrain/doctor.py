@@ -92,8 +92,8 @@ def check_mpi() -> list[Check]:
     else:
         from mpi4py import MPI
 
-        out.append(Check("mpi4py", True, f"{_version_of('mpi4py')}; "
-                         + MPI.Get_library_version().strip().splitlines()[0]))
+        library = MPI.Get_library_version().strip().splitlines()[0].split(",")[0]
+        out.append(Check("mpi4py", True, f"{_version_of('mpi4py')}; {library}"))
     return out
 
 

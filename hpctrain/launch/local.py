@@ -98,7 +98,8 @@ def run_local(plan: JobPlan, on_output: Callable[[Line], None],
     tails: dict[int | None, deque[str]] = defaultdict(lambda: deque(maxlen=20))
     mpirun_text: list[str] = []
     with ExitStack() as stack:
-        logs: dict[int, IO[str]] = {}
+        logs = {r: stack.enter_context(open(run_dir / records.log_file(r), "a"))
+                for r in range(plan.world_size)}
         try:
             proc = subprocess.Popen(plan.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, bufsize=1, start_new_session=True)
@@ -112,8 +113,6 @@ def run_local(plan: JobPlan, on_output: Callable[[Line], None],
                     mpirun_text.append(line.text)
                     on_output(line)
                     continue
-                if line.rank not in logs:
-                    logs[line.rank] = stack.enter_context(open(run_dir / records.log_file(line.rank), "a"))
                 logs[line.rank].write(line.text + "\n")
                 tails[line.rank].append(line.text)
                 if line.rank == 0:

@@ -130,3 +130,26 @@ def test_existing_run_dir_is_never_overwritten(tmp_path: Path) -> None:
     r = hpctrain("run", f"run.dir={d}", *BASE)
     assert r.returncode == 3 and "already exists" in r.stderr
     assert (d / "summary.json").read_text() == "{}"
+
+
+def test_training_on_a_folder_of_images(tmp_path: Path) -> None:
+    from tests.unit.test_folder_data import make_folder
+
+    images = make_folder(tmp_path / "images", per_class=16)
+    _, s = run_ok(tmp_path, "folder", "data=folder", f"data.path={images}", "data.image_size=12",
+                  "data.num_classes=2", "data.num_workers=1", "train.batch_per_rank=8",
+                  "train.steps=10", "train.warmup_steps=1")
+    assert s["world_size"] == 2 and s["timed_steps"] == 9
+
+
+def test_transformer_on_tokens_with_adamw(tmp_path: Path) -> None:
+    _, s = run_ok(tmp_path, "lm", "model=transformer", "data=tokens", "optim=adamw", "model.width=32",
+                  "train.batch_per_rank=8", "train.steps=6", "train.warmup_steps=1",
+                  "optim.lr_scaling=linear", "optim.warmup_steps=3")
+    assert s["model"] == "transformer" and s["first_loss"] > 5.0  # ~ln(256) before training
+
+
+def test_doctor_sees_the_real_environment() -> None:
+    r = hpctrain("doctor")
+    assert r.returncode == 0, r.stdout
+    assert "MPI, Gloo" in r.stdout and "0.28.1" in r.stdout and "Open MPI" in r.stdout
