@@ -150,7 +150,8 @@ def train(cfg: Config, hvd: Any, info: RankInfo, batch: Batch, target_lr: float,
             rec = {"step": step, "rank": info.rank, "loss": float(loss_sum), "lr": lr,
                    "data_s": t_data - t_prev, "compute_s": (t_backward - t_data) + (t_end - t_comm),
                    "comm_s": t_comm - t_backward, "step_s": t_end - t_prev,
-                   "samples": batch.per_rank, "timed": step >= cfg.train.warmup_steps}
+                   "samples": batch.per_rank, "samples_per_s": batch.global_ / (t_end - t_prev),
+                   "timed": step >= cfg.train.warmup_steps}
             t_prev = t_end
             out.append(rec)
             steps_file.write(json.dumps(rec) + "\n")
