@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
 from pathlib import Path
 from typing import Sequence
 
@@ -17,6 +16,9 @@ EPILOG = """examples:
   hpctrain run                                   2-rank local run of the default CNN
   hpctrain run cluster.ranks=4 precision=bf16    Hydra overrides: key=value, group=option
   hpctrain run model=transformer data=tokens --dry-run
+  hpctrain run cluster=slurm cluster.nodes=2 cluster.ranks_per_node=2
+  hpctrain run -m cluster=slurm cluster.nodes=1,2 precision=fp32,bf16
+  hpctrain status outputs/2026-01-01/12-00-00-train-sweep
   hpctrain doctor                                what this environment can do
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
 """
@@ -45,6 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
                      help="print the resolved config and the exact launch command; start nothing")
     run.add_argument("--cfg", action="store_true", help="print the resolved config only (like Hydra's --cfg job)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    run.add_argument("-m", "--multirun", action="store_true",
+                     help="sweep: key=a,b,c expands to one run per combination (SLURM: one job array "
+                          "per resource shape; local: one run after another)")
+    run.add_argument("--no-wait", action="store_true", help="SLURM: submit and return at once")
+    run.add_argument("--timeout-min", type=float, default=24 * 60,
+                     help="SLURM: stop waiting (not the job) after this many minutes")
+
+    st = sub.add_parser("status", help="state of a SLURM run or sweep (squeue/sacct), with progress and errors")
+    st.add_argument("path", type=Path, help="a run directory or a sweep directory")
+    lg = sub.add_parser("logs", help="print a rank's output")
+    lg.add_argument("path", type=Path, help="a run directory")
+    lg.add_argument("--rank", type=int, default=0)
+    lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    cn = sub.add_parser("cancel", help="cancel a SLURM run or every job of a sweep")
+    cn.add_argument("path", type=Path, help="a run directory or a sweep directory")
 
     sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
 
@@ -59,60 +76,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from .config import load_config, to_yaml, validate
-    from .facts import HostFacts
-    from .launch.local import GlooRendezvous, prepare_run_dir, run_local, write_run_files
-    from .plan import GLOO_HOST, default_run_dir, plan_local
-    from .ui import TrainingProgress, summary_table
-
-    cfg = load_config(args.overrides, args.config_dir)
-    if args.cfg:
-        print(to_yaml(cfg), end="")
-        return 0
-    facts = HostFacts.gather()
-    validate(cfg, facts)
-    run_dir = default_run_dir(cfg, datetime.now()).resolve()
-    if args.dry_run:
-        plan = plan_local(cfg, facts, str(run_dir), sys.executable)
-        print("# resolved config\n" + to_yaml(cfg))
-        print(f"# run directory\n{plan.run_dir}\n")
-        for note in plan.notes:
-            print(f"# note: {note}")
-        print(f"# launch command\n{plan.command_line}")
-        return 0
-    prepare_run_dir(run_dir)
-    rendezvous = GlooRendezvous(GLOO_HOST, plan_ranks(cfg)) if cfg.parallelism.backend == "gloo" else None
-    try:
-        plan = plan_local(cfg, facts, str(run_dir), sys.executable,
-                          rendezvous.port if rendezvous else None)
-        write_run_files(run_dir, cfg, plan)
-        console.print(f"[bold]run directory[/] {run_dir}")
-        for note in plan.notes:
-            console.print(f"[yellow]note:[/] {note}")
-        with TrainingProgress(console, cfg.train.steps, enabled=not args.no_progress) as bar:
-            summary = run_local(plan, lambda line: bar.print(line.text), bar.on_event)
-    finally:
-        if rendezvous:
-            rendezvous.close()
-    console.print(summary_table(summary))
-    console.print(f"records: {run_dir}")
-    return 0
-
-
-def plan_ranks(cfg) -> int:  # noqa: ANN001
-    from .config.validate import world_size
-
-    return world_size(cfg)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
     err = Console(stderr=True)
     try:
         if args.command == "run":
+            from .commands_run import cmd_run
+
             return cmd_run(args, console)
+        if args.command in ("status", "logs", "cancel"):
+            from . import commands_jobs as jobs
+
+            if args.command == "status":
+                return jobs.status(args.path, console)
+            if args.command == "logs":
+                return jobs.logs(args.path, args.rank, args.follow, console)
+            return jobs.cancel(args.path, console)
         if args.command == "doctor":
             from .doctor import run_doctor
 

@@ -1,4 +1,5 @@
-"""The entry point every rank runs: `python -m hpctrain.rank RUN_DIR`.
+"""The entry point every rank runs: `python -m hpctrain.rank RUN_DIR` under mpirun, or
+`run_rank(RUN_DIR, control)` inside a SLURM task started by submitit.
 
 Reads the resolved config and plan the launcher wrote, initialises Horovod, trains, and leaves
 its records in RUN_DIR. On any failure it writes error-rank{R}.json and exits at once with
@@ -14,7 +15,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from .train.loop import StopControl
 
 from . import records
 from .config.load import config_from_yaml
@@ -61,7 +65,8 @@ def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, An
     return rec
 
 
-def run(run_dir: Path) -> None:
+def run(run_dir: Path, control: "StopControl | None" = None) -> dict[str, Any] | None:
+    """Train this rank. Returns the summary on rank 0, {} on the others, None if stopped early."""
     from .train.comm import init_horovod, rank_info
     from .train.loop import train
     from .train.schedule import target_lr
@@ -76,7 +81,10 @@ def run(run_dir: Path) -> None:
         records.write_json(run_dir / records.ENV, environment_record(hvd, cfg.parallelism.backend, hosts))
     batch = resolve_batch(cfg)
     started = time.time()
-    stats = train(cfg, hvd, info, batch, target_lr(cfg.optim, batch.global_, batch.per_rank), run_dir)
+    stats = train(cfg, hvd, info, batch, target_lr(cfg.optim, batch.global_, batch.per_rank), run_dir,
+                  control=control)
+    if stats is None:
+        return None
     stats["host"] = socket.gethostname()
     everyone = hvd.allgather_object(stats)
     if info.rank == 0:
@@ -86,6 +94,22 @@ def run(run_dir: Path) -> None:
         records.write_json(run_dir / records.SUMMARY, summary)
         print(format_event("done", throughput=summary["throughput_samples_per_s"]), flush=True)
     hvd.shutdown()
+    return summary if info.rank == 0 else {}
+
+
+def fail(run_dir: Path, error: BaseException) -> NoReturn:
+    """Record why this rank failed, then leave at once (no Horovod/MPI shutdown that could hang)."""
+    rank = launcher_rank(os.environ)
+    tb = "".join(traceback.format_exception(error))
+    print(tb, file=sys.stderr, flush=True)
+    try:
+        records.write_json(run_dir / records.error_file(rank if rank is not None else -1), {
+            "rank": rank, "host": socket.gethostname(), "type": type(error).__name__,
+            "message": str(error), "traceback": tb, "time": time.time()})
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,17 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(run_dir)
     except BaseException as e:  # noqa: BLE001 - every failure must be recorded and end the process
-        rank = launcher_rank(os.environ)
-        tb = traceback.format_exc()
-        print(tb, file=sys.stderr, flush=True)
-        try:
-            records.write_json(run_dir / records.error_file(rank if rank is not None else -1), {
-                "rank": rank, "host": socket.gethostname(), "type": type(e).__name__,
-                "message": str(e), "traceback": tb, "time": time.time()})
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
+        fail(run_dir, e)
     return 0
 
 

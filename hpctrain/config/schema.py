@@ -112,6 +112,33 @@ class LocalClusterConf(ClusterConf):
 
 
 @dataclass
+class SlurmClusterConf(ClusterConf):
+    """Submission with submitit; parameter names follow submitit's SLURM executor."""
+
+    name: str = "slurm"
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_min: int = 60  # wall-clock limit per job (requeues start a fresh limit)
+    nodes: int = 1
+    ranks_per_node: int = 1  # tasks per node; with GPUs, one rank per GPU
+    gpus_per_node: int = 0
+    cpus_per_rank: int = 1  # also the torch/OpenMP threads of each rank
+    mem_gb: Optional[float] = None  # memory per node; null = the partition's default
+    constraint: Optional[str] = None  # node features, e.g. "a100"
+    exclusive: bool = False  # whole nodes only
+    setup: List[str] = field(default_factory=list)  # one simple command per line, e.g. "module load cuda"
+    srun_args: List[str] = field(default_factory=list)  # extra srun arguments, one per item
+    mpi: str = "pmix"  # srun --mpi plugin that starts MPI for Horovod (backend=mpi)
+    signal_delay_s: int = 120  # SIGUSR2 this long before the time limit: checkpoint and requeue
+    max_requeues: int = 3  # requeues after time-outs or preemption before giving up
+    checkpoint_interval: int = 0  # also checkpoint every N steps (0: only on the signal)
+    array_parallelism: int = 64  # array tasks of a sweep running at once
+    container: Optional[str] = None  # an Apptainer image (.sif) every rank runs inside
+    submitit_folder: Optional[str] = None  # submitit's pickles and logs; null = <run dir>/submitit
+
+
+@dataclass
 class DebugConf:
     fail_rank: Optional[int] = None  # fault injection: this rank fails ...
     fail_step: int = 0  # ... at this step
@@ -138,7 +165,7 @@ class Config:
     run: RunConf = field(default_factory=RunConf)
 
 
-CLUSTER_SCHEMAS: dict[str, type[ClusterConf]] = {"local": LocalClusterConf}
+CLUSTER_SCHEMAS: dict[str, type[ClusterConf]] = {"local": LocalClusterConf, "slurm": SlurmClusterConf}
 
 
 def register() -> None:

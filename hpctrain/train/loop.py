@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .. import records
+from . import checkpoint
 from ..config.schema import Config
 from ..config.validate import Batch
 from ..events import format_event
@@ -36,6 +37,19 @@ from .stats import rank_stats
 
 class InjectedFailure(RuntimeError):
     """Raised by the debug.fail_rank / debug.fail_step fault injection."""
+
+
+@dataclass
+class StopControl:
+    """Cooperative stop for preemption and time limits (SLURM).
+
+    A signal handler sets `requested`; at every step the ranks agree on it with a one-element
+    allreduce that Horovod fuses with the gradients, so all stop after the same step. Rank 0 then
+    writes a checkpoint, and the caller requeues the job.
+    """
+
+    requested: bool = False
+    checkpoint_interval: int = 0  # also checkpoint every N steps (0: only when stopping)
 
 
 @dataclass
@@ -62,7 +76,8 @@ def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Opti
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
 
 
-def build_trainer(cfg: Config, hvd: Any, info: RankInfo, batch: Batch) -> Trainer:
+def build_trainer(cfg: Config, hvd: Any, info: RankInfo, batch: Batch, run_dir: Path) -> tuple[Trainer, int]:
+    """Model, optimizer and data, restored from the latest checkpoint if there is one."""
     device = pick_device(cfg.train.device, info.local_rank)
     torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
     model = build_model(cfg.model, InputSpec.from_data(cfg.data)).to(device)
@@ -73,13 +88,19 @@ def build_trainer(cfg: Config, hvd: Any, info: RankInfo, batch: Batch) -> Traine
     optimizer = hvd.DistributedOptimizer(
         base, named_parameters=model.named_parameters(), compression=compression,
         backward_passes_per_step=cfg.parallelism.backward_passes_per_step, op=hvd.Average)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    scaler = make_scaler(cfg.precision, device.type)
+    start = 0
+    ckpt = checkpoint.latest(run_dir)
+    if ckpt is not None:  # every rank reads the same file: no broadcast needed after it
+        start = checkpoint.load(ckpt, model, optimizer, scaler)
+    else:
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     dataset = build_dataset(cfg.data, cfg.train.seed)
     sampler = GlobalBatchSampler(len(dataset), batch.global_, info.rank, batch.per_rank,  # type: ignore[arg-type]
-                                 cfg.train.steps, cfg.train.seed, cfg.data.shuffle)
+                                 cfg.train.steps, cfg.train.seed, cfg.data.shuffle, start_step=start)
     loader = build_loader(cfg.data, dataset, sampler)
-    return Trainer(model, optimizer, make_scaler(cfg.precision, device.type), loader, device)
+    return Trainer(model, optimizer, scaler, loader, device), start
 
 
 def _sync(device: torch.device) -> None:
@@ -93,22 +114,38 @@ def peak_memory_bytes(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def _previous_records(path: Path, start: int) -> list[dict[str, Any]]:
+    """Records of the steps before `start` from an earlier attempt; later ones are dropped, so a
+    resumed run never counts a step twice."""
+    if start == 0 or not path.exists():
+        return []
+    return [r for r in records.iter_jsonl(path) if r["step"] < start]
+
+
 def train(cfg: Config, hvd: Any, info: RankInfo, batch: Batch, target_lr: float, run_dir: Path,
-          emit: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run cfg.train.steps steps; return this rank's statistics. Rank 0 also logs and reports."""
-    t = build_trainer(cfg, hvd, info, batch)
+          emit: Callable[[str], None] = print, control: StopControl | None = None) -> dict[str, Any] | None:
+    """Run cfg.train.steps steps; return this rank's statistics, or None if stopped by `control`
+    (after a checkpoint). Rank 0 also logs and reports."""
+    t, start = build_trainer(cfg, hvd, info, batch, run_dir)
     model, opt, scaler, dev = t.model, t.optimizer, t.scaler, t.device
     acc = cfg.parallelism.backward_passes_per_step
     criterion = nn.CrossEntropyLoss()
     master = info.rank == 0
     fail_here = cfg.debug.fail_rank == info.rank
-    out: list[dict[str, Any]] = []
     steps_path = run_dir / records.steps_file(info.rank)
+    out = _previous_records(steps_path, start)
+    if start and master:
+        emit(f"resuming from {checkpoint.latest(run_dir)} at step {start}")
     last_event = 0.0
     model.train()
     with open(steps_path, "w") as steps_file:
+        for rec in out:
+            steps_file.write(json.dumps(rec) + "\n")
         t_prev = time.perf_counter()
-        for step, (x, y) in enumerate(t.loader):
+        for step, (x, y) in enumerate(t.loader, start=start):
+            if control is not None:  # launched now, completed with the gradients' allreduce
+                stop_handle = hvd.allreduce_async(torch.tensor([float(control.requested)]), op=hvd.Max,
+                                                  name=f"hpctrain.stop.{step}")
             if fail_here and step == cfg.debug.fail_step:
                 _inject_failure(cfg.debug.fail_mode, info.rank, step)
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
@@ -134,6 +171,7 @@ def train(cfg: Config, hvd: Any, info: RankInfo, batch: Batch, target_lr: float,
             t_backward = time.perf_counter()
 
             opt.synchronize()  # blocks until every gradient allreduce has finished
+            stop = control is not None and float(hvd.synchronize(stop_handle)[0]) > 0
             _sync(dev)
             t_comm = time.perf_counter()
 
@@ -157,6 +195,16 @@ def train(cfg: Config, hvd: Any, info: RankInfo, batch: Batch, target_lr: float,
             steps_file.write(json.dumps(rec) + "\n")
             if master:
                 last_event = _report(cfg, rec, batch, emit, last_event)
+            if control is not None:
+                every = control.checkpoint_interval
+                if stop or (every and (step + 1) % every == 0 and step + 1 < cfg.train.steps):
+                    steps_file.flush()
+                    if master:
+                        path = checkpoint.save(run_dir, step + 1, model, opt, scaler)
+                        emit(f"checkpoint {path.name} written after step {step + 1}")
+                    hvd.allreduce(torch.zeros(1), name=f"hpctrain.ckpt.{step}")  # all wait for it
+                if stop:
+                    return None
     stats = rank_stats(out, peak_memory_bytes(dev))
     if master and cfg.train.save_model:
         buf = io.BytesIO()

@@ -1,0 +1,57 @@
+"""What every SLURM task runs: submitit unpickles a TrainingJob and calls it, once per rank.
+
+Requeue follows submitit's checkpoint protocol, made safe for synchronous data parallelism: the
+SIGUSR2 that SLURM sends before the time limit (or `scancel -s USR2`) only sets a flag; all ranks
+agree on it at the next step boundary, rank 0 writes a checkpoint atomically, and only then does
+rank 0 hand over to submitit's own handler, which calls `checkpoint()` and requeues the job. The
+requeued job resumes every rank from that checkpoint at the same step.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import submitit
+from submitit.core.utils import DelayedSubmission
+
+from .. import records
+from ..config.load import config_from_yaml
+from ..config.schema import SlurmClusterConf
+
+
+class TrainingJob(submitit.helpers.Checkpointable):
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+
+    def __call__(self) -> dict[str, Any] | None:
+        from ..rank import fail, run
+        from ..train.comm import slurm_gloo_setup
+        from ..train.loop import StopControl
+
+        run_dir = Path(self.run_dir)
+        try:
+            cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
+            interval = cfg.cluster.checkpoint_interval if isinstance(cfg.cluster, SlurmClusterConf) else 0
+            control = StopControl(checkpoint_interval=interval)
+            submitit_handler = signal.getsignal(signal.SIGUSR2)
+            signal.signal(signal.SIGUSR2, lambda *_: setattr(control, "requested", True))
+            if cfg.parallelism.backend == "gloo":
+                slurm_gloo_setup(run_dir)
+            result = run(run_dir, control)
+        except BaseException as e:  # noqa: BLE001 - record it and end this task now
+            fail(run_dir, e)
+        if result is not None:
+            return result
+        # Stopped after a checkpoint: rank 0 lets submitit requeue the job (it exits the process).
+        if int(os.environ.get("SLURM_PROCID", "0")) == 0 and callable(submitit_handler):
+            submitit_handler(signal.SIGUSR2, None)
+        time.sleep(300)  # the requeue ends this task
+        os._exit(0)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        """submitit's protocol: what to run after the requeue. The run directory holds the
+        checkpoint, so the same job resumes from it."""
+        return DelayedSubmission(TrainingJob(self.run_dir))

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Start a real SLURM cluster on this machine: munge, a private MariaDB, slurmdbd, slurmctld and
+# $NODES slurmd daemons (n1..nN), each in its own UTS+mount namespace with its own host name.
+# Waits until every node is idle. Idempotent: a running cluster is left as it is.
+# Use it:  . slurm/env.sh; sinfo        Stop it:  bash slurm/stop.sh
+set -euo pipefail
+# shellcheck source=common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+[ "$(id -u)" -eq 0 ] || { echo "slurm/start.sh runs the daemons as root: use sudo" >&2; exit 1; }
+bash "$SLURM_DIR/install.sh"
+say() { printf '\033[1m[slurm]\033[0m %s\n' "$*"; }
+wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
+  local limit=$1 what=$2; shift 2
+  for _ in $(seq $((limit * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "[slurm] timed out after ${limit}s waiting for $what; logs in $STATE/log" >&2
+  tail -n 20 "$STATE"/log/*.log >&2 2>/dev/null || true
+  exit 1
+}
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+mkdir -p "$STATE"/{etc,ctld,run,log,tmp,spool,mysql}
+last=$(cat "$STATE.next-job-id" 2>/dev/null || echo 1000)  # job ids never restart at 1
+nodes_range="n[1-$NODES]"; ports="[17001-$((17000 + NODES))]"
+sed -e "s|@STATE@|$STATE|g" -e "s|@NODE_RANGE@|$nodes_range|g" -e "s|@PORTS@|$ports|g" \
+    -e "s|@CPUS@|$CPUS|g" -e "s|@FIRST_JOB_ID@|$last|g" "$SLURM_DIR/slurm.conf.in" > "$STATE/etc/slurm.conf"
+sed -e "s|@STATE@|$STATE|g" -e "s|@DB_PORT@|$DB_PORT|g" "$SLURM_DIR/slurmdbd.conf.in" > "$STATE/etc/slurmdbd.conf"
+chmod 600 "$STATE/etc/slurmdbd.conf"   # slurmdbd refuses a readable password file
+cp /etc/slurm/plugstack.conf "$STATE/etc/" 2>/dev/null || true
+# Every node resolves every node name (all of them live on 127.0.0.1).
+{ cat /etc/hosts; echo "127.0.0.1 $(seq -f 'n%g' -s ' ' 1 "$NODES")"; } > "$STATE/etc/hosts"
+for i in $(seq 1 "$NODES"); do mkdir -p "$STATE/tmp/n$i" "$STATE/spool/n$i"; done
+
+# munge: authentication between all daemons and clients
+if ! pgrep -x munged >/dev/null; then
+  say "starting munged"
+  mkdir -p /run/munge && chown munge:munge /run/munge
+  [ -f /etc/munge/munge.key ] || { mungekey --create >/dev/null 2>&1 || /usr/sbin/create-munge-key -f; chown munge:munge /etc/munge/munge.key; }
+  runuser -u munge -- /usr/sbin/munged
+  touch "$STATE/run/munged.ours"   # stop.sh stops only a munged that start.sh started
+fi
+wait_for 10 munge bash -c 'munge -n | unmunge'
+
+# MariaDB, private to the cluster, on 127.0.0.1:$DB_PORT
+DB_SOCK="$STATE/run/mysql.sock"
+if ! alive "$STATE/run/mariadb.pid"; then
+  if [ ! -d "$STATE/mysql/mysql" ]; then
+    say "initialising MariaDB in $STATE/mysql"
+    mariadb-install-db --datadir="$STATE/mysql" --user=root --auth-root-authentication-method=socket \
+      --skip-test-db >"$STATE/log/mariadb-install.log" 2>&1
+  fi
+  say "starting MariaDB"
+  nohup mariadbd --datadir="$STATE/mysql" --socket="$DB_SOCK" --port="$DB_PORT" --bind-address=127.0.0.1 \
+    --user=root --pid-file="$STATE/run/mariadb.pid" --log-error="$STATE/log/mariadb.log" \
+    --skip-name-resolve --innodb-buffer-pool-size=64M >/dev/null 2>&1 &
+fi
+wait_for 60 MariaDB mariadb --socket="$DB_SOCK" -uroot -e 'select 1'
+mariadb --socket="$DB_SOCK" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
+  GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+
+# slurmdbd, then register the cluster (once)
+if ! alive "$STATE/run/slurmdbd.pid"; then
+  say "starting slurmdbd"
+  slurmdbd
+fi
+wait_for 60 slurmdbd sacctmgr -n show cluster
+sacctmgr -i -n show cluster format=cluster | grep -qw hpctrain || sacctmgr -i add cluster hpctrain >/dev/null
+
+# slurmctld
+if ! alive "$STATE/run/slurmctld.pid"; then
+  say "starting slurmctld"
+  slurmctld
+fi
+wait_for 60 slurmctld scontrol ping
+
+# slurmd n1..nN, each with its own host name and /etc/hosts (OpenMPI's shared-memory transport
+# crashes across "nodes" that share one host name).
+for i in $(seq 1 "$NODES"); do
+  if ! alive "$STATE/run/slurmd-n$i.pid"; then
+    unshare --uts --mount --propagation private bash -c \
+      "hostname n$i && mount --bind '$STATE/etc/hosts' /etc/hosts && exec slurmd -N n$i"
+  fi
+done
+all_idle() { [ "$(sinfo -h -N -o '%N %t' | awk '$2 != "idle"' | wc -l)" -eq 0 ] && [ "$(sinfo -h -N | wc -l)" -eq "$NODES" ]; }
+wait_for 60 "nodes to be idle" all_idle || true
+say "cluster up: $(sinfo -h -o '%D nodes %T (%N)' | tr '\n' ' ')"
+say "use it with: export SLURM_CONF=$SLURM_CONF"
