@@ -1,0 +1,97 @@
+"""Real SLURM jobs on the local cluster: multi-node Horovod, sweeps as arrays, requeue, failures."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import hpctrain
+from tests.mpi.test_local_runs import assert_same_weights, weights
+from tests.slurm.conftest import sacct_state
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+BASE = ["data=digits", "model=cnn", "train.steps=12", "train.warmup_steps=2", "train.log_interval=4"]
+
+
+def run_ok(tmp: Path, name: str, *overrides: str) -> tuple[Path, dict]:
+    run_dir = tmp / name
+    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *overrides, timeout=600)
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return run_dir, json.loads((run_dir / "summary.json").read_text())
+
+
+def test_two_nodes_two_ranks_each_match_the_local_run(tmp_path: Path) -> None:
+    slurm_dir, s = run_ok(tmp_path, "slurm", *BASE, "cluster=slurm", "cluster.nodes=2",
+                          "cluster.ranks_per_node=2", "train.batch_per_rank=8")
+    assert s["world_size"] == 4
+    env = json.loads((slurm_dir / "env.json").read_text())
+    assert sorted(set(env["hosts"])) == ["n1", "n2"]  # ranks on two different host names
+    assert env["hosts"].count("n1") == 2 and env["launcher"]["SLURM_NNODES"] == "2"
+    local_dir, _ = run_ok(tmp_path, "local", *BASE, "cluster=local", "cluster.ranks=4", "train.batch_per_rank=8")
+    assert_same_weights(slurm_dir, local_dir, rtol=1e-5, atol=1e-6)
+
+
+def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:
+    r = hpctrain("run", "-m", "--no-progress", "cluster=slurm", "cluster.nodes=1,2", "cluster.ranks_per_node=1",
+                 "precision=fp32,bf16,fp16", *BASE[:1], "train.steps=6", "train.warmup_steps=1",
+                 f"run.output_root={tmp_path}", "run.name=sw", timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [sweep_dir] = list(tmp_path.glob("*/*-sw-sweep"))
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    assert len(manifest["runs"]) == 6
+    assert len(manifest["arrays"]) == 2  # exactly two sbatch calls: one array per node count
+    assert sorted(a["size"] for a in manifest["arrays"]) == [3, 3]
+    for run in manifest["runs"]:
+        assert run["job_id"].split("_")[0] in {a["array_id"] for a in manifest["arrays"]}
+        assert sacct_state(run["job_id"]) == "COMPLETED"
+        summary = json.loads((Path(run["run_dir"]) / "summary.json").read_text())
+        nodes = int(next(o for o in run["overrides"] if o.startswith("cluster.nodes=")).split("=")[1])
+        assert summary["world_size"] == nodes
+    status = hpctrain("status", str(sweep_dir))
+    assert status.returncode == 0 and status.stdout.count("COMPLETED") == 6
+
+
+def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: Path) -> None:
+    common = ["data=digits", "train.steps=150", "train.warmup_steps=2", "cluster=slurm", "cluster.nodes=2",
+              "cluster.ranks_per_node=1"]
+    run_dir = tmp_path / "interrupted"
+    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common)
+    assert r.returncode == 0, r.stderr
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    steps = run_dir / "steps-rank0.jsonl"
+    deadline = time.monotonic() + 180
+    while not (steps.exists() and len(steps.read_text().splitlines()) >= 20):
+        assert time.monotonic() < deadline, "the job never reached step 20"
+        time.sleep(0.2)
+    subprocess.run(["scancel", "-s", "USR2", job], check=True)  # what SLURM sends before the limit
+    deadline = time.monotonic() + 300
+    while sacct_state(job) not in ("COMPLETED", "FAILED", "CANCELLED"):
+        assert time.monotonic() < deadline, f"job {job} did not finish: {sacct_state(job)}"
+        time.sleep(1)
+    assert sacct_state(job) == "COMPLETED"
+    log = hpctrain("logs", str(run_dir)).stdout
+    assert "resuming from" in log and "checkpoint step-" in log  # it really was interrupted
+    resumed_at = int(log.split("resuming from")[1].split("at step")[1].split()[0])
+    assert 20 <= resumed_at < 150
+    for rank in (0, 1):
+        recorded = [json.loads(line)["step"] for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()]
+        assert recorded == list(range(150))  # no step lost, none repeated
+    straight, _ = run_ok(tmp_path, "straight", *common)
+    a, b = weights(run_dir), weights(straight)
+    assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"
+
+
+def test_failed_rank_is_reported_by_run_and_status(tmp_path: Path) -> None:
+    run_dir = tmp_path / "fail"
+    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *BASE, "train.steps=200", "cluster=slurm",
+                 "cluster.nodes=2", "cluster.ranks_per_node=1", "debug.fail_rank=1", "debug.fail_step=3",
+                 timeout=300)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "rank 1 failed" in r.stderr and "InjectedFailure" in r.stderr
+    status = hpctrain("status", str(run_dir), timeout=60)
+    assert "FAILED" in status.stdout and "InjectedFailure" in status.stdout, status.stdout
