@@ -21,6 +21,7 @@ EPILOG = """examples:
   hpctrain status outputs/2026-01-01/12-00-00-train-sweep
   hpctrain doctor                                what this environment can do
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
+  hpctrain bench submit                          256-point sweep: submit time, sbatch calls
 """
 
 
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     ov.add_argument("--steps", type=int, default=60)
     ov.add_argument("--batch", type=int, default=64, help="per-rank batch")
     ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
+    sb = bsub.add_parser("submit", help="plan + submit an N-point single-shape sweep to SLURM; count sbatch calls")
+    sb.add_argument("--points", type=int, default=256)
+    sb.add_argument("--out", default="outputs/bench")
     return parser
 
 
@@ -101,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .bench.overhead import run_overhead
 
             return run_overhead(args, console)
+        if args.command == "bench" and args.bench == "submit":
+            from .bench.submit import run_submit
+
+            return run_submit(args, console)
     except HpctrainError as e:
         err.print(Text("error: ", style="bold red") + Text(str(e)), soft_wrap=True)
         return e.exit_code

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from . import records
 from .config import load_config, to_yaml, validate
+from .config.load import load_configs
 from .config.schema import Config, LocalClusterConf, SlurmClusterConf
 from .config.validate import world_size
 from .errors import LaunchError
@@ -132,7 +133,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     from .launch.slurm import Point, group_by_shape, submit_sweep, wait
 
     points = expand(args.overrides)
-    configs = [load_config(p, args.config_dir) for p in points]
+    configs = load_configs(points, args.config_dir)
     first = configs[0]
     facts = _facts_for(first)
     for cfg in configs:

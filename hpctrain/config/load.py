@@ -5,12 +5,14 @@ into ConfigError naming the key and listing what is valid, before anything runs.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
 from pathlib import Path
 from typing import Sequence
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
@@ -66,6 +68,38 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[Problem]:
     return out
 
 
+def load_configs(points: Sequence[Sequence[str]], config_dir: str | os.PathLike[str] | None = None) -> list[Config]:
+    """Configs for many override lists (a sweep). Hydra's compose costs ~170 ms here, so each
+    distinct selection of config-group options is composed once, and the remaining key=value
+    overrides are applied to a copy with Hydra's own override code: same result as load_config."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    groups = {d.name for d in conf_dir(config_dir).iterdir() if d.is_dir()} | {"cluster"}
+    parser = OverridesParser.create()
+    bases: dict[tuple[str, ...], DictConfig] = {}
+    out = []
+    for overrides in points:
+        try:
+            parsed = parser.parse_overrides(list(overrides))
+        except HydraException as e:
+            raise _translate(e, overrides) from e
+        if any(o.key_or_group.startswith("hydra") for o in parsed):
+            out.append(load_config(overrides, config_dir))  # Hydra's own settings: the full path
+            continue
+        is_group = [o.key_or_group in groups or o.package is not None for o in parsed]
+        selection = tuple(o.input_line for o, g in zip(parsed, is_group) if g and o.input_line)
+        if selection not in bases:
+            bases[selection] = compose_config(selection, config_dir)
+        cfg = copy.deepcopy(bases[selection])
+        try:
+            ConfigLoaderImpl._apply_overrides_to_config([o for o, g in zip(parsed, is_group) if not g], cfg)
+        except (HydraException, OmegaConfBaseException) as e:
+            raise _translate(e, overrides) from e
+        out.append(to_config(cfg))
+    return out
+
+
 def to_config(cfg: DictConfig) -> Config:
     extra = unknown_keys(cfg)
     if extra:
@@ -103,7 +137,9 @@ def config_from_yaml(text: str) -> Config:
 
 
 def to_yaml(cfg: Config) -> str:
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+    # Plain YAML of the dataclass: ~100x faster than OmegaConf.structured(cfg), and
+    # config_from_yaml merges it back onto the typed schema, so nothing is lost.
+    return yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False)
 
 
 def _valid_keys(schema: type | None) -> str:

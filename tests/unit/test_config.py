@@ -172,3 +172,28 @@ def test_all_problems_are_reported_at_once() -> None:
 def test_batch_resolution(overrides: list[str], per_rank: int, global_: int, micro: int) -> None:
     b = resolve_batch(load_config(overrides))
     assert (b.per_rank, b.global_, b.micro) == (per_rank, global_, micro)
+
+
+SWEEP_POINTS = [
+    ["cluster=slurm", "cluster.nodes=2", "precision=bf16"],
+    ["cluster=slurm", "cluster.nodes=4", "precision=bf16", "train.seed=3"],
+    ["model=transformer", "data=tokens", "model.width=64", "+cluster.env.A=b"],
+    ["train.global_batch=64", "train.batch_per_rank=null", "optim=adamw", "optim.betas=[0.8,0.9]"],
+    ["cluster=local", "cluster.ranks=3", "run.name=x"],
+]
+
+
+def test_load_configs_equals_load_config_point_by_point() -> None:
+    from hpctrain.config.load import load_configs
+
+    assert load_configs(SWEEP_POINTS) == [load_config(p) for p in SWEEP_POINTS]
+
+
+@pytest.mark.parametrize("bad,key", [(["cluster=slurm", "cluster.nodez=2"], "cluster.nodez"),
+                                     (["train.steps=x"], "train.steps"), (["model=vgg"], "model")])
+def test_load_configs_reports_the_same_errors(bad: list[str], key: str) -> None:
+    from hpctrain.config.load import load_configs
+
+    with pytest.raises(ConfigError) as e:
+        load_configs([["train.seed=1"], bad])
+    assert e.value.keys == [key]
