@@ -1,6 +1,6 @@
 """`hpctrain bench overhead`: throughput of training launched by hpctrain against a minimal
 hand-written Horovod script (same model, batch, ranks, synthetic data, thread count, timing),
-the two run interleaved (A B A B ...) so that machine noise hits both alike."""
+the two run interleaved in ABBA order so that machine noise and drift hit both alike."""
 from __future__ import annotations
 
 import argparse
@@ -54,14 +54,18 @@ def run_overhead(args: argparse.Namespace, console: Console) -> int:
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("interleaved runs", total=2 * args.repeats)
         for i in range(args.repeats):
-            run_dir = out / f"hpctrain-{i}"
-            _run(_hpctrain_argv(run_dir, args.ranks, args.batch, args.steps, warmup))
-            ours.append(json.loads((run_dir / "summary.json").read_text())["throughput_samples_per_s"])
-            bar.advance(task)
-            line = [ln for ln in _run(_minimal_argv(args.ranks, threads, args.batch, args.steps, warmup))
-                    .splitlines() if ln.startswith("{")][-1]
-            base.append(json.loads(line)["throughput_samples_per_s"])
-            bar.advance(task)
+            # ABBA order: neither side always runs first (caches, clocks and neighbours drift).
+            order = ("ours", "base") if i % 2 == 0 else ("base", "ours")
+            for side in order:
+                if side == "ours":
+                    run_dir = out / f"hpctrain-{i}"
+                    _run(_hpctrain_argv(run_dir, args.ranks, args.batch, args.steps, warmup))
+                    ours.append(json.loads((run_dir / "summary.json").read_text())["throughput_samples_per_s"])
+                else:
+                    line = [ln for ln in _run(_minimal_argv(args.ranks, threads, args.batch, args.steps, warmup))
+                            .splitlines() if ln.startswith("{")][-1]
+                    base.append(json.loads(line)["throughput_samples_per_s"])
+                bar.advance(task)
     ratios = [a / b for a, b in zip(ours, base)]
     ratio = statistics.median(ours) / statistics.median(base)
     table = Table(title=f"overhead: cnn, synthetic 3x32x32, {args.ranks} ranks x batch {args.batch}, "

@@ -1,0 +1,37 @@
+"""Sweep expansion with Hydra's grammar, and grouping of points by resource shape."""
+from __future__ import annotations
+
+import pytest
+
+from hpctrain.config import load_config
+from hpctrain.errors import ConfigError
+from hpctrain.launch.slurm import Point, group_by_shape
+from hpctrain.plan_slurm import plan_slurm
+from hpctrain.sweep import expand
+
+
+def test_cartesian_product_in_hydra_order() -> None:
+    points = expand(["cluster=slurm", "cluster.nodes=1,2", "precision=fp32,bf16,fp16"])
+    assert len(points) == 6
+    assert points[0] == ["cluster=slurm", "cluster.nodes=1", "precision=fp32"]
+    assert points[-1] == ["cluster=slurm", "cluster.nodes=2", "precision=fp16"]
+
+
+def test_range_and_single_values() -> None:
+    assert expand(["train.seed=range(3)"]) == [["train.seed=0"], ["train.seed=1"], ["train.seed=2"]]
+    assert expand(["train.steps=5"]) == [["train.steps=5"]]
+
+
+def test_bad_sweep_syntax_is_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        expand(["train.seed=range(1,"])
+
+
+def test_points_group_into_one_array_per_shape() -> None:
+    points = expand(["cluster=slurm", "cluster.nodes=1,2", "precision=fp32,bf16,fp16"])
+    planned = [Point(i, p, c := load_config(p), plan_slurm(c, f"/s/{i}", "py", "/s/submitit"))
+               for i, p in enumerate(points)]
+    groups = group_by_shape(planned)
+    assert sorted(len(g) for g in groups) == [3, 3]
+    for g in groups:
+        assert len({p.cfg.cluster.nodes for p in g}) == 1
