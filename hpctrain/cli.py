@@ -19,6 +19,8 @@ EPILOG = """examples:
   hpctrain run cluster=slurm cluster.nodes=2 cluster.ranks_per_node=2
   hpctrain run -m cluster=slurm cluster.nodes=1,2 precision=fp32,bf16
   hpctrain status outputs/2026-01-01/12-00-00-train-sweep
+  hpctrain study strong study.ranks=[1,2] model=resnet18   strong scaling study + report
+  hpctrain analyze outputs/<date>/<time>-train-strong      re-analyze a study
   hpctrain doctor                                what this environment can do
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
   hpctrain bench submit                          256-point sweep: submit time, sbatch calls
@@ -64,6 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
     cn = sub.add_parser("cancel", help="cancel a SLURM run or every job of a sweep")
     cn.add_argument("path", type=Path, help="a run directory or a sweep directory")
 
+    sd = sub.add_parser("study", help="strong/weak scaling study: expand, run (or resume), analyze",
+                        description="hpctrain study strong|weak [overrides] runs every point and writes a "
+                        "report; hpctrain study resume STUDY_DIR runs only the unfinished points.")
+    sd.add_argument("kind", choices=["strong", "weak", "resume"])
+    _add_config_args(sd)
+    sd.add_argument("--dry-run", action="store_true", help="list the runs; start nothing")
+    sd.add_argument("--no-progress", action="store_true")
+    sd.add_argument("--no-wait", action="store_true", help=argparse.SUPPRESS)
+    sd.add_argument("--timeout-min", type=float, default=24 * 60)
+    an = sub.add_parser("analyze", help="analyze a study directory: table, CSV, plots, Markdown and HTML report")
+    an.add_argument("path", type=Path, help="a study directory (with study.json)")
+    an.add_argument("--out", help="report directory (default: STUDY_DIR/report)")
+
     sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
 
     bench = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
@@ -74,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     ov.add_argument("--steps", type=int, default=60)
     ov.add_argument("--batch", type=int, default=64, help="per-rank batch")
     ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
+    ar = bsub.add_parser("allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit")
+    ar.add_argument("--ranks", type=int, default=2)
+    ar.add_argument("--max-mb", type=int, default=256)
+    ar.add_argument("--out", default="outputs/bench")
+    ba = bsub.add_parser("analyze", help="analyze + report a synthetic study of N runs (target: 1000 in < 2 s)")
+    ba.add_argument("--runs", type=int, default=1000)
     sb = bsub.add_parser("submit", help="plan + submit an N-point single-shape sweep to SLURM; count sbatch calls")
     sb.add_argument("--points", type=int, default=256)
     sb.add_argument("--out", default="outputs/bench")
@@ -81,7 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may stand before or after flags (argparse alone splits positionals at a flag).
+    args, extra = parser.parse_known_args(argv)
+    if extra and hasattr(args, "overrides") and not any(x.startswith("-") for x in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     console = Console(stderr=False)
     err = Console(stderr=True)
     try:
@@ -89,6 +116,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .commands_run import cmd_run
 
             return cmd_run(args, console)
+        if args.command == "study":
+            from .commands_study import cmd_study
+
+            return cmd_study(args, console)
+        if args.command == "analyze":
+            from .commands_study import cmd_analyze
+
+            return cmd_analyze(args, console)
         if args.command in ("status", "logs", "cancel"):
             from . import commands_jobs as jobs
 
@@ -105,6 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .bench.overhead import run_overhead
 
             return run_overhead(args, console)
+        if args.command == "bench" and args.bench == "allreduce":
+            from .bench.allreduce import run_bench
+
+            return run_bench(args, console)
+        if args.command == "bench" and args.bench == "analyze":
+            from .bench.analyze import run_bench as run_analyze_bench
+
+            return run_analyze_bench(args, console)
         if args.command == "bench" and args.bench == "submit":
             from .bench.submit import run_submit
 

@@ -90,7 +90,8 @@ def run(run_dir: Path, control: "StopControl | None" = None) -> dict[str, Any] |
     if info.rank == 0:
         summary = summarize(everyone, batch.global_)
         summary.update(started=started, finished=time.time(), precision=cfg.precision.name,
-                       model=cfg.model.name, backend=cfg.parallelism.backend)
+                       model=cfg.model.name, backend=cfg.parallelism.backend,
+                       parameters=stats["parameters"], compression=cfg.parallelism.compression)
         records.write_json(run_dir / records.SUMMARY, summary)
         print(format_event("done", throughput=summary["throughput_samples_per_s"]), flush=True)
     hvd.shutdown()

@@ -146,6 +146,23 @@ class DebugConf:
 
 
 @dataclass
+class StudyConf:
+    """A scaling study: the same training at several scales, repeated (hpctrain study ...)."""
+
+    kind: str = "strong"  # strong: fixed global batch | weak: fixed per-rank batch
+    ranks: List[int] = field(default_factory=lambda: [1, 2])  # world sizes with cluster=local
+    nodes: List[int] = field(default_factory=lambda: [1, 2])  # node counts with cluster=slurm
+    repetitions: int = 3  # runs per scale, for a mean and a 95% confidence interval
+    steps: int = 30
+    warmup_steps: int = 5  # excluded from timing
+    global_batch: int = 64  # strong scaling: samples per step over all ranks
+    batch_per_rank: int = 32  # weak scaling: samples per step per rank
+    lr_scaling: str = "none"  # learning-rate rule for every run: none | linear
+    allreduce_bench: bool = True  # measure allreduce once per world size (local studies)
+    allreduce_max_mb: int = 256  # largest allreduce message of that benchmark
+
+
+@dataclass
 class RunConf:
     name: str = "train"  # run name; letters, digits, '.', '_', '-'
     output_root: str = "outputs"  # run directories go to <output_root>/<date>/<time>-<name>
@@ -162,6 +179,7 @@ class Config:
     cluster: Any = MISSING  # a ClusterConf subclass, chosen by the `cluster` group
     train: TrainConf = field(default_factory=TrainConf)
     debug: DebugConf = field(default_factory=DebugConf)
+    study: Optional[StudyConf] = None  # set by the `study` group (hpctrain study strong|weak)
     run: RunConf = field(default_factory=RunConf)
 
 

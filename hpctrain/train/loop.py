@@ -206,6 +206,7 @@ def train(cfg: Config, hvd: Any, info: RankInfo, batch: Batch, target_lr: float,
                 if stop:
                     return None
     stats = rank_stats(out, peak_memory_bytes(dev))
+    stats["parameters"] = sum(p.numel() for p in model.parameters())
     if master and cfg.train.save_model:
         buf = io.BytesIO()
         torch.save(model.state_dict(), buf)

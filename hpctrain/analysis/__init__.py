@@ -1,0 +1,1 @@
+"""Scaling analysis: pure formulas (metrics, model), collection of run records, report, plots."""

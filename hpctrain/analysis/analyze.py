@@ -1,0 +1,153 @@
+"""Collect a study's run directories and compute its scaling figures. Reading is tolerant:
+failed or missing runs are listed, never fatal."""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import records
+from . import metrics
+from .model import AlphaBeta, StepModel, fit_alpha_beta, fit_step_model
+
+STUDY = "study.json"
+
+
+@dataclass(frozen=True)
+class Run:
+    n: int  # world size
+    rep: int
+    batch_per_rank: int
+    global_batch: int
+    throughput: float
+    step_s: float
+    compute_s: float
+    comm_s: float
+    data_s: float
+    parameters: int
+    grad_bytes_per_param: int
+
+
+@dataclass
+class Point:
+    n: int
+    reps: int
+    throughput: float
+    throughput_ci95: float
+    step_s: float
+    compute_s: float
+    comm_s: float
+    data_s: float
+    batch_per_rank: float
+    speedup: float = float("nan")
+    efficiency: float = float("nan")
+    karp_flatt: float = float("nan")
+    comm_share: float = float("nan")
+    data_share: float = float("nan")
+    model_step_s: float = float("nan")
+
+
+@dataclass
+class Analysis:
+    kind: str  # strong | weak
+    points: list[Point]
+    missing: list[str]  # run directories without a summary (failed, cancelled, not run)
+    amdahl_serial_fraction: float
+    alpha_beta: AlphaBeta | None = None
+    step_model: StepModel | None = None
+    predictions: list[dict[str, float]] = field(default_factory=list)
+    allreduce: list[dict[str, Any]] = field(default_factory=list)  # bench rows, all world sizes
+
+
+def run_from_records(run_dir: Path, rep: int = 0) -> Run | None:
+    try:
+        s = records.read_json(run_dir / records.SUMMARY)
+        plan = records.read_json(run_dir / records.PLAN)
+    except (FileNotFoundError, ValueError):
+        return None
+    return Run(n=s["world_size"], rep=rep, batch_per_rank=plan["batch"]["per_rank"],
+               global_batch=s["global_batch"], throughput=s["throughput_samples_per_s"],
+               step_s=s["step_ms"] / 1e3, compute_s=s["compute_ms"] / 1e3, comm_s=s["comm_ms"] / 1e3,
+               data_s=s["data_ms"] / 1e3, parameters=int(s.get("parameters", 0)),
+               grad_bytes_per_param=2 if s.get("compression") == "fp16" else 4)
+
+
+def aggregate(kind: str, runs: list[Run]) -> list[Point]:
+    by_n: dict[int, list[Run]] = defaultdict(list)
+    for r in runs:
+        by_n[r.n].append(r)
+    points = []
+    for n in sorted(by_n):
+        rs = by_n[n]
+        mean, ci = metrics.mean_ci95([r.throughput for r in rs])
+        avg = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
+        p = Point(n, len(rs), mean, ci, avg("step_s"), avg("compute_s"), avg("comm_s"), avg("data_s"),
+                  avg("batch_per_rank"))
+        p.comm_share, p.data_share = p.comm_s / p.step_s, p.data_s / p.step_s
+        points.append(p)
+    if not points:
+        return points
+    base = points[0]  # the smallest measured scale is the reference (normally N = 1)
+    for p in points:
+        rel = p.n / base.n
+        p.speedup = metrics.speedup(p.throughput, base.throughput)
+        p.efficiency = (metrics.strong_efficiency(base.step_s, p.step_s, rel) if kind == "strong"
+                        else metrics.weak_efficiency(p.throughput, base.throughput, rel))
+        p.karp_flatt = metrics.karp_flatt(p.speedup, rel) if kind == "strong" else float("nan")
+    return points
+
+
+def analyze_runs(kind: str, runs: list[Run], missing: list[str],
+                 allreduce: list[dict[str, Any]] | None = None) -> Analysis:
+    points = aggregate(kind, runs)
+    multi = [p for p in points if p.n > points[0].n] if points else []
+    if kind == "strong":
+        amdahl = metrics.fit_amdahl([p.n / points[0].n for p in multi], [p.speedup for p in multi]) if multi else float("nan")
+    else:
+        amdahl = float("nan")
+    a = Analysis(kind, points, missing, amdahl, allreduce=list(allreduce or []))
+    samples = [(r["n"], r["bytes"], r["hvd_s"]) for r in a.allreduce]
+    if points and len([s for s in samples if s[0] > 1]) >= 2 and runs:
+        a.alpha_beta = fit_alpha_beta(samples)
+        grad_bytes = float(runs[0].parameters * runs[0].grad_bytes_per_param)
+        a.step_model = fit_step_model(a.alpha_beta, [(p.n, p.batch_per_rank, p.compute_s, p.comm_s) for p in points],
+                                      grad_bytes)
+        for p in points:
+            p.model_step_s = a.step_model.step_s(p.n, p.batch_per_rank)
+        a.predictions = predict(kind, a.step_model, points)
+    return a
+
+
+def predict(kind: str, model: StepModel, points: list[Point]) -> list[dict[str, float]]:
+    """Step time and efficiency at 2x, 4x, 8x the largest measured scale."""
+    base, top = points[0], points[-1]
+    global_batch = top.batch_per_rank * top.n
+    out = []
+    base_step = model.step_s(base.n, base.batch_per_rank)
+    for factor in (2, 4, 8):
+        n = top.n * factor
+        b = global_batch / n if kind == "strong" else top.batch_per_rank
+        step = model.step_s(n, b)
+        rel = n / base.n
+        eff = (base_step / (rel * step) if kind == "strong"
+               else (b * n / step) / (rel * base.batch_per_rank * base.n / base_step))
+        out.append({"n": n, "batch_per_rank": b, "step_s": step, "efficiency": eff,
+                    "throughput": b * n / step})
+    return out
+
+
+def analyze_dir(study_dir: Path) -> Analysis:
+    manifest = records.read_json(study_dir / STUDY)
+    runs, missing = [], []
+    for entry in manifest["runs"]:
+        run = run_from_records(Path(entry["run_dir"]), entry.get("rep", 0))
+        if run is None:
+            missing.append(entry["run_dir"])
+        else:
+            runs.append(run)
+    allreduce = []
+    for path in sorted(study_dir.glob("allreduce-n*.json")):
+        allreduce.extend(records.read_json(path)["rows"])
+    return analyze_runs(manifest["kind"], runs, missing, allreduce)

@@ -1,0 +1,74 @@
+"""Scaling metrics. Pure functions; each formula names its source in one line."""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+
+# Two-sided 95% Student t critical values t(0.975, df) for df = 1..30 (standard tables).
+T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788,
+        2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639,
+        2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
+
+
+def t975(df: int) -> float:
+    """t(0.975, df); beyond the table, the Cornish-Fisher expansion (Abramowitz & Stegun 26.7.5)."""
+    if df <= len(T975):
+        return T975[df - 1]
+    z = 1.959964
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of the 95% confidence interval (Student's t, n-1 degrees of freedom)."""
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan")
+    m = statistics.fmean(values)
+    if n == 1:
+        return m, float("nan")
+    return m, t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
+
+
+def speedup(throughput_n: float, throughput_1: float) -> float:
+    """S(N) = X_N / X_1 (throughput form; equals T_1 / T_N for a fixed amount of work)."""
+    return throughput_n / throughput_1
+
+
+def strong_efficiency(step_time_1: float, step_time_n: float, n: float) -> float:
+    """Strong scaling efficiency E = T_1 / (N * T_N) for a fixed global problem (Amdahl's setting)."""
+    return step_time_1 / (n * step_time_n)
+
+
+def weak_efficiency(throughput_n: float, throughput_1: float, n: float) -> float:
+    """Weak scaling efficiency in throughput form E = X_N / (N * X_1) (work per rank fixed;
+    Gustafson 1988 setting, as Horovod reports its scaling efficiency)."""
+    return throughput_n / (n * throughput_1)
+
+
+def karp_flatt(speedup_n: float, n: float) -> float:
+    """Experimentally determined serial fraction e = (1/S - 1/N) / (1 - 1/N) (Karp & Flatt 1990)."""
+    if n <= 1:
+        return float("nan")
+    return (1.0 / speedup_n - 1.0 / n) / (1.0 - 1.0 / n)
+
+
+def amdahl_speedup(serial_fraction: float, n: float) -> float:
+    """Amdahl's law S(N) = 1 / (s + (1 - s) / N) (Amdahl 1967)."""
+    return 1.0 / (serial_fraction + (1.0 - serial_fraction) / n)
+
+
+def fit_amdahl(ns: Sequence[float], speedups: Sequence[float]) -> float:
+    """Least-squares serial fraction s of Amdahl's law, from 1/S - 1/N = s (1 - 1/N) (linearised)."""
+    xs = [1.0 - 1.0 / n for n in ns]
+    ys = [1.0 / s - 1.0 / n for n, s in zip(ns, speedups)]
+    den = sum(x * x for x in xs)
+    return sum(x * y for x, y in zip(xs, ys)) / den if den > 0 else float("nan")
+
+
+def allreduce_bandwidths(size_bytes: float, seconds: float, n: int) -> tuple[float, float]:
+    """(algbw, busbw) in bytes/s as nccl-tests defines them for allreduce:
+    algbw = S / t, busbw = algbw * 2(n-1)/n (nccl-tests, doc/PERFORMANCE.md)."""
+    algbw = size_bytes / seconds
+    return algbw, algbw * 2.0 * (n - 1) / n

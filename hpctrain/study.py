@@ -1,0 +1,54 @@
+"""Scaling studies expanded into runs. Pure: the points of a study, their overrides and run
+directory names; running them is the CLI's job."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config.schema import Config, SlurmClusterConf, StudyConf
+from .errors import ConfigError, Problem
+
+
+@dataclass(frozen=True)
+class StudyPoint:
+    scale: int  # ranks (local) or nodes (SLURM)
+    rep: int
+    overrides: tuple[str, ...]  # added after the user's own overrides
+
+    @property
+    def name(self) -> str:
+        return f"n{self.scale}-r{self.rep}"
+
+
+def study_problems(s: StudyConf, slurm: bool) -> list[Problem]:
+    p = []
+    scales = s.nodes if slurm else s.ranks
+    key = "study.nodes" if slurm else "study.ranks"
+    if s.kind not in ("strong", "weak"):
+        p.append(Problem("study.kind", f"{s.kind!r} is not strong or weak", "use study=strong or study=weak"))
+    if not scales or any(n < 1 for n in scales) or len(set(scales)) != len(scales):
+        p.append(Problem(key, f"{list(scales)} must be distinct positive counts", f"e.g. {key}=[1,2,4]"))
+    if s.repetitions < 1:
+        p.append(Problem("study.repetitions", "must be >= 1", "set study.repetitions=3"))
+    if s.warmup_steps >= s.steps:
+        p.append(Problem("study.warmup_steps", "leaves no timed step", "set it below study.steps"))
+    return p
+
+
+def expand_study(cfg: Config) -> list[StudyPoint]:
+    """One point per scale and repetition, smallest scale first."""
+    s = cfg.study
+    if s is None:
+        raise ConfigError.one("study", "no study selected", "use hpctrain study strong|weak")
+    slurm = isinstance(cfg.cluster, SlurmClusterConf)
+    problems = study_problems(s, slurm)
+    if problems:
+        raise ConfigError(problems)
+    scale_key = "cluster.nodes" if slurm else "cluster.ranks"
+    if s.kind == "strong":
+        batch = ("train.batch_per_rank=null", f"train.global_batch={s.global_batch}")
+    else:
+        batch = (f"train.batch_per_rank={s.batch_per_rank}", "train.global_batch=null")
+    common = (f"train.steps={s.steps}", f"train.warmup_steps={s.warmup_steps}",
+              f"optim.lr_scaling={s.lr_scaling}", *batch)
+    return [StudyPoint(n, r, (f"{scale_key}={n}", *common))
+            for n in sorted(s.nodes if slurm else s.ranks) for r in range(s.repetitions)]

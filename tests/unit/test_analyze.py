@@ -1,0 +1,75 @@
+"""Study analysis on synthetic run records with known answers; failed runs are listed."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpctrain.analysis.analyze import Run, analyze_dir, analyze_runs
+from hpctrain.analysis.report import write_report
+
+
+def _run(n: int, step_ms: float, batch: int, rep: int = 0, comm_ms: float = 0.0) -> Run:
+    return Run(n=n, rep=rep, batch_per_rank=batch, global_batch=batch * n, throughput=batch * n / (step_ms / 1e3),
+               step_s=step_ms / 1e3, compute_s=(step_ms - comm_ms) / 1e3, comm_s=comm_ms / 1e3, data_s=0.0,
+               parameters=250_000, grad_bytes_per_param=4)
+
+
+def test_strong_study_by_hand() -> None:
+    # global batch 64: 1 rank 100 ms/step, 2 ranks 60 ms, 4 ranks 40 ms
+    a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10), _run(4, 40, 16, comm_ms=15)], [])
+    p1, p2, p4 = a.points
+    assert (p2.speedup, p4.speedup) == pytest.approx((100 / 60, 100 / 40))
+    assert (p2.efficiency, p4.efficiency) == pytest.approx((100 / 120, 100 / 160))
+    assert p2.karp_flatt == pytest.approx(0.2)
+    assert p4.comm_share == pytest.approx(15 / 40)
+    assert 0 < a.amdahl_serial_fraction < 0.3
+
+
+def test_weak_study_uses_throughput_form() -> None:
+    a = analyze_runs("weak", [_run(1, 50, 32), _run(2, 55, 32), _run(4, 62.5, 32)], [])
+    assert [p.efficiency for p in a.points] == pytest.approx([1.0, 50 / 55, 50 / 62.5])
+
+
+def test_repetitions_give_mean_and_interval() -> None:
+    runs = [_run(1, 100, 64, rep=0), _run(1, 80, 64, rep=1), _run(2, 60, 32, rep=0), _run(2, 60, 32, rep=1)]
+    p1 = analyze_runs("strong", runs, []).points[0]
+    assert p1.reps == 2 and p1.throughput == pytest.approx((640 + 800) / 2) and p1.throughput_ci95 > 0
+
+
+def test_model_prediction_and_error_with_allreduce_data() -> None:
+    bench = [{"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "mpi_s": 1e-5 + b / 2e9} for b in (2**10, 2**16, 2**20, 2**24)]
+    a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10)], [], bench)
+    assert a.alpha_beta is not None and [q["n"] for q in a.predictions] == [4, 8, 16]
+    assert all(p.model_step_s > 0 for p in a.points)
+    assert a.predictions[0]["batch_per_rank"] == 16  # strong: the global batch is shared by more ranks
+
+
+def _write_study(root: Path, kind: str, runs: list[Run], broken: int = 0) -> Path:
+    entries = []
+    for i, r in enumerate(runs):
+        d = root / f"n{r.n}-r{r.rep}-{i}"
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({
+            "world_size": r.n, "global_batch": r.global_batch, "throughput_samples_per_s": r.throughput,
+            "step_ms": 1e3 * r.step_s, "compute_ms": 1e3 * r.compute_s, "comm_ms": 1e3 * r.comm_s,
+            "data_ms": 0.0, "parameters": r.parameters}))
+        (d / "plan.json").write_text(json.dumps({"batch": {"per_rank": r.batch_per_rank}}))
+        entries.append({"run_dir": str(d), "rep": r.rep})
+    for j in range(broken):
+        entries.append({"run_dir": str(root / f"failed-{j}"), "rep": 0})
+    (root / "study.json").write_text(json.dumps({"kind": kind, "runs": entries}))
+    return root
+
+
+def test_missing_runs_are_listed_and_the_report_is_written(tmp_path: Path) -> None:
+    study = _write_study(tmp_path / "s", "strong", [_run(1, 100, 64), _run(2, 60, 32)], broken=2)
+    a = analyze_dir(study)
+    assert len(a.points) == 2 and len(a.missing) == 2
+    paths = write_report(a, study / "report")
+    for key in ("csv", "markdown", "html", "throughput", "efficiency", "breakdown", "busbw"):
+        assert paths[key].exists() and paths[key].stat().st_size > 0, key
+    html = paths["html"].read_text()
+    assert html.count("data:image/png;base64,") == 4  # self-contained
+    assert "failed-0" in paths["markdown"].read_text()
