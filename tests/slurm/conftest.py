@@ -3,6 +3,7 @@ stopped at the end. If it cannot start, these tests fail; they never skip."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,15 +14,26 @@ from tests.conftest import ROOT
 STATE = Path(os.environ.get("HPCTRAIN_SLURM_STATE", "/tmp/hpctrain-slurm"))
 
 
+def _running(conf: str) -> bool:
+    env = dict(os.environ, SLURM_CONF=conf)
+    if not (Path(conf).exists() and shutil.which("scontrol")):
+        return False
+    return subprocess.run(["scontrol", "ping"], env=env, capture_output=True).returncode == 0
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
+    """Start the cluster (slurm/start.sh is idempotent); stop it afterwards only if this session
+    started it, so a developer's running cluster, or another test session's, is left alone."""
+    conf = str(STATE / "etc" / "slurm.conf")
+    was_running = _running(conf)
     r = subprocess.run(["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"local SLURM cluster did not start:\n{r.stdout}\n{r.stderr}"
-    conf = str(STATE / "etc" / "slurm.conf")
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
     yield conf
-    subprocess.run(["bash", str(ROOT / "slurm" / "stop.sh")], capture_output=True, text=True, timeout=300)
+    if not was_running:
+        subprocess.run(["bash", str(ROOT / "slurm" / "stop.sh")], capture_output=True, text=True, timeout=300)
     if old is None:
         os.environ.pop("SLURM_CONF", None)
     else:
