@@ -6,4 +6,5 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 VENV=${HPCTRAIN_VENV:-$ROOT/.venv}
 cd "$ROOT"
+"$VENV/bin/python" -m mypy hpctrain   # the type checker is a gate, like the tests
 exec "$VENV/bin/python" -m pytest "$@"

@@ -42,7 +42,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(args.samples, 3, 32, 32, generator=gen),
                          torch.randint(0, 10, (args.samples,), generator=gen))
-    sampler = DistributedSampler(data, num_replicas=hvd.size(), rank=hvd.rank(), seed=0)
+    sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(data, num_replicas=hvd.size(), rank=hvd.rank(), seed=0)
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

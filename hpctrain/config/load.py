@@ -58,7 +58,7 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[Problem]:
     schema = OmegaConf.get_type(node)
     names = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
     for key in node.keys():
-        full = f"{prefix}{key}"
+        full = f"{prefix}{key!s}"
         if names is not None and key not in names:
             out.append(Problem(full, "unknown key", _valid_keys(schema)))  # type: ignore[arg-type]
             continue
@@ -123,6 +123,8 @@ def config_from_yaml(text: str) -> Config:
     register()
     base = OmegaConf.structured(Config)
     data = OmegaConf.create(text)
+    if not isinstance(data, DictConfig):
+        raise ConfigError.one("<config.yaml>", "is not a mapping", "write it with hpctrain (to_yaml)")
     cluster = data.get("cluster", {})
     from .schema import CLUSTER_SCHEMAS  # local import: the mapping grows with launchers
     schema = CLUSTER_SCHEMAS.get(str(cluster.get("name", "")))

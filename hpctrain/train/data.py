@@ -8,7 +8,7 @@ is then mathematically the same as single-process training (the equivalence test
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -112,7 +112,7 @@ def build_dataset(cfg: DataConf, seed: int) -> Dataset:
 
 
 def build_loader(cfg: DataConf, dataset: Dataset, sampler: GlobalBatchSampler) -> DataLoader:
-    extra = {}
+    extra: dict[str, Any] = {}
     if cfg.num_workers > 0:
         extra = {"prefetch_factor": cfg.prefetch_factor, "persistent_workers": True}
     return DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,

@@ -82,7 +82,7 @@ def build_trainer(cfg: Config, hvd: Any, info: RankInfo, batch: Batch, run_dir: 
     torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
     model = build_model(cfg.model, InputSpec.from_data(cfg.data)).to(device)
     if cfg.model.channels_last and cfg.data.name != "tokens":
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     base = make_optimizer(cfg, model, cfg.optim.lr)
     compression = hvd.Compression.fp16 if cfg.parallelism.compression == "fp16" else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(

@@ -138,6 +138,8 @@ class ResNet(nn.Module):
 class TinyTransformerLM(nn.Module):
     """A causal pre-norm transformer language model (GPT-style) for next-token prediction."""
 
+    mask: torch.Tensor
+
     def __init__(self, spec: InputSpec, width: int, depth: int, heads: int) -> None:
         super().__init__()
         self.tok = nn.Embedding(spec.vocab_size, width)
