@@ -6,13 +6,16 @@ overrides and run directories.
 """
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import submitit
+from submitit.core.utils import FailedJobError
 
 from .. import records
 from ..config.load import to_yaml
@@ -50,9 +53,24 @@ def _executor(plan: SlurmPlan) -> submitit.SlurmExecutor:
     return ex
 
 
+@contextmanager
+def _sbatch_errors() -> Iterator[None]:
+    """sbatch's refusal as a LaunchError carrying its message and what to check."""
+    try:
+        yield
+    except (FailedJobError, subprocess.CalledProcessError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LaunchError(f"sbatch refused the job: {msg}\n  check the controller and partition with `sinfo`; "
+                          "for the local test cluster: bash slurm/start.sh and export "
+                          "SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf") from e
+    except FileNotFoundError as e:
+        raise LaunchError("sbatch not found: install slurm-client, or run on a cluster login node") from e
+
+
 def submit_run(cfg: Config, plan: SlurmPlan) -> submitit.Job:
     _write_run(cfg, plan)
-    job = _executor(plan).submit(TrainingJob(plan.run_dir))
+    with _sbatch_errors():
+        job = _executor(plan).submit(TrainingJob(plan.run_dir))
     records.write_json(Path(plan.run_dir) / JOB, {"job_id": job.job_id, "folder": plan.folder,
                                                   "world_size": plan.world_size})
     return job
@@ -74,7 +92,7 @@ def submit_sweep(sweep_dir: Path, points: list[Point],
         for p in group:
             _write_run(p.cfg, p.plan)
         ex = _executor(group[0].plan)
-        with ex.batch():
+        with _sbatch_errors(), ex.batch():
             jobs = [ex.submit(TrainingJob(p.plan.run_dir)) for p in group]
         manifest["arrays"].append({"array_id": jobs[0].job_id.split("_")[0], "size": len(jobs),
                                    "shape": group[0].plan.shape()})

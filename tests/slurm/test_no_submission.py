@@ -53,3 +53,15 @@ def test_hostile_env_value_runs_quoted(sbatch_log: Path, tmp_path: Path) -> None
     assert len(sbatch_log.read_text().splitlines()) == 1  # one job, one sbatch call
     assert not marker.exists()  # the value was never executed
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["world_size"] == 2
+
+
+def test_unreachable_controller_is_a_clear_launch_error(tmp_path: Path) -> None:
+    """No controller at the configured address: exit 3 with sbatch's message, no traceback."""
+    conf = tmp_path / "slurm.conf"
+    real = Path(os.environ["SLURM_CONF"]).read_text()
+    conf.write_text(real.replace("SlurmctldPort=16817", "SlurmctldPort=16899"))
+    env = dict(os.environ, SLURM_CONF=str(conf))
+    r = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", "cluster=slurm", f"run.dir={tmp_path / 'r'}",
+                        "data=digits"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert r.returncode == 3, r.stderr
+    assert "sbatch refused the job" in r.stderr and "Traceback" not in r.stderr
