@@ -29,9 +29,9 @@ def _facts_for(cfg: Config) -> HostFacts | None:
     return HostFacts.gather() if isinstance(cfg.cluster, LocalClusterConf) else None
 
 
-def run_local(cfg: Config, facts: HostFacts, run_dir: Path, args: argparse.Namespace,
+def train_locally(cfg: Config, facts: HostFacts, run_dir: Path, args: argparse.Namespace,
               console: Console) -> dict[str, Any]:
-    from .launch.local import GlooRendezvous, prepare_run_dir, run_local as launch, write_run_files
+    from .launch.local import GlooRendezvous, prepare_run_dir, run_local, write_run_files
 
     prepare_run_dir(run_dir)
     rendezvous = GlooRendezvous(GLOO_HOST, world_size(cfg)) if cfg.parallelism.backend == "gloo" else None
@@ -42,7 +42,7 @@ def run_local(cfg: Config, facts: HostFacts, run_dir: Path, args: argparse.Names
         for note in plan.notes:
             console.print(f"[yellow]note:[/] {note}")
         with TrainingProgress(console, cfg.train.steps, enabled=not args.no_progress) as bar:
-            return launch(plan, lambda line: bar.print(line.text), bar.on_event)
+            return run_local(plan, lambda line: bar.print(line.text), bar.on_event)
     finally:
         if rendezvous:
             rendezvous.close()
@@ -105,7 +105,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         summary = run_slurm(cfg, run_dir, args, console)
     else:
         assert facts is not None  # local runs always gather facts
-        summary = run_local(cfg, facts, run_dir, args, console)
+        summary = train_locally(cfg, facts, run_dir, args, console)
     if summary:
         console.print(summary_table(summary))
         console.print(f"records: {run_dir}")
@@ -169,7 +169,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     for i, (p, cfg) in enumerate(zip(points, configs)):
         console.print(f"[bold]sweep point {i + 1}/{len(points)}:[/] {' '.join(p)}")
         try:
-            run_local(cfg, facts, sweep_dir / str(i), args, console)
+            train_locally(cfg, facts, sweep_dir / str(i), args, console)
             results.append((p, sweep_dir / str(i), "COMPLETED"))
         except LaunchError:
             raise

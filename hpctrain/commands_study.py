@@ -73,7 +73,7 @@ def run_study(study_dir: Path, args: argparse.Namespace, console: Console) -> in
         console.print(f"{done} run(s) already finished; running the other {len(todo)}")
     configs = load_configs([r["overrides"] for r in todo], manifest.get("config_dir"))
     if manifest["cluster"] == "slurm":
-        _run_slurm(study_dir, todo, configs, args, console)
+        _run_slurm(study_dir, manifest, todo, configs, args, console)
     else:
         _run_local(study_dir, manifest, todo, configs, args, console)
     return cmd_analyze_dir(study_dir, console)
@@ -82,7 +82,7 @@ def run_study(study_dir: Path, args: argparse.Namespace, console: Console) -> in
 def _run_local(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, Any]], configs: list[Config],
                args: argparse.Namespace, console: Console) -> None:
     from .bench.allreduce import run_allreduce
-    from .commands_run import run_local
+    from .commands_run import train_locally
     from .facts import HostFacts
 
     facts = HostFacts.gather()
@@ -90,7 +90,7 @@ def _run_local(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, A
         console.print(f"[bold]study run {i + 1}/{len(todo)}:[/] {r['name']} ({r['world_size']} ranks)")
         _set_aside(Path(r["run_dir"]))
         try:
-            run_local(cfg, facts, Path(r["run_dir"]), args, console)
+            train_locally(cfg, facts, Path(r["run_dir"]), args, console)
         except HpctrainError as e:  # one failed point does not stop the study; analyze lists it
             console.print(f"[red]{r['name']} failed:[/] {str(e).splitlines()[0]}")
     if manifest.get("allreduce_bench"):
@@ -101,9 +101,9 @@ def _run_local(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, A
                 run_allreduce(n, out, manifest.get("allreduce_max_mb", 256) * 2**20)
 
 
-def _run_slurm(study_dir: Path, todo: list[dict[str, Any]], configs: list[Config], args: argparse.Namespace,
-               console: Console) -> None:
-    from .launch.slurm import Point, submit_sweep, wait
+def _run_slurm(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, Any]], configs: list[Config],
+               args: argparse.Namespace, console: Console) -> None:
+    from .launch.slurm import Point, submit_allreduce, submit_sweep, wait
     from .plan_slurm import plan_slurm
 
     for r in todo:
@@ -113,8 +113,21 @@ def _run_slurm(study_dir: Path, todo: list[dict[str, Any]], configs: list[Config
               for i, (r, c) in enumerate(zip(todo, configs))]
     sweep = submit_sweep(study_dir / f"attempt-{int(time.time())}", points) if points else {"runs": [], "arrays": []}
     console.print(f"submitted {len(points)} run(s) as {len(sweep['arrays'])} job array(s)")
-    if sweep["runs"]:
-        wait([r["job_id"] for r in sweep["runs"]], args.timeout_min * 60, poll_s=2.0)
+    jobs = [r["job_id"] for r in sweep["runs"]]
+    if manifest.get("allreduce_bench"):
+        # once per world size, on the resources of a point of that size
+        all_configs = load_configs([r["overrides"] for r in manifest["runs"]], manifest.get("config_dir"))
+        shapes: dict[int, Config] = {}
+        for r, c in zip(manifest["runs"], all_configs):
+            shapes.setdefault(r["world_size"], c)
+        for n, cfg in sorted(shapes.items()):
+            out = study_dir / f"allreduce-n{n}.json"
+            if n > 1 and not out.exists():
+                plan = plan_slurm(cfg, str(study_dir / "allreduce"), sys.executable, folder)
+                jobs.append(submit_allreduce(plan, out, manifest.get("allreduce_max_mb", 256) * 2**20, folder))
+                console.print(f"submitted the allreduce benchmark on {n} ranks")
+    if jobs:
+        wait(jobs, args.timeout_min * 60, poll_s=2.0)
 
 
 def cmd_analyze_dir(study_dir: Path, console: Console, out: Path | None = None) -> int:

@@ -6,7 +6,6 @@ same inputs always give the same plan (and the dry-run snapshot test can pin it)
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,9 +41,6 @@ class JobPlan:
                       "micro": self.batch.micro}
         d["command_line"] = self.command_line
         return d
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 
 def default_run_dir(cfg: Config, now: datetime) -> Path:

@@ -64,10 +64,6 @@ def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def read_steps(run_dir: Path, rank: int) -> list[dict[str, Any]]:
-    return list(iter_jsonl(Path(run_dir) / steps_file(rank)))
-
-
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     with open(path) as f:
         for line in f:

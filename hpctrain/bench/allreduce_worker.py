@@ -23,16 +23,12 @@ def _time(fn, iters: int) -> float:
     return MPI.COMM_WORLD.allreduce(local, op=MPI.MAX)  # a collective ends when its slowest rank ends
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--min-bytes", type=int, default=1024)
-    ap.add_argument("--max-bytes", type=int, default=256 * 2**20)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
+def measure(min_bytes: int, max_bytes: int, out: str) -> None:
+    """Every rank calls this (under mpirun, or in srun tasks); rank 0 writes `out`."""
     comm = MPI.COMM_WORLD
     sizes = []
-    size = args.min_bytes
-    while size <= args.max_bytes:
+    size = min_bytes
+    while size <= max_bytes:
         sizes.append((size, int(max(3, min(100, 2**26 // size)))))  # ~64 MiB per size, >= 3 calls
         size *= 2
     # Plain MPI first, before Horovod's background thread exists to compete for the cores.
@@ -48,8 +44,17 @@ def main() -> None:
         hvd_s = _time(lambda: hvd.allreduce(t, op=hvd.Sum, name=f"bench.{size}"), iters)
         rows.append({"n": n, "bytes": size, "iters": iters, "hvd_s": hvd_s, "mpi_s": mpi[size]})
     if hvd.rank() == 0:
-        with open(args.out, "w") as f:
+        with open(out, "w") as f:
             json.dump({"n": n, "rows": rows, "mpi_library": MPI.Get_library_version().splitlines()[0]}, f)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--min-bytes", type=int, default=1024)
+    ap.add_argument("--max-bytes", type=int, default=256 * 2**20)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    measure(args.min_bytes, args.max_bytes, args.out)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from ..errors import LaunchError, RankFailure
 from ..plan_slurm import SlurmPlan
 from .local import prepare_run_dir
 from .sacct import JobState, sacct
-from .slurm_job import TrainingJob
+from .slurm_job import AllreduceJob, TrainingJob
 
 JOB = "job.json"
 SWEEP = "sweep.json"
@@ -105,6 +105,14 @@ def submit_sweep(sweep_dir: Path, points: list[Point],
     manifest["runs"].sort(key=lambda r: r["index"])
     records.write_json(sweep_dir / SWEEP, manifest)
     return manifest
+
+
+def submit_allreduce(plan: SlurmPlan, out: Path, max_bytes: int, folder: str) -> str:
+    """The allreduce benchmark on the resources of `plan` (one world size of a study)."""
+    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=0, python=plan.python)
+    ex.update_parameters(**{**plan.executor, "job_name": "allreduce"})
+    with _sbatch_errors():
+        return ex.submit(AllreduceJob(str(out), 1024, max_bytes)).job_id
 
 
 def run_dirs_and_jobs(path: Path) -> list[tuple[Path, str]]:

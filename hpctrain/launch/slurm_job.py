@@ -55,3 +55,16 @@ class TrainingJob(submitit.helpers.Checkpointable):
         """submitit's protocol: what to run after the requeue. The run directory holds the
         checkpoint, so the same job resumes from it."""
         return DelayedSubmission(TrainingJob(self.run_dir))
+
+
+class AllreduceJob:
+    """The allreduce benchmark as a SLURM job: every srun task measures, rank 0 writes `out`."""
+
+    def __init__(self, out: str, min_bytes: int, max_bytes: int) -> None:
+        self.out, self.min_bytes, self.max_bytes = out, min_bytes, max_bytes
+
+    def __call__(self) -> str:
+        from ..bench.allreduce_worker import measure
+
+        measure(self.min_bytes, self.max_bytes, self.out)
+        return self.out

@@ -153,3 +153,19 @@ def test_doctor_sees_the_real_environment() -> None:
     r = hpctrain("doctor")
     assert r.returncode == 0, r.stdout
     assert "MPI, Gloo" in r.stdout and "0.28.1" in r.stdout and "Open MPI" in r.stdout
+
+
+def test_local_sweep_runs_every_point_and_tabulates(tmp_path: Path) -> None:
+    r = hpctrain("run", "-m", "--no-progress", "cluster.ranks=1,2", "precision=fp32,bf16", *BASE[:2],
+                 "train.steps=4", "train.warmup_steps=1", f"run.output_root={tmp_path}", "run.name=lsw")
+    assert r.returncode == 0, r.stdout + r.stderr
+    [sweep] = list(tmp_path.glob("*/*-lsw-sweep"))
+    worlds = [json.loads((sweep / str(i) / "summary.json").read_text())["world_size"] for i in range(4)]
+    assert worlds == [1, 1, 2, 2]  # Hydra's order: the first override varies slowest
+    assert r.stdout.count("COMPLETED") == 4
+
+
+def test_logs_command_prints_a_local_rank_log(tmp_path: Path) -> None:
+    run_dir, _ = run_ok(tmp_path, "logs", *BASE)
+    r = hpctrain("logs", str(run_dir), "--rank", "0")
+    assert r.returncode == 0 and "step 12/12" in r.stdout

@@ -100,7 +100,8 @@ def test_failed_rank_is_reported_by_run_and_status(tmp_path: Path) -> None:
 def test_slurm_study_submits_arrays_and_reports(tmp_path: Path) -> None:
     r = hpctrain("study", "weak", "--no-progress", "cluster=slurm", "cluster.ranks_per_node=1", "study.nodes=[1,2]",
                  "study.repetitions=2", "study.steps=6", "study.warmup_steps=1", "study.batch_per_rank=16",
-                 "data=digits", f"run.output_root={tmp_path}", "run.name=ss", timeout=900)
+                 "study.allreduce_max_mb=1", "data=digits", f"run.output_root={tmp_path}", "run.name=ss",
+                 timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "submitted 4 run(s) as 2 job array(s)" in r.stdout  # one array per node count
     [study] = list(tmp_path.glob("*/*-ss-weak"))
@@ -108,3 +109,6 @@ def test_slurm_study_submits_arrays_and_reports(tmp_path: Path) -> None:
                     for n in (1, 2) for k in (0, 1))
     assert worlds == [1, 1, 2, 2]
     assert (study / "report" / "report.html").exists() and (study / "report" / "efficiency.png").exists()
+    bench = json.loads((study / "allreduce-n2.json").read_text())  # measured inside a 2-node job
+    assert bench["n"] == 2 and bench["rows"][-1]["bytes"] == 2**20
+    assert "α–β fit of the allreduce" in (study / "report" / "report.md").read_text()
