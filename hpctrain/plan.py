@@ -68,17 +68,24 @@ def rank_env(cfg: Config, threads: int) -> dict[str, str]:
     return env
 
 
+def mpirun_prefix(ranks: int, cpu_count: int, is_root: bool, mpirun: str = "mpirun",
+                  oversubscribe: bool | None = None) -> tuple[list[str], list[str]]:
+    """The mpirun flags every local launch uses (training and benchmarks), and notes on them."""
+    notes: list[str] = []
+    argv = [mpirun, "-np", str(ranks), "--bind-to", "none", "--map-by", "slot"]
+    if oversubscribe if oversubscribe is not None else ranks > cpu_count:
+        argv.append("--oversubscribe")
+        notes.append(f"{ranks} ranks on {cpu_count} cores: oversubscribing (slower, but runs)")
+    if is_root:
+        argv.append("--allow-run-as-root")  # OpenMPI refuses root without it
+    return argv, notes
+
+
 def mpirun_argv(c: LocalClusterConf, facts: HostFacts, env: dict[str, str], python: str,
                 run_dir: str) -> tuple[list[str], list[str]]:
     """mpirun command for a local launch, and notes on the choices made."""
-    notes: list[str] = []
-    argv = [c.mpirun, "-np", str(c.ranks), "--bind-to", "none", "--map-by", "slot", "--tag-output"]
-    oversubscribe = c.oversubscribe if c.oversubscribe is not None else c.ranks > facts.cpu_count
-    if oversubscribe:
-        argv.append("--oversubscribe")
-        notes.append(f"{c.ranks} ranks on {facts.cpu_count} cores: oversubscribing (slower, but runs)")
-    if facts.is_root:
-        argv.append("--allow-run-as-root")  # OpenMPI refuses root without it
+    argv, notes = mpirun_prefix(c.ranks, facts.cpu_count, facts.is_root, c.mpirun, c.oversubscribe)
+    argv.append("--tag-output")  # rank-tagged lines: the launcher splits them per rank
     for key in sorted(env):
         argv += ["-x", f"{key}={env[key]}"]
     argv += ["-x", "PATH"]  # so remote or wrapped shells find the same python

@@ -17,15 +17,12 @@ from rich.table import Table
 from ..analysis.metrics import allreduce_bandwidths
 from ..analysis.model import fit_alpha_beta
 from ..errors import LaunchError
+from ..plan import mpirun_prefix
 
 
 def run_allreduce(ranks: int, out: Path, max_bytes: int = 256 * 2**20, min_bytes: int = 1024) -> dict[str, Any]:
     """Run the worker under mpirun with `ranks` processes; return its JSON."""
-    argv = ["mpirun", "-np", str(ranks), "--bind-to", "none", "--map-by", "slot"]
-    if ranks > (len(os.sched_getaffinity(0))):
-        argv.append("--oversubscribe")
-    if os.geteuid() == 0:
-        argv.append("--allow-run-as-root")
+    argv, _ = mpirun_prefix(ranks, len(os.sched_getaffinity(0)), os.geteuid() == 0)
     argv += ["-x", "OMP_NUM_THREADS=1", sys.executable, "-m", "hpctrain.bench.allreduce_worker",
              "--min-bytes", str(min_bytes), "--max-bytes", str(max_bytes), "--out", str(out)]
     out.parent.mkdir(parents=True, exist_ok=True)

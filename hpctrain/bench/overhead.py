@@ -17,14 +17,13 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ..errors import LaunchError
+from ..plan import mpirun_prefix
 
 TARGET = 0.97
 
 
 def _minimal_argv(ranks: int, threads: int, batch: int, steps: int, warmup: int) -> list[str]:
-    argv = ["mpirun", "-np", str(ranks), "--bind-to", "none", "--map-by", "slot"]
-    if os.geteuid() == 0:
-        argv.append("--allow-run-as-root")
+    argv, _ = mpirun_prefix(ranks, len(os.sched_getaffinity(0)), os.geteuid() == 0)
     argv += ["-x", f"OMP_NUM_THREADS={threads}", sys.executable, "-m", "hpctrain.bench.minimal_horovod",
              "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup)]
     return argv
