@@ -67,12 +67,9 @@ def logs(run_dir: Path, rank: int, follow: bool, console: Console) -> int:
     job_id = records.read_json(run_dir / JOB)["job_id"] if (run_dir / JOB).exists() else None
     while True:
         for p in paths:
-            if p.exists():
-                with open(p) as f:
-                    f.seek(offsets[p])
-                    chunk = f.read()
-                    offsets[p] = f.tell()
-                print(chunk, end="", flush=True)
+            lines, offsets[p] = records.read_new_lines(p, offsets[p])
+            for line in lines:
+                print(line, flush=True)
         state = sacct([job_id]).get(job_id) if job_id else None
         if job_id is None or (state is not None and state.done):
             return 0

@@ -55,14 +55,8 @@ class _LogFollower:
         self.path, self.bar, self.offset = path, bar, 0
 
     def __call__(self, _states: object = None) -> None:
-        if not self.path.exists():
-            return
-        with open(self.path) as f:
-            f.seek(self.offset)
-            text = f.read()
-        cut = text.rfind("\n") + 1  # only whole lines; the rest is read next time
-        self.offset += len(text[:cut].encode())
-        for line in text[:cut].splitlines():
+        lines, self.offset = records.read_new_lines(self.path, self.offset)
+        for line in lines:
             event = parse_event(line)
             if event is not None:
                 self.bar.on_event(event)

@@ -71,6 +71,29 @@ def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
+def read_new_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """Complete lines appended to `path` since byte `offset`, and the new offset; a partial last
+    line waits for the next call. For following logs that other processes are writing."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    cut = data.rfind(b"\n") + 1
+    return data[:cut].decode(errors="replace").splitlines(), offset + cut
+
+
+def first_error(run_dir: Path) -> dict[str, Any] | None:
+    """The earliest error-rank{R}.json: the rank that failed first (the others were stopped)."""
+    errors = read_errors(run_dir)
+    return min(errors.values(), key=lambda e: e.get("time", 0)) if errors else None
+
+
+def describe_error(err: dict[str, Any]) -> str:
+    return f"{err.get('type')}: {err.get('message')} (on {err.get('host')})"
+
+
 def read_errors(run_dir: Path) -> dict[int, dict[str, Any]]:
     """error-rank{R}.json files by rank."""
     out = {}

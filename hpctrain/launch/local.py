@@ -135,12 +135,10 @@ def run_local(plan: JobPlan, on_output: Callable[[Line], None],
 
 def _failure(run_dir: Path, code: int, tails: dict[int | None, deque[str]], mpirun_text: str) -> RankFailure:
     """The first rank that failed, from its error file, else from mpirun's report."""
-    errors = records.read_errors(run_dir)
-    if errors:
-        first = min(errors.values(), key=lambda e: e.get("time", 0))
+    first = records.first_error(run_dir)
+    if first is not None:
         rank = first.get("rank")
-        cause = f"{first.get('type')}: {first.get('message')} (on {first.get('host')})"
-        return RankFailure(rank, cause, "\n".join(tails.get(rank, [])), str(run_dir))
+        return RankFailure(rank, records.describe_error(first), "\n".join(tails.get(rank, [])), str(run_dir))
     found = mpirun_failure(mpirun_text)
     if found:
         rank, cause = found

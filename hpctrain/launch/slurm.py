@@ -140,10 +140,9 @@ def wait(job_ids: list[str], timeout_s: float, poll_s: float = 1.0,
 
 
 def failure_of(run_dir: Path, state: JobState) -> RankFailure:
-    errors = records.read_errors(run_dir)
-    if errors:
-        first = min(errors.values(), key=lambda e: e.get("time", 0))
-        return RankFailure(first.get("rank"), f"{first.get('type')}: {first.get('message')} "
-                           f"(on {first.get('host')}; job {state.job_id} {state.state})", run_dir=str(run_dir))
+    first = records.first_error(run_dir)
+    if first is not None:
+        return RankFailure(first.get("rank"), f"{records.describe_error(first)}; job {state.job_id} {state.state}",
+                           run_dir=str(run_dir))
     return RankFailure(None, f"job {state.job_id} ended {state.state} (exit code {state.exit_code})",
                        run_dir=str(run_dir))

@@ -72,3 +72,17 @@ records.write_atomic(Path({str(tmp_path)!r}) / "checkpoints" / "step-000020.pt",
     assert not (tmp_path / "checkpoints" / "step-000020.pt").exists()
     fresh, fresh_opt = _state(0.0)
     assert checkpoint.load(checkpoint.latest(tmp_path), fresh, fresh_opt, None) == 10
+
+
+def test_read_new_lines_returns_only_complete_lines(tmp_path: Path) -> None:
+    from hpctrain.records import read_new_lines
+
+    log = tmp_path / "log"
+    assert read_new_lines(log, 0) == ([], 0)  # not there yet
+    log.write_bytes("one\ntwo\nthr".encode())
+    lines, off = read_new_lines(log, 0)
+    assert lines == ["one", "two"] and off == 8
+    with open(log, "ab") as f:
+        f.write("ee – ü\n".encode())
+    lines, off2 = read_new_lines(log, off)
+    assert lines == ["three – ü"] and off2 == log.stat().st_size
