@@ -24,7 +24,7 @@ from .sweep import expand
 from .ui import TrainingProgress, summary_table
 
 
-def _facts_for(cfg: Config) -> HostFacts | None:
+def facts_for(cfg: Config) -> HostFacts | None:
     """Host checks apply where the ranks run on this machine."""
     return HostFacts.gather() if isinstance(cfg.cluster, LocalClusterConf) else None
 
@@ -90,7 +90,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.cfg:
         print(to_yaml(cfg), end="")
         return 0
-    facts = _facts_for(cfg)
+    facts = facts_for(cfg)
     validate(cfg, facts)
     run_dir = default_run_dir(cfg, datetime.now()).resolve()
     if args.dry_run:
@@ -129,7 +129,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     points = expand(args.overrides)
     configs = load_configs(points, args.config_dir)
     first = configs[0]
-    facts = _facts_for(first)
+    facts = facts_for(first)
     for cfg in configs:
         validate(cfg, facts)
     now = datetime.now()

@@ -15,9 +15,11 @@ from .analysis.analyze import STUDY, analyze_dir
 from .analysis.report import terminal_table, write_report
 from .config import load_config, validate
 from .config.load import load_configs
-from .config.schema import Config, SlurmClusterConf
+from .commands_run import facts_for
+from .config.schema import Config
 from .config.validate import world_size
 from .errors import HpctrainError
+from .facts import HostFacts
 from .plan import default_run_dir
 from .study import expand_study
 
@@ -31,9 +33,7 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
     base = load_config(user, args.config_dir)
     points = expand_study(base)
     configs = load_configs([[*user, *p.overrides] for p in points], args.config_dir)
-    from .facts import HostFacts
-
-    facts = None if isinstance(base.cluster, SlurmClusterConf) else HostFacts.gather()
+    facts = facts_for(base)
     for cfg in configs:
         validate(cfg, facts)  # every point is checked before the first one starts
     stem = default_run_dir(base, datetime.now())
@@ -52,7 +52,7 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
     study_dir.mkdir()
     records.write_json(study_dir / STUDY, manifest)
     console.print(f"[bold]study[/] {args.kind}: {len(points)} runs -> {study_dir}")
-    return run_study(study_dir, args, console)
+    return run_study(study_dir, args, console, facts)
 
 
 def _pending(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -65,28 +65,30 @@ def _set_aside(run_dir: Path) -> None:
         run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{int(time.time())}"))
 
 
-def run_study(study_dir: Path, args: argparse.Namespace, console: Console) -> int:
+def run_study(study_dir: Path, args: argparse.Namespace, console: Console, facts: HostFacts | None = None) -> int:
     manifest = records.read_json(study_dir / STUDY)
     todo = _pending(manifest)
     done = len(manifest["runs"]) - len(todo)
     if done:
         console.print(f"{done} run(s) already finished; running the other {len(todo)}")
-    configs = load_configs([r["overrides"] for r in todo], manifest.get("config_dir"))
+    # every run's config, composed once: the pending ones run, and each world size's first one
+    # gives the resources of its allreduce benchmark
+    configs = dict(zip((r["name"] for r in manifest["runs"]),
+                       load_configs([r["overrides"] for r in manifest["runs"]], manifest.get("config_dir"))))
     if manifest["cluster"] == "slurm":
         _run_slurm(study_dir, manifest, todo, configs, args, console)
     else:
-        _run_local(study_dir, manifest, todo, configs, args, console)
+        _run_local(study_dir, manifest, todo, configs, args, console, facts or HostFacts.gather())
     return cmd_analyze_dir(study_dir, console)
 
 
-def _run_local(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, Any]], configs: list[Config],
-               args: argparse.Namespace, console: Console) -> None:
+def _run_local(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, Any]], configs: dict[str, Config],
+               args: argparse.Namespace, console: Console, facts: HostFacts) -> None:
     from .bench.allreduce import run_allreduce
     from .commands_run import train_locally
-    from .facts import HostFacts
 
-    facts = HostFacts.gather()
-    for i, (r, cfg) in enumerate(zip(todo, configs)):
+    for i, r in enumerate(todo):
+        cfg = configs[r["name"]]
         console.print(f"[bold]study run {i + 1}/{len(todo)}:[/] {r['name']} ({r['world_size']} ranks)")
         _set_aside(Path(r["run_dir"]))
         try:
@@ -101,7 +103,7 @@ def _run_local(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, A
                 run_allreduce(n, out, manifest.get("allreduce_max_mb", 256) * 2**20)
 
 
-def _run_slurm(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, Any]], configs: list[Config],
+def _run_slurm(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, Any]], configs: dict[str, Config],
                args: argparse.Namespace, console: Console) -> None:
     from .launch.slurm import Point, submit_allreduce, submit_sweep, wait
     from .plan_slurm import plan_slurm
@@ -109,17 +111,17 @@ def _run_slurm(study_dir: Path, manifest: dict[str, Any], todo: list[dict[str, A
     for r in todo:
         _set_aside(Path(r["run_dir"]))
     folder = str(study_dir / "submitit")
-    points = [Point(i, r["overrides"], c, plan_slurm(c, r["run_dir"], sys.executable, folder))
-              for i, (r, c) in enumerate(zip(todo, configs))]
+    points = [Point(i, r["overrides"], configs[r["name"]],
+                    plan_slurm(configs[r["name"]], r["run_dir"], sys.executable, folder))
+              for i, r in enumerate(todo)]
     sweep = submit_sweep(study_dir / f"attempt-{int(time.time())}", points) if points else {"runs": [], "arrays": []}
     console.print(f"submitted {len(points)} run(s) as {len(sweep['arrays'])} job array(s)")
     jobs = [r["job_id"] for r in sweep["runs"]]
     if manifest.get("allreduce_bench"):
         # once per world size, on the resources of a point of that size
-        all_configs = load_configs([r["overrides"] for r in manifest["runs"]], manifest.get("config_dir"))
         shapes: dict[int, Config] = {}
-        for r, c in zip(manifest["runs"], all_configs):
-            shapes.setdefault(r["world_size"], c)
+        for r in manifest["runs"]:
+            shapes.setdefault(r["world_size"], configs[r["name"]])
         for n, cfg in sorted(shapes.items()):
             out = study_dir / f"allreduce-n{n}.json"
             if n > 1 and not out.exists():

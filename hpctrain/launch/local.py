@@ -17,6 +17,7 @@ from ..config.schema import Config
 from ..errors import LaunchError, RankFailure
 from ..events import parse_event
 from ..plan import JobPlan
+from ..plan_slurm import SlurmPlan
 from .output import Line, mpirun_failure, split_tag
 
 TERM_GRACE_S = 10.0
@@ -34,7 +35,8 @@ def prepare_run_dir(run_dir: Path) -> Path:
     return run_dir
 
 
-def write_run_files(run_dir: Path, cfg: Config, plan: JobPlan) -> None:
+def write_run_files(run_dir: Path, cfg: Config, plan: JobPlan | SlurmPlan) -> None:
+    """config.yaml (what the ranks read) and plan.json, for every launcher."""
     records.write_atomic(run_dir / records.CONFIG, to_yaml(cfg))
     records.write_json(run_dir / records.PLAN, plan.to_dict())
 

@@ -18,11 +18,10 @@ import submitit
 from submitit.core.utils import FailedJobError
 
 from .. import records
-from ..config.load import to_yaml
 from ..config.schema import Config
 from ..errors import LaunchError, RankFailure
 from ..plan_slurm import SlurmPlan
-from .local import prepare_run_dir
+from .local import prepare_run_dir, write_run_files
 from .sacct import JobState, sacct
 from .slurm_job import AllreduceJob, TrainingJob
 
@@ -41,9 +40,7 @@ class Point:
 
 
 def _write_run(point_cfg: Config, plan: SlurmPlan) -> None:
-    run_dir = prepare_run_dir(Path(plan.run_dir))
-    records.write_atomic(run_dir / records.CONFIG, to_yaml(point_cfg))
-    records.write_json(run_dir / records.PLAN, plan.to_dict())
+    write_run_files(prepare_run_dir(Path(plan.run_dir)), point_cfg, plan)
 
 
 def _executor(plan: SlurmPlan) -> submitit.SlurmExecutor:
