@@ -1,16 +1,18 @@
 """The `hpctrain` command. Library code raises typed errors; this module turns them into messages
-and exit codes (0 ok, 1 other error, 2 invalid config, 3 launch error, 4 a rank failed, 130 ^C)."""
+and exit codes (0 ok, 1 other error or an unreadable record, 2 invalid config, 3 launch error,
+4 a rank failed, 130 interrupted or cancelled)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from rich.console import Console
 from rich.text import Text
 
 from .errors import HpctrainError
+from .ui import make_console
 
 EPILOG = """examples:
   hpctrain run                                   2-rank local run of the default CNN
@@ -53,18 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-m", "--multirun", action="store_true",
                      help="sweep: key=a,b,c expands to one run per combination (SLURM: one job array "
                           "per resource shape; local: one run after another)")
-    run.add_argument("--no-wait", action="store_true", help="SLURM: submit and return at once")
+    run.add_argument("--no-wait", action="store_true",
+                     help="start (locally: a detached launcher) or submit (SLURM), and return at once")
     run.add_argument("--timeout-min", type=float, default=24 * 60,
-                     help="SLURM: stop waiting (not the job) after this many minutes")
+                     help="stop waiting (not the run) after this many minutes")
 
-    st = sub.add_parser("status", help="state of a SLURM run or sweep (squeue/sacct), with progress and errors")
-    st.add_argument("path", type=Path, help="a run directory or a sweep directory")
-    lg = sub.add_parser("logs", help="print a rank's output")
+    st = sub.add_parser("status", help="state of a run, sweep or study (local or SLURM), with progress and errors")
+    st.add_argument("path", type=Path, help="a run, sweep or study directory")
+    lg = sub.add_parser("logs", help="print a rank's output (local or SLURM)")
     lg.add_argument("path", type=Path, help="a run directory")
     lg.add_argument("--rank", type=int, default=0)
-    lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
-    cn = sub.add_parser("cancel", help="cancel a SLURM run or every job of a sweep")
-    cn.add_argument("path", type=Path, help="a run directory or a sweep directory")
+    lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
+    cn = sub.add_parser("cancel", help="cancel a run, or every run of a sweep or study (local or SLURM)")
+    cn.add_argument("path", type=Path, help="a run, sweep or study directory")
 
     sd = sub.add_parser("study", help="strong/weak scaling study: expand, run (or resume), analyze",
                         description="hpctrain study strong|weak [overrides] runs every point and writes a "
@@ -109,8 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    console = Console(stderr=False)
-    err = Console(stderr=True)
+    console = make_console(sys.stdout)
+    err = make_console(sys.stderr)
+    # SIGTERM and SIGHUP stop a command like Ctrl-C does: what it started is stopped too
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.default_int_handler)
     try:
         if args.command == "run":
             from .commands_run import cmd_run
@@ -158,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    except BrokenPipeError:  # `hpctrain ... | head`
+        return 0
     return 1
 
 

@@ -1,85 +1,59 @@
-"""`hpctrain status | logs | cancel` for SLURM runs and sweeps (by their directory)."""
+"""`hpctrain status | logs | cancel` for runs, sweeps and studies of any launcher, by directory."""
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from . import records
+from . import orchestrate, records
 from .errors import LaunchError
-from .launch.sacct import sacct
-from .launch.slurm import JOB, failure_of, run_dirs_and_jobs
-
-
-def _progress(run_dir: Path) -> str:
-    """Latest step and throughput from rank 0's step records."""
-    path = run_dir / records.steps_file(0)
-    if not path.exists():
-        return "-"
-    last = None
-    for last in records.iter_jsonl(path):
-        pass
-    if last is None:
-        return "-"
-    return f"step {last['step'] + 1}, {last.get('samples_per_s', 0):.0f} samples/s"
+from .events import parse_event
 
 
 def status(path: Path, console: Console) -> int:
-    pairs = run_dirs_and_jobs(path)
-    states = sacct([j for _, j in pairs])
     table = Table(title=f"status of {path}")
     for col in ("run", "job", "state", "nodes", "elapsed", "progress", "error"):
         table.add_column(col)
-    for run_dir, job_id in pairs:
-        st = states.get(job_id)
-        state = st.state if st else "PENDING?"
-        error = ""
-        if st and st.state in ("FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL"):
-            error = str(failure_of(run_dir, st)).splitlines()[0]
-        color = {"COMPLETED": "green", "RUNNING": "cyan", "FAILED": "red"}.get(state, "yellow")
-        table.add_row(run_dir.name, job_id, f"[{color}]{state}[/]", str(st.nodes if st else "-"),
-                      st.elapsed if st else "-", _progress(run_dir), error)
+    for job, st, error in orchestrate.statuses(orchestrate.jobs_in(path)):
+        color = {"COMPLETED": "green", "RUNNING": "cyan", "FAILED": "red"}.get(st.state, "yellow")
+        table.add_row(job.run_dir.name, job.job_id, f"[{color}]{st.state}[/]",
+                      str(st.nodes) if st.nodes is not None else "-", st.elapsed,
+                      orchestrate.progress_of(job.run_dir), error or st.reason if st.state != "COMPLETED" else "")
     console.print(table)
     return 0
 
 
-def _log_paths(run_dir: Path, rank: int) -> list[Path]:
-    if (run_dir / JOB).exists():
-        job = records.read_json(run_dir / JOB)
-        folder = Path(job["folder"])
-        return [folder / f"{job['job_id']}_{rank}_log.out", folder / f"{job['job_id']}_{rank}_log.err"]
-    return [run_dir / records.log_file(rank)]  # a local (mpirun) run
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        if parse_event(line) is None:  # progress events are for the progress bar, not for people
+            print(line, flush=True)
 
 
 def logs(run_dir: Path, rank: int, follow: bool, console: Console) -> int:
-    paths = _log_paths(run_dir, rank)
-    if not follow:
-        found = [p for p in paths if p.exists()]
-        if not found:
-            raise LaunchError(f"no log for rank {rank} yet (looked for {', '.join(map(str, paths))})")
-        for p in found:
-            print(p.read_text(), end="")
-        return 0
+    [job] = orchestrate.jobs_in(run_dir) if (run_dir / records.JOB).exists() else [None]  # type: ignore[list-item]
+    if job is None:
+        raise LaunchError(f"{run_dir} is not a run directory (no {records.JOB})")
+    launcher = orchestrate.launcher_of(job)
+    if rank < 0 or rank >= job.ref.world_size:
+        raise LaunchError(f"--rank {rank} is not a rank of this run (0..{job.ref.world_size - 1})")
+    paths = launcher.log_paths(job, rank)
     offsets = {p: 0 for p in paths}
-    job_id = records.read_json(run_dir / JOB)["job_id"] if (run_dir / JOB).exists() else None
+    if not follow and not any(p.exists() for p in paths):
+        raise LaunchError(f"no log for rank {rank} yet (looked for {', '.join(map(str, paths))})")
     while True:
         for p in paths:
             lines, offsets[p] = records.read_new_lines(p, offsets[p])
-            for line in lines:
-                print(line, flush=True)
-        state = sacct([job_id]).get(job_id) if job_id else None
-        if job_id is None or (state is not None and state.done):
+            _print_lines(lines)
+        if not follow or launcher.status([job])[job.job_id].done:
+            for p in paths:  # what was written between the last read and the end
+                _print_lines(records.read_new_lines(p, offsets[p])[0])
             return 0
         time.sleep(1.0)
 
 
 def cancel(path: Path, console: Console) -> int:
-    ids = [j for _, j in run_dirs_and_jobs(path)]
-    r = subprocess.run(["scancel", *ids], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise LaunchError(f"scancel failed: {r.stderr.strip()}")
-    console.print(f"cancelled {len(ids)} job(s): {' '.join(ids)}")
+    jobs = orchestrate.cancel(path)
+    console.print(f"cancelled {len(jobs)} job(s): {' '.join(j.job_id for j in jobs)}", highlight=False)
     return 0

@@ -47,6 +47,16 @@ class LaunchError(HpctrainError):
     exit_code = 3
 
 
+class RecordError(HpctrainError):
+    """A file of a run, sweep or study directory is corrupt, truncated or not hpctrain's."""
+
+    exit_code = 1
+
+
+class RecordMissing(RecordError):
+    """A file the contract requires is not there (yet)."""
+
+
 class RankFailure(HpctrainError):
     """A training rank failed; the whole run was stopped."""
 
@@ -66,3 +76,9 @@ class RankFailure(HpctrainError):
                 "    " + line for line in log_tail.rstrip().splitlines()
             )
         super().__init__(msg)
+
+
+class RunCancelled(HpctrainError):
+    """The run was cancelled (hpctrain cancel, scancel, or a signal to the launcher)."""
+
+    exit_code = 130

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from .config.schema import Config, LocalClusterConf
-from .config.validate import Batch, resolve_batch, world_size
+from .derived import derive
 from .facts import HostFacts
-from .train.schedule import target_lr
+from .records import FORMAT_VERSION, Batch
+
+AT_LAUNCH = "<chosen at launch>"  # a value only the launcher knows when it starts the ranks
 
 
 @dataclass(frozen=True)
@@ -36,10 +38,9 @@ class JobPlan:
         return shlex.join(self.argv)
 
     def to_dict(self) -> dict[str, Any]:
+        """plan.json (a records.PlanRecord plus the mpirun details)."""
         d = dataclasses.asdict(self)
-        d["batch"] = {"per_rank": self.batch.per_rank, "global": self.batch.global_,
-                      "micro": self.batch.micro}
-        d["command_line"] = self.command_line
+        d.update(format_version=FORMAT_VERSION, launcher="local", command_line=self.command_line)
         return d
 
 
@@ -87,7 +88,8 @@ def mpirun_argv(c: LocalClusterConf, facts: HostFacts, env: dict[str, str], pyth
     argv, notes = mpirun_prefix(c.ranks, facts.cpu_count, facts.is_root, c.mpirun, c.oversubscribe)
     argv.append("--tag-output")  # rank-tagged lines: the launcher splits them per rank
     for key in sorted(env):
-        argv += ["-x", f"{key}={env[key]}"]
+        # a value known only at launch is exported from mpirun's own environment
+        argv += ["-x", key if env[key] == AT_LAUNCH else f"{key}={env[key]}"]
     argv += ["-x", "PATH"]  # so remote or wrapped shells find the same python
     argv += list(c.extra_args)
     argv += [python, "-m", "hpctrain.rank", run_dir]
@@ -100,22 +102,19 @@ GLOO_HOST = "localhost"  # the host name local Gloo ranks and the rendezvous ser
 def gloo_env(port: int | None) -> dict[str, str]:
     """Where local Gloo ranks meet the launcher's rendezvous server (its port is known at launch)."""
     return {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
-            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port) if port is not None else "<chosen at launch>",
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port) if port is not None else AT_LAUNCH,
             "HOROVOD_GLOO_IFACE": "lo", "HPCTRAIN_GLOO_HOSTNAME": GLOO_HOST}
 
 
 def plan_local(cfg: Config, facts: HostFacts, run_dir: str, python: str,
                rendezvous_port: int | None = None) -> JobPlan:
-    c = cfg.cluster
-    if not isinstance(c, LocalClusterConf):
-        raise TypeError("plan_local needs cluster=local")
-    n = world_size(cfg)
+    c: LocalClusterConf = cfg.cluster
+    d = derive(cfg)
+    n = d.world_size
     threads = c.threads_per_rank or max(1, facts.cpu_count // n)
-    batch = resolve_batch(cfg)
     env = rank_env(cfg, threads)
     if cfg.parallelism.backend == "gloo":
         env.update(gloo_env(rendezvous_port))
     argv, notes = mpirun_argv(c, facts, env, python, run_dir)
     return JobPlan(run_dir=run_dir, world_size=n, nodes=1, ranks_per_node=n, threads_per_rank=threads,
-                   batch=batch, lr=target_lr(cfg.optim, batch.global_, batch.per_rank), env=env,
-                   argv=argv, notes=notes)
+                   batch=d.batch, lr=d.lr, env=env, argv=argv, notes=notes)

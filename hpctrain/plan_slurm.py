@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from .config.schema import Config, SlurmClusterConf
-from .config.validate import Batch, resolve_batch, world_size
+from .derived import derive
 from .plan import rank_env
-from .train.schedule import target_lr
+from .records import FORMAT_VERSION, Batch
 
 SUBMIT_MODULE = "submitit.core._submit"  # what submitit's sbatch script runs in every task
 
@@ -44,8 +44,9 @@ class SlurmPlan:
                                    **self.executor)
 
     def to_dict(self) -> dict[str, Any]:
+        """plan.json (a records.PlanRecord plus the submitit details)."""
         d = asdict(self)
-        d["batch"] = {"per_rank": self.batch.per_rank, "global": self.batch.global_, "micro": self.batch.micro}
+        d.update(format_version=FORMAT_VERSION, launcher="slurm")
         return d
 
 
@@ -65,9 +66,7 @@ def container_python(c: SlurmClusterConf, binds: list[str]) -> str:
 
 def executor_parameters(cfg: Config, env: dict[str, str]) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for this config (names as submitit spells them)."""
-    c = cfg.cluster
-    if not isinstance(c, SlurmClusterConf):
-        raise TypeError("executor_parameters needs cluster=slurm")
+    c: SlurmClusterConf = cfg.cluster
     params: dict[str, Any] = {
         "job_name": cfg.run.name,
         "time": c.time_min,
@@ -90,16 +89,13 @@ def executor_parameters(cfg: Config, env: dict[str, str]) -> dict[str, Any]:
 
 
 def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None) -> SlurmPlan:
-    c = cfg.cluster
-    if not isinstance(c, SlurmClusterConf):
-        raise TypeError("plan_slurm needs cluster=slurm")
+    c: SlurmClusterConf = cfg.cluster
     env = rank_env(cfg, threads=c.cpus_per_rank)
     folder = folder or c.submitit_folder or str(Path(run_dir) / "submitit")
     binds = sorted({str(Path(run_dir).parent), str(Path(folder).parent)})
     py = container_python(c, binds) or shlex.quote(python)
-    batch = resolve_batch(cfg)
-    return SlurmPlan(run_dir=run_dir, world_size=world_size(cfg), nodes=c.nodes,
-                     ranks_per_node=c.ranks_per_node, batch=batch,
-                     lr=target_lr(cfg.optim, batch.global_, batch.per_rank), env=env,
+    d = derive(cfg)
+    return SlurmPlan(run_dir=run_dir, world_size=d.world_size, nodes=c.nodes,
+                     ranks_per_node=c.ranks_per_node, batch=d.batch, lr=d.lr, env=env,
                      executor=executor_parameters(cfg, env), python=py, folder=folder,
                      max_requeues=c.max_requeues)

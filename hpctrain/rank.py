@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 from . import records
 from .config.load import config_from_yaml
-from .config.validate import resolve_batch
+from .derived import Derived
 from .events import format_event
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "HOROVOD_RANK")
@@ -65,37 +65,34 @@ def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, An
     return rec
 
 
-def run(run_dir: Path, control: "StopControl | None" = None) -> dict[str, Any] | None:
-    """Train this rank. Returns the summary on rank 0, {} on the others, None if stopped early."""
+def run(run_dir: Path, control: "StopControl | None" = None) -> records.RunSummary | None:
+    """Train this rank. Returns the summary (on every rank), or None if stopped early."""
     from .train.comm import init_horovod, rank_info
     from .train.loop import train
-    from .train.schedule import target_lr
     from .train.stats import summarize
 
     cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
-    plan = records.read_json(run_dir / records.PLAN)
-    hvd = init_horovod(cfg.parallelism.backend, expected_size=plan["world_size"])
+    plan = records.read(run_dir / records.PLAN, records.PlanRecord)
+    # derived once, by the planner: the rank uses the plan's world size, batch and lr as they are
+    derived = Derived(plan.world_size, plan.batch, plan.lr)
+    hvd = init_horovod(cfg.parallelism.backend, expected_size=plan.world_size)
     info = rank_info(hvd)
     hosts = hvd.allgather_object(socket.gethostname())
     if info.rank == 0:
         records.write_json(run_dir / records.ENV, environment_record(hvd, cfg.parallelism.backend, hosts))
-    batch = resolve_batch(cfg)
     started = time.time()
-    stats = train(cfg, hvd, info, batch, target_lr(cfg.optim, batch.global_, batch.per_rank), run_dir,
-                  control=control)
+    stats = train(cfg, hvd, info, derived, run_dir, control=control)
     if stats is None:
         return None
-    stats["host"] = socket.gethostname()
     everyone = hvd.allgather_object(stats)
+    summary = summarize(everyone, plan.batch.global_, started=started, finished=time.time(),
+                        precision=cfg.precision.name, model=cfg.model.name, backend=cfg.parallelism.backend,
+                        compression=cfg.parallelism.compression)
     if info.rank == 0:
-        summary = summarize(everyone, batch.global_)
-        summary.update(started=started, finished=time.time(), precision=cfg.precision.name,
-                       model=cfg.model.name, backend=cfg.parallelism.backend,
-                       parameters=stats["parameters"], compression=cfg.parallelism.compression)
-        records.write_json(run_dir / records.SUMMARY, summary)
-        print(format_event("done", throughput=summary["throughput_samples_per_s"]), flush=True)
+        records.write(run_dir / records.SUMMARY, summary)
+        print(format_event("done", throughput=summary.throughput_samples_per_s), flush=True)
     hvd.shutdown()
-    return summary if info.rank == 0 else {}
+    return summary
 
 
 def fail(run_dir: Path, error: BaseException) -> NoReturn:

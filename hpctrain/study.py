@@ -1,10 +1,10 @@
 """Scaling studies expanded into runs. Pure: the points of a study, their overrides and run
-directory names; running them is the CLI's job."""
+directory names; running them is study_run.py's job."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config.schema import Config, SlurmClusterConf, StudyConf
+from .config.schema import Config, StudyConf
 from .errors import ConfigError, Problem
 
 
@@ -19,10 +19,11 @@ class StudyPoint:
         return f"n{self.scale}-r{self.rep}"
 
 
-def study_problems(s: StudyConf, slurm: bool) -> list[Problem]:
+def study_problems(s: StudyConf, scale: str) -> list[Problem]:
+    """`scale`: what the launcher scales, `ranks` (local) or `nodes` (SLURM)."""
     p = []
-    scales = s.nodes if slurm else s.ranks
-    key = "study.nodes" if slurm else "study.ranks"
+    scales = getattr(s, scale)
+    key = f"study.{scale}"
     if s.kind not in ("strong", "weak"):
         p.append(Problem("study.kind", f"{s.kind!r} is not strong or weak", "use study=strong or study=weak"))
     if not scales or any(n < 1 for n in scales) or len(set(scales)) != len(scales):
@@ -39,16 +40,17 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
     s = cfg.study
     if s is None:
         raise ConfigError.one("study", "no study selected", "use hpctrain study strong|weak")
-    slurm = isinstance(cfg.cluster, SlurmClusterConf)
-    problems = study_problems(s, slurm)
+    from .launch.registry import launcher_class
+
+    scale = launcher_class(cfg.cluster.name).study_scale
+    problems = study_problems(s, scale)
     if problems:
         raise ConfigError(problems)
-    scale_key = "cluster.nodes" if slurm else "cluster.ranks"
     if s.kind == "strong":
         batch = ("train.batch_per_rank=null", f"train.global_batch={s.global_batch}")
     else:
         batch = (f"train.batch_per_rank={s.batch_per_rank}", "train.global_batch=null")
     common = (f"train.steps={s.steps}", f"train.warmup_steps={s.warmup_steps}",
               f"optim.lr_scaling={s.lr_scaling}", *batch)
-    return [StudyPoint(n, r, (f"{scale_key}={n}", *common))
-            for n in sorted(s.nodes if slurm else s.ranks) for r in range(s.repetitions)]
+    return [StudyPoint(n, r, (f"cluster.{scale}={n}", *common))
+            for n in sorted(getattr(s, scale)) for r in range(s.repetitions)]

@@ -1,12 +1,27 @@
-"""Terminal presentation: the progress bar fed by rank-0 events, and the run summary table."""
+"""Terminal presentation: the console, the progress bar fed by rank-0 events, and tables."""
 from __future__ import annotations
 
-from typing import Any
+import os
+import sys
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 from rich.table import Table
+
+from .records import RunSummary
+
+NOT_A_TERMINAL_WIDTH = 100_000  # pipes, SLURM log files, CI: never cut a table or wrap a line
+
+
+def make_console(stream: TextIO | None = None) -> Console:
+    """A console for stdout (or `stream`). Not on a terminal, nothing is wrapped or cut: a
+    table is as wide as its content and a log line stays one line."""
+    stream = stream or sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return Console(file=stream)
+    return Console(file=stream, width=NOT_A_TERMINAL_WIDTH, soft_wrap=True)
 
 
 class TrainingProgress:
@@ -32,26 +47,53 @@ class TrainingProgress:
             self.progress.update(self.task, completed=event["step"], loss=f"{event['loss']:.4f}",
                                  rate=f"{event['samples_per_s']:.0f}")
 
-    def print(self, text: str) -> None:
-        self.progress.console.print(text, markup=False, highlight=False)
+
+class RichReporter:
+    """orchestrate.Reporter on a rich console: notes, rank-0 lines, and a progress bar per run."""
+
+    def __init__(self, console: Console, progress: bool = True) -> None:
+        self.console = console
+        self.enabled = progress and console.is_terminal
+        self.bar: TrainingProgress | None = None
+
+    def begin(self, label: str, steps: int) -> None:
+        self.close()
+        if label:
+            self.console.print(f"[bold]{label}[/]", highlight=False)
+        if self.enabled and steps:
+            self.bar = TrainingProgress(self.console, steps).__enter__()
+
+    def note(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def line(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    def event(self, event: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.on_event(event)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__()
+            self.bar = None
 
 
-def summary_table(s: dict[str, Any]) -> Table:
-    t = Table(title=f"{s.get('model', '?')} · {s.get('precision', '?')} · {s['world_size']} ranks "
-                    f"· global batch {s['global_batch']}", show_header=True)
+def summary_table(s: RunSummary) -> Table:
+    t = Table(title=f"{s.model} · {s.precision} · {s.world_size} ranks · global batch {s.global_batch}",
+              show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_column("share of step", justify="right")
-    t.add_row("throughput", f"{s['throughput_samples_per_s']:.1f} samples/s", "")
-    t.add_row("  per rank", f"{s['throughput_per_rank']:.1f} samples/s", "")
-    t.add_row("step time (mean)", f"{s['step_ms']:.2f} ms", "100%")
-    for part in ("compute", "comm", "data"):
-        label = {"compute": "  compute (fwd+bwd+update)", "comm": "  exposed communication",
-                 "data": "  data wait"}[part]
-        t.add_row(label, f"{s[f'{part}_ms']:.2f} ms", f"{100 * s[f'{part}_share']:.1f}%")
-    t.add_row("step time p50 / p95", f"{s['step_p50_ms']:.2f} / {s['step_p95_ms']:.2f} ms", "")
-    mem = max(s["peak_memory_bytes"]) / 2**20
-    t.add_row("peak memory (max rank)", f"{mem:.0f} MiB", "")
-    t.add_row("loss first → last", f"{s['first_loss']:.4f} → {s['last_loss']:.4f}", "")
-    t.add_row("timed steps", str(s["timed_steps"]), "")
+    t.add_row("throughput", f"{s.throughput_samples_per_s:.1f} samples/s", "")
+    t.add_row("  per rank", f"{s.throughput_per_rank:.1f} samples/s", "")
+    t.add_row("step time (mean)", f"{1e3 * s.step_s:.2f} ms", "100%")
+    for label, part, sh in (("  compute (fwd+bwd+update)", s.compute_s, s.compute_share),
+                            ("  exposed communication", s.comm_s, s.comm_share),
+                            ("  data wait", s.data_s, s.data_share)):
+        t.add_row(label, f"{1e3 * part:.2f} ms", f"{100 * sh:.1f}%")
+    t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
+    t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")
+    t.add_row("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}", "")
+    t.add_row("timed steps", str(s.timed_steps), "")
     return t

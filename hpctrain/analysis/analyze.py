@@ -2,6 +2,7 @@
 failed or missing runs are listed, never fatal."""
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -9,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import records
+from ..errors import RecordError
+from ..train.stats import share
 from . import metrics
 from .model import AlphaBeta, StepModel, fit_alpha_beta, fit_step_model
-
-STUDY = "study.json"
 
 
 @dataclass(frozen=True)
@@ -54,24 +55,26 @@ class Analysis:
     kind: str  # strong | weak
     points: list[Point]
     missing: list[str]  # run directories without a summary (failed, cancelled, not run)
-    amdahl_serial_fraction: float
+    amdahl_serial_fraction: float  # NaN when the runs show no speedup to fit
     alpha_beta: AlphaBeta | None = None
     step_model: StepModel | None = None
     predictions: list[dict[str, float]] = field(default_factory=list)
     allreduce: list[dict[str, Any]] = field(default_factory=list)  # bench rows, all world sizes
+    corrupt: list[str] = field(default_factory=list)  # "<file>: what is wrong", for unreadable records
+
+    @property
+    def no_speedup(self) -> bool:
+        """Amdahl's law cannot describe runs that got slower with more ranks (fitted s >= 1)."""
+        multi = [p for p in self.points if p.n > self.points[0].n] if self.points else []
+        return bool(multi) and (not self.amdahl_serial_fraction < 1 or any(p.speedup < 1 for p in multi))
 
 
-def run_from_records(run_dir: Path, rep: int = 0) -> Run | None:
-    try:
-        s = records.read_json(run_dir / records.SUMMARY)
-        plan = records.read_json(run_dir / records.PLAN)
-    except (FileNotFoundError, ValueError):
-        return None
-    return Run(n=s["world_size"], rep=rep, batch_per_rank=plan["batch"]["per_rank"],
-               global_batch=s["global_batch"], throughput=s["throughput_samples_per_s"],
-               step_s=s["step_ms"] / 1e3, compute_s=s["compute_ms"] / 1e3, comm_s=s["comm_ms"] / 1e3,
-               data_s=s["data_ms"] / 1e3, parameters=int(s.get("parameters", 0)),
-               grad_bytes_per_param=2 if s.get("compression") == "fp16" else 4)
+def run_from_records(run_dir: Path, rep: int = 0) -> Run:
+    """A study's run from its summary.json; RecordMissing/RecordError if it has none or a bad one."""
+    s = records.read(run_dir / records.SUMMARY, records.RunSummary)
+    return Run(n=s.world_size, rep=rep, batch_per_rank=s.batch_per_rank, global_batch=s.global_batch,
+               throughput=s.throughput_samples_per_s, step_s=s.step_s, compute_s=s.compute_s, comm_s=s.comm_s,
+               data_s=s.data_s, parameters=s.parameters, grad_bytes_per_param=s.grad_bytes_per_param)
 
 
 def aggregate(kind: str, runs: list[Run]) -> list[Point]:
@@ -85,7 +88,7 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
         avg = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
         p = Point(n, len(rs), mean, ci, avg("step_s"), avg("compute_s"), avg("comm_s"), avg("data_s"),
                   avg("batch_per_rank"))
-        p.comm_share, p.data_share = p.comm_s / p.step_s, p.data_s / p.step_s
+        p.comm_share, p.data_share = share(p.comm_s, p.step_s), share(p.data_s, p.step_s)
         points.append(p)
     if not points:
         return points
@@ -100,14 +103,14 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
 
 
 def analyze_runs(kind: str, runs: list[Run], missing: list[str],
-                 allreduce: list[dict[str, Any]] | None = None) -> Analysis:
+                 allreduce: list[dict[str, Any]] | None = None, corrupt: list[str] | None = None) -> Analysis:
     points = aggregate(kind, runs)
     multi = [p for p in points if p.n > points[0].n] if points else []
     if kind == "strong":
         amdahl = metrics.fit_amdahl([p.n / points[0].n for p in multi], [p.speedup for p in multi]) if multi else float("nan")
     else:
         amdahl = float("nan")
-    a = Analysis(kind, points, missing, amdahl, allreduce=list(allreduce or []))
+    a = Analysis(kind, points, missing, amdahl, allreduce=list(allreduce or []), corrupt=list(corrupt or []))
     samples = [(r["n"], r["bytes"], r["hvd_s"]) for r in a.allreduce]
     if points and len([s for s in samples if s[0] > 1]) >= 2 and runs:
         a.alpha_beta = fit_alpha_beta(samples)
@@ -139,15 +142,24 @@ def predict(kind: str, model: StepModel, points: list[Point]) -> list[dict[str, 
 
 
 def analyze_dir(study_dir: Path) -> Analysis:
-    manifest = records.read_json(study_dir / STUDY)
-    runs, missing = [], []
-    for entry in manifest["runs"]:
-        run = run_from_records(Path(entry["run_dir"]), entry.get("rep", 0))
-        if run is None:
-            missing.append(entry["run_dir"])
-        else:
-            runs.append(run)
-    allreduce = []
+    """Every run of the study that has a valid summary; the others are listed as missing (no
+    summary: failed, cancelled, not run) or corrupt (a summary that cannot be read)."""
+    manifest = records.read(study_dir / records.STUDY, records.StudyManifest)
+    runs, missing, corrupt = [], [], []
+    for entry in manifest.runs:
+        try:
+            runs.append(run_from_records(Path(entry.run_dir), entry.rep))
+        except records.RecordMissing:
+            missing.append(entry.run_dir)
+        except RecordError as e:
+            missing.append(entry.run_dir)
+            corrupt.append(str(e))
+    allreduce: list[dict[str, Any]] = []
     for path in sorted(study_dir.glob("allreduce-n*.json")):
-        allreduce.extend(records.read_json(path)["rows"])
-    return analyze_runs(manifest["kind"], runs, missing, allreduce)
+        try:
+            result = records.read(path, records.AllreduceResult)
+        except RecordError as e:
+            corrupt.append(str(e))
+            continue
+        allreduce.extend(dataclasses.asdict(row) for row in result.rows)
+    return analyze_runs(manifest.kind, runs, missing, allreduce, corrupt)

@@ -42,7 +42,10 @@ def terminal_table(a: Analysis) -> Table:
 
 def _model_lines(a: Analysis) -> list[str]:
     lines = []
-    if a.kind == "strong" and a.amdahl_serial_fraction == a.amdahl_serial_fraction:
+    if a.kind == "strong" and a.no_speedup:
+        lines.append("Amdahl fit: no speedup at this scale (the runs got slower with more ranks; "
+                     "no serial fraction or speedup limit can be fitted)")
+    elif a.kind == "strong" and a.amdahl_serial_fraction == a.amdahl_serial_fraction:
         lines.append(f"Amdahl fit: serial fraction s = {a.amdahl_serial_fraction:.4f} "
                      f"(speedup limit 1/s = {1 / a.amdahl_serial_fraction:.1f}x)" if a.amdahl_serial_fraction > 0
                      else f"Amdahl fit: serial fraction s = {a.amdahl_serial_fraction:.4f}")
@@ -66,6 +69,8 @@ def markdown(a: Analysis, images: list[Path]) -> str:
                f"{100 * q['efficiency']:.1f}% |" for q in a.predictions]
     if a.missing:
         md += ["", f"## Missing or failed runs ({len(a.missing)})", ""] + [f"- `{m}`" for m in a.missing]
+    if a.corrupt:
+        md += ["", f"## Unreadable records ({len(a.corrupt)})", ""] + [f"- {c}" for c in a.corrupt]
     md += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images]
     md += ["", "Formulas: efficiency strong T1/(N·TN), weak X_N/(N·X_1); Karp–Flatt e = (1/S − 1/N)/(1 − 1/N); "
            "busbw = algbw·2(n−1)/n (nccl-tests); ring allreduce 2(n−1)α + 2(n−1)/n·m·β (Hockney)."]
@@ -85,6 +90,9 @@ def html_page(a: Analysis, md_text: str, images: list[Path]) -> str:
                               f"</td><td>{100 * q['efficiency']:.1f}%</td></tr>" for q in a.predictions) + "</table>")
     if a.missing:
         body.append("<h2>Missing or failed runs</h2><ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in a.missing)
+                    + "</ul>")
+    if a.corrupt:
+        body.append("<h2>Unreadable records</h2><ul>" + "".join(f"<li>{html.escape(c)}</li>" for c in a.corrupt)
                     + "</ul>")
     for p in images:
         data = base64.b64encode(p.read_bytes()).decode()

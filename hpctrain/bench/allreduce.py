@@ -3,33 +3,25 @@ bus bandwidth as nccl-tests defines them, and the alpha-beta (Hockney) fit of th
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from .. import records
 from ..analysis.metrics import allreduce_bandwidths
 from ..analysis.model import fit_alpha_beta
-from ..errors import LaunchError
-from ..plan import mpirun_prefix
+from ..config.load import load_config
+from ..errors import ConfigError
+from ..launch.registry import launcher_for
 
 
-def run_allreduce(ranks: int, out: Path, max_bytes: int = 256 * 2**20, min_bytes: int = 1024) -> dict[str, Any]:
-    """Run the worker under mpirun with `ranks` processes; return its JSON."""
-    argv, _ = mpirun_prefix(ranks, len(os.sched_getaffinity(0)), os.geteuid() == 0)
-    argv += ["-x", "OMP_NUM_THREADS=1", sys.executable, "-m", "hpctrain.bench.allreduce_worker",
-             "--min-bytes", str(min_bytes), "--max-bytes", str(max_bytes), "--out", str(out)]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-    if r.returncode != 0:
-        raise LaunchError(f"allreduce benchmark failed ({r.returncode}):\n{r.stderr[-2000:]}")
-    return json.loads(out.read_text())
+def allreduce_argv(mpirun_prefix: list[str], python: str, out: Path, max_bytes: int,
+                   min_bytes: int = 1024) -> list[str]:
+    """The worker under an mpirun prefix (the local launcher's)."""
+    return [*mpirun_prefix, "-x", "OMP_NUM_THREADS=1", python, "-m", "hpctrain.bench.allreduce_worker",
+            "--min-bytes", str(min_bytes), "--max-bytes", str(max_bytes), "--out", str(out)]
 
 
 def _human(b: float) -> str:
@@ -40,26 +32,31 @@ def _human(b: float) -> str:
     return f"{b:.0f} TiB"
 
 
-def table(result: dict[str, Any]) -> Table:
-    n = result["n"]
-    t = Table(title=f"allreduce over {n} ranks: Horovod vs plain MPI ({result['mpi_library']})")
+def table(result: records.AllreduceResult) -> Table:
+    n = result.n
+    t = Table(title=f"allreduce over {n} ranks: Horovod vs plain MPI ({result.mpi_library})")
     for col in ("size", "hvd time", "hvd busbw", "MPI time", "MPI busbw", "hvd / MPI time"):
         t.add_column(col, justify="right")
-    for row in result["rows"]:
-        _, hb = allreduce_bandwidths(row["bytes"], row["hvd_s"], n)
-        _, mb = allreduce_bandwidths(row["bytes"], row["mpi_s"], n)
-        t.add_row(_human(row["bytes"]), f"{1e6 * row['hvd_s']:.0f} µs", f"{hb / 1e9:.2f} GB/s",
-                  f"{1e6 * row['mpi_s']:.0f} µs", f"{mb / 1e9:.2f} GB/s", f"{row['hvd_s'] / row['mpi_s']:.2f}")
+    for row in result.rows:
+        _, hb = allreduce_bandwidths(row.bytes, row.hvd_s, n)
+        _, mb = allreduce_bandwidths(row.bytes, row.mpi_s, n)
+        t.add_row(_human(row.bytes), f"{1e6 * row.hvd_s:.0f} µs", f"{hb / 1e9:.2f} GB/s",
+                  f"{1e6 * row.mpi_s:.0f} µs", f"{mb / 1e9:.2f} GB/s", f"{row.hvd_s / row.mpi_s:.2f}")
     return t
 
 
 def run_bench(args: argparse.Namespace, console: Console) -> int:
-    out = Path(args.out) / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-allreduce") / f"allreduce-n{args.ranks}.json"
+    if args.ranks < 1 or args.max_mb < 1:
+        raise ConfigError.one("--ranks/--max-mb", "must be at least 1", "e.g. --ranks 2 --max-mb 64")
+    out_dir = Path(args.out) / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-allreduce")
+    out = out_dir / records.allreduce_file(args.ranks)
+    cfg = load_config([f"cluster.ranks={args.ranks}"])
     with console.status(f"allreduce benchmark on {args.ranks} ranks"):
-        result = run_allreduce(args.ranks, out, args.max_mb * 2**20)
+        launcher_for(cfg).run_allreduce(cfg, out, args.max_mb * 2**20, out_dir)  # the local launcher
+    result = records.read(out, records.AllreduceResult)
     console.print(table(result))
     if args.ranks > 1:
-        ab = fit_alpha_beta([(r["n"], r["bytes"], r["hvd_s"]) for r in result["rows"]])
+        ab = fit_alpha_beta([(r.n, r.bytes, r.hvd_s) for r in result.rows])
         console.print(f"alpha-beta fit (Horovod): alpha = {1e6 * ab.alpha_s:.1f} µs per step, "
                       f"beta = 1/({ab.bandwidth_bytes_per_s / 1e9:.2f} GB/s); records: {out}")
     return 0

@@ -3,14 +3,16 @@ in the same processes, and writes one JSON file (rank 0)."""
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
 
 import horovod.torch as hvd
 import torch
+
+from hpctrain import records
 
 
 def _time(fn, iters: int) -> float:
@@ -44,8 +46,8 @@ def measure(min_bytes: int, max_bytes: int, out: str) -> None:
         hvd_s = _time(lambda: hvd.allreduce(t, op=hvd.Sum, name=f"bench.{size}"), iters)
         rows.append({"n": n, "bytes": size, "iters": iters, "hvd_s": hvd_s, "mpi_s": mpi[size]})
     if hvd.rank() == 0:
-        with open(out, "w") as f:
-            json.dump({"n": n, "rows": rows, "mpi_library": MPI.Get_library_version().splitlines()[0]}, f)
+        records.write(Path(out), records.new(records.AllreduceResult, n=n, mpi_library=MPI.Get_library_version().splitlines()[0],
+                                             rows=[records.AllreduceRow(**r) for r in rows]))
 
 
 def main() -> None:

@@ -3,7 +3,7 @@ under 2 s). Synthetic records follow Amdahl's law with noise, written once, then
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import random
 import tempfile
 import time
@@ -12,10 +12,23 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from .. import records
 from ..analysis.analyze import analyze_dir
 from ..analysis.report import write_report
+from ..errors import ConfigError
+from ..train.stats import summarize
 
 TARGET_S = 2.0
+
+
+def synthetic_summary(n: int, global_batch: int, step: float, compute: float, comm: float, data: float,
+                      parameters: int = 1_000_000) -> records.RunSummary:
+    """A run summary with the given timings (every rank alike), as a real run would write it."""
+    rank = records.RankSummary(rank=0, host="host0", timed_steps=10, wall_s=10 * step, step_s=step, step_p50_s=step,
+                               step_p95_s=step, data_s=data, compute_s=compute, comm_s=comm, first_loss=2.3,
+                               last_loss=1.0, peak_memory_bytes=2**20, parameters=parameters)
+    return summarize([dataclasses.replace(rank, rank=r) for r in range(n)], global_batch, started=0.0, finished=1.0,
+                     model="cnn", precision="fp32", backend="mpi", compression="none")
 
 
 def synthetic_study(root: Path, runs: int, seed: int = 0) -> Path:
@@ -26,18 +39,16 @@ def synthetic_study(root: Path, runs: int, seed: int = 0) -> Path:
         n = scales[i % len(scales)]
         step = 0.1 * (0.05 + 0.95 / n) * rng.uniform(0.95, 1.05)  # Amdahl, s = 0.05, global batch 256
         d = root / f"n{n}-r{i}"
-        d.mkdir(parents=True)
-        (d / "summary.json").write_text(json.dumps({
-            "world_size": n, "global_batch": 256, "throughput_samples_per_s": 256 / step, "step_ms": 1e3 * step,
-            "compute_ms": 1e3 * step * 0.8, "comm_ms": 1e3 * step * 0.15, "data_ms": 1e3 * step * 0.05,
-            "parameters": 1_000_000}))
-        (d / "plan.json").write_text(json.dumps({"batch": {"per_rank": 256 / n}}))
-        entries.append({"run_dir": str(d), "rep": i // len(scales)})
-    (root / "study.json").write_text(json.dumps({"kind": "strong", "runs": entries}))
+        records.write(d / records.SUMMARY, synthetic_summary(n, 256, step, 0.8 * step, 0.15 * step, 0.05 * step))
+        entries.append(records.StudyRun(d.name, n, i // len(scales), n, [], str(d)))
+    records.write(root / records.STUDY, records.new(records.StudyManifest, kind="strong", launcher="local",
+                                                    runs=entries))
     return root
 
 
 def run_bench(args: argparse.Namespace, console: Console) -> int:
+    if args.runs < 1:
+        raise ConfigError.one("--runs", f"must be at least 1 (got {args.runs})", "e.g. --runs 1000")
     with tempfile.TemporaryDirectory() as tmp:
         study = synthetic_study(Path(tmp), args.runs)
         t0 = time.perf_counter()

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from .. import records
 from ..errors import LaunchError
 from ..plan import mpirun_prefix
 
@@ -59,7 +60,7 @@ def run_overhead(args: argparse.Namespace, console: Console) -> int:
                 if side == "ours":
                     run_dir = out / f"hpctrain-{i}"
                     _run(_hpctrain_argv(run_dir, args.ranks, args.batch, args.steps, warmup))
-                    ours.append(json.loads((run_dir / "summary.json").read_text())["throughput_samples_per_s"])
+                    ours.append(records.read(run_dir / records.SUMMARY, records.RunSummary).throughput_samples_per_s)
                 else:
                     line = [ln for ln in _run(_minimal_argv(args.ranks, threads, args.batch, args.steps, warmup))
                             .splitlines() if ln.startswith("{")][-1]

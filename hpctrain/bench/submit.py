@@ -7,20 +7,15 @@ import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from ..config import validate
-from ..config.load import load_configs
-from ..errors import LaunchError
-from ..plan_slurm import plan_slurm
-from ..sweep import expand
+from .. import orchestrate
+from ..errors import ConfigError, LaunchError
 
 
 def _count_sbatch_calls() -> Path:
@@ -38,32 +33,27 @@ def _count_sbatch_calls() -> Path:
 
 
 def run_submit(args: argparse.Namespace, console: Console) -> int:
-    from ..launch.slurm import Point, submit_sweep
-
+    if args.points < 1:
+        raise ConfigError.one("--points", f"must be at least 1 (got {args.points})", "e.g. --points 256")
     if subprocess.run(["scontrol", "ping"], capture_output=True).returncode != 0:
         raise LaunchError("no SLURM controller answers: start the local cluster with bash slurm/start.sh "
                           "and export SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf")
     calls = _count_sbatch_calls()
-    sweep_dir = (Path(args.out) / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-submit")).resolve()
     t0 = time.perf_counter()
-    points = expand(["cluster=slurm", f"train.seed=range({args.points})", "data=digits", "train.steps=2",
-                     "train.warmup_steps=0"])
-    configs = load_configs(points)
-    for cfg in configs:
-        validate(cfg)
-    folder = str(sweep_dir / "submitit")
-    planned = [Point(i, p, c, plan_slurm(c, str(sweep_dir / str(i)), sys.executable, folder))
-               for i, (p, c) in enumerate(zip(points, configs))]
+    out = Path(args.out).resolve()
+    prep = orchestrate.prepare(["cluster=slurm", f"train.seed=range({args.points})", "data=digits", "train.steps=2",
+                                "train.warmup_steps=0", f"run.output_root={out}", "run.name=submit"], multirun=True)
     t1 = time.perf_counter()
-    manifest = submit_sweep(sweep_dir, planned)
+    jobs = orchestrate.start(prep, detach=True)
     t2 = time.perf_counter()
     n_calls = len(calls.read_text().splitlines())
-    subprocess.run(["scancel", *(a["array_id"] for a in manifest["arrays"])], capture_output=True)
+    prep.launcher.cancel(jobs)
+    arrays = {j.job_id.split("_")[0] for j in jobs}
     table = Table(title=f"bench submit: {args.points}-point single-shape sweep to the local SLURM cluster")
     for col in ("measure", "value"):
         table.add_column(col)
     table.add_row("points", str(args.points))
-    table.add_row("job arrays", str(len(manifest["arrays"])))
+    table.add_row("job arrays", str(len(arrays)))
     table.add_row("sbatch calls (counted)", str(n_calls))
     table.add_row("plan (expand + compose + validate + plan)", f"{t1 - t0:.2f} s")
     table.add_row("submit (run dirs + pickles + sbatch)", f"{t2 - t1:.2f} s")
@@ -71,5 +61,5 @@ def run_submit(args: argparse.Namespace, console: Console) -> int:
     console.print(table)
     verdict = "[green]meets[/]" if n_calls == 1 else "[red]misses[/]"
     console.print(f"{n_calls} sbatch call(s) for {args.points} points ({verdict} the target of 1); "
-                  f"the jobs were cancelled; records in {sweep_dir}")
+                  f"the jobs were cancelled; records in {prep.group_dir}")
     return 0 if n_calls == 1 else 1

@@ -2,46 +2,17 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..derived import resolve_batch, world_size
 from ..errors import ConfigError, Problem
 from ..facts import HostFacts
 from . import schema as S
-from .schema import Config, LocalClusterConf, SlurmClusterConf
+from .schema import Config
+
+__all__ = ["at_least", "one_of", "resolve_batch", "validate", "world_size"]
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-# Values that become #SBATCH flags: SLURM names and lists, no white space or shell characters.
-SLURM_TOKEN = re.compile(r"^[A-Za-z0-9_.,:+-]+$")
-SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,:+|&!*\[\]()-]+$")
-# A setup line is one simple command (module load, source, export): no chaining, substitution
-# or redirection, so what runs is exactly what the line says.
-SHELL_META = re.compile(r"[;&|`<>\n\r\0]|\$\(")
-MPI_PLUGINS = ("pmix", "pmix_v4", "pmix_v3", "pmi2", "none")
-
-
-@dataclass(frozen=True)
-class Batch:
-    per_rank: int  # samples per rank per optimizer step
-    global_: int  # samples per optimizer step over all ranks
-    micro: int  # samples per backward pass (per_rank / backward_passes_per_step)
-
-
-def world_size(cfg: Config) -> int:
-    if isinstance(cfg.cluster, LocalClusterConf):
-        return cfg.cluster.ranks
-    if isinstance(cfg.cluster, SlurmClusterConf):
-        return cfg.cluster.nodes * cfg.cluster.ranks_per_node
-    raise TypeError(f"unknown cluster schema {type(cfg.cluster).__name__}")
-
-
-def resolve_batch(cfg: Config) -> Batch:
-    """Per-rank and global batch from whichever of the two the user set (validated first)."""
-    n = world_size(cfg)
-    per = cfg.train.batch_per_rank
-    if per is None:
-        per = (cfg.train.global_batch or 0) // n
-    return Batch(per, per * n, per // max(cfg.parallelism.backward_passes_per_step, 1))
 
 
 def validate(cfg: Config, facts: HostFacts | None = None) -> None:
@@ -51,14 +22,14 @@ def validate(cfg: Config, facts: HostFacts | None = None) -> None:
         raise ConfigError(problems)
 
 
-def _one_of(key: str, value: str, allowed: tuple[str, ...]) -> list[Problem]:
+def one_of(key: str, value: str, allowed: tuple[str, ...]) -> list[Problem]:
     if value in allowed:
         return []
     return [Problem(key, f"{value!r} is not one of {', '.join(allowed)}",
                     f"set {key}={allowed[0]} (or another of the listed values)")]
 
 
-def _at_least(key: str, value: float | None, low: float) -> list[Problem]:
+def at_least(key: str, value: float | None, low: float) -> list[Problem]:
     if value is None or value >= low:
         return []
     return [Problem(key, f"must be >= {low:g} (got {value:g})", f"set {key} to {low:g} or more")]
@@ -67,16 +38,16 @@ def _at_least(key: str, value: float | None, low: float) -> list[Problem]:
 def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
     p: list[Problem] = []
     m, d, t, par, o = cfg.model, cfg.data, cfg.train, cfg.parallelism, cfg.optim
-    p += _one_of("model.name", m.name, S.MODELS)
-    p += _one_of("data.name", d.name, S.DATASETS)
-    p += _one_of("precision.name", cfg.precision.name, S.PRECISIONS)
-    p += _one_of("parallelism.name", par.name, S.PARALLELISMS)
-    p += _one_of("parallelism.backend", par.backend, S.BACKENDS)
-    p += _one_of("parallelism.compression", par.compression, S.COMPRESSIONS)
-    p += _one_of("optim.name", o.name, S.OPTIMIZERS)
-    p += _one_of("optim.lr_scaling", o.lr_scaling, S.LR_SCALINGS)
-    p += _one_of("train.device", t.device, S.DEVICES)
-    p += _one_of("debug.fail_mode", cfg.debug.fail_mode, S.FAIL_MODES)
+    p += one_of("model.name", m.name, S.MODELS)
+    p += one_of("data.name", d.name, S.DATASETS)
+    p += one_of("precision.name", cfg.precision.name, S.PRECISIONS)
+    p += one_of("parallelism.name", par.name, S.PARALLELISMS)
+    p += one_of("parallelism.backend", par.backend, S.BACKENDS)
+    p += one_of("parallelism.compression", par.compression, S.COMPRESSIONS)
+    p += one_of("optim.name", o.name, S.OPTIMIZERS)
+    p += one_of("optim.lr_scaling", o.lr_scaling, S.LR_SCALINGS)
+    p += one_of("train.device", t.device, S.DEVICES)
+    p += one_of("debug.fail_mode", cfg.debug.fail_mode, S.FAIL_MODES)
     for key, value, low in [
         ("model.width", m.width, 1), ("model.depth", m.depth, 1), ("model.heads", m.heads, 1),
         ("data.num_samples", d.num_samples, 1), ("data.channels", d.channels, 1),
@@ -93,7 +64,7 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
         ("train.log_interval", t.log_interval, 1), ("train.seed", t.seed, 0),
         ("debug.fail_step", cfg.debug.fail_step, 0),
     ]:
-        p += _at_least(key, value, low)
+        p += at_least(key, value, low)
     if par.cycle_time_ms is not None and par.cycle_time_ms <= 0:
         p.append(Problem("parallelism.cycle_time_ms", f"must be > 0 (got {par.cycle_time_ms:g})",
                          "set it to a positive number of milliseconds, or null for Horovod's default"))
@@ -128,15 +99,10 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
 
 
 def _cluster_problems(cfg: Config) -> list[Problem]:
+    from ..launch.registry import launcher_class
+
     c = cfg.cluster
-    p: list[Problem] = []
-    if isinstance(c, LocalClusterConf):
-        p += _at_least("cluster.ranks", c.ranks, 1)
-        p += _at_least("cluster.threads_per_rank", c.threads_per_rank, 1)
-        if not c.mpirun.strip():
-            p.append(Problem("cluster.mpirun", "is empty", "set cluster.mpirun=mpirun (or a full path)"))
-    if isinstance(c, SlurmClusterConf):
-        p += _slurm_problems(cfg, c)
+    p = launcher_class(c.name).problems(cfg)
     for k, v in c.env.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             p.append(Problem(f"cluster.env.{k}", "is not a valid environment variable name",
@@ -152,9 +118,9 @@ def _batch_problems(cfg: Config) -> list[Problem]:
         return [Problem("train.batch_per_rank", "set exactly one of train.batch_per_rank and train.global_batch",
                         "e.g. train.batch_per_rank=32 train.global_batch=null")]
     if t.batch_per_rank is not None and t.batch_per_rank < 1:
-        return _at_least("train.batch_per_rank", t.batch_per_rank, 1)
+        return at_least("train.batch_per_rank", t.batch_per_rank, 1)
     if t.global_batch is not None and t.global_batch < 1:
-        return _at_least("train.global_batch", t.global_batch, 1)
+        return at_least("train.global_batch", t.global_batch, 1)
     if world_size(cfg) < 1 or acc < 1:
         return []  # reported by the cluster / parallelism checks
     n = world_size(cfg)
@@ -226,50 +192,4 @@ def _host_problems(cfg: Config, f: HostFacts) -> list[Problem]:
     if not on_gpu and prec == "bf16" and not f.cpu_bf16_autocast:
         p.append(Problem("precision.name", "this torch build cannot autocast to bf16 on the CPU",
                          "use precision=fp32 on this machine"))
-    return p
-
-
-def _slurm_problems(cfg: Config, c: SlurmClusterConf) -> list[Problem]:
-    p: list[Problem] = []
-    for key, value, low in [("nodes", c.nodes, 1), ("ranks_per_node", c.ranks_per_node, 1),
-                            ("gpus_per_node", c.gpus_per_node, 0), ("cpus_per_rank", c.cpus_per_rank, 1),
-                            ("time_min", c.time_min, 1), ("signal_delay_s", c.signal_delay_s, 0),
-                            ("max_requeues", c.max_requeues, 0), ("array_parallelism", c.array_parallelism, 1),
-                            ("checkpoint_interval", c.checkpoint_interval, 0)]:
-        p += _at_least(f"cluster.{key}", value, low)
-    if c.mem_gb is not None and c.mem_gb <= 0:
-        p.append(Problem("cluster.mem_gb", f"must be > 0 (got {c.mem_gb:g})", "set a positive size, or null"))
-    if c.time_min >= 1 and c.signal_delay_s >= c.time_min * 60:
-        p.append(Problem("cluster.signal_delay_s", f"{c.signal_delay_s} s is not shorter than the time limit "
-                         f"({c.time_min} min): the job would be signalled at once",
-                         "lower cluster.signal_delay_s or raise cluster.time_min"))
-    if c.gpus_per_node > 0 and c.ranks_per_node != c.gpus_per_node:
-        p.append(Problem("cluster.ranks_per_node", f"{c.ranks_per_node} ranks on {c.gpus_per_node} GPUs per node: "
-                         "Horovod runs one rank per GPU", f"set cluster.ranks_per_node={c.gpus_per_node}"))
-    for key in ("partition", "account", "qos"):
-        value = getattr(c, key)
-        if value is not None and not SLURM_TOKEN.match(value):
-            p.append(Problem(f"cluster.{key}", f"{value!r} is not a SLURM name (letters, digits, '_.,:+-')",
-                             f"use the name sinfo/sacctmgr shows, e.g. cluster.{key}=gpu"))
-    if c.constraint is not None and not SLURM_CONSTRAINT.match(c.constraint):
-        p.append(Problem("cluster.constraint", f"{c.constraint!r} is not a SLURM constraint expression",
-                         "use features joined by & or |, e.g. cluster.constraint='a100&ib'"))
-    for i, line in enumerate(c.setup):
-        if SHELL_META.search(line) or not line.strip():
-            p.append(Problem(f"cluster.setup[{i}]", f"{line!r} is not one simple command (no ; & | ` $( < > "
-                             "or line breaks)", "put each command in its own entry: "
-                             "cluster.setup='[module load cuda,export X=1]'"))
-    for i, arg in enumerate(c.srun_args):
-        if "\n" in arg or "\0" in arg:
-            p.append(Problem(f"cluster.srun_args[{i}]", "holds a line break", "give one srun argument per entry"))
-    if c.container is not None and (not c.container.strip() or SHELL_META.search(c.container)):
-        p.append(Problem("cluster.container", f"{c.container!r} is not an image path",
-                         "give the path of an Apptainer image, e.g. cluster.container=/images/hpctrain.sif"))
-    p += _one_of("cluster.mpi", c.mpi, MPI_PLUGINS)
-    if cfg.parallelism.backend == "mpi" and c.mpi == "none":
-        p.append(Problem("cluster.mpi", "backend=mpi needs srun to start MPI (PMIx or PMI2)",
-                         "set cluster.mpi=pmix, or parallelism.backend=gloo"))
-    if cfg.train.device == "cuda" and c.gpus_per_node == 0:
-        p.append(Problem("cluster.gpus_per_node", "train.device=cuda but no GPUs are requested",
-                         "set cluster.gpus_per_node (and ranks_per_node) to the GPUs per node"))
     return p

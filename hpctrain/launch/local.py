@@ -1,149 +1,193 @@
-"""Local launch with mpirun: run directory, rendezvous (Gloo), output streaming, failure report."""
+"""The local launcher: mpirun on this machine, through a detached supervisor process
+(local_supervisor.py) so that local runs have the same verbs as SLURM jobs."""
 from __future__ import annotations
 
 import os
-import queue
+import shutil
 import signal
+import socket
 import subprocess
-import threading
-from collections import defaultdict, deque
-from contextlib import ExitStack
+import time
+from collections import defaultdict
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import Any
 
 from .. import records
-from ..config.load import to_yaml
-from ..config.schema import Config
-from ..errors import LaunchError, RankFailure
-from ..events import parse_event
-from ..plan import JobPlan
-from ..plan_slurm import SlurmPlan
-from .output import Line, mpirun_failure, split_tag
+from ..config.schema import Config, LocalClusterConf
+from ..errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
+from ..facts import HostFacts
+from ..plan import JobPlan, mpirun_prefix, plan_local
+from .base import Job, JobStatus, Launcher, RunSpec
+from .registry import register_launcher
+from .rundir import prepare_run_dir, write_run_files
 
-TERM_GRACE_S = 10.0
+CANCEL_WAIT_S = 20.0
 
 
-def prepare_run_dir(run_dir: Path) -> Path:
-    """Create the run directory; refuse one that already holds files (runs never share one)."""
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise LaunchError(f"run directory {run_dir} already exists and is not empty; "
-                          "choose another run.dir (or leave it unset for a fresh dated one)")
+def process_start(pid: int) -> int | None:
+    """A process's start time in clock ticks (/proc/PID/stat field 22): with the pid, it tells
+    our supervisor from an unrelated process that reused its pid."""
     try:
-        (run_dir / records.LOGS).mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise LaunchError(f"cannot create run directory {run_dir}: {e}") from e
-    return run_dir
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent (the waiting hpctrain)
+        return None
+    return int(fields[19])
 
 
-def write_run_files(run_dir: Path, cfg: Config, plan: JobPlan | SlurmPlan) -> None:
-    """config.yaml (what the ranks read) and plan.json, for every launcher."""
-    records.write_atomic(run_dir / records.CONFIG, to_yaml(cfg))
-    records.write_json(run_dir / records.PLAN, plan.to_dict())
+def supervisor_alive(ref: records.JobRef) -> bool | None:
+    """True/False for a supervisor on this host; None when it runs elsewhere (cannot tell)."""
+    if ref.pid is None:
+        return False
+    if ref.host not in (None, socket.gethostname()):
+        return None
+    return process_start(ref.pid) == ref.pid_start
 
 
-class GlooRendezvous:
-    """Horovod's HTTP rendezvous server for Gloo, run inside the launcher (as horovodrun does)."""
+@register_launcher("local")
+class LocalLauncher(Launcher):
+    schema = LocalClusterConf
+    sequential = True
+    cancel_on_interrupt = True
 
-    def __init__(self, hostname: str, ranks: int) -> None:
-        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-        from horovod.runner.http.http_server import RendezvousServer
+    @staticmethod
+    def world_size(cluster: LocalClusterConf) -> int:
+        return cluster.ranks
 
-        self._server = RendezvousServer(verbose=0)
-        self.port = self._server.start()
-        self._server.init(get_host_assignments(parse_hosts(f"{hostname}:{ranks}"), ranks))
+    @staticmethod
+    def problems(cfg: Config) -> list[Problem]:
+        from ..config.validate import at_least
 
-    def close(self) -> None:
-        self._server.stop()
+        c: LocalClusterConf = cfg.cluster
+        p = at_least("cluster.ranks", c.ranks, 1) + at_least("cluster.threads_per_rank", c.threads_per_rank, 1)
+        if not c.mpirun.strip():
+            p.append(Problem("cluster.mpirun", "is empty", "set cluster.mpirun=mpirun (or a full path)"))
+        return p
+
+    @classmethod
+    def host_facts(cls) -> HostFacts:
+        return HostFacts.gather()
+
+    def _facts(self) -> HostFacts:
+        if self.facts is None:
+            self.facts = HostFacts.gather()
+        return self.facts
+
+    def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> JobPlan:
+        return plan_local(cfg, self._facts(), str(run_dir), self.python)
+
+    def describe(self, runs: list[RunSpec]) -> str:
+        if len(runs) == 1:
+            plan: Any = runs[0].plan
+            notes = "".join(f"# note: {n}\n" for n in plan.notes)
+            return f"{notes}# launch command\n{plan.command_line}\n"
+        return "".join(f"# {r.index}: {' '.join(r.overrides)}\n" for r in runs)
+
+    def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
+        mpirun = runs[0].plan.argv[0]  # type: ignore[attr-defined]
+        if shutil.which(mpirun) is None:
+            raise LaunchError(f"cannot start {mpirun!r}: not found; install OpenMPI "
+                              "(apt-get install openmpi-bin) or set cluster.mpirun")
+        for r in runs:
+            write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
+            write_state(r.run_dir, "PENDING")
+        home = group_dir or runs[0].run_dir
+        home.mkdir(parents=True, exist_ok=True)
+        argv = [self.python, "-m", "hpctrain.launch.local_supervisor"]
+        if not detach:
+            argv += ["--parent", str(os.getpid())]
+        argv += [str(r.run_dir) for r in runs]
+        with open(home / "supervisor.log", "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)  # its own process group: cancel ends it all
+        start = process_start(proc.pid)
+        jobs = []
+        for r in runs:
+            job_id = str(proc.pid) if len(runs) == 1 else f"{proc.pid}_{r.index}"
+            ref = records.new(records.JobRef, launcher=self.name, job_id=job_id, world_size=r.plan.world_size,
+                              pid=proc.pid, pid_start=start, host=socket.gethostname())
+            records.write(r.run_dir / records.JOB, ref)
+            jobs.append(Job(r.run_dir, ref))
+        return jobs
+
+    def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
+        out = {}
+        for job in jobs:
+            try:
+                st = records.read(job.run_dir / records.STATE, records.LocalState)
+            except records.RecordMissing:
+                st = None
+            state = st.state if st else "PENDING"
+            reason = ""
+            if state in ("PENDING", "RUNNING") and supervisor_alive(job.ref) is False:
+                # read again: the supervisor may have finished between the two looks
+                st = records.read(job.run_dir / records.STATE, records.LocalState)
+                if st.state in ("PENDING", "RUNNING"):
+                    state, reason = "FAILED", f"the local launcher (pid {job.ref.pid}) is gone"
+                else:
+                    state = st.state
+            elapsed = "-"
+            if st is not None and st.started is not None:
+                end = st.updated if state not in ("PENDING", "RUNNING") else time.time()
+                elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0.0, end - st.started)))
+            out[job.job_id] = JobStatus(job.job_id, state, nodes=1, elapsed=elapsed, reason=reason)
+        return out
+
+    def log_paths(self, job: Job, rank: int) -> list[Path]:
+        return [job.run_dir / records.log_file(rank)]
+
+    def follow_paths(self, job: Job) -> list[Path]:
+        return [job.run_dir / records.LAUNCHER_LOG, job.run_dir / records.log_file(0)]
+
+    def cancel(self, jobs: list[Job]) -> None:
+        """SIGTERM to each supervisor (it stops mpirun and the ranks and records CANCELLED); SIGKILL
+        to its whole process group if it has not ended after CANCEL_WAIT_S."""
+        by_pid: dict[int, list[Job]] = defaultdict(list)
+        for job in jobs:
+            if job.ref.pid is not None:
+                by_pid[job.ref.pid].append(job)
+        for pid, group in by_pid.items():
+            if supervisor_alive(group[0].ref) is None:
+                raise LaunchError(f"run {group[0].run_dir} was started on {group[0].ref.host}: cancel it there")
+            if supervisor_alive(group[0].ref):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        for pid, group in by_pid.items():
+            while supervisor_alive(group[0].ref) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if supervisor_alive(group[0].ref):
+                os.killpg(pid, signal.SIGKILL)
+            for job in group:  # a supervisor killed before it could write says nothing more
+                st = records.read(job.run_dir / records.STATE, records.LocalState)
+                if st.state in ("PENDING", "RUNNING"):
+                    write_state(job.run_dir, "CANCELLED")
+
+    def failure(self, job: Job, status: JobStatus) -> HpctrainError:
+        st = records.read(job.run_dir / records.STATE, records.LocalState)
+        if st.launch_error:
+            return LaunchError(st.launch_error)
+        if status.state == "CANCELLED":
+            return RunCancelled(f"run {job.run_dir} was cancelled")
+        if st.failure is not None:
+            return RankFailure(st.failure.rank, st.failure.cause, st.failure.tail, str(job.run_dir))
+        return RankFailure(None, status.reason or f"the run ended {status.state}", run_dir=str(job.run_dir))
+
+    def run_allreduce(self, cfg: Config, out: Path, max_bytes: int, work_dir: Path) -> None:
+        from ..bench.allreduce import allreduce_argv
+
+        facts = self._facts()
+        prefix, _ = mpirun_prefix(self.world_size(cfg.cluster), facts.cpu_count, facts.is_root, cfg.cluster.mpirun)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(allreduce_argv(prefix, self.python, out, max_bytes), capture_output=True, text=True,
+                           timeout=3600, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise LaunchError(f"allreduce benchmark failed ({r.returncode}):\n{r.stderr[-2000:]}")
 
 
-def _pump(stream: IO[str], name: str, out: "queue.Queue[tuple[str, str] | None]") -> None:
-    for raw in stream:
-        out.put((name, raw.rstrip("\n")))
-    out.put(None)
+def write_state(run_dir: Path, state: str) -> None:
+    from .local_supervisor import write_state as write
 
+    write(run_dir, state)
 
-def _lines(proc: subprocess.Popen[str]) -> Iterator[Line]:
-    q: queue.Queue[tuple[str, str] | None] = queue.Queue()
-    threads = [threading.Thread(target=_pump, args=(s, n, q), daemon=True)
-               for s, n in ((proc.stdout, "stdout"), (proc.stderr, "stderr"))]
-    for t in threads:
-        t.start()
-    open_streams = len(threads)
-    while open_streams:
-        item = q.get()
-        if item is None:
-            open_streams -= 1
-            continue
-        yield split_tag(item[1], item[0])
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """SIGTERM to mpirun's process group (mpirun forwards it to the ranks), then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def run_local(plan: JobPlan, on_output: Callable[[Line], None],
-              on_event: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Start mpirun for `plan` (run files already written); return summary.json's content.
-
-    Every rank's lines go to logs/rank{R}.log; `on_output` sees rank 0's ordinary lines and
-    mpirun's own, `on_event` rank 0's progress events. Raises RankFailure naming the rank.
-    """
-    run_dir = Path(plan.run_dir)
-    tails: dict[int | None, deque[str]] = defaultdict(lambda: deque(maxlen=20))
-    mpirun_text: list[str] = []
-    with ExitStack() as stack:
-        logs = {r: stack.enter_context(open(run_dir / records.log_file(r), "a"))
-                for r in range(plan.world_size)}
-        try:
-            proc = subprocess.Popen(plan.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, bufsize=1, start_new_session=True)
-        except FileNotFoundError as e:
-            raise LaunchError(f"cannot start {plan.argv[0]!r}: {e.strerror}; install OpenMPI "
-                              "(apt-get install openmpi-bin) or set cluster.mpirun") from e
-        stack.callback(_stop, proc)
-        try:
-            for line in _lines(proc):
-                if line.rank is None:
-                    mpirun_text.append(line.text)
-                    on_output(line)
-                    continue
-                logs[line.rank].write(line.text + "\n")
-                tails[line.rank].append(line.text)
-                if line.rank == 0:
-                    event = parse_event(line.text)
-                    if event is not None:
-                        on_event(event)
-                    else:
-                        on_output(line)
-            code = proc.wait()
-        except KeyboardInterrupt:
-            _stop(proc)
-            raise
-    if code != 0:
-        raise _failure(run_dir, code, tails, "\n".join(mpirun_text))
-    try:
-        return records.read_json(run_dir / records.SUMMARY)
-    except FileNotFoundError as e:
-        raise RankFailure(0, "mpirun exited 0 but rank 0 wrote no summary.json", run_dir=str(run_dir)) from e
-
-
-def _failure(run_dir: Path, code: int, tails: dict[int | None, deque[str]], mpirun_text: str) -> RankFailure:
-    """The first rank that failed, from its error file, else from mpirun's report."""
-    first = records.first_error(run_dir)
-    if first is not None:
-        rank = first.get("rank")
-        return RankFailure(rank, records.describe_error(first), "\n".join(tails.get(rank, [])), str(run_dir))
-    found = mpirun_failure(mpirun_text)
-    if found:
-        rank, cause = found
-        return RankFailure(rank, cause, "\n".join(tails.get(rank, [])), str(run_dir))
-    tail = "\n".join(mpirun_text.splitlines()[-15:])
-    return RankFailure(None, f"mpirun exited with status {code}", tail, str(run_dir))

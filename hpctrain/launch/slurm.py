@@ -1,145 +1,101 @@
-"""Submission to SLURM with submitit: single runs, and sweeps as one job array per resource shape.
-
-Every run directory gets `job.json` (job id, submitit folder) so that status/logs/cancel work
-from the directory alone; a sweep directory gets `sweep.json`, the manifest that maps job ids to
-overrides and run directories.
-"""
+"""The SLURM launcher: submitit writes the sbatch script, srun starts one task per rank, sacct
+tells the state. Sweeps and studies go out as one job array per resource shape."""
 from __future__ import annotations
 
 import subprocess
-import time
-from collections import defaultdict
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
-
-import submitit
-from submitit.core.utils import FailedJobError
 
 from .. import records
-from ..config.schema import Config
-from ..errors import LaunchError, RankFailure
-from ..plan_slurm import SlurmPlan
-from .local import prepare_run_dir, write_run_files
-from .sacct import JobState, sacct
-from .slurm_job import AllreduceJob, TrainingJob
-
-JOB = "job.json"
-SWEEP = "sweep.json"
+from ..config.schema import Config, SlurmClusterConf
+from ..errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
+from ..plan_slurm import SlurmPlan, plan_slurm
+from .base import Job, JobStatus, Launcher, RunSpec
+from .registry import register_launcher
+from .sacct import sacct
 
 
-@dataclass
-class Point:
-    """One run of a sweep: its overrides, config and plan."""
+@register_launcher("slurm")
+class SlurmLauncher(Launcher):
+    schema = SlurmClusterConf
+    study_scale = "nodes"
 
-    index: int
-    overrides: list[str]
-    cfg: Config
-    plan: SlurmPlan
+    @staticmethod
+    def world_size(cluster: SlurmClusterConf) -> int:
+        return cluster.nodes * cluster.ranks_per_node
 
+    @staticmethod
+    def problems(cfg: Config) -> list[Problem]:
+        from .slurm_rules import slurm_problems
 
-def _write_run(point_cfg: Config, plan: SlurmPlan) -> None:
-    write_run_files(prepare_run_dir(Path(plan.run_dir)), point_cfg, plan)
+        return slurm_problems(cfg, cfg.cluster)
 
+    def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> SlurmPlan:
+        folder = str(group_dir / "submitit") if group_dir is not None else None
+        return plan_slurm(cfg, str(run_dir), self.python, folder)
 
-def _executor(plan: SlurmPlan) -> submitit.SlurmExecutor:
-    ex = submitit.SlurmExecutor(folder=plan.folder, max_num_timeout=plan.max_requeues,
-                                python=plan.python)
-    ex.update_parameters(**plan.executor)
-    return ex
+    def describe(self, runs: list[RunSpec]) -> str:
+        from .slurm_submit import group_by_shape
 
+        if len(runs) == 1:
+            script = runs[0].plan.sbatch_script()  # type: ignore[attr-defined]
+            return f"# sbatch script (submitted by submitit; nothing was submitted)\n{script}"
+        out = []
+        for group in group_by_shape(runs):
+            out.append(f"# array of {len(group)} run(s): {[r.index for r in group]}\n"
+                       + group[0].plan.sbatch_script(array_size=len(group)))  # type: ignore[attr-defined]
+        return "\n".join(out)
 
-@contextmanager
-def _sbatch_errors() -> Iterator[None]:
-    """sbatch's refusal as a LaunchError carrying its message and what to check."""
-    try:
-        yield
-    except (FailedJobError, subprocess.CalledProcessError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LaunchError(f"sbatch refused the job: {msg}\n  check the controller and partition with `sinfo`; "
-                          "for the local test cluster: bash slurm/start.sh and export "
-                          "SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf") from e
-    except FileNotFoundError as e:
-        raise LaunchError("sbatch not found: install slurm-client, or run on a cluster login node") from e
+    def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
+        from .slurm_submit import submit_runs
 
+        return submit_runs(runs)[0]
 
-def submit_run(cfg: Config, plan: SlurmPlan) -> submitit.Job:
-    _write_run(cfg, plan)
-    with _sbatch_errors():
-        job = _executor(plan).submit(TrainingJob(plan.run_dir))
-    records.write_json(Path(plan.run_dir) / JOB, {"job_id": job.job_id, "folder": plan.folder,
-                                                  "world_size": plan.world_size})
-    return job
+    def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
+        if len(jobs) == 1:
+            plan: SlurmPlan = runs[0].plan  # type: ignore[assignment]
+            return (f"[bold]submitted[/] job {jobs[0].job_id} ({plan.nodes} node(s) x {plan.ranks_per_node} "
+                    "rank(s))")
+        arrays = sorted({j.job_id.split("_")[0] for j in jobs})
+        return f"[bold]submitted[/] {len(jobs)} runs as {len(arrays)} job array(s): {', '.join(arrays)}"
 
+    def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
+        states = sacct([j.job_id for j in jobs])
+        return {k: JobStatus(k, s.state, s.nodes, s.elapsed, f"exit code {s.exit_code}")
+                for k, s in states.items()}
 
-def group_by_shape(points: list[Point]) -> list[list[Point]]:
-    """Points that need the same resources share one sbatch script: one job array each."""
-    groups: dict[str, list[Point]] = defaultdict(list)
-    for p in points:
-        groups[p.plan.shape()].append(p)
-    return list(groups.values())
+    def log_paths(self, job: Job, rank: int) -> list[Path]:
+        folder = Path(job.ref.folder or job.run_dir / "submitit")
+        return [folder / f"{job.job_id}_{rank}_log.out", folder / f"{job.job_id}_{rank}_log.err"]
 
+    def follow_paths(self, job: Job) -> list[Path]:
+        return self.log_paths(job, 0)[:1]
 
-def submit_sweep(sweep_dir: Path, points: list[Point],
-                 on_submitted: Callable[[int], None] = lambda n: None) -> dict[str, Any]:
-    """One `sbatch --array` per resource shape; returns (and writes) the sweep manifest."""
-    manifest: dict[str, Any] = {"sweep_dir": str(sweep_dir), "arrays": [], "runs": []}
-    for g, group in enumerate(group_by_shape(points)):
-        for p in group:
-            _write_run(p.cfg, p.plan)
-        ex = _executor(group[0].plan)
-        with _sbatch_errors(), ex.batch():
-            jobs = [ex.submit(TrainingJob(p.plan.run_dir)) for p in group]
-        manifest["arrays"].append({"array_id": jobs[0].job_id.split("_")[0], "size": len(jobs),
-                                   "shape": group[0].plan.shape()})
-        for p, job in zip(group, jobs):
-            records.write_json(Path(p.plan.run_dir) / JOB, {"job_id": job.job_id, "folder": p.plan.folder,
-                                                            "world_size": p.plan.world_size})
-            manifest["runs"].append({"index": p.index, "overrides": p.overrides, "run_dir": p.plan.run_dir,
-                                     "job_id": job.job_id, "array": g})
-        on_submitted(len(jobs))
-    manifest["runs"].sort(key=lambda r: r["index"])
-    records.write_json(sweep_dir / SWEEP, manifest)
-    return manifest
+    def cancel(self, jobs: list[Job]) -> None:
+        ids = [j.job_id for j in jobs]
+        try:
+            r = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
+        except FileNotFoundError as e:
+            raise LaunchError("scancel not found: install slurm-client") from e
+        if r.returncode != 0:
+            raise LaunchError(f"scancel failed: {r.stderr.strip()}")
 
+    def failure(self, job: Job, status: JobStatus) -> HpctrainError:
+        first = records.first_error(job.run_dir)
+        if first is not None:
+            return RankFailure(first.rank, f"{first.describe()}; job {job.job_id} {status.state}",
+                               run_dir=str(job.run_dir))
+        if status.state == "CANCELLED":
+            return RunCancelled(f"job {job.job_id} was cancelled (run directory {job.run_dir})")
+        return RankFailure(None, f"job {job.job_id} ended {status.state} ({status.reason})", run_dir=str(job.run_dir))
 
-def submit_allreduce(plan: SlurmPlan, out: Path, max_bytes: int, folder: str) -> str:
-    """The allreduce benchmark on the resources of `plan` (one world size of a study)."""
-    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=0, python=plan.python)
-    ex.update_parameters(**{**plan.executor, "job_name": "allreduce"})
-    with _sbatch_errors():
-        return ex.submit(AllreduceJob(str(out), 1024, max_bytes)).job_id
+    def run_allreduce(self, cfg: Config, out: Path, max_bytes: int, work_dir: Path) -> None:
+        """On the resources of `cfg` (one world size of a study), as one job; waits for it."""
+        from .slurm_submit import submit_allreduce
 
-
-def run_dirs_and_jobs(path: Path) -> list[tuple[Path, str]]:
-    """(run dir, job id) for a run directory or a sweep directory."""
-    if (path / SWEEP).exists():
-        return [(Path(r["run_dir"]), r["job_id"]) for r in records.read_json(path / SWEEP)["runs"]]
-    if (path / JOB).exists():
-        return [(path, records.read_json(path / JOB)["job_id"])]
-    raise LaunchError(f"{path} is neither a SLURM run directory ({JOB}) nor a sweep directory ({SWEEP})")
-
-
-def wait(job_ids: list[str], timeout_s: float, poll_s: float = 1.0,
-         on_poll: Callable[[dict[str, JobState]], None] = lambda s: None) -> dict[str, JobState]:
-    """Poll sacct until every job is done (sacct lags a job's end by a second or two)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        states = sacct(job_ids)
-        on_poll(states)
-        if len(states) == len(job_ids) and all(s.done for s in states.values()):
-            return states
-        if time.monotonic() > deadline:
-            raise LaunchError(f"jobs {', '.join(job_ids)} not done after {timeout_s:.0f} s "
-                              f"(states: {', '.join(f'{k}={v.state}' for k, v in states.items())})")
-        time.sleep(poll_s)
-
-
-def failure_of(run_dir: Path, state: JobState) -> RankFailure:
-    first = records.first_error(run_dir)
-    if first is not None:
-        return RankFailure(first.get("rank"), f"{records.describe_error(first)}; job {state.job_id} {state.state}",
-                           run_dir=str(run_dir))
-    return RankFailure(None, f"job {state.job_id} ended {state.state} (exit code {state.exit_code})",
-                       run_dir=str(run_dir))
+        plan = self.plan(cfg, work_dir / "allreduce", work_dir)
+        job_id = submit_allreduce(plan, out, max_bytes, plan.folder)
+        ref = records.new(records.JobRef, launcher=self.name, job_id=job_id, world_size=plan.world_size,
+                          folder=plan.folder)
+        state = self.wait([Job(work_dir, ref)], timeout_s=3600, poll_s=1.0)[job_id]
+        if state.state != "COMPLETED" or not out.exists():
+            raise LaunchError(f"allreduce benchmark job {job_id} ended {state.state}; logs in {plan.folder}")

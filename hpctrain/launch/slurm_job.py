@@ -19,14 +19,13 @@ from submitit.core.utils import DelayedSubmission
 
 from .. import records
 from ..config.load import config_from_yaml
-from ..config.schema import SlurmClusterConf
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
 
-    def __call__(self) -> dict[str, Any] | None:
+    def __call__(self) -> records.RunSummary | None:
         from ..rank import fail, run
         from ..train.comm import slurm_gloo_setup
         from ..train.loop import StopControl
@@ -34,8 +33,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         run_dir = Path(self.run_dir)
         try:
             cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
-            interval = cfg.cluster.checkpoint_interval if isinstance(cfg.cluster, SlurmClusterConf) else 0
-            control = StopControl(checkpoint_interval=interval)
+            control = StopControl(checkpoint_interval=cfg.cluster.checkpoint_interval)  # a SLURM config
             submitit_handler = signal.getsignal(signal.SIGUSR2)
             signal.signal(signal.SIGUSR2, lambda *_: setattr(control, "requested", True))
             if cfg.parallelism.backend == "gloo":

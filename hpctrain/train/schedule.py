@@ -1,15 +1,10 @@
-"""Learning-rate scaling with the global batch, and linear warm-up. Pure functions."""
+"""Learning-rate warm-up. Pure functions; the scaled target lr is derived once (derived.py)."""
 from __future__ import annotations
 
 from ..config.schema import OptimConf
+from ..derived import target_lr
 
-
-def target_lr(cfg: OptimConf, global_batch: int, per_rank_batch: int) -> float:
-    """Linear scaling rule: lr x global_batch / reference_batch (Goyal et al. 2017, arXiv:1706.02677)."""
-    if cfg.lr_scaling == "none":
-        return cfg.lr
-    reference = cfg.reference_batch or per_rank_batch
-    return cfg.lr * global_batch / reference
+__all__ = ["lr_at", "target_lr"]
 
 
 def lr_at(step: int, cfg: OptimConf, target: float) -> float:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from typing import Sequence
+
+from ..records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -16,53 +18,47 @@ def percentile(values: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def rank_stats(records: Sequence[dict[str, Any]], peak_memory_bytes: int) -> dict[str, Any]:
+def share(part_s: float, step_s: float) -> float:
+    """A part's share of the step (the one definition the summary and the analysis use)."""
+    return part_s / step_s if step_s > 0 else float("nan")
+
+
+def rank_stats(steps: Sequence[StepRecord], rank: int, host: str, peak_memory_bytes: int,
+               parameters: int) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
-    timed = [r for r in records if r["timed"]]
-    mean = lambda k: statistics.fmean(r[k] for r in timed) if timed else float("nan")  # noqa: E731
-    step_times = [r["step_s"] for r in timed]
-    last = records[-5:]
-    return {
-        "timed_steps": len(timed),
-        "wall_s": sum(step_times),
-        "step_s": mean("step_s"),
-        "step_p50_s": percentile(step_times, 50),
-        "step_p95_s": percentile(step_times, 95),
-        "data_s": mean("data_s"),
-        "compute_s": mean("compute_s"),
-        "comm_s": mean("comm_s"),
-        "first_loss": records[0]["loss"] if records else float("nan"),
-        "last_loss": statistics.fmean(r["loss"] for r in last) if last else float("nan"),
-        "peak_memory_bytes": int(peak_memory_bytes),
-    }
+    timed = [r for r in steps if r.timed]
+
+    def mean(k: str) -> float:
+        return statistics.fmean(getattr(r, k) for r in timed) if timed else float("nan")
+    step_times = [r.step_s for r in timed]
+    last = steps[-5:]
+    return RankSummary(
+        rank=rank, host=host, timed_steps=len(timed), wall_s=sum(step_times), step_s=mean("step_s"),
+        step_p50_s=percentile(step_times, 50), step_p95_s=percentile(step_times, 95),
+        data_s=mean("data_s"), compute_s=mean("compute_s"), comm_s=mean("comm_s"),
+        first_loss=steps[0].loss if steps else float("nan"),
+        last_loss=statistics.fmean(r.loss for r in last) if last else float("nan"),
+        peak_memory_bytes=int(peak_memory_bytes), parameters=parameters)
 
 
-def summarize(per_rank: Sequence[dict[str, Any]], global_batch: int) -> dict[str, Any]:
+def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: object) -> RunSummary:
     """Run summary over all ranks. Throughput uses the slowest rank's timed wall time, because a
-    synchronous data-parallel step ends for everyone when the slowest rank ends."""
+    synchronous data-parallel step ends for everyone when the slowest rank ends. `about`: the
+    descriptive fields (model, precision, backend, compression, started, finished)."""
     n = len(per_rank)
-    steps = per_rank[0]["timed_steps"]
-    wall = max(r["wall_s"] for r in per_rank)
-    avg = lambda k: statistics.fmean(r[k] for r in per_rank)  # noqa: E731
+    steps = per_rank[0].timed_steps
+    wall = max(r.wall_s for r in per_rank)
+
+    def avg(k: str) -> float:
+        return statistics.fmean(getattr(r, k) for r in per_rank)
     step = avg("step_s")
     throughput = global_batch * steps / wall if wall > 0 else float("nan")
-    return {
-        "world_size": n,
-        "global_batch": global_batch,
-        "timed_steps": steps,
-        "throughput_samples_per_s": throughput,
-        "throughput_per_rank": throughput / n,
-        "step_ms": 1e3 * step,
-        "step_p50_ms": 1e3 * avg("step_p50_s"),
-        "step_p95_ms": 1e3 * max(r["step_p95_s"] for r in per_rank),
-        "compute_ms": 1e3 * avg("compute_s"),
-        "comm_ms": 1e3 * avg("comm_s"),
-        "data_ms": 1e3 * avg("data_s"),
-        "compute_share": avg("compute_s") / step if step > 0 else float("nan"),
-        "comm_share": avg("comm_s") / step if step > 0 else float("nan"),
-        "data_share": avg("data_s") / step if step > 0 else float("nan"),
-        "first_loss": avg("first_loss"),
-        "last_loss": avg("last_loss"),
-        "peak_memory_bytes": [r["peak_memory_bytes"] for r in per_rank],
-        "per_rank": list(per_rank),
-    }
+    return RunSummary(
+        format_version=FORMAT_VERSION, world_size=n, global_batch=global_batch, batch_per_rank=global_batch // n,
+        timed_steps=steps, throughput_samples_per_s=throughput, throughput_per_rank=throughput / n,
+        step_s=step, step_p50_s=avg("step_p50_s"), step_p95_s=max(r.step_p95_s for r in per_rank),
+        compute_s=avg("compute_s"), comm_s=avg("comm_s"), data_s=avg("data_s"),
+        compute_share=share(avg("compute_s"), step), comm_share=share(avg("comm_s"), step),
+        data_share=share(avg("data_s"), step), first_loss=avg("first_loss"), last_loss=avg("last_loss"),
+        peak_memory_bytes=[r.peak_memory_bytes for r in per_rank], parameters=per_rank[0].parameters,
+        per_rank=list(per_rank), **about)  # type: ignore[arg-type]

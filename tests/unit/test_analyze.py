@@ -1,12 +1,13 @@
 """Study analysis on synthetic run records with known answers; failed runs are listed."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from hpctrain import records
 from hpctrain.analysis.analyze import Run, analyze_dir, analyze_runs
+from hpctrain.bench.analyze import synthetic_summary
 from hpctrain.analysis.report import write_report
 
 
@@ -50,16 +51,12 @@ def _write_study(root: Path, kind: str, runs: list[Run], broken: int = 0) -> Pat
     entries = []
     for i, r in enumerate(runs):
         d = root / f"n{r.n}-r{r.rep}-{i}"
-        d.mkdir(parents=True)
-        (d / "summary.json").write_text(json.dumps({
-            "world_size": r.n, "global_batch": r.global_batch, "throughput_samples_per_s": r.throughput,
-            "step_ms": 1e3 * r.step_s, "compute_ms": 1e3 * r.compute_s, "comm_ms": 1e3 * r.comm_s,
-            "data_ms": 0.0, "parameters": r.parameters}))
-        (d / "plan.json").write_text(json.dumps({"batch": {"per_rank": r.batch_per_rank}}))
-        entries.append({"run_dir": str(d), "rep": r.rep})
+        records.write(d / records.SUMMARY, synthetic_summary(r.n, r.global_batch, r.step_s, r.compute_s, r.comm_s,
+                                                             0.0, r.parameters))
+        entries.append(records.StudyRun(d.name, r.n, r.rep, r.n, [], str(d)))
     for j in range(broken):
-        entries.append({"run_dir": str(root / f"failed-{j}"), "rep": 0})
-    (root / "study.json").write_text(json.dumps({"kind": kind, "runs": entries}))
+        entries.append(records.StudyRun(f"failed-{j}", 1, 0, 1, [], str(root / f"failed-{j}")))
+    records.write(root / records.STUDY, records.new(records.StudyManifest, kind=kind, launcher="local", runs=entries))
     return root
 
 

@@ -5,7 +5,8 @@ import pytest
 
 from hpctrain.config import load_config
 from hpctrain.errors import ConfigError
-from hpctrain.launch.slurm import Point, group_by_shape
+from hpctrain.launch.base import RunSpec
+from hpctrain.launch.slurm_submit import group_by_shape
 from hpctrain.plan_slurm import plan_slurm
 from hpctrain.sweep import expand
 
@@ -29,7 +30,7 @@ def test_bad_sweep_syntax_is_a_config_error() -> None:
 
 def test_points_group_into_one_array_per_shape() -> None:
     points = expand(["cluster=slurm", "cluster.nodes=1,2", "precision=fp32,bf16,fp16"])
-    planned = [Point(i, p, c := load_config(p), plan_slurm(c, f"/s/{i}", "py", "/s/submitit"))
+    planned = [RunSpec(i, p, c := load_config(p), plan_slurm(c, f"/s/{i}", "py", "/s/submitit"))
                for i, p in enumerate(points)]
     groups = group_by_shape(planned)
     assert sorted(len(g) for g in groups) == [3, 3]

@@ -1,0 +1,45 @@
+"""Quantities derived from a config, computed in this one place: below both the plan (which
+records them in plan.json) and the rank (which reads them from there)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config.schema import Config, OptimConf
+from .records import Batch
+
+
+def world_size(cfg: Config) -> int:
+    """Ranks the launcher starts (each launcher knows its own cluster config)."""
+    from .launch.registry import launcher_class
+
+    return launcher_class(cfg.cluster.name).world_size(cfg.cluster)
+
+
+def resolve_batch(cfg: Config, world: int | None = None) -> Batch:
+    """Per-rank and global batch from whichever of the two the user set (validated first)."""
+    n = world_size(cfg) if world is None else world
+    per = cfg.train.batch_per_rank
+    if per is None:
+        per = (cfg.train.global_batch or 0) // max(n, 1)
+    return Batch(per, per * n, per // max(cfg.parallelism.backward_passes_per_step, 1))
+
+
+def target_lr(cfg: OptimConf, global_batch: int, per_rank_batch: int) -> float:
+    """Linear scaling rule: lr x global_batch / reference_batch (Goyal et al. 2017, arXiv:1706.02677)."""
+    if cfg.lr_scaling == "none":
+        return cfg.lr
+    reference = cfg.reference_batch or per_rank_batch
+    return cfg.lr * global_batch / reference
+
+
+@dataclass(frozen=True)
+class Derived:
+    world_size: int
+    batch: Batch
+    lr: float  # learning rate after scaling, reached at the end of warm-up
+
+
+def derive(cfg: Config) -> Derived:
+    n = world_size(cfg)
+    batch = resolve_batch(cfg, n)
+    return Derived(n, batch, target_lr(cfg.optim, batch.global_, batch.per_rank))

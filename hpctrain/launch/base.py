@@ -1,0 +1,168 @@
+"""The launcher interface: every way of starting ranks (local mpirun, SLURM, ...) implements it.
+
+Modelled on TorchX's Scheduler (a pure dry run, then submit, describe, logs, cancel) and
+ReFrame's launcher registry. A launcher is chosen by the config's `cluster.name`
+(see registry.py); the code above it never asks which one it has.
+
+    plan(cfg, run_dir)        pure: the launch plan (what --dry-run prints), no I/O
+    describe(plans)           the dry-run text of one run or a sweep
+    submit(runs)              write the run files, start or submit; returns one Job per run
+    status(jobs)              JobStatus per job id (PENDING RUNNING COMPLETED FAILED CANCELLED ...)
+    wait(jobs)                poll status until every job is done (generic, below)
+    log_paths(job, rank)      the files holding a rank's output
+    follow_paths(job)         the files where rank 0's lines and progress events appear
+    cancel(jobs)              stop the jobs and every rank they started
+    failure(job, status)      the error that explains a run that did not complete
+    run_allreduce(...)        the allreduce benchmark on this launcher's resources
+"""
+from __future__ import annotations
+
+import sys
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Protocol
+
+from .. import records
+from ..config.schema import ClusterConf, Config
+from ..errors import HpctrainError, LaunchError, Problem
+from ..facts import HostFacts
+
+# A job is done in any of these states (SLURM's words; the local launcher uses a subset).
+DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
+                  "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
+
+
+class Plan(Protocol):
+    """What every launcher's plan has: enough to write plan.json and to start the ranks."""
+
+    @property
+    def run_dir(self) -> str: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run to start: its place in a sweep, its overrides, its validated config and plan."""
+
+    index: int
+    overrides: list[str]
+    cfg: Config
+    plan: Plan
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.plan.run_dir)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A started run: its directory and the reference job.json holds."""
+
+    run_dir: Path
+    ref: records.JobRef
+
+    @property
+    def job_id(self) -> str:
+        return self.ref.job_id
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "Job":
+        return cls(run_dir, records.read(run_dir / records.JOB, records.JobRef))
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: str
+    nodes: int | None = None
+    elapsed: str = "-"
+    reason: str = ""  # why it is pending, or how it ended
+
+    @property
+    def done(self) -> bool:
+        return self.state in DONE
+
+
+class Launcher(ABC):
+    name: ClassVar[str]  # set by @register_launcher
+    schema: ClassVar[type[ClusterConf]]  # the cluster config this launcher reads
+    sequential: ClassVar[bool] = False  # runs of a sweep go one after another (not at once)
+    study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
+    cancel_on_interrupt: ClassVar[bool] = False  # ^C while waiting ends the runs (else they go on)
+
+    def __init__(self, facts: HostFacts | None = None, python: str = sys.executable) -> None:
+        self.facts = facts
+        self.python = python
+
+    # --- about the cluster config -----------------------------------------------------------
+    @staticmethod
+    @abstractmethod
+    def world_size(cluster: Any) -> int: ...
+
+    @staticmethod
+    def problems(cfg: Config) -> list[Problem]:
+        """Rules for this launcher's cluster config (each names the key, the rule and the fix)."""
+        return []
+
+    @classmethod
+    def host_facts(cls) -> HostFacts | None:
+        """Facts of the machine the ranks run on, when that is this machine (else None)."""
+        return None
+
+    # --- planning (pure) --------------------------------------------------------------------
+    @abstractmethod
+    def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> Plan: ...
+
+    @abstractmethod
+    def describe(self, runs: list[RunSpec]) -> str: ...
+
+    # --- side effects -----------------------------------------------------------------------
+    @abstractmethod
+    def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
+        """Write each run's files, then start or submit. `detach=False`: the caller waits, and
+        the runs may end with it (a local launch watches its parent)."""
+
+    @abstractmethod
+    def status(self, jobs: list[Job]) -> dict[str, JobStatus]: ...
+
+    @abstractmethod
+    def log_paths(self, job: Job, rank: int) -> list[Path]: ...
+
+    @abstractmethod
+    def follow_paths(self, job: Job) -> list[Path]: ...
+
+    @abstractmethod
+    def cancel(self, jobs: list[Job]) -> None: ...
+
+    @abstractmethod
+    def failure(self, job: Job, status: JobStatus) -> HpctrainError: ...
+
+    @abstractmethod
+    def run_allreduce(self, cfg: Config, out: Path, max_bytes: int, work_dir: Path) -> None: ...
+
+    def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
+        """What to tell the user once the runs are started or submitted."""
+        if len(jobs) == 1:
+            return f"[bold]started[/] {self.name} run, job {jobs[0].job_id} ({runs[0].plan.world_size} rank(s))"
+        return f"[bold]started[/] {len(jobs)} {self.name} runs: jobs {jobs[0].job_id} .. {jobs[-1].job_id}"
+
+    def wait(self, jobs: list[Job], timeout_s: float, poll_s: float = 1.0,
+             on_poll: Callable[[dict[str, JobStatus]], None] = lambda s: None) -> dict[str, JobStatus]:
+        """Poll until every job is done (SLURM's accounting lags a job's end by a second or two)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            states = self.status(jobs)
+            on_poll(states)
+            if len(states) == len(jobs) and all(s.done for s in states.values()):
+                return states
+            if time.monotonic() > deadline:
+                raise LaunchError(f"jobs {', '.join(j.job_id for j in jobs)} not done after {timeout_s:.0f} s "
+                                  f"(states: {', '.join(f'{k}={v.state}' for k, v in states.items())}); "
+                                  "they keep running: hpctrain status / cancel")
+            time.sleep(poll_s)

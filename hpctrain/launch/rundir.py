@@ -1,0 +1,30 @@
+"""Creating a run directory and writing what every launcher writes before the ranks start."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import records
+from ..config.load import to_yaml
+from ..config.schema import Config
+from ..errors import LaunchError
+
+
+def prepare_run_dir(run_dir: Path) -> Path:
+    """Create the run directory; refuse one that already holds files (runs never share one)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise LaunchError(f"run directory {run_dir} is a file; choose another run.dir")
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise LaunchError(f"run directory {run_dir} already exists and is not empty; "
+                          "choose another run.dir (or leave it unset for a fresh dated one)")
+    try:
+        (run_dir / records.LOGS).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LaunchError(f"cannot create run directory {run_dir}: {e}") from e
+    return run_dir
+
+
+def write_run_files(run_dir: Path, cfg: Config, plan: Any) -> None:
+    """config.yaml (what the ranks read) and plan.json, for every launcher."""
+    records.write_atomic(run_dir / records.CONFIG, to_yaml(cfg))
+    records.write_json(run_dir / records.PLAN, plan.to_dict())

@@ -1,0 +1,155 @@
+"""The run-directory contract: every file name, and a typed record for each file.
+
+    config.yaml          the resolved configuration (what the ranks read)
+    plan.json            PlanRecord: world size, batch sizes, lr, and the launcher's details
+    job.json             JobRef: launcher and job id, for status / logs / cancel
+    state.json           LocalState: a local run's state, written by its supervisor
+    env.json             versions, host names, MPI flavour, Horovod build (rank 0)
+    steps-rank{R}.jsonl  StepRecord per step and rank
+    summary.json         RunSummary: rank 0's aggregate over all ranks, written last
+    error-rank{R}.json   ErrorRecord: why a rank failed, written before it exits
+    logs/rank{R}.log     everything a rank printed (local runs; SLURM keeps submitit's logs)
+    logs/launcher.log    the local launcher's own output (mpirun's messages)
+    model.pt             final weights (rank 0), when train.save_model is true
+    checkpoints/         step-NNNNNN.pt and the `latest` pointer
+    sweep.json           SweepManifest (in a sweep directory)
+    study.json           StudyManifest, allreduce-n{N}.json AllreduceResult (in a study directory)
+
+Writes are atomic (temporary file + rename), so a reader never sees half a file; readers check
+every field and raise RecordError naming the file (and line) and what is wrong.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator, TypeVar
+
+from ..errors import RecordError, RecordMissing
+from .io import read_new_lines, write_atomic
+from .typed import FORMAT_VERSION, from_dict, to_dict
+from .types import (AllreduceResult, AllreduceRow, ArrayRef, Batch, ErrorRecord, Failure, JobRef,
+                    LocalState, PlanRecord, RankSummary, RunSummary, StepRecord, StudyManifest,
+                    StudyRun, SweepManifest, SweepRun, new)
+
+__all__ = [
+    "AllreduceResult", "AllreduceRow", "ArrayRef", "Batch", "ErrorRecord", "Failure", "FORMAT_VERSION",
+    "JobRef", "LocalState", "PlanRecord", "RankSummary", "RecordError", "RecordMissing", "RunSummary",
+    "StepRecord", "StudyManifest", "StudyRun", "SweepManifest", "SweepRun", "new", "read", "write",
+    "read_json", "write_json", "write_atomic", "read_new_lines", "read_steps", "step_line",
+]
+
+T = TypeVar("T")
+
+CONFIG = "config.yaml"
+PLAN = "plan.json"
+JOB = "job.json"
+STATE = "state.json"
+ENV = "env.json"
+SUMMARY = "summary.json"
+MODEL = "model.pt"
+LOGS = "logs"
+LAUNCHER_LOG = f"{LOGS}/launcher.log"
+CHECKPOINTS = "checkpoints"
+SWEEP = "sweep.json"
+STUDY = "study.json"
+REPORT = "report"
+
+
+def steps_file(rank: int) -> str:
+    return f"steps-rank{rank}.jsonl"
+
+
+def error_file(rank: int) -> str:
+    return f"error-rank{rank}.json"
+
+
+def log_file(rank: int) -> str:
+    return f"{LOGS}/rank{rank}.log"
+
+
+def allreduce_file(n: int) -> str:
+    return f"allreduce-n{n}.json"
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    """Parsed JSON, or RecordError naming the file (RecordMissing if it does not exist)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError as e:
+        raise RecordMissing(f"{path}: missing") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecordError(f"{path}: cannot be read ({e})") from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        what = "empty" if not text.strip() else f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
+        raise RecordError(f"{path}: {what}") from e
+
+
+def read(path: Path, cls: type[T]) -> T:
+    """The typed record in `path`; RecordError names the file and the bad field."""
+    data = read_json(path)
+    try:
+        return from_dict(cls, data)
+    except RecordError as e:
+        raise RecordError(f"{path}: not a valid {cls.__name__} record: {e}") from None
+
+
+def write(path: Path, record: Any) -> None:
+    write_json(path, to_dict(record))
+
+
+def step_line(rec: StepRecord) -> str:
+    return json.dumps(to_dict(rec)) + "\n"
+
+
+def iter_steps(path: Path, tolerate_partial_tail: bool = True) -> Iterator[StepRecord]:
+    """Step records of a steps-rank{R}.jsonl file. A last line without its newline (a rank
+    killed mid-write) is skipped when `tolerate_partial_tail`; any other bad line is an error
+    naming the file and the line."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError as e:
+        raise RecordMissing(f"{path}: missing") from e
+    lines = raw.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]
+    for no, line in enumerate(complete, start=1):
+        if line.strip():
+            yield _step(path, no, line)
+    if tail.strip():
+        if not tolerate_partial_tail:
+            yield _step(path, len(lines), tail)
+
+
+def _step(path: Path, no: int, line: bytes) -> StepRecord:
+    try:
+        return from_dict(StepRecord, json.loads(line))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RecordError(f"{path}, line {no}: not valid JSON ({e})") from None
+    except RecordError as e:
+        raise RecordError(f"{path}, line {no}: not a valid step record: {e}") from None
+
+
+def read_steps(path: Path, tolerate_partial_tail: bool = True) -> list[StepRecord]:
+    return list(iter_steps(path, tolerate_partial_tail))
+
+
+def read_errors(run_dir: Path) -> dict[int, ErrorRecord]:
+    """error-rank{R}.json files by rank; unreadable ones are skipped (a rank may die mid-write)."""
+    out = {}
+    for p in sorted(Path(run_dir).glob("error-rank*.json")):
+        try:
+            out[int(p.stem.removeprefix("error-rank"))] = read(p, ErrorRecord)
+        except (ValueError, RecordError):
+            continue
+    return out
+
+
+def first_error(run_dir: Path) -> ErrorRecord | None:
+    """The earliest error-rank{R}.json: the rank that failed first (the others were stopped)."""
+    errors = read_errors(run_dir)
+    return min(errors.values(), key=lambda e: e.time) if errors else None

@@ -1,0 +1,230 @@
+"""One typed record per file of the run-directory contract. Times are in seconds throughout;
+the UI converts to milliseconds when it shows them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+from .typed import FORMAT_VERSION
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One line of steps-rank{R}.jsonl: one optimizer step of one rank."""
+
+    step: int
+    rank: int
+    loss: float
+    lr: float
+    data_s: float  # waiting for the batch and copying it to the device
+    compute_s: float  # forward + backward + update
+    comm_s: float  # exposed communication: blocked waiting for gradients after the backward pass
+    step_s: float  # the whole step, from the end of the previous one
+    samples: int  # samples this rank processed in the step
+    samples_per_s: float  # global samples per second of this step
+    timed: bool  # False for warm-up steps, which timing statistics leave out
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank's aggregate over its timed steps (allgathered into the run summary)."""
+
+    rank: int
+    host: str
+    timed_steps: int
+    wall_s: float
+    step_s: float
+    step_p50_s: float
+    step_p95_s: float
+    data_s: float
+    compute_s: float
+    comm_s: float
+    first_loss: float
+    last_loss: float
+    peak_memory_bytes: int
+    parameters: int
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """summary.json: rank 0's aggregate over all ranks, written last."""
+
+    format_version: int
+    world_size: int
+    global_batch: int
+    batch_per_rank: int
+    timed_steps: int
+    throughput_samples_per_s: float
+    throughput_per_rank: float
+    step_s: float
+    step_p50_s: float
+    step_p95_s: float
+    compute_s: float
+    comm_s: float
+    data_s: float
+    compute_share: float
+    comm_share: float
+    data_share: float
+    first_loss: float
+    last_loss: float
+    peak_memory_bytes: list[int]
+    parameters: int
+    started: float
+    finished: float
+    model: str
+    precision: str
+    backend: str
+    compression: str
+    per_rank: list[RankSummary]
+
+    @property
+    def grad_bytes_per_param(self) -> int:
+        return 2 if self.compression == "fp16" else 4
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Samples per step: per rank, over all ranks, and per backward pass (gradient accumulation)."""
+
+    per_rank: int
+    global_: int
+    micro: int
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """plan.json: what the ranks read (world size, batch sizes, learning rate) plus the
+    launcher's own details (command, environment, sbatch parameters)."""
+
+    EXTRA_KEYS_OK: ClassVar[bool] = True  # launcher-specific keys are kept as they are
+    format_version: int
+    launcher: str
+    run_dir: str
+    world_size: int
+    nodes: int
+    ranks_per_node: int
+    batch: Batch
+    lr: float
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """job.json: how to find a started run again (status, logs, cancel) from its directory."""
+
+    format_version: int
+    launcher: str  # the registry name: local, slurm
+    job_id: str
+    world_size: int
+    folder: Optional[str] = None  # slurm: submitit's folder with the task logs
+    pid: Optional[int] = None  # local: the supervisor process (leader of the run's process group)
+    pid_start: Optional[int] = None  # local: its start time in clock ticks (guards pid reuse)
+    host: Optional[str] = None  # local: where the supervisor runs
+
+
+@dataclass(frozen=True)
+class Failure:
+    rank: Optional[int]
+    cause: str
+    tail: str = ""
+
+
+@dataclass(frozen=True)
+class LocalState:
+    """state.json of a local run, written by its supervisor at every change of state."""
+
+    format_version: int
+    state: str  # PENDING RUNNING COMPLETED FAILED CANCELLED
+    updated: float
+    started: Optional[float] = None
+    exit_code: Optional[int] = None
+    failure: Optional[Failure] = None
+    launch_error: Optional[str] = None  # mpirun could not start at all
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    """error-rank{R}.json: why a rank failed, written by that rank before it exits."""
+
+    rank: Optional[int]
+    host: str
+    type: str
+    message: str
+    traceback: str
+    time: float
+
+    def describe(self) -> str:
+        return f"{self.type}: {self.message} (on {self.host})"
+
+
+@dataclass(frozen=True)
+class ArrayRef:
+    array_id: str
+    size: int
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    index: int
+    overrides: list[str]
+    run_dir: str
+    job_id: str
+    array: int = 0
+
+
+@dataclass(frozen=True)
+class SweepManifest:
+    """sweep.json: the runs of a sweep (or of one study attempt) and their jobs."""
+
+    format_version: int
+    sweep_dir: str
+    launcher: str
+    runs: list[SweepRun]
+    arrays: list[ArrayRef] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    name: str
+    scale: int
+    rep: int
+    world_size: int
+    overrides: list[str]
+    run_dir: str
+
+
+@dataclass(frozen=True)
+class StudyManifest:
+    """study.json: the runs of a scaling study."""
+
+    format_version: int
+    kind: str  # strong | weak
+    launcher: str
+    runs: list[StudyRun]
+    config_dir: Optional[str] = None
+    allreduce_bench: bool = True
+    allreduce_max_mb: int = 256
+
+
+@dataclass(frozen=True)
+class AllreduceRow:
+    n: int
+    bytes: int
+    iters: int
+    hvd_s: float
+    mpi_s: float
+
+
+@dataclass(frozen=True)
+class AllreduceResult:
+    """allreduce-n{N}.json: the allreduce benchmark on N ranks."""
+
+    format_version: int
+    n: int
+    mpi_library: str
+    rows: list[AllreduceRow]
+
+
+def new(cls: Any, **values: Any) -> Any:
+    """A record of the current format version."""
+    return cls(format_version=FORMAT_VERSION, **values)

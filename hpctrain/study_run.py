@@ -1,0 +1,107 @@
+"""Running a scaling study: create it (every point validated before the first starts), run the
+unfinished points through the config's launcher, measure allreduce once per world size, and
+analyze. The expansion itself is pure (study.py)."""
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Sequence
+
+from . import records
+from .config import validate
+from .config.load import load_config, load_configs
+from .config.schema import Config
+from .derived import world_size
+from .errors import HpctrainError, RecordError
+from .launch.base import RunSpec
+from .launch.registry import launcher_for
+from .orchestrate import Reporter, follow, one_launcher, write_sweep
+from .plan import default_run_dir
+from .study import expand_study
+
+
+def create_study(kind: str, overrides: Sequence[str], config_dir: str | None = None,
+                 now: datetime | None = None) -> tuple[Path, records.StudyManifest]:
+    """The study's directory and manifest (not yet written: see write_study)."""
+    user = [*overrides, f"study={kind}"]
+    base = load_config(user, config_dir)
+    points = expand_study(base)
+    configs = load_configs([[*user, *p.overrides] for p in points], config_dir)
+    launcher = one_launcher(configs)
+    for cfg in configs:
+        validate(cfg, launcher.facts)  # every point is checked before the first one starts
+    stem = default_run_dir(base, now or datetime.now())
+    study_dir = (stem.parent / f"{stem.name}-{kind}").resolve()
+    study = base.study
+    assert study is not None  # expand_study checked it
+    manifest = records.new(
+        records.StudyManifest, kind=kind, launcher=launcher.name, config_dir=config_dir,
+        allreduce_bench=study.allreduce_bench, allreduce_max_mb=study.allreduce_max_mb,
+        runs=[records.StudyRun(p.name, p.scale, p.rep, world_size(c), [*user, *p.overrides], str(study_dir / p.name))
+              for p, c in zip(points, configs)])
+    return study_dir, manifest
+
+
+def write_study(study_dir: Path, manifest: records.StudyManifest) -> None:
+    try:
+        study_dir.mkdir(parents=True)
+    except FileExistsError as e:
+        raise HpctrainError(f"study directory {study_dir} already exists; resume it with "
+                            f"hpctrain study resume {study_dir}") from e
+    records.write(study_dir / records.STUDY, manifest)
+
+
+def pending(manifest: records.StudyManifest) -> list[records.StudyRun]:
+    return [r for r in manifest.runs if not (Path(r.run_dir) / records.SUMMARY).exists()]
+
+
+def _set_aside(run_dir: Path) -> None:
+    """A failed attempt's directory is kept, renamed, never overwritten."""
+    if run_dir.exists():
+        run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{int(time.time())}"))
+
+
+def run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
+    """Run the unfinished points of the study (all of them the first time)."""
+    manifest = records.read(study_dir / records.STUDY, records.StudyManifest)
+    todo = pending(manifest)
+    done = len(manifest.runs) - len(todo)
+    if done:
+        reporter.note(f"{done} run(s) already finished; running the other {len(todo)}")
+    # every run's config, composed once: the pending ones run, and each world size's first one
+    # gives the resources of its allreduce benchmark
+    configs: dict[str, Config] = dict(zip((r.name for r in manifest.runs),
+                                          load_configs([r.overrides for r in manifest.runs], manifest.config_dir)))
+    launcher = launcher_for(configs[manifest.runs[0].name])
+    for r in todo:
+        _set_aside(Path(r.run_dir))
+    runs = [RunSpec(i, r.overrides, configs[r.name], launcher.plan(configs[r.name], Path(r.run_dir), study_dir))
+            for i, r in enumerate(todo)]
+    if runs:
+        jobs = launcher.submit(runs, study_dir, detach=False)
+        write_sweep(study_dir / f"attempt-{int(time.time())}", launcher.name, runs, jobs)
+        if not launcher.sequential:
+            reporter.note(f"submitted {len(runs)} run(s) as {len({j.job_id.split('_')[0] for j in jobs})} "
+                          "job array(s)")
+        labels = [f"study run {i + 1}/{len(todo)}: {r.name} ({r.world_size} ranks)" for i, r in enumerate(todo)]
+        states = follow(launcher, jobs, reporter, timeout_s, labels, [configs[r.name].train.steps for r in todo])
+        for r, job in zip(todo, jobs):
+            st = states[job.job_id]
+            if st.state != "COMPLETED":  # one failed point does not stop the study; analyze lists it
+                reporter.note(f"{r.name} failed: {str(launcher.failure(job, st)).splitlines()[0]}")
+    if manifest.allreduce_bench:
+        first: dict[int, Config] = {}
+        for r in manifest.runs:
+            first.setdefault(r.world_size, configs[r.name])
+        for n, cfg in sorted(first.items()):
+            out = study_dir / records.allreduce_file(n)
+            if n > 1 and not out.exists():
+                reporter.note(f"allreduce benchmark on {n} ranks")
+                launcher.run_allreduce(cfg, out, manifest.allreduce_max_mb * 2**20, study_dir)
+
+
+def load_study(study_dir: Path) -> records.StudyManifest:
+    if not (study_dir / records.STUDY).exists():
+        raise RecordError(f"{study_dir} is not a study directory (no {records.STUDY})")
+    return records.read(study_dir / records.STUDY, records.StudyManifest)

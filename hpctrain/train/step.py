@@ -1,0 +1,86 @@
+"""One training step, and the objects it works on. The driver (loop.py) owns everything around
+it: data timing, resume, cooperative stop, checkpoints and records.
+
+A step is timed in three parts after its data has arrived (wall clock; the device is
+synchronised on GPUs):
+  compute  forward + backward (+ the optimizer update); allreduces overlap the backward pass
+  comm     exposed communication: time blocked in optimizer.synchronize() waiting for the
+           allreduces still in flight after the backward pass ended
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config.schema import Config
+from .precision import autocast
+
+
+@dataclass
+class Trainer:
+    model: nn.Module
+    optimizer: Any  # horovod.torch DistributedOptimizer
+    scaler: torch.amp.GradScaler | None
+    loader: torch.utils.data.DataLoader
+    device: torch.device
+    criterion: nn.Module
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: float
+    compute_s: float
+    comm_s: float
+    end: float  # perf_counter() when the step ended
+    stop: bool  # every rank agreed to stop after this step
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_step(t: Trainer, hvd: Any, cfg: Config, x: torch.Tensor, y: torch.Tensor, lr: float, step: int,
+               stop_vote: bool | None) -> StepResult:
+    """Forward, backward, gradient allreduce and update on one batch. `stop_vote` (None: no vote)
+    is this rank's wish to stop, agreed on by a one-element allreduce that Horovod fuses with
+    the gradients, so every rank stops after the same step."""
+    opt, dev = t.optimizer, t.device
+    acc = cfg.parallelism.backward_passes_per_step
+    t_start = time.perf_counter()
+    vote = (hvd.allreduce_async(torch.tensor([float(stop_vote)]), op=hvd.Max, name=f"hpctrain.stop.{step}")
+            if stop_vote is not None else None)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad()
+    loss_sum = torch.zeros((), device=dev)
+    # Horovod allreduces each gradient after its `acc`-th backward pass, so the micro-batch losses
+    # are divided by acc: the sum of their gradients is the per-rank batch mean.
+    for xs, ys in zip(x.chunk(acc), y.chunk(acc)):
+        with autocast(cfg.precision.name, dev.type):
+            logits = t.model(xs)
+            loss = t.criterion(logits.reshape(-1, logits.shape[-1]).float(), ys.reshape(-1)) / acc
+        (t.scaler.scale(loss) if t.scaler else loss).backward()
+        loss_sum += loss.detach()
+    sync(dev)
+    t_backward = time.perf_counter()
+
+    opt.synchronize()  # blocks until every gradient allreduce has finished
+    stop = vote is not None and float(hvd.synchronize(vote)[0]) > 0
+    sync(dev)
+    t_comm = time.perf_counter()
+
+    with opt.skip_synchronize():
+        if t.scaler is not None:
+            t.scaler.unscale_(opt)
+            t.scaler.step(opt)
+            t.scaler.update()
+        else:
+            opt.step()
+    sync(dev)
+    t_end = time.perf_counter()
+    return StepResult(float(loss_sum), (t_backward - t_start) + (t_end - t_comm), t_comm - t_backward, t_end, stop)
