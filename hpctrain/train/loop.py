@@ -126,7 +126,7 @@ def train(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Path,
             sync(t.device)
             t_data = time.perf_counter()
             lr = lr_at(step, cfg.optim, d.lr)
-            r = train_step(t, hvd, cfg, x, y, lr, step, control.requested if control is not None else None)
+            r = train_step(t, hvd, cfg, x, y, lr, step, control.requested if control is not None else None, t_data)
             rec = records.StepRecord(
                 step=step, rank=info.rank, loss=r.loss, lr=lr, data_s=t_data - t_prev, compute_s=r.compute_s,
                 comm_s=r.comm_s, step_s=r.end - t_prev, samples=d.batch.per_rank,

@@ -45,13 +45,13 @@ def sync(device: torch.device) -> None:
 
 
 def train_step(t: Trainer, hvd: Any, cfg: Config, x: torch.Tensor, y: torch.Tensor, lr: float, step: int,
-               stop_vote: bool | None) -> StepResult:
-    """Forward, backward, gradient allreduce and update on one batch. `stop_vote` (None: no vote)
-    is this rank's wish to stop, agreed on by a one-element allreduce that Horovod fuses with
-    the gradients, so every rank stops after the same step."""
+               stop_vote: bool | None, t_start: float) -> StepResult:
+    """Forward, backward, gradient allreduce and update on one batch whose data arrived at
+    `t_start` (so data + compute + comm is the whole step). `stop_vote` (None: no vote) is this
+    rank's wish to stop, agreed on by a one-element allreduce that Horovod fuses with the
+    gradients, so every rank stops after the same step."""
     opt, dev = t.optimizer, t.device
     acc = cfg.parallelism.backward_passes_per_step
-    t_start = time.perf_counter()
     vote = (hvd.allreduce_async(torch.tensor([float(stop_vote)]), op=hvd.Max, name=f"hpctrain.stop.{step}")
             if stop_vote is not None else None)
     for group in opt.param_groups:

@@ -3,6 +3,8 @@ local mpirun and SLURM must behave the same from the user's side."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,8 @@ BACKENDS = {
     "local": ["cluster=local", "cluster.ranks=2"],
     "slurm": ["cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=1"],
 }
+# What each backend's dry run must show: the exact launch of 2 ranks.
+DRY_RUN = {"local": "mpirun -np 2", "slurm": "#SBATCH --nodes=2"}
 SMALL = ["data=digits", "train.steps=8", "train.warmup_steps=2", "train.batch_per_rank=16"]
 
 
@@ -21,6 +25,29 @@ def backend(request: pytest.FixtureRequest) -> list[str]:
     if request.param == "slurm":
         request.getfixturevalue("slurm_cluster")
     return BACKENDS[request.param]
+
+
+def _name(backend: list[str]) -> str:
+    return backend[0].split("=")[1]
+
+
+def _status(run_dir: Path) -> str:
+    r = hpctrain("status", str(run_dir), timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def _wait_for(what: str, check, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def _rank_processes(run_dir: Path) -> list[str]:
+    """Processes of this run still alive on this machine (ranks, mpirun, the local supervisor)."""
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in out if str(run_dir) in line and "ps -eo" not in line]
 
 
 @pytest.mark.parametrize("comm", ["mpi", "gloo"])
@@ -47,7 +74,9 @@ def test_failing_rank_is_named(backend: list[str], tmp_path: Path) -> None:
 def test_dry_run_starts_nothing(backend: list[str], tmp_path: Path) -> None:
     r = hpctrain("run", "--dry-run", f"run.dir={tmp_path / 'd'}", *backend, *SMALL)
     assert r.returncode == 0, r.stderr
-    assert ("#SBATCH --nodes=2" in r.stdout) or ("mpirun -np 2" in r.stdout)
+    assert DRY_RUN[_name(backend)] in r.stdout
+    other = next(v for k, v in DRY_RUN.items() if k != _name(backend))
+    assert other not in r.stdout
     assert not (tmp_path / "d").exists()
 
 
@@ -55,3 +84,36 @@ def test_invalid_config_is_rejected_before_launch(backend: list[str], tmp_path: 
     r = hpctrain("run", f"run.dir={tmp_path / 'bad'}", *backend, *SMALL, "optim.lr=-1")
     assert r.returncode == 2 and "optim.lr" in r.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_no_wait_run_finishes_and_status_and_logs_show_it(backend: list[str], tmp_path: Path) -> None:
+    run_dir = tmp_path / "nw"
+    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *backend, *SMALL)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"hpctrain status {run_dir}" in r.stdout  # it says how to follow the run
+    assert json.loads((run_dir / "job.json").read_text())["launcher"] == _name(backend)
+    follow = hpctrain("logs", str(run_dir), "--follow", timeout=300)  # returns when the run ends
+    assert follow.returncode == 0 and "step 8/8" in follow.stdout, follow.stdout + follow.stderr
+    assert "@@hpctrain" not in follow.stdout  # progress events are not shown as log lines
+    _wait_for("COMPLETED", lambda: "COMPLETED" in _status(run_dir))
+    assert "step 8," in _status(run_dir)  # progress from rank 0's step records
+    assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
+
+
+def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_path: Path) -> None:
+    run_dir = tmp_path / "long"
+    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *backend, *SMALL, "train.steps=100000",
+                 "train.log_interval=100")
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    _wait_for("the first 120 steps", lambda: "RUNNING" in _status(run_dir)
+              and len((run_dir / "steps-rank0.jsonl").read_text().splitlines()) >= 120
+              if (run_dir / "steps-rank0.jsonl").exists() else False)
+    r = hpctrain("cancel", str(run_dir))
+    assert r.returncode == 0 and f"cancelled 1 job(s): {job}" in r.stdout, r.stdout + r.stderr
+    _wait_for("CANCELLED", lambda: "CANCELLED" in _status(run_dir))
+    if _name(backend) == "local":  # nothing of the run is left on this machine
+        _wait_for("no process left", lambda: not _rank_processes(run_dir), timeout_s=30)
+    assert not (run_dir / "summary.json").exists()
+    logs = hpctrain("logs", str(run_dir), "--rank", "0")
+    assert logs.returncode == 0 and "step 100/100000" in logs.stdout

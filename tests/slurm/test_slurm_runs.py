@@ -112,21 +112,3 @@ def test_slurm_study_submits_arrays_and_reports(tmp_path: Path) -> None:
     bench = json.loads((study / "allreduce-n2.json").read_text())  # measured inside a 2-node job
     assert bench["n"] == 2 and bench["rows"][-1]["bytes"] == 2**20
     assert "α–β fit of the allreduce" in (study / "report" / "report.md").read_text()
-
-
-def test_cancel_stops_a_running_job_and_status_shows_it(tmp_path: Path) -> None:
-    run_dir = tmp_path / "long"
-    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *BASE[:1], "train.steps=100000", "cluster=slurm")
-    assert r.returncode == 0, r.stderr
-    job = json.loads((run_dir / "job.json").read_text())["job_id"]
-    deadline = time.monotonic() + 120
-    while sacct_state(job) != "RUNNING":
-        assert time.monotonic() < deadline, sacct_state(job)
-        time.sleep(0.5)
-    r = hpctrain("cancel", str(run_dir))
-    assert r.returncode == 0 and f"cancelled 1 job(s): {job}" in r.stdout
-    deadline = time.monotonic() + 120
-    while sacct_state(job) != "CANCELLED":
-        assert time.monotonic() < deadline, sacct_state(job)
-        time.sleep(0.5)
-    assert "CANCELLED" in hpctrain("status", str(run_dir)).stdout
