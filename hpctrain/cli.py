@@ -1,13 +1,14 @@
 """The `hpctrain` command. Library code raises typed errors; this module turns them into messages
 and exit codes (0 ok, 1 other error or an unreadable record, 2 invalid config, 3 launch error,
 4 a rank failed, 130 interrupted or cancelled)."""
+
 from __future__ import annotations
 
 import argparse
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from rich.text import Text
 
@@ -30,37 +31,65 @@ EPILOG = """examples:
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help="Hydra overrides, e.g. model=resnet18 train.steps=100 cluster.ranks=4")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="Hydra overrides, e.g. model=resnet18 train.steps=100 cluster.ranks=4",
+    )
     p.add_argument("--config-dir", help="directory with config.yaml (default: hpctrain's conf/)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="hpctrain", description="Distributed Horovod training from Hydra configs, locally "
-        "with mpirun or on SLURM, with scaling analysis.", epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog="hpctrain",
+        description="Distributed Horovod training from Hydra configs, locally "
+        "with mpirun or on SLURM, with scaling analysis.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"hpctrain {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="train with the given config overrides",
-                         description="Compose the config, validate it, plan the launch and run it.")
+    run = sub.add_parser(
+        "run",
+        help="train with the given config overrides",
+        description="Compose the config, validate it, plan the launch and run it.",
+    )
     _add_config_args(run)
-    run.add_argument("--dry-run", action="store_true",
-                     help="print the resolved config and the exact launch command; start nothing")
-    run.add_argument("--cfg", action="store_true", help="print the resolved config only (like Hydra's --cfg job)")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved config and the exact launch command; start nothing",
+    )
+    run.add_argument(
+        "--cfg", action="store_true", help="print the resolved config only (like Hydra's --cfg job)"
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
-    run.add_argument("-m", "--multirun", action="store_true",
-                     help="sweep: key=a,b,c expands to one run per combination (SLURM: one job array "
-                          "per resource shape; local: one run after another)")
-    run.add_argument("--no-wait", action="store_true",
-                     help="start (locally: a detached launcher) or submit (SLURM), and return at once")
-    run.add_argument("--timeout-min", type=float, default=24 * 60,
-                     help="stop waiting (not the run) after this many minutes")
+    run.add_argument(
+        "-m",
+        "--multirun",
+        action="store_true",
+        help="sweep: key=a,b,c expands to one run per combination (SLURM: one job array "
+        "per resource shape; local: one run after another)",
+    )
+    run.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="start (locally: a detached launcher) or submit (SLURM), and return at once",
+    )
+    run.add_argument(
+        "--timeout-min",
+        type=float,
+        default=24 * 60,
+        help="stop waiting (not the run) after this many minutes",
+    )
 
-    st = sub.add_parser("status", help="state of a run, sweep or study (local or SLURM), with progress and errors")
+    st = sub.add_parser(
+        "status", help="state of a run, sweep or study (local or SLURM), with progress and errors"
+    )
     st.add_argument("path", type=Path, help="a run, sweep or study directory")
     lg = sub.add_parser("logs", help="print a rank's output (local or SLURM)")
     lg.add_argument("path", type=Path, help="a run directory")
@@ -69,16 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
     cn = sub.add_parser("cancel", help="cancel a run, or every run of a sweep or study (local or SLURM)")
     cn.add_argument("path", type=Path, help="a run, sweep or study directory")
 
-    sd = sub.add_parser("study", help="strong/weak scaling study: expand, run (or resume), analyze",
-                        description="hpctrain study strong|weak [overrides] runs every point and writes a "
-                        "report; hpctrain study resume STUDY_DIR runs only the unfinished points.")
+    sd = sub.add_parser(
+        "study",
+        help="strong/weak scaling study: expand, run (or resume), analyze",
+        description="hpctrain study strong|weak [overrides] runs every point and writes a "
+        "report; hpctrain study resume STUDY_DIR runs only the unfinished points.",
+    )
     sd.add_argument("kind", choices=["strong", "weak", "resume"])
     _add_config_args(sd)
     sd.add_argument("--dry-run", action="store_true", help="list the runs; start nothing")
     sd.add_argument("--no-progress", action="store_true")
     sd.add_argument("--no-wait", action="store_true", help=argparse.SUPPRESS)
     sd.add_argument("--timeout-min", type=float, default=24 * 60)
-    an = sub.add_parser("analyze", help="analyze a study directory: table, CSV, plots, Markdown and HTML report")
+    an = sub.add_parser(
+        "analyze", help="analyze a study directory: table, CSV, plots, Markdown and HTML report"
+    )
     an.add_argument("path", type=Path, help="a study directory (with study.json)")
     an.add_argument("--out", help="report directory (default: STUDY_DIR/report)")
 
@@ -92,13 +126,19 @@ def build_parser() -> argparse.ArgumentParser:
     ov.add_argument("--steps", type=int, default=60)
     ov.add_argument("--batch", type=int, default=64, help="per-rank batch")
     ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
-    ar = bsub.add_parser("allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit")
+    ar = bsub.add_parser(
+        "allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit"
+    )
     ar.add_argument("--ranks", type=int, default=2)
     ar.add_argument("--max-mb", type=int, default=256)
     ar.add_argument("--out", default="outputs/bench")
-    ba = bsub.add_parser("analyze", help="analyze + report a synthetic study of N runs (target: 1000 in < 2 s)")
+    ba = bsub.add_parser(
+        "analyze", help="analyze + report a synthetic study of N runs (target: 1000 in < 2 s)"
+    )
     ba.add_argument("--runs", type=int, default=1000)
-    sb = bsub.add_parser("submit", help="plan + submit an N-point single-shape sweep to SLURM; count sbatch calls")
+    sb = bsub.add_parser(
+        "submit", help="plan + submit an N-point single-shape sweep to SLURM; count sbatch calls"
+    )
     sb.add_argument("--points", type=int, default=256)
     sb.add_argument("--out", default="outputs/bench")
     return parser

@@ -1,4 +1,5 @@
 """`hpctrain status | logs | cancel` for runs, sweeps and studies of any launcher, by directory."""
+
 from __future__ import annotations
 
 import time
@@ -18,9 +19,15 @@ def status(path: Path, console: Console) -> int:
         table.add_column(col)
     for job, st, error in orchestrate.statuses(orchestrate.jobs_in(path)):
         color = {"COMPLETED": "green", "RUNNING": "cyan", "FAILED": "red"}.get(st.state, "yellow")
-        table.add_row(job.run_dir.name, job.job_id, f"[{color}]{st.state}[/]",
-                      str(st.nodes) if st.nodes is not None else "-", st.elapsed,
-                      orchestrate.progress_of(job.run_dir), error or st.reason if st.state != "COMPLETED" else "")
+        table.add_row(
+            job.run_dir.name,
+            job.job_id,
+            f"[{color}]{st.state}[/]",
+            str(st.nodes) if st.nodes is not None else "-",
+            st.elapsed,
+            orchestrate.progress_of(job.run_dir),
+            error or st.reason if st.state != "COMPLETED" else "",
+        )
     console.print(table)
     return 0
 

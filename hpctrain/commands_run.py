@@ -1,4 +1,5 @@
 """`hpctrain run`: parse, call orchestrate, render. One run or a sweep (-m), on any launcher."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,20 +28,29 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         return 0
     jobs = orchestrate.start(prep, detach=args.no_wait)
     where = prep.group_dir or prep.runs[0].run_dir
-    console.print(launcher.started_message(prep.runs, jobs) + f"; {'sweep' if prep.group_dir else 'run'} "
-                  f"directory {where}", highlight=False)
+    console.print(
+        launcher.started_message(prep.runs, jobs) + f"; {'sweep' if prep.group_dir else 'run'} "
+        f"directory {where}",
+        highlight=False,
+    )
     for note in getattr(prep.runs[0].plan, "notes", []):
         console.print(f"[yellow]note:[/] {note}")
     if args.no_wait:
-        console.print(f"follow it with: hpctrain status {where}   /   hpctrain logs {jobs[0].run_dir} --follow",
-                      highlight=False)
+        console.print(
+            f"follow it with: hpctrain status {where}   /   hpctrain logs {jobs[0].run_dir} --follow",
+            highlight=False,
+        )
         return 0
     reporter = RichReporter(console, progress=not args.no_progress)
-    labels = ([f"sweep point {r.index + 1}/{len(prep.runs)}: {' '.join(r.overrides)}" for r in prep.runs]
-              if prep.group_dir is not None else [])
+    labels = (
+        [f"sweep point {r.index + 1}/{len(prep.runs)}: {' '.join(r.overrides)}" for r in prep.runs]
+        if prep.group_dir is not None
+        else []
+    )
     try:
-        states = orchestrate.follow(launcher, jobs, reporter, args.timeout_min * 60, labels,
-                                    [r.cfg.train.steps for r in prep.runs])
+        states = orchestrate.follow(
+            launcher, jobs, reporter, args.timeout_min * 60, labels, [r.cfg.train.steps for r in prep.runs]
+        )
     finally:
         reporter.close()
     if prep.group_dir is None:
@@ -52,8 +62,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     for r, job in zip(prep.runs, jobs):
         st = states[job.job_id]
         if st.state != "COMPLETED" and launcher.sequential:
-            console.print(f"[red]point {r.index} failed:[/] {str(launcher.failure(job, st)).splitlines()[0]}",
-                          highlight=False)
+            console.print(
+                f"[red]point {r.index} failed:[/] {str(launcher.failure(job, st)).splitlines()[0]}",
+                highlight=False,
+            )
         rows.append((r.overrides, job.run_dir, st.state))
     return sweep_table(console, prep.group_dir, rows)
 
@@ -69,8 +81,13 @@ def sweep_table(console: Console, sweep_dir: Path, rows: list[tuple[list[str], P
         except RecordError:
             s = None
         failed += state != "COMPLETED"
-        table.add_row(run_dir.name, " ".join(overrides), state,
-                      f"{s.throughput_samples_per_s:.1f}" if s else "-", f"{1e3 * s.step_s:.1f}" if s else "-",
-                      f"{100 * s.comm_share:.1f}%" if s else "-")
+        table.add_row(
+            run_dir.name,
+            " ".join(overrides),
+            state,
+            f"{s.throughput_samples_per_s:.1f}" if s else "-",
+            f"{1e3 * s.step_s:.1f}" if s else "-",
+            f"{100 * s.comm_share:.1f}%" if s else "-",
+        )
     console.print(table)
     return 4 if failed else 0

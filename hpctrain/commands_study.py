@@ -1,5 +1,6 @@
 """`hpctrain study strong|weak`, `hpctrain study resume DIR` and `hpctrain analyze DIR`: parse,
 call study_run / analysis, render."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,9 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
                 print(f"{r.name}: {' '.join(r.overrides)}")
             return 0
         write_study(study_dir, manifest)
-        console.print(f"[bold]study[/] {args.kind}: {len(manifest.runs)} runs -> {study_dir}", highlight=False)
+        console.print(
+            f"[bold]study[/] {args.kind}: {len(manifest.runs)} runs -> {study_dir}", highlight=False
+        )
     reporter = RichReporter(console, progress=not args.no_progress)
     try:
         run_study(study_dir, reporter, args.timeout_min * 60)
@@ -43,13 +46,18 @@ def analyze_and_report(study_dir: Path, console: Console, out: Path | None = Non
     paths = write_report(a, out or study_dir / "report")
     console.print(terminal_table(a))
     if a.missing:
-        console.print(f"[yellow]{len(a.missing)} run(s) missing or failed:[/] "
-                      + ", ".join(Path(m).name for m in a.missing), highlight=False)
+        console.print(
+            f"[yellow]{len(a.missing)} run(s) missing or failed:[/] "
+            + ", ".join(Path(m).name for m in a.missing),
+            highlight=False,
+        )
     for c in a.corrupt:
         console.print(f"[yellow]unreadable:[/] {c}", highlight=False)
-    console.print(f"report: {paths['html']}  ({paths['markdown'].name}, {paths['csv'].name}, "
-                  f"{', '.join(p.name for k, p in paths.items() if k not in ('csv', 'markdown', 'html'))})",
-                  highlight=False)
+    console.print(
+        f"report: {paths['html']}  ({paths['markdown'].name}, {paths['csv'].name}, "
+        f"{', '.join(p.name for k, p in paths.items() if k not in ('csv', 'markdown', 'html'))})",
+        highlight=False,
+    )
     return 0
 
 

@@ -1,5 +1,6 @@
 """Quantities derived from a config, computed in this one place: below both the plan (which
 records them in plan.json) and the rank (which reads them from there)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """`hpctrain doctor`: what this environment can do, and the command that fixes each missing piece."""
+
 from __future__ import annotations
 
 import importlib
@@ -6,8 +7,8 @@ import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -54,7 +55,9 @@ def check_torch() -> Check:
 
     if torch.cuda.is_available():
         nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "?"
-        return Check("torch", True, f"{v}; CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s), NCCL {nccl}")
+        return Check(
+            "torch", True, f"{v}; CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s), NCCL {nccl}"
+        )
     return Check("torch", True, f"{v}; no CUDA device (training runs on the CPU)")
 
 
@@ -65,28 +68,61 @@ def check_horovod() -> list[Check]:
     try:
         import horovod.torch as hvd
     except Exception as e:  # noqa: BLE001
-        return [Check("horovod", False, f"{v}, but horovod.torch fails: {e}", f"rebuild: rm -rf ~/.cache/hpctrain && {SETUP}")]
+        return [
+            Check(
+                "horovod",
+                False,
+                f"{v}, but horovod.torch fails: {e}",
+                f"rebuild: rm -rf ~/.cache/hpctrain && {SETUP}",
+            )
+        ]
     controllers = [n for n, f in (("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()]
-    ops = [n for n, f in (("NCCL", hvd.nccl_built), ("DDL", hvd.ddl_built), ("CCL", hvd.ccl_built),
-                          ("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()]
+    ops = [
+        n
+        for n, f in (
+            ("NCCL", hvd.nccl_built),
+            ("DDL", hvd.ddl_built),
+            ("CCL", hvd.ccl_built),
+            ("MPI", hvd.mpi_built),
+            ("Gloo", hvd.gloo_built),
+        )
+        if f()
+    ]
     checks = [
         Check("horovod", True, f"{v}; frameworks: PyTorch"),
-        Check("horovod controllers", bool(controllers), ", ".join(controllers) or "none",
-              f"rebuild with HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1: {SETUP}"),
+        Check(
+            "horovod controllers",
+            bool(controllers),
+            ", ".join(controllers) or "none",
+            f"rebuild with HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1: {SETUP}",
+        ),
         Check("horovod tensor operations", bool(ops), ", ".join(ops) or "none", SETUP),
     ]
     import torch
 
     if torch.cuda.is_available() and not hvd.nccl_built():
-        checks.append(Check("horovod NCCL", False, "GPUs present but Horovod has no NCCL operations",
-                            f"HOROVOD_GPU_OPERATIONS=NCCL {SETUP}", required=False))
+        checks.append(
+            Check(
+                "horovod NCCL",
+                False,
+                "GPUs present but Horovod has no NCCL operations",
+                f"HOROVOD_GPU_OPERATIONS=NCCL {SETUP}",
+                required=False,
+            )
+        )
     return checks
 
 
 def check_mpi() -> list[Check]:
     mpirun = shutil.which("mpirun")
-    out = [Check("mpirun", mpirun is not None, _first_line(["mpirun", "--version"]) if mpirun else "not found",
-                 "apt-get install openmpi-bin libopenmpi-dev")]
+    out = [
+        Check(
+            "mpirun",
+            mpirun is not None,
+            _first_line(["mpirun", "--version"]) if mpirun else "not found",
+            "apt-get install openmpi-bin libopenmpi-dev",
+        )
+    ]
     if _version_of("mpi4py") is None:
         out.append(Check("mpi4py", False, "not importable", SETUP))
     else:
@@ -98,17 +134,25 @@ def check_mpi() -> list[Check]:
 
 
 def check_python_packages() -> list[Check]:
-    return [Check(name, (v := _version_of(mod)) is not None, v or "not importable", SETUP)
-            for name, mod in (("submitit", "submitit"), ("hydra-core", "hydra"))]
+    return [
+        Check(name, (v := _version_of(mod)) is not None, v or "not importable", SETUP)
+        for name, mod in (("submitit", "submitit"), ("hydra-core", "hydra"))
+    ]
 
 
 def check_slurm() -> Check:
     found = [c for c in SLURM_COMMANDS if shutil.which(c)]
     missing = [c for c in SLURM_COMMANDS if c not in found]
     detail = (_first_line(["sinfo", "--version"]) + "; " if "sinfo" in found else "") + (
-        f"missing: {', '.join(missing)}" if missing else "all client commands present")
-    return Check("slurm client", not missing, detail,
-                 "apt-get install slurm-client (to submit to a cluster from this machine)", required=False)
+        f"missing: {', '.join(missing)}" if missing else "all client commands present"
+    )
+    return Check(
+        "slurm client",
+        not missing,
+        detail,
+        "apt-get install slurm-client (to submit to a cluster from this machine)",
+        required=False,
+    )
 
 
 def check_host() -> Check:
@@ -117,7 +161,14 @@ def check_host() -> Check:
 
 
 CHECKS: list[Callable[[], Check | list[Check]]] = [
-    check_host, check_python, check_torch, check_horovod, check_mpi, check_python_packages, check_slurm]
+    check_host,
+    check_python,
+    check_torch,
+    check_horovod,
+    check_mpi,
+    check_python_packages,
+    check_slurm,
+]
 
 
 def gather() -> list[Check]:

@@ -1,4 +1,5 @@
 """Typed exceptions. Library code raises these; only the CLI turns them into messages and exit codes."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ class ConfigError(HpctrainError):
         super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
 
     @classmethod
-    def one(cls, key: str, rule: str, fix: str) -> "ConfigError":
+    def one(cls, key: str, rule: str, fix: str) -> ConfigError:
         return cls([Problem(key, rule, fix)])
 
     @property

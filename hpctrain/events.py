@@ -1,5 +1,6 @@
 """Machine-readable lines rank 0 prints among its ordinary output; the launcher turns them into
 a progress bar. One JSON object per line after a fixed prefix, so any launcher can parse them."""
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,7 @@ def parse_event(line: str) -> dict[str, Any] | None:
     if not line.startswith(PREFIX):
         return None
     try:
-        obj = json.loads(line[len(PREFIX):])
+        obj = json.loads(line[len(PREFIX) :])
     except json.JSONDecodeError:
         return None
     return obj if isinstance(obj, dict) and "event" in obj else None

@@ -1,4 +1,5 @@
 """What this host can do, gathered in one place and passed explicitly to pure planning code."""
+
 from __future__ import annotations
 
 import os
@@ -17,14 +18,16 @@ class HostFacts:
     cpu_bf16_autocast: bool
 
     @classmethod
-    def gather(cls) -> "HostFacts":
+    def gather(cls) -> HostFacts:
         import torch
 
         from .train.precision import autocast_supported
 
         cuda = torch.cuda.is_available()
         return cls(
-            cpu_count=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+            cpu_count=len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1),
             is_root=os.geteuid() == 0,
             hostname=socket.gethostname(),
             cuda_available=cuda,
@@ -34,9 +37,16 @@ class HostFacts:
         )
 
     @classmethod
-    def example(cls, **changes: object) -> "HostFacts":
+    def example(cls, **changes: object) -> HostFacts:
         """A fixed 2-core CPU host, for tests and snapshots."""
-        base = dict(cpu_count=2, is_root=False, hostname="host0", cuda_available=False,
-                    cuda_bf16=False, cpu_fp16_autocast=True, cpu_bf16_autocast=True)
+        base = dict(
+            cpu_count=2,
+            is_root=False,
+            hostname="host0",
+            cuda_available=False,
+            cuda_bf16=False,
+            cpu_fp16_autocast=True,
+            cpu_bf16_autocast=True,
+        )
         base.update(changes)
         return cls(**base)  # type: ignore[arg-type]

@@ -1,12 +1,14 @@
 """Runs and sweeps from overrides to results, through whichever launcher the config names. No
 argparse and no printing: the CLI parses, calls these, and renders what they return; what
 happens meanwhile goes to a Reporter."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from . import records
 from .config import validate
@@ -37,13 +39,20 @@ class Prepared:
 def one_launcher(configs: Sequence[Config]) -> Launcher:
     names = sorted({c.cluster.name for c in configs})
     if len(names) > 1:
-        raise ConfigError.one("cluster", f"a sweep must use one launcher (found {', '.join(names)})",
-                              "sweep over one cluster= option at a time")
+        raise ConfigError.one(
+            "cluster",
+            f"a sweep must use one launcher (found {', '.join(names)})",
+            "sweep over one cluster= option at a time",
+        )
     return launcher_for(configs[0])
 
 
-def prepare(overrides: Sequence[str], config_dir: str | None = None, multirun: bool = False,
-            now: datetime | None = None) -> Prepared:
+def prepare(
+    overrides: Sequence[str],
+    config_dir: str | None = None,
+    multirun: bool = False,
+    now: datetime | None = None,
+) -> Prepared:
     """Compose, validate and plan every run (every point of a sweep) before anything starts."""
     points = expand(overrides) if multirun else [list(overrides)]
     configs = load_configs(points, config_dir) if multirun else [load_config(overrides, config_dir)]
@@ -53,9 +62,14 @@ def prepare(overrides: Sequence[str], config_dir: str | None = None, multirun: b
     base = default_run_dir(configs[0], now or datetime.now())
     if not multirun:
         run_dir = base.resolve()
-        return Prepared(launcher, [RunSpec(0, list(overrides), configs[0], launcher.plan(configs[0], run_dir))], None)
+        return Prepared(
+            launcher, [RunSpec(0, list(overrides), configs[0], launcher.plan(configs[0], run_dir))], None
+        )
     group = (base.parent / f"{base.name}-sweep").resolve()
-    runs = [RunSpec(i, p, c, launcher.plan(c, group / str(i), group)) for i, (p, c) in enumerate(zip(points, configs))]
+    runs = [
+        RunSpec(i, p, c, launcher.plan(c, group / str(i), group))
+        for i, (p, c) in enumerate(zip(points, configs))
+    ]
     return Prepared(launcher, runs, group)
 
 
@@ -67,16 +81,27 @@ def start(p: Prepared, detach: bool) -> list[Job]:
     return jobs
 
 
-def write_sweep(sweep_dir: Path, launcher: str, runs: list[RunSpec], jobs: list[Job]) -> records.SweepManifest:
+def write_sweep(
+    sweep_dir: Path, launcher: str, runs: list[RunSpec], jobs: list[Job]
+) -> records.SweepManifest:
     arrays: dict[str, int] = {}
     for job in jobs:
         if "_" in job.job_id:
             array = job.job_id.split("_")[0]
             arrays[array] = arrays.get(array, 0) + 1
     index = {a: i for i, a in enumerate(arrays)}
-    manifest = records.new(records.SweepManifest, sweep_dir=str(sweep_dir), launcher=launcher, runs=[
-        records.SweepRun(r.index, r.overrides, str(r.run_dir), j.job_id, index.get(j.job_id.split("_")[0], 0))
-        for r, j in zip(runs, jobs)], arrays=[records.ArrayRef(a, n) for a, n in arrays.items()])
+    manifest = records.new(
+        records.SweepManifest,
+        sweep_dir=str(sweep_dir),
+        launcher=launcher,
+        runs=[
+            records.SweepRun(
+                r.index, r.overrides, str(r.run_dir), j.job_id, index.get(j.job_id.split("_")[0], 0)
+            )
+            for r, j in zip(runs, jobs)
+        ],
+        arrays=[records.ArrayRef(a, n) for a, n in arrays.items()],
+    )
     records.write(sweep_dir / records.SWEEP, manifest)
     return manifest
 
@@ -100,8 +125,14 @@ class LogFollower:
                     self.reporter.line(line)
 
 
-def follow(launcher: Launcher, jobs: list[Job], reporter: Reporter, timeout_s: float,
-           labels: Sequence[str] = (), steps: Sequence[int] = ()) -> dict[str, JobStatus]:
+def follow(
+    launcher: Launcher,
+    jobs: list[Job],
+    reporter: Reporter,
+    timeout_s: float,
+    labels: Sequence[str] = (),
+    steps: Sequence[int] = (),
+) -> dict[str, JobStatus]:
     """Wait for the jobs, showing the output of the one running (one job, or a launcher that runs
     a sweep's points one after another); a concurrent sweep is only polled. On an interrupt a
     launcher that owns its jobs (local) cancels them; SLURM jobs keep running, and say so."""
@@ -120,8 +151,10 @@ def follow(launcher: Launcher, jobs: list[Job], reporter: Reporter, timeout_s: f
         if launcher.cancel_on_interrupt:
             launcher.cancel(jobs)
         else:
-            reporter.note(f"job(s) {', '.join(j.job_id for j in jobs)} keep running: "
-                          f"hpctrain cancel {jobs[0].run_dir.parent if len(jobs) > 1 else jobs[0].run_dir}")
+            reporter.note(
+                f"job(s) {', '.join(j.job_id for j in jobs)} keep running: "
+                f"hpctrain cancel {jobs[0].run_dir.parent if len(jobs) > 1 else jobs[0].run_dir}"
+            )
         raise
 
 
@@ -134,6 +167,7 @@ def result(launcher: Launcher, job: Job, status: JobStatus) -> records.RunSummar
 
 # --- runs already started: from their directories ---------------------------------------------
 
+
 def jobs_in(path: Path) -> list[Job]:
     """The jobs of a run directory, a sweep directory or a study directory."""
     if (path / records.JOB).exists():
@@ -144,8 +178,10 @@ def jobs_in(path: Path) -> list[Job]:
     if (path / records.STUDY).exists():
         study = records.read(path / records.STUDY, records.StudyManifest)
         return [Job.load(Path(r.run_dir)) for r in study.runs if (Path(r.run_dir) / records.JOB).exists()]
-    raise RecordError(f"{path} is not a run, sweep or study directory (no {records.JOB}, {records.SWEEP} "
-                      f"or {records.STUDY})")
+    raise RecordError(
+        f"{path} is not a run, sweep or study directory (no {records.JOB}, {records.SWEEP} "
+        f"or {records.STUDY})"
+    )
 
 
 def launcher_of(job: Job) -> Launcher:
@@ -162,7 +198,9 @@ def statuses(jobs: list[Job]) -> list[tuple[Job, JobStatus, str]]:
         found.update(launcher_class(name)().status(group))
     out = []
     for job in jobs:
-        st = found.get(job.job_id, JobStatus(job.job_id, "PENDING", reason="not in the scheduler's records yet"))
+        st = found.get(
+            job.job_id, JobStatus(job.job_id, "PENDING", reason="not in the scheduler's records yet")
+        )
         error = ""
         if st.done and st.state != "COMPLETED":
             error = str(launcher_of(job).failure(job, st)).splitlines()[0]

@@ -3,6 +3,7 @@
 Host facts (cores, root, ...) and the Python executable are passed in, never read here, so the
 same inputs always give the same plan (and the dry-run snapshot test can pin it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -69,8 +70,9 @@ def rank_env(cfg: Config, threads: int) -> dict[str, str]:
     return env
 
 
-def mpirun_prefix(ranks: int, cpu_count: int, is_root: bool, mpirun: str = "mpirun",
-                  oversubscribe: bool | None = None) -> tuple[list[str], list[str]]:
+def mpirun_prefix(
+    ranks: int, cpu_count: int, is_root: bool, mpirun: str = "mpirun", oversubscribe: bool | None = None
+) -> tuple[list[str], list[str]]:
     """The mpirun flags every local launch uses (training and benchmarks), and notes on them."""
     notes: list[str] = []
     argv = [mpirun, "-np", str(ranks), "--bind-to", "none", "--map-by", "slot"]
@@ -82,8 +84,9 @@ def mpirun_prefix(ranks: int, cpu_count: int, is_root: bool, mpirun: str = "mpir
     return argv, notes
 
 
-def mpirun_argv(c: LocalClusterConf, facts: HostFacts, env: dict[str, str], python: str,
-                run_dir: str) -> tuple[list[str], list[str]]:
+def mpirun_argv(
+    c: LocalClusterConf, facts: HostFacts, env: dict[str, str], python: str, run_dir: str
+) -> tuple[list[str], list[str]]:
     """mpirun command for a local launch, and notes on the choices made."""
     argv, notes = mpirun_prefix(c.ranks, facts.cpu_count, facts.is_root, c.mpirun, c.oversubscribe)
     argv.append("--tag-output")  # rank-tagged lines: the launcher splits them per rank
@@ -101,13 +104,17 @@ GLOO_HOST = "localhost"  # the host name local Gloo ranks and the rendezvous ser
 
 def gloo_env(port: int | None) -> dict[str, str]:
     """Where local Gloo ranks meet the launcher's rendezvous server (its port is known at launch)."""
-    return {"HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
-            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port) if port is not None else AT_LAUNCH,
-            "HOROVOD_GLOO_IFACE": "lo", "HPCTRAIN_GLOO_HOSTNAME": GLOO_HOST}
+    return {
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port) if port is not None else AT_LAUNCH,
+        "HOROVOD_GLOO_IFACE": "lo",
+        "HPCTRAIN_GLOO_HOSTNAME": GLOO_HOST,
+    }
 
 
-def plan_local(cfg: Config, facts: HostFacts, run_dir: str, python: str,
-               rendezvous_port: int | None = None) -> JobPlan:
+def plan_local(
+    cfg: Config, facts: HostFacts, run_dir: str, python: str, rendezvous_port: int | None = None
+) -> JobPlan:
     c: LocalClusterConf = cfg.cluster
     d = derive(cfg)
     n = d.world_size
@@ -116,5 +123,15 @@ def plan_local(cfg: Config, facts: HostFacts, run_dir: str, python: str,
     if cfg.parallelism.backend == "gloo":
         env.update(gloo_env(rendezvous_port))
     argv, notes = mpirun_argv(c, facts, env, python, run_dir)
-    return JobPlan(run_dir=run_dir, world_size=n, nodes=1, ranks_per_node=n, threads_per_rank=threads,
-                   batch=d.batch, lr=d.lr, env=env, argv=argv, notes=notes)
+    return JobPlan(
+        run_dir=run_dir,
+        world_size=n,
+        nodes=1,
+        ranks_per_node=n,
+        threads_per_rank=threads,
+        batch=d.batch,
+        lr=d.lr,
+        env=env,
+        argv=argv,
+        notes=notes,
+    )

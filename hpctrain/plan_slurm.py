@@ -1,5 +1,6 @@
 """SlurmPlan: submitit executor parameters, rank environment and the sbatch script, computed
 without I/O. `hpctrain run cluster=slurm --dry-run` prints the script and submits nothing."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,7 @@ class SlurmPlan:
         from submitit.slurm.slurm import _make_sbatch_string
 
         command = f"{self.python} -u -m {SUBMIT_MODULE} {shlex.quote(self.folder)}"
-        return _make_sbatch_string(command=command, folder=self.folder, map_count=array_size,
-                                   **self.executor)
+        return _make_sbatch_string(command=command, folder=self.folder, map_count=array_size, **self.executor)
 
     def to_dict(self) -> dict[str, Any]:
         """plan.json (a records.PlanRecord plus the submitit details)."""
@@ -81,9 +81,15 @@ def executor_parameters(cfg: Config, env: dict[str, str]) -> dict[str, Any]:
         "setup": [*c.setup, *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()))],
         "stderr_to_stdout": False,
     }
-    optional = {"partition": c.partition, "account": c.account, "qos": c.qos,
-                "constraint": c.constraint, "gpus_per_node": c.gpus_per_node or None,
-                "mem": f"{c.mem_gb:g}GB" if c.mem_gb else None, "exclusive": True if c.exclusive else None}
+    optional = {
+        "partition": c.partition,
+        "account": c.account,
+        "qos": c.qos,
+        "constraint": c.constraint,
+        "gpus_per_node": c.gpus_per_node or None,
+        "mem": f"{c.mem_gb:g}GB" if c.mem_gb else None,
+        "exclusive": True if c.exclusive else None,
+    }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params
 
@@ -95,7 +101,16 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
     binds = sorted({str(Path(run_dir).parent), str(Path(folder).parent)})
     py = container_python(c, binds) or shlex.quote(python)
     d = derive(cfg)
-    return SlurmPlan(run_dir=run_dir, world_size=d.world_size, nodes=c.nodes,
-                     ranks_per_node=c.ranks_per_node, batch=d.batch, lr=d.lr, env=env,
-                     executor=executor_parameters(cfg, env), python=py, folder=folder,
-                     max_requeues=c.max_requeues)
+    return SlurmPlan(
+        run_dir=run_dir,
+        world_size=d.world_size,
+        nodes=c.nodes,
+        ranks_per_node=c.ranks_per_node,
+        batch=d.batch,
+        lr=d.lr,
+        env=env,
+        executor=executor_parameters(cfg, env),
+        python=py,
+        folder=folder,
+        max_requeues=c.max_requeues,
+    )

@@ -6,6 +6,7 @@ its records in RUN_DIR. On any failure it writes error-rank{R}.json and exits at
 os._exit, so neither Horovod's nor MPI's shutdown can hang waiting for ranks that are gone;
 the launcher then stops the others.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,10 +38,9 @@ def launcher_rank(environ: dict[str, str] | os._Environ[str]) -> int | None:
 
 
 def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, Any]:
+    import horovod
     import numpy
     import torch
-
-    import horovod
 
     rec: dict[str, Any] = {
         "python": platform.python_version(),
@@ -50,12 +50,17 @@ def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, An
         "platform": platform.platform(),
         "hosts": hosts,
         "backend": backend,
-        "horovod_build": {name: bool(getattr(hvd, f"{name}_built")()) for name in
-                          ("mpi", "gloo", "nccl", "cuda", "rocm", "ddl", "ccl")},
+        "horovod_build": {
+            name: bool(getattr(hvd, f"{name}_built")())
+            for name in ("mpi", "gloo", "nccl", "cuda", "rocm", "ddl", "ccl")
+        },
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         "torch_threads": torch.get_num_threads(),
-        "launcher": {k: v for k, v in os.environ.items()
-                     if k.startswith(("SLURM_JOB", "SLURM_NNODES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))},
+        "launcher": {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith(("SLURM_JOB", "SLURM_NNODES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))
+        },
     }
     if backend == "mpi":
         from mpi4py import MPI
@@ -65,7 +70,7 @@ def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, An
     return rec
 
 
-def run(run_dir: Path, control: "StopControl | None" = None) -> records.RunSummary | None:
+def run(run_dir: Path, control: StopControl | None = None) -> records.RunSummary | None:
     """Train this rank. Returns the summary (on every rank), or None if stopped early."""
     from .train.comm import init_horovod, rank_info
     from .train.loop import train
@@ -85,9 +90,16 @@ def run(run_dir: Path, control: "StopControl | None" = None) -> records.RunSumma
     if stats is None:
         return None
     everyone = hvd.allgather_object(stats)
-    summary = summarize(everyone, plan.batch.global_, started=started, finished=time.time(),
-                        precision=cfg.precision.name, model=cfg.model.name, backend=cfg.parallelism.backend,
-                        compression=cfg.parallelism.compression)
+    summary = summarize(
+        everyone,
+        plan.batch.global_,
+        started=started,
+        finished=time.time(),
+        precision=cfg.precision.name,
+        model=cfg.model.name,
+        backend=cfg.parallelism.backend,
+        compression=cfg.parallelism.compression,
+    )
     if info.rank == 0:
         records.write(run_dir / records.SUMMARY, summary)
         print(format_event("done", throughput=summary.throughput_samples_per_s), flush=True)
@@ -101,9 +113,17 @@ def fail(run_dir: Path, error: BaseException) -> NoReturn:
     tb = "".join(traceback.format_exception(error))
     print(tb, file=sys.stderr, flush=True)
     try:
-        records.write_json(run_dir / records.error_file(rank if rank is not None else -1), {
-            "rank": rank, "host": socket.gethostname(), "type": type(error).__name__,
-            "message": str(error), "traceback": tb, "time": time.time()})
+        records.write_json(
+            run_dir / records.error_file(rank if rank is not None else -1),
+            {
+                "rank": rank,
+                "host": socket.gethostname(),
+                "type": type(error).__name__,
+                "message": str(error),
+                "traceback": tb,
+                "time": time.time(),
+            },
+        )
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,5 +1,6 @@
 """Scaling studies expanded into runs. Pure: the points of a study, their overrides and run
 directory names; running them is study_run.py's job."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +25,6 @@ def study_problems(s: StudyConf, scale: str) -> list[Problem]:
     p = []
     scales = getattr(s, scale)
     key = f"study.{scale}"
-    if s.kind not in ("strong", "weak"):
-        p.append(Problem("study.kind", f"{s.kind!r} is not strong or weak", "use study=strong or study=weak"))
     if not scales or any(n < 1 for n in scales) or len(set(scales)) != len(scales):
         p.append(Problem(key, f"{list(scales)} must be distinct positive counts", f"e.g. {key}=[1,2,4]"))
     if s.repetitions < 1:
@@ -50,7 +49,14 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
         batch = ("train.batch_per_rank=null", f"train.global_batch={s.global_batch}")
     else:
         batch = (f"train.batch_per_rank={s.batch_per_rank}", "train.global_batch=null")
-    common = (f"train.steps={s.steps}", f"train.warmup_steps={s.warmup_steps}",
-              f"optim.lr_scaling={s.lr_scaling}", *batch)
-    return [StudyPoint(n, r, (f"cluster.{scale}={n}", *common))
-            for n in sorted(getattr(s, scale)) for r in range(s.repetitions)]
+    common = (
+        f"train.steps={s.steps}",
+        f"train.warmup_steps={s.warmup_steps}",
+        f"optim.lr_scaling={s.lr_scaling}",
+        *batch,
+    )
+    return [
+        StudyPoint(n, r, (f"cluster.{scale}={n}", *common))
+        for n in sorted(getattr(s, scale))
+        for r in range(s.repetitions)
+    ]

@@ -1,12 +1,13 @@
 """Running a scaling study: create it (every point validated before the first starts), run the
 unfinished points through the config's launcher, measure allreduce once per world size, and
 analyze. The expansion itself is pure (study.py)."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Sequence
 
 from . import records
 from .config import validate
@@ -21,8 +22,9 @@ from .plan import default_run_dir
 from .study import expand_study
 
 
-def create_study(kind: str, overrides: Sequence[str], config_dir: str | None = None,
-                 now: datetime | None = None) -> tuple[Path, records.StudyManifest]:
+def create_study(
+    kind: str, overrides: Sequence[str], config_dir: str | None = None, now: datetime | None = None
+) -> tuple[Path, records.StudyManifest]:
     """The study's directory and manifest (not yet written: see write_study)."""
     user = [*overrides, f"study={kind}"]
     base = load_config(user, config_dir)
@@ -36,10 +38,19 @@ def create_study(kind: str, overrides: Sequence[str], config_dir: str | None = N
     study = base.study
     assert study is not None  # expand_study checked it
     manifest = records.new(
-        records.StudyManifest, kind=kind, launcher=launcher.name, config_dir=config_dir,
-        allreduce_bench=study.allreduce_bench, allreduce_max_mb=study.allreduce_max_mb,
-        runs=[records.StudyRun(p.name, p.scale, p.rep, world_size(c), [*user, *p.overrides], str(study_dir / p.name))
-              for p, c in zip(points, configs)])
+        records.StudyManifest,
+        kind=kind,
+        launcher=launcher.name,
+        config_dir=config_dir,
+        allreduce_bench=study.allreduce_bench,
+        allreduce_max_mb=study.allreduce_max_mb,
+        runs=[
+            records.StudyRun(
+                p.name, p.scale, p.rep, world_size(c), [*user, *p.overrides], str(study_dir / p.name)
+            )
+            for p, c in zip(points, configs)
+        ],
+    )
     return study_dir, manifest
 
 
@@ -47,8 +58,9 @@ def write_study(study_dir: Path, manifest: records.StudyManifest) -> None:
     try:
         study_dir.mkdir(parents=True)
     except FileExistsError as e:
-        raise HpctrainError(f"study directory {study_dir} already exists; resume it with "
-                            f"hpctrain study resume {study_dir}") from e
+        raise HpctrainError(
+            f"study directory {study_dir} already exists; resume it with hpctrain study resume {study_dir}"
+        ) from e
     records.write(study_dir / records.STUDY, manifest)
 
 
@@ -71,21 +83,32 @@ def run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
         reporter.note(f"{done} run(s) already finished; running the other {len(todo)}")
     # every run's config, composed once: the pending ones run, and each world size's first one
     # gives the resources of its allreduce benchmark
-    configs: dict[str, Config] = dict(zip((r.name for r in manifest.runs),
-                                          load_configs([r.overrides for r in manifest.runs], manifest.config_dir)))
+    configs: dict[str, Config] = dict(
+        zip(
+            (r.name for r in manifest.runs),
+            load_configs([r.overrides for r in manifest.runs], manifest.config_dir),
+        )
+    )
     launcher = launcher_for(configs[manifest.runs[0].name])
     for r in todo:
         _set_aside(Path(r.run_dir))
-    runs = [RunSpec(i, r.overrides, configs[r.name], launcher.plan(configs[r.name], Path(r.run_dir), study_dir))
-            for i, r in enumerate(todo)]
+    runs = [
+        RunSpec(i, r.overrides, configs[r.name], launcher.plan(configs[r.name], Path(r.run_dir), study_dir))
+        for i, r in enumerate(todo)
+    ]
     if runs:
         jobs = launcher.submit(runs, study_dir, detach=False)
         write_sweep(study_dir / f"attempt-{int(time.time())}", launcher.name, runs, jobs)
         if not launcher.sequential:
-            reporter.note(f"submitted {len(runs)} run(s) as {len({j.job_id.split('_')[0] for j in jobs})} "
-                          "job array(s)")
-        labels = [f"study run {i + 1}/{len(todo)}: {r.name} ({r.world_size} ranks)" for i, r in enumerate(todo)]
-        states = follow(launcher, jobs, reporter, timeout_s, labels, [configs[r.name].train.steps for r in todo])
+            reporter.note(
+                f"submitted {len(runs)} run(s) as {len({j.job_id.split('_')[0] for j in jobs})} job array(s)"
+            )
+        labels = [
+            f"study run {i + 1}/{len(todo)}: {r.name} ({r.world_size} ranks)" for i, r in enumerate(todo)
+        ]
+        states = follow(
+            launcher, jobs, reporter, timeout_s, labels, [configs[r.name].train.steps for r in todo]
+        )
         for r, job in zip(todo, jobs):
             st = states[job.job_id]
             if st.state != "COMPLETED":  # one failed point does not stop the study; analyze lists it

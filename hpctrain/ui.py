@@ -1,4 +1,5 @@
 """Terminal presentation: the console, the progress bar fed by rank-0 events, and tables."""
+
 from __future__ import annotations
 
 import os
@@ -6,8 +7,14 @@ import sys
 from typing import Any, TextIO
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from .records import RunSummary
@@ -29,13 +36,20 @@ class TrainingProgress:
 
     def __init__(self, console: Console, total: int, enabled: bool = True) -> None:
         self.progress = Progress(
-            TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} samples/s"),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not enabled,
-            transient=False)
+            TextColumn("[bold]training"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[rate]} samples/s"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not enabled,
+            transient=False,
+        )
         self.task = self.progress.add_task("train", total=total, loss="-", rate="-")
 
-    def __enter__(self) -> "TrainingProgress":
+    def __enter__(self) -> TrainingProgress:
         self.progress.start()
         return self
 
@@ -44,8 +58,12 @@ class TrainingProgress:
 
     def on_event(self, event: dict[str, Any]) -> None:
         if event.get("event") == "progress":
-            self.progress.update(self.task, completed=event["step"], loss=f"{event['loss']:.4f}",
-                                 rate=f"{event['samples_per_s']:.0f}")
+            self.progress.update(
+                self.task,
+                completed=event["step"],
+                loss=f"{event['loss']:.4f}",
+                rate=f"{event['samples_per_s']:.0f}",
+            )
 
 
 class RichReporter:
@@ -80,17 +98,21 @@ class RichReporter:
 
 
 def summary_table(s: RunSummary) -> Table:
-    t = Table(title=f"{s.model} · {s.precision} · {s.world_size} ranks · global batch {s.global_batch}",
-              show_header=True)
+    t = Table(
+        title=f"{s.model} · {s.precision} · {s.world_size} ranks · global batch {s.global_batch}",
+        show_header=True,
+    )
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_column("share of step", justify="right")
     t.add_row("throughput", f"{s.throughput_samples_per_s:.1f} samples/s", "")
     t.add_row("  per rank", f"{s.throughput_per_rank:.1f} samples/s", "")
     t.add_row("step time (mean)", f"{1e3 * s.step_s:.2f} ms", "100%")
-    for label, part, sh in (("  compute (fwd+bwd+update)", s.compute_s, s.compute_share),
-                            ("  exposed communication", s.comm_s, s.comm_share),
-                            ("  data wait", s.data_s, s.data_share)):
+    for label, part, sh in (
+        ("  compute (fwd+bwd+update)", s.compute_s, s.compute_share),
+        ("  exposed communication", s.comm_s, s.comm_share),
+        ("  data wait", s.data_s, s.data_share),
+    ):
         t.add_row(label, f"{1e3 * part:.2f} ms", f"{100 * sh:.1f}%")
     t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
     t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")

@@ -6,5 +6,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/scripts/setup.sh"
 VENV=${HPCTRAIN_VENV:-$ROOT/.venv}
 cd "$ROOT"
-"$VENV/bin/python" -m mypy hpctrain   # the type checker is a gate, like the tests
+# the type checker, the linter and the formatter are gates, like the tests
+"$VENV/bin/python" -m mypy hpctrain
+"$VENV/bin/python" -m ruff check hpctrain tests
+"$VENV/bin/python" -m ruff format --check hpctrain tests
 exec "$VENV/bin/python" -m pytest "$@"

@@ -1,4 +1,5 @@
 """Shared fixtures. Snapshots are refreshed only on request: pytest --update-snapshots."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,11 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-snapshots", action="store_true",
-                     help="rewrite tests/snapshots/* from the current output instead of comparing")
+    parser.addoption(
+        "--update-snapshots",
+        action="store_true",
+        help="rewrite tests/snapshots/* from the current output instead of comparing",
+    )
 
 
 @pytest.fixture
@@ -29,8 +33,10 @@ def snapshot(request: pytest.FixtureRequest):
             return
         assert path.exists(), f"no snapshot {path}; create it with: pytest --update-snapshots"
         expected = path.read_text()
-        assert text == expected, (f"{name} differs from the recorded snapshot; if the change is "
-                                  "intended, refresh it with: pytest --update-snapshots")
+        assert text == expected, (
+            f"{name} differs from the recorded snapshot; if the change is "
+            "intended, refresh it with: pytest --update-snapshots"
+        )
 
     return check
 
@@ -38,8 +44,14 @@ def snapshot(request: pytest.FixtureRequest):
 def hpctrain(*args: str, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess (no progress bar; output captured)."""
     env = dict(os.environ, COLUMNS="200", TERM="dumb")
-    return subprocess.run([sys.executable, "-m", "hpctrain.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=cwd or ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "hpctrain.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+        env=env,
+    )
 
 
 @pytest.fixture

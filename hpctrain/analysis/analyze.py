@@ -1,5 +1,6 @@
 """Collect a study's run directories and compute its scaling figures. Reading is tolerant:
 failed or missing runs are listed, never fatal."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -72,9 +73,19 @@ class Analysis:
 def run_from_records(run_dir: Path, rep: int = 0) -> Run:
     """A study's run from its summary.json; RecordMissing/RecordError if it has none or a bad one."""
     s = records.read(run_dir / records.SUMMARY, records.RunSummary)
-    return Run(n=s.world_size, rep=rep, batch_per_rank=s.batch_per_rank, global_batch=s.global_batch,
-               throughput=s.throughput_samples_per_s, step_s=s.step_s, compute_s=s.compute_s, comm_s=s.comm_s,
-               data_s=s.data_s, parameters=s.parameters, grad_bytes_per_param=s.grad_bytes_per_param)
+    return Run(
+        n=s.world_size,
+        rep=rep,
+        batch_per_rank=s.batch_per_rank,
+        global_batch=s.global_batch,
+        throughput=s.throughput_samples_per_s,
+        step_s=s.step_s,
+        compute_s=s.compute_s,
+        comm_s=s.comm_s,
+        data_s=s.data_s,
+        parameters=s.parameters,
+        grad_bytes_per_param=s.grad_bytes_per_param,
+    )
 
 
 def aggregate(kind: str, runs: list[Run]) -> list[Point]:
@@ -86,8 +97,17 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
         rs = by_n[n]
         mean, ci = metrics.mean_ci95([r.throughput for r in rs])
         avg = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
-        p = Point(n, len(rs), mean, ci, avg("step_s"), avg("compute_s"), avg("comm_s"), avg("data_s"),
-                  avg("batch_per_rank"))
+        p = Point(
+            n,
+            len(rs),
+            mean,
+            ci,
+            avg("step_s"),
+            avg("compute_s"),
+            avg("comm_s"),
+            avg("data_s"),
+            avg("batch_per_rank"),
+        )
         p.comm_share, p.data_share = share(p.comm_s, p.step_s), share(p.data_s, p.step_s)
         points.append(p)
     if not points:
@@ -96,18 +116,30 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
     for p in points:
         rel = p.n / base.n
         p.speedup = metrics.speedup(p.throughput, base.throughput)
-        p.efficiency = (metrics.strong_efficiency(base.step_s, p.step_s, rel) if kind == "strong"
-                        else metrics.weak_efficiency(p.throughput, base.throughput, rel))
+        p.efficiency = (
+            metrics.strong_efficiency(base.step_s, p.step_s, rel)
+            if kind == "strong"
+            else metrics.weak_efficiency(p.throughput, base.throughput, rel)
+        )
         p.karp_flatt = metrics.karp_flatt(p.speedup, rel) if kind == "strong" else float("nan")
     return points
 
 
-def analyze_runs(kind: str, runs: list[Run], missing: list[str],
-                 allreduce: list[dict[str, Any]] | None = None, corrupt: list[str] | None = None) -> Analysis:
+def analyze_runs(
+    kind: str,
+    runs: list[Run],
+    missing: list[str],
+    allreduce: list[dict[str, Any]] | None = None,
+    corrupt: list[str] | None = None,
+) -> Analysis:
     points = aggregate(kind, runs)
     multi = [p for p in points if p.n > points[0].n] if points else []
     if kind == "strong":
-        amdahl = metrics.fit_amdahl([p.n / points[0].n for p in multi], [p.speedup for p in multi]) if multi else float("nan")
+        amdahl = (
+            metrics.fit_amdahl([p.n / points[0].n for p in multi], [p.speedup for p in multi])
+            if multi
+            else float("nan")
+        )
     else:
         amdahl = float("nan")
     a = Analysis(kind, points, missing, amdahl, allreduce=list(allreduce or []), corrupt=list(corrupt or []))
@@ -115,8 +147,9 @@ def analyze_runs(kind: str, runs: list[Run], missing: list[str],
     if points and len([s for s in samples if s[0] > 1]) >= 2 and runs:
         a.alpha_beta = fit_alpha_beta(samples)
         grad_bytes = float(runs[0].parameters * runs[0].grad_bytes_per_param)
-        a.step_model = fit_step_model(a.alpha_beta, [(p.n, p.batch_per_rank, p.compute_s, p.comm_s) for p in points],
-                                      grad_bytes)
+        a.step_model = fit_step_model(
+            a.alpha_beta, [(p.n, p.batch_per_rank, p.compute_s, p.comm_s) for p in points], grad_bytes
+        )
         for p in points:
             p.model_step_s = a.step_model.step_s(p.n, p.batch_per_rank)
         a.predictions = predict(kind, a.step_model, points)
@@ -134,10 +167,14 @@ def predict(kind: str, model: StepModel, points: list[Point]) -> list[dict[str, 
         b = global_batch / n if kind == "strong" else top.batch_per_rank
         step = model.step_s(n, b)
         rel = n / base.n
-        eff = (base_step / (rel * step) if kind == "strong"
-               else (b * n / step) / (rel * base.batch_per_rank * base.n / base_step))
-        out.append({"n": n, "batch_per_rank": b, "step_s": step, "efficiency": eff,
-                    "throughput": b * n / step})
+        eff = (
+            base_step / (rel * step)
+            if kind == "strong"
+            else (b * n / step) / (rel * base.batch_per_rank * base.n / base_step)
+        )
+        out.append(
+            {"n": n, "batch_per_rank": b, "step_s": step, "efficiency": eff, "throughput": b * n / step}
+        )
     return out
 
 

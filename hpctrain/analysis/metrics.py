@@ -1,15 +1,44 @@
 """Scaling metrics. Pure functions; each formula names its source in one line."""
+
 from __future__ import annotations
 
 import math
 import statistics
-from typing import Sequence
-
+from collections.abc import Sequence
 
 # Two-sided 95% Student t critical values t(0.975, df) for df = 1..30 (standard tables).
-T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788,
-        2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639,
-        2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
+T975 = (
+    12.7062,
+    4.3027,
+    3.1824,
+    2.7764,
+    2.5706,
+    2.4469,
+    2.3646,
+    2.3060,
+    2.2622,
+    2.2281,
+    2.2010,
+    2.1788,
+    2.1604,
+    2.1448,
+    2.1314,
+    2.1199,
+    2.1098,
+    2.1009,
+    2.0930,
+    2.0860,
+    2.0796,
+    2.0739,
+    2.0687,
+    2.0639,
+    2.0595,
+    2.0555,
+    2.0518,
+    2.0484,
+    2.0452,
+    2.0423,
+)
 
 
 def t975(df: int) -> float:

@@ -4,10 +4,11 @@ Ring allreduce of m bytes over n ranks takes T(n, m) = 2(n-1) * alpha + 2(n-1)/n
 (Hockney 1994 cost model; ring allreduce cost as in Thakur, Rabenseifner & Gropp 2005).
 alpha is the per-message latency, beta the seconds per byte (1 / link bandwidth).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -54,12 +55,14 @@ class StepModel:
     gradient_bytes: float
 
     def step_s(self, n: int, batch_per_rank: float) -> float:
-        return (self.compute_s_per_sample * batch_per_rank
-                + self.exposed_fraction * self.ab.allreduce_s(n, self.gradient_bytes))
+        return self.compute_s_per_sample * batch_per_rank + self.exposed_fraction * self.ab.allreduce_s(
+            n, self.gradient_bytes
+        )
 
 
-def fit_step_model(ab: AlphaBeta, points: Sequence[tuple[int, float, float, float]],
-                   gradient_bytes: float) -> StepModel:
+def fit_step_model(
+    ab: AlphaBeta, points: Sequence[tuple[int, float, float, float]], gradient_bytes: float
+) -> StepModel:
     """points: (n, batch_per_rank, compute_s, exposed_comm_s) measured per scale."""
     per_sample = float(np.mean([c / b for _, b, c, _ in points]))
     ar = np.array([ab.allreduce_s(n, gradient_bytes) for n, _, _, _ in points])

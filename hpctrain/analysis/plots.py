@@ -1,4 +1,5 @@
 """PNG plots of a study (matplotlib, no display needed). Each function writes one file."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,13 +23,23 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 def throughput(a: Analysis, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     ns = [p.n for p in a.points]
-    ax.errorbar(ns, [p.throughput for p in a.points], yerr=[0 if p.throughput_ci95 != p.throughput_ci95
-                else p.throughput_ci95 for p in a.points], marker="o", capsize=4, label="measured (95% CI)")
+    ax.errorbar(
+        ns,
+        [p.throughput for p in a.points],
+        yerr=[0 if p.throughput_ci95 != p.throughput_ci95 else p.throughput_ci95 for p in a.points],
+        marker="o",
+        capsize=4,
+        label="measured (95% CI)",
+    )
     base = a.points[0]
     ax.plot(ns, [base.throughput * n / base.n for n in ns], "--", color="grey", label="ideal (linear)")
     if a.predictions:
-        ax.plot([q["n"] for q in a.predictions], [q["throughput"] for q in a.predictions], "x:",
-                label="α–β model prediction")
+        ax.plot(
+            [q["n"] for q in a.predictions],
+            [q["throughput"] for q in a.predictions],
+            "x:",
+            label="α–β model prediction",
+        )
     ax.set(xlabel="ranks", ylabel="samples / s", title=f"{a.kind} scaling: throughput")
     ax.set_xscale("log", base=2)
     ax.legend()
@@ -39,8 +50,12 @@ def efficiency(a: Analysis, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot([p.n for p in a.points], [100 * p.efficiency for p in a.points], "o-", label="measured")
     if a.predictions:
-        ax.plot([q["n"] for q in a.predictions], [100 * q["efficiency"] for q in a.predictions], "x:",
-                label="α–β model prediction")
+        ax.plot(
+            [q["n"] for q in a.predictions],
+            [100 * q["efficiency"] for q in a.predictions],
+            "x:",
+            label="α–β model prediction",
+        )
     ax.axhline(100, ls="--", color="grey")
     ax.set(xlabel="ranks", ylabel="efficiency (%)", title=f"{a.kind} scaling efficiency", ylim=(0, 110))
     ax.set_xscale("log", base=2)
@@ -67,10 +82,18 @@ def bus_bandwidth(a: Analysis, path: Path) -> Path:
     for n in sorted({r["n"] for r in a.allreduce}):
         rows = sorted((r for r in a.allreduce if r["n"] == n), key=lambda r: r["bytes"])
         sizes = [r["bytes"] for r in rows]
-        ax.plot(sizes, [allreduce_bandwidths(r["bytes"], r["hvd_s"], n)[1] / 1e9 for r in rows], "o-",
-                label=f"Horovod, {n} ranks")
-        ax.plot(sizes, [allreduce_bandwidths(r["bytes"], r["mpi_s"], n)[1] / 1e9 for r in rows], "s--",
-                label=f"MPI, {n} ranks")
+        ax.plot(
+            sizes,
+            [allreduce_bandwidths(r["bytes"], r["hvd_s"], n)[1] / 1e9 for r in rows],
+            "o-",
+            label=f"Horovod, {n} ranks",
+        )
+        ax.plot(
+            sizes,
+            [allreduce_bandwidths(r["bytes"], r["mpi_s"], n)[1] / 1e9 for r in rows],
+            "s--",
+            label=f"MPI, {n} ranks",
+        )
     if a.allreduce:
         ax.set_xscale("log", base=2)
         ax.legend(fontsize=8)
@@ -80,8 +103,12 @@ def bus_bandwidth(a: Analysis, path: Path) -> Path:
     return _save(fig, path)
 
 
-PLOTS = {"throughput.png": throughput, "efficiency.png": efficiency, "breakdown.png": breakdown,
-         "busbw.png": bus_bandwidth}
+PLOTS = {
+    "throughput.png": throughput,
+    "efficiency.png": efficiency,
+    "breakdown.png": breakdown,
+    "busbw.png": bus_bandwidth,
+}
 
 
 def write_plots(a: Analysis, out: Path) -> list[Path]:

@@ -1,4 +1,5 @@
 """A study's report: terminal table, CSV, Markdown, and a self-contained HTML page."""
+
 from __future__ import annotations
 
 import base64
@@ -12,8 +13,20 @@ from rich.table import Table
 from .analyze import Analysis
 from .plots import write_plots
 
-COLUMNS = ("N", "reps", "samples/s", "±CI95", "speedup", "effic.", "comm", "data",
-           "K–F e", "step ms", "model ms", "model err")
+COLUMNS = (
+    "N",
+    "reps",
+    "samples/s",
+    "±CI95",
+    "speedup",
+    "effic.",
+    "comm",
+    "data",
+    "K–F e",
+    "step ms",
+    "model ms",
+    "model err",
+)
 
 
 def _f(x: float, fmt: str) -> str:
@@ -24,10 +37,22 @@ def rows(a: Analysis) -> list[list[str]]:
     out = []
     for p in a.points:
         err = (p.model_step_s - p.step_s) / p.step_s if p.model_step_s == p.model_step_s else float("nan")
-        out.append([str(p.n), str(p.reps), _f(p.throughput, ".1f"), _f(p.throughput_ci95, ".1f"),
-                    _f(p.speedup, ".2f"), _f(100 * p.efficiency, ".1f") + "%", _f(100 * p.comm_share, ".1f") + "%",
-                    _f(100 * p.data_share, ".1f") + "%", _f(p.karp_flatt, ".3f"), _f(1e3 * p.step_s, ".2f"),
-                    _f(1e3 * p.model_step_s, ".2f"), _f(100 * err, "+.1f") + "%" if err == err else "-"])
+        out.append(
+            [
+                str(p.n),
+                str(p.reps),
+                _f(p.throughput, ".1f"),
+                _f(p.throughput_ci95, ".1f"),
+                _f(p.speedup, ".2f"),
+                _f(100 * p.efficiency, ".1f") + "%",
+                _f(100 * p.comm_share, ".1f") + "%",
+                _f(100 * p.data_share, ".1f") + "%",
+                _f(p.karp_flatt, ".3f"),
+                _f(1e3 * p.step_s, ".2f"),
+                _f(1e3 * p.model_step_s, ".2f"),
+                _f(100 * err, "+.1f") + "%" if err == err else "-",
+            ]
+        )
     return out
 
 
@@ -43,62 +68,104 @@ def terminal_table(a: Analysis) -> Table:
 def _model_lines(a: Analysis) -> list[str]:
     lines = []
     if a.kind == "strong" and a.no_speedup:
-        lines.append("Amdahl fit: no speedup at this scale (the runs got slower with more ranks; "
-                     "no serial fraction or speedup limit can be fitted)")
+        lines.append(
+            "Amdahl fit: no speedup at this scale (the runs got slower with more ranks; "
+            "no serial fraction or speedup limit can be fitted)"
+        )
     elif a.kind == "strong" and a.amdahl_serial_fraction == a.amdahl_serial_fraction:
-        lines.append(f"Amdahl fit: serial fraction s = {a.amdahl_serial_fraction:.4f} "
-                     f"(speedup limit 1/s = {1 / a.amdahl_serial_fraction:.1f}x)" if a.amdahl_serial_fraction > 0
-                     else f"Amdahl fit: serial fraction s = {a.amdahl_serial_fraction:.4f}")
+        lines.append(
+            f"Amdahl fit: serial fraction s = {a.amdahl_serial_fraction:.4f} "
+            f"(speedup limit 1/s = {1 / a.amdahl_serial_fraction:.1f}x)"
+            if a.amdahl_serial_fraction > 0
+            else f"Amdahl fit: serial fraction s = {a.amdahl_serial_fraction:.4f}"
+        )
     if a.alpha_beta and a.step_model:
         ab, m = a.alpha_beta, a.step_model
-        lines.append(f"α–β fit of the allreduce: α = {1e6 * ab.alpha_s:.1f} µs, "
-                     f"bandwidth 1/β = {ab.bandwidth_bytes_per_s / 1e9:.2f} GB/s; gradients "
-                     f"{m.gradient_bytes / 2**20:.2f} MiB; exposed share of the allreduce f = {m.exposed_fraction:.2f}")
+        lines.append(
+            f"α–β fit of the allreduce: α = {1e6 * ab.alpha_s:.1f} µs, "
+            f"bandwidth 1/β = {ab.bandwidth_bytes_per_s / 1e9:.2f} GB/s; gradients "
+            f"{m.gradient_bytes / 2**20:.2f} MiB; exposed share of the allreduce f = {m.exposed_fraction:.2f}"
+        )
     return lines
 
 
 def markdown(a: Analysis, images: list[Path]) -> str:
-    md = [f"# {a.kind.capitalize()} scaling report", "", "| " + " | ".join(COLUMNS) + " |",
-          "|" + "---|" * len(COLUMNS)]
+    md = [
+        f"# {a.kind.capitalize()} scaling report",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
     md += ["| " + " | ".join(r) + " |" for r in rows(a)]
     md += [""] + [f"- {line}" for line in _model_lines(a)]
     if a.predictions:
-        md += ["", "## Prediction beyond the measured scales (α–β model + measured compute)", "",
-               "| ranks | batch per rank | step ms | samples/s | efficiency |", "|---|---|---|---|---|"]
-        md += [f"| {q['n']} | {q['batch_per_rank']:.1f} | {1e3 * q['step_s']:.2f} | {q['throughput']:.1f} | "
-               f"{100 * q['efficiency']:.1f}% |" for q in a.predictions]
+        md += [
+            "",
+            "## Prediction beyond the measured scales (α–β model + measured compute)",
+            "",
+            "| ranks | batch per rank | step ms | samples/s | efficiency |",
+            "|---|---|---|---|---|",
+        ]
+        md += [
+            f"| {q['n']} | {q['batch_per_rank']:.1f} | {1e3 * q['step_s']:.2f} | {q['throughput']:.1f} | "
+            f"{100 * q['efficiency']:.1f}% |"
+            for q in a.predictions
+        ]
     if a.missing:
         md += ["", f"## Missing or failed runs ({len(a.missing)})", ""] + [f"- `{m}`" for m in a.missing]
     if a.corrupt:
         md += ["", f"## Unreadable records ({len(a.corrupt)})", ""] + [f"- {c}" for c in a.corrupt]
     md += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images]
-    md += ["", "Formulas: efficiency strong T1/(N·TN), weak X_N/(N·X_1); Karp–Flatt e = (1/S − 1/N)/(1 − 1/N); "
-           "busbw = algbw·2(n−1)/n (nccl-tests); ring allreduce 2(n−1)α + 2(n−1)/n·m·β (Hockney)."]
+    md += [
+        "",
+        "Formulas: efficiency strong T1/(N·TN), weak X_N/(N·X_1); Karp–Flatt e = (1/S − 1/N)/(1 − 1/N); "
+        "busbw = algbw·2(n−1)/n (nccl-tests); ring allreduce 2(n−1)α + 2(n−1)/n·m·β (Hockney).",
+    ]
     return "\n".join(md) + "\n"
 
 
 def html_page(a: Analysis, md_text: str, images: list[Path]) -> str:
     """Self-contained: the plots are embedded as data URIs."""
-    body = [f"<h1>{html.escape(a.kind.capitalize())} scaling report</h1>", "<table border=1 cellpadding=4>",
-            "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS) + "</tr>"]
+    body = [
+        f"<h1>{html.escape(a.kind.capitalize())} scaling report</h1>",
+        "<table border=1 cellpadding=4>",
+        "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS) + "</tr>",
+    ]
     body += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows(a)]
     body.append("</table><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in _model_lines(a)) + "</ul>")
     if a.predictions:
-        body.append("<h2>Prediction beyond the measured scales</h2><table border=1 cellpadding=4>"
-                    "<tr><th>ranks</th><th>step ms</th><th>samples/s</th><th>efficiency</th></tr>"
-                    + "".join(f"<tr><td>{q['n']}</td><td>{1e3 * q['step_s']:.2f}</td><td>{q['throughput']:.1f}"
-                              f"</td><td>{100 * q['efficiency']:.1f}%</td></tr>" for q in a.predictions) + "</table>")
+        body.append(
+            "<h2>Prediction beyond the measured scales</h2><table border=1 cellpadding=4>"
+            "<tr><th>ranks</th><th>step ms</th><th>samples/s</th><th>efficiency</th></tr>"
+            + "".join(
+                f"<tr><td>{q['n']}</td><td>{1e3 * q['step_s']:.2f}</td><td>{q['throughput']:.1f}"
+                f"</td><td>{100 * q['efficiency']:.1f}%</td></tr>"
+                for q in a.predictions
+            )
+            + "</table>"
+        )
     if a.missing:
-        body.append("<h2>Missing or failed runs</h2><ul>" + "".join(f"<li>{html.escape(m)}</li>" for m in a.missing)
-                    + "</ul>")
+        body.append(
+            "<h2>Missing or failed runs</h2><ul>"
+            + "".join(f"<li>{html.escape(m)}</li>" for m in a.missing)
+            + "</ul>"
+        )
     if a.corrupt:
-        body.append("<h2>Unreadable records</h2><ul>" + "".join(f"<li>{html.escape(c)}</li>" for c in a.corrupt)
-                    + "</ul>")
+        body.append(
+            "<h2>Unreadable records</h2><ul>"
+            + "".join(f"<li>{html.escape(c)}</li>" for c in a.corrupt)
+            + "</ul>"
+        )
     for p in images:
         data = base64.b64encode(p.read_bytes()).decode()
-        body.append(f'<h3>{html.escape(p.stem)}</h3><img alt="{html.escape(p.stem)}" src="data:image/png;base64,{data}">')
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>hpctrain scaling report</title></head><body>"
-            + "\n".join(body) + "</body></html>\n")
+        body.append(
+            f'<h3>{html.escape(p.stem)}</h3><img alt="{html.escape(p.stem)}" src="data:image/png;base64,{data}">'
+        )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>hpctrain scaling report</title></head><body>"
+        + "\n".join(body)
+        + "</body></html>\n"
+    )
 
 
 def write_report(a: Analysis, out: Path) -> dict[str, Path]:
@@ -111,5 +178,9 @@ def write_report(a: Analysis, out: Path) -> dict[str, Path]:
     md = markdown(a, images)
     (out / "report.md").write_text(md)
     (out / "report.html").write_text(html_page(a, md, images))
-    return {"csv": out / "points.csv", "markdown": out / "report.md", "html": out / "report.html",
-            **{p.stem: p for p in images}}
+    return {
+        "csv": out / "points.csv",
+        "markdown": out / "report.md",
+        "html": out / "report.html",
+        **{p.stem: p for p in images},
+    }

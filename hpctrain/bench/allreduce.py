@@ -1,5 +1,6 @@
 """`hpctrain bench allreduce`: Horovod allreduce vs plain MPI over message sizes, with algorithm and
 bus bandwidth as nccl-tests defines them, and the alpha-beta (Hockney) fit of the times."""
+
 from __future__ import annotations
 
 import argparse
@@ -17,11 +18,24 @@ from ..errors import ConfigError
 from ..launch.registry import launcher_for
 
 
-def allreduce_argv(mpirun_prefix: list[str], python: str, out: Path, max_bytes: int,
-                   min_bytes: int = 1024) -> list[str]:
+def allreduce_argv(
+    mpirun_prefix: list[str], python: str, out: Path, max_bytes: int, min_bytes: int = 1024
+) -> list[str]:
     """The worker under an mpirun prefix (the local launcher's)."""
-    return [*mpirun_prefix, "-x", "OMP_NUM_THREADS=1", python, "-m", "hpctrain.bench.allreduce_worker",
-            "--min-bytes", str(min_bytes), "--max-bytes", str(max_bytes), "--out", str(out)]
+    return [
+        *mpirun_prefix,
+        "-x",
+        "OMP_NUM_THREADS=1",
+        python,
+        "-m",
+        "hpctrain.bench.allreduce_worker",
+        "--min-bytes",
+        str(min_bytes),
+        "--max-bytes",
+        str(max_bytes),
+        "--out",
+        str(out),
+    ]
 
 
 def _human(b: float) -> str:
@@ -40,8 +54,14 @@ def table(result: records.AllreduceResult) -> Table:
     for row in result.rows:
         _, hb = allreduce_bandwidths(row.bytes, row.hvd_s, n)
         _, mb = allreduce_bandwidths(row.bytes, row.mpi_s, n)
-        t.add_row(_human(row.bytes), f"{1e6 * row.hvd_s:.0f} µs", f"{hb / 1e9:.2f} GB/s",
-                  f"{1e6 * row.mpi_s:.0f} µs", f"{mb / 1e9:.2f} GB/s", f"{row.hvd_s / row.mpi_s:.2f}")
+        t.add_row(
+            _human(row.bytes),
+            f"{1e6 * row.hvd_s:.0f} µs",
+            f"{hb / 1e9:.2f} GB/s",
+            f"{1e6 * row.mpi_s:.0f} µs",
+            f"{mb / 1e9:.2f} GB/s",
+            f"{row.hvd_s / row.mpi_s:.2f}",
+        )
     return t
 
 
@@ -57,6 +77,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     console.print(table(result))
     if args.ranks > 1:
         ab = fit_alpha_beta([(r.n, r.bytes, r.hvd_s) for r in result.rows])
-        console.print(f"alpha-beta fit (Horovod): alpha = {1e6 * ab.alpha_s:.1f} µs per step, "
-                      f"beta = 1/({ab.bandwidth_bytes_per_s / 1e9:.2f} GB/s); records: {out}")
+        console.print(
+            f"alpha-beta fit (Horovod): alpha = {1e6 * ab.alpha_s:.1f} µs per step, "
+            f"beta = 1/({ab.bandwidth_bytes_per_s / 1e9:.2f} GB/s); records: {out}"
+        )
     return 0

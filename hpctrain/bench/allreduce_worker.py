@@ -1,16 +1,16 @@
 """Runs under mpirun: times Horovod allreduce and plain MPI (mpi4py Allreduce) over message sizes,
 in the same processes, and writes one JSON file (rank 0)."""
+
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
 
-import numpy as np
-from mpi4py import MPI
-
 import horovod.torch as hvd
+import numpy as np
 import torch
+from mpi4py import MPI
 
 from hpctrain import records
 
@@ -46,8 +46,15 @@ def measure(min_bytes: int, max_bytes: int, out: str) -> None:
         hvd_s = _time(lambda: hvd.allreduce(t, op=hvd.Sum, name=f"bench.{size}"), iters)
         rows.append({"n": n, "bytes": size, "iters": iters, "hvd_s": hvd_s, "mpi_s": mpi[size]})
     if hvd.rank() == 0:
-        records.write(Path(out), records.new(records.AllreduceResult, n=n, mpi_library=MPI.Get_library_version().splitlines()[0],
-                                             rows=[records.AllreduceRow(**r) for r in rows]))
+        records.write(
+            Path(out),
+            records.new(
+                records.AllreduceResult,
+                n=n,
+                mpi_library=MPI.Get_library_version().splitlines()[0],
+                rows=[records.AllreduceRow(**r) for r in rows],
+            ),
+        )
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """`hpctrain bench analyze`: analyze + report a synthetic study of N runs (target: 1,000 runs in
 under 2 s). Synthetic records follow Amdahl's law with noise, written once, then timed."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,14 +22,42 @@ from ..train.stats import summarize
 TARGET_S = 2.0
 
 
-def synthetic_summary(n: int, global_batch: int, step: float, compute: float, comm: float, data: float,
-                      parameters: int = 1_000_000) -> records.RunSummary:
+def synthetic_summary(
+    n: int,
+    global_batch: int,
+    step: float,
+    compute: float,
+    comm: float,
+    data: float,
+    parameters: int = 1_000_000,
+) -> records.RunSummary:
     """A run summary with the given timings (every rank alike), as a real run would write it."""
-    rank = records.RankSummary(rank=0, host="host0", timed_steps=10, wall_s=10 * step, step_s=step, step_p50_s=step,
-                               step_p95_s=step, data_s=data, compute_s=compute, comm_s=comm, first_loss=2.3,
-                               last_loss=1.0, peak_memory_bytes=2**20, parameters=parameters)
-    return summarize([dataclasses.replace(rank, rank=r) for r in range(n)], global_batch, started=0.0, finished=1.0,
-                     model="cnn", precision="fp32", backend="mpi", compression="none")
+    rank = records.RankSummary(
+        rank=0,
+        host="host0",
+        timed_steps=10,
+        wall_s=10 * step,
+        step_s=step,
+        step_p50_s=step,
+        step_p95_s=step,
+        data_s=data,
+        compute_s=compute,
+        comm_s=comm,
+        first_loss=2.3,
+        last_loss=1.0,
+        peak_memory_bytes=2**20,
+        parameters=parameters,
+    )
+    return summarize(
+        [dataclasses.replace(rank, rank=r) for r in range(n)],
+        global_batch,
+        started=0.0,
+        finished=1.0,
+        model="cnn",
+        precision="fp32",
+        backend="mpi",
+        compression="none",
+    )
 
 
 def synthetic_study(root: Path, runs: int, seed: int = 0) -> Path:
@@ -39,10 +68,14 @@ def synthetic_study(root: Path, runs: int, seed: int = 0) -> Path:
         n = scales[i % len(scales)]
         step = 0.1 * (0.05 + 0.95 / n) * rng.uniform(0.95, 1.05)  # Amdahl, s = 0.05, global batch 256
         d = root / f"n{n}-r{i}"
-        records.write(d / records.SUMMARY, synthetic_summary(n, 256, step, 0.8 * step, 0.15 * step, 0.05 * step))
+        records.write(
+            d / records.SUMMARY, synthetic_summary(n, 256, step, 0.8 * step, 0.15 * step, 0.05 * step)
+        )
         entries.append(records.StudyRun(d.name, n, i // len(scales), n, [], str(d)))
-    records.write(root / records.STUDY, records.new(records.StudyManifest, kind="strong", launcher="local",
-                                                    runs=entries))
+    records.write(
+        root / records.STUDY,
+        records.new(records.StudyManifest, kind="strong", launcher="local", runs=entries),
+    )
     return root
 
 
@@ -64,6 +97,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     table.add_row("total", f"{t2 - t0:.3f}")
     console.print(table)
     verdict = "[green]meets[/]" if t2 - t0 < TARGET_S else "[red]misses[/]"
-    console.print(f"{args.runs} runs analyzed and reported in {t2 - t0:.2f} s ({verdict} the {TARGET_S:.0f} s target); "
-                  f"serial fraction fitted {a.amdahl_serial_fraction:.3f} (generated with 0.05)")
+    console.print(
+        f"{args.runs} runs analyzed and reported in {t2 - t0:.2f} s ({verdict} the {TARGET_S:.0f} s target); "
+        f"serial fraction fitted {a.amdahl_serial_fraction:.3f} (generated with 0.05)"
+    )
     return 0

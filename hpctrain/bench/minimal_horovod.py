@@ -4,6 +4,7 @@ Written the way Horovod's PyTorch examples are: the sources' CNN, synthetic data
 DistributedSampler, hvd.DistributedOptimizer. Timed like hpctrain: wall time of the steps after
 warm-up, from the end of one step to the end of the next. Prints one JSON line on rank 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,13 @@ class Net(nn.Module):
     def __init__(self, channels: int = 3, size: int = 32, width: int = 16, classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+            nn.Conv2d(channels, width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
         self.head = nn.Linear(2 * width * (size // 4) ** 2, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -40,9 +46,13 @@ def main() -> None:
     hvd.init()
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(args.samples, 3, 32, 32, generator=gen),
-                         torch.randint(0, 10, (args.samples,), generator=gen))
-    sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(data, num_replicas=hvd.size(), rank=hvd.rank(), seed=0)
+    data = TensorDataset(
+        torch.randn(args.samples, 3, 32, 32, generator=gen),
+        torch.randint(0, 10, (args.samples,), generator=gen),
+    )
+    sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
+        data, num_replicas=hvd.size(), rank=hvd.rank(), seed=0
+    )
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

@@ -1,6 +1,7 @@
 """`hpctrain bench overhead`: throughput of training launched by hpctrain against a minimal
 hand-written Horovod script (same model, batch, ranks, synthetic data, thread count, timing),
 the two run interleaved in ABBA order so that machine noise and drift hit both alike."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,16 +26,40 @@ TARGET = 0.97
 
 def _minimal_argv(ranks: int, threads: int, batch: int, steps: int, warmup: int) -> list[str]:
     argv, _ = mpirun_prefix(ranks, len(os.sched_getaffinity(0)), os.geteuid() == 0)
-    argv += ["-x", f"OMP_NUM_THREADS={threads}", sys.executable, "-m", "hpctrain.bench.minimal_horovod",
-             "--batch", str(batch), "--steps", str(steps), "--warmup", str(warmup)]
+    argv += [
+        "-x",
+        f"OMP_NUM_THREADS={threads}",
+        sys.executable,
+        "-m",
+        "hpctrain.bench.minimal_horovod",
+        "--batch",
+        str(batch),
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+    ]
     return argv
 
 
 def _hpctrain_argv(run_dir: Path, ranks: int, batch: int, steps: int, warmup: int) -> list[str]:
-    return [sys.executable, "-m", "hpctrain.cli", "run", "--no-progress", f"run.dir={run_dir}",
-            "model=cnn", "data=synthetic", "data.num_samples=4096", f"cluster.ranks={ranks}",
-            f"train.batch_per_rank={batch}", f"train.steps={steps}", f"train.warmup_steps={warmup}",
-            "train.save_model=false", "train.log_interval=1000"]
+    return [
+        sys.executable,
+        "-m",
+        "hpctrain.cli",
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        "model=cnn",
+        "data=synthetic",
+        "data.num_samples=4096",
+        f"cluster.ranks={ranks}",
+        f"train.batch_per_rank={batch}",
+        f"train.steps={steps}",
+        f"train.warmup_steps={warmup}",
+        "train.save_model=false",
+        "train.log_interval=1000",
+    ]
 
 
 def _run(argv: list[str]) -> str:
@@ -60,23 +85,36 @@ def run_overhead(args: argparse.Namespace, console: Console) -> int:
                 if side == "ours":
                     run_dir = out / f"hpctrain-{i}"
                     _run(_hpctrain_argv(run_dir, args.ranks, args.batch, args.steps, warmup))
-                    ours.append(records.read(run_dir / records.SUMMARY, records.RunSummary).throughput_samples_per_s)
+                    ours.append(
+                        records.read(run_dir / records.SUMMARY, records.RunSummary).throughput_samples_per_s
+                    )
                 else:
-                    line = [ln for ln in _run(_minimal_argv(args.ranks, threads, args.batch, args.steps, warmup))
-                            .splitlines() if ln.startswith("{")][-1]
+                    line = [
+                        ln
+                        for ln in _run(
+                            _minimal_argv(args.ranks, threads, args.batch, args.steps, warmup)
+                        ).splitlines()
+                        if ln.startswith("{")
+                    ][-1]
                     base.append(json.loads(line)["throughput_samples_per_s"])
                 bar.advance(task)
     ratios = [a / b for a, b in zip(ours, base)]
     ratio = statistics.median(ours) / statistics.median(base)
-    table = Table(title=f"overhead: cnn, synthetic 3x32x32, {args.ranks} ranks x batch {args.batch}, "
-                        f"{args.steps} steps ({warmup} warm-up), {threads} thread(s)/rank")
+    table = Table(
+        title=f"overhead: cnn, synthetic 3x32x32, {args.ranks} ranks x batch {args.batch}, "
+        f"{args.steps} steps ({warmup} warm-up), {threads} thread(s)/rank"
+    )
     for col in ("run", "hpctrain samples/s", "minimal Horovod samples/s", "ratio"):
         table.add_column(col, justify="right")
     for i, (a, b, r) in enumerate(zip(ours, base, ratios)):
         table.add_row(str(i + 1), f"{a:.1f}", f"{b:.1f}", f"{r:.3f}")
-    table.add_row("median", f"{statistics.median(ours):.1f}", f"{statistics.median(base):.1f}", f"{ratio:.3f}")
+    table.add_row(
+        "median", f"{statistics.median(ours):.1f}", f"{statistics.median(base):.1f}", f"{ratio:.3f}"
+    )
     console.print(table)
     verdict = "[green]meets[/]" if ratio >= TARGET else "[red]below[/]"
-    console.print(f"throughput ratio hpctrain / minimal Horovod = {ratio:.3f} ({verdict} the {TARGET} target); "
-                  f"runs in {out}")
+    console.print(
+        f"throughput ratio hpctrain / minimal Horovod = {ratio:.3f} ({verdict} the {TARGET} target); "
+        f"runs in {out}"
+    )
     return 0

@@ -1,6 +1,7 @@
 """`hpctrain bench submit`: time to plan and submit an N-point single-shape sweep to SLURM, and
 how many times sbatch ran (counted by a shim in front of the real sbatch; the target is 1).
 The submitted jobs are cancelled afterwards: this measures submission, not training."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,9 @@ def _count_sbatch_calls() -> Path:
     """Put a counting sbatch first on this process's PATH; return the file it appends to."""
     real = shutil.which("sbatch")
     if real is None:
-        raise LaunchError("sbatch not found: bash slurm/start.sh, then export SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf")
+        raise LaunchError(
+            "sbatch not found: bash slurm/start.sh, then export SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf"
+        )
     shim = Path(tempfile.mkdtemp(prefix="hpctrain-bench-"))
     log = shim / "calls"
     log.touch()
@@ -36,13 +39,25 @@ def run_submit(args: argparse.Namespace, console: Console) -> int:
     if args.points < 1:
         raise ConfigError.one("--points", f"must be at least 1 (got {args.points})", "e.g. --points 256")
     if subprocess.run(["scontrol", "ping"], capture_output=True).returncode != 0:
-        raise LaunchError("no SLURM controller answers: start the local cluster with bash slurm/start.sh "
-                          "and export SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf")
+        raise LaunchError(
+            "no SLURM controller answers: start the local cluster with bash slurm/start.sh "
+            "and export SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf"
+        )
     calls = _count_sbatch_calls()
     t0 = time.perf_counter()
     out = Path(args.out).resolve()
-    prep = orchestrate.prepare(["cluster=slurm", f"train.seed=range({args.points})", "data=digits", "train.steps=2",
-                                "train.warmup_steps=0", f"run.output_root={out}", "run.name=submit"], multirun=True)
+    prep = orchestrate.prepare(
+        [
+            "cluster=slurm",
+            f"train.seed=range({args.points})",
+            "data=digits",
+            "train.steps=2",
+            "train.warmup_steps=0",
+            f"run.output_root={out}",
+            "run.name=submit",
+        ],
+        multirun=True,
+    )
     t1 = time.perf_counter()
     jobs = orchestrate.start(prep, detach=True)
     t2 = time.perf_counter()
@@ -60,6 +75,8 @@ def run_submit(args: argparse.Namespace, console: Console) -> int:
     table.add_row("total per point", f"{1e3 * (t2 - t0) / args.points:.1f} ms")
     console.print(table)
     verdict = "[green]meets[/]" if n_calls == 1 else "[red]misses[/]"
-    console.print(f"{n_calls} sbatch call(s) for {args.points} points ({verdict} the target of 1); "
-                  f"the jobs were cancelled; records in {prep.group_dir}")
+    console.print(
+        f"{n_calls} sbatch call(s) for {args.points} points ({verdict} the target of 1); "
+        f"the jobs were cancelled; records in {prep.group_dir}"
+    )
     return 0 if n_calls == 1 else 1

@@ -1,4 +1,5 @@
 """Configuration: the typed schema, loading with Hydra, and cross-field validation."""
+
 from .load import load_config, to_yaml
 from .schema import Config
 from .validate import validate

@@ -3,22 +3,30 @@
 Hydra's own errors (unknown key, wrong type, unknown group option, bad override syntax) are turned
 into ConfigError naming the key and listing what is valid, before anything runs.
 """
+
 from __future__ import annotations
 
 import copy
 import dataclasses
 import os
 import re
+from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import (ConfigAttributeError, ConfigKeyError, MissingMandatoryValue,
-                              OmegaConfBaseException, ValidationError)
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+    ValidationError,
+)
 
 from ..errors import ConfigError, Problem
 from .schema import Config, register
@@ -30,17 +38,20 @@ def conf_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """--config-dir, else $HPCTRAIN_CONF_DIR, else the conf/ that ships beside the package."""
     d = Path(explicit or os.environ.get("HPCTRAIN_CONF_DIR") or DEFAULT_CONF_DIR).resolve()
     if not (d / "config.yaml").is_file():
-        raise ConfigError.one("--config-dir", f"{d} has no config.yaml",
-                              "point --config-dir (or HPCTRAIN_CONF_DIR) at hpctrain's conf/ directory")
+        raise ConfigError.one(
+            "--config-dir",
+            f"{d} has no config.yaml",
+            "point --config-dir (or HPCTRAIN_CONF_DIR) at hpctrain's conf/ directory",
+        )
     return d
 
 
-def compose_config(overrides: Sequence[str], config_dir: str | os.PathLike[str] | None = None,
-                   config_name: str = "config") -> DictConfig:
+def compose_config(
+    overrides: Sequence[str], config_dir: str | os.PathLike[str] | None = None, config_name: str = "config"
+) -> DictConfig:
     register()
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir(config_dir)), version_base="1.3",
-                               job_name="hpctrain"):
+    with initialize_config_dir(config_dir=str(conf_dir(config_dir)), version_base="1.3", job_name="hpctrain"):
         try:
             return compose(config_name=config_name, overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as e:
@@ -68,7 +79,9 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[Problem]:
     return out
 
 
-def load_configs(points: Sequence[Sequence[str]], config_dir: str | os.PathLike[str] | None = None) -> list[Config]:
+def load_configs(
+    points: Sequence[Sequence[str]], config_dir: str | os.PathLike[str] | None = None
+) -> list[Config]:
     """Configs for many override lists (a sweep). Hydra's compose costs ~170 ms here, so each
     distinct selection of config-group options is composed once, and the remaining key=value
     overrides are applied to a copy with Hydra's own override code: same result as load_config."""
@@ -108,13 +121,17 @@ def to_config(cfg: DictConfig) -> Config:
         obj = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as e:
         key = e.full_key or "?"
-        raise ConfigError.one(key, "is required and has no value (???)",
-                              f"set it on the command line: {key}=VALUE") from e
+        raise ConfigError.one(
+            key, "is required and has no value (???)", f"set it on the command line: {key}=VALUE"
+        ) from e
     except OmegaConfBaseException as e:
         raise _translate(e) from e
     if not isinstance(obj, Config):
-        raise ConfigError.one("<root>", "the config does not extend hpctrain's schema",
-                              "start the defaults list of config.yaml with hpctrain_schema")
+        raise ConfigError.one(
+            "<root>",
+            "the config does not extend hpctrain's schema",
+            "start the defaults list of config.yaml with hpctrain_schema",
+        )
     return obj
 
 
@@ -127,10 +144,14 @@ def config_from_yaml(text: str) -> Config:
         raise ConfigError.one("<config.yaml>", "is not a mapping", "write it with hpctrain (to_yaml)")
     cluster = data.get("cluster", {})
     from .schema import CLUSTER_SCHEMAS  # local import: the mapping grows with launchers
+
     schema = CLUSTER_SCHEMAS.get(str(cluster.get("name", "")))
     if schema is None:
-        raise ConfigError.one("cluster.name", f"unknown cluster {cluster.get('name')!r}",
-                              f"use one of {sorted(CLUSTER_SCHEMAS)}")
+        raise ConfigError.one(
+            "cluster.name",
+            f"unknown cluster {cluster.get('name')!r}",
+            f"use one of {sorted(CLUSTER_SCHEMAS)}",
+        )
     base.cluster = OmegaConf.structured(schema)
     try:
         return to_config(OmegaConf.merge(base, data))  # type: ignore[arg-type]
@@ -140,8 +161,13 @@ def config_from_yaml(text: str) -> Config:
 
 def to_yaml(cfg: Config) -> str:
     # Plain YAML of the dataclass: ~100x faster than OmegaConf.structured(cfg), and
-    # config_from_yaml merges it back onto the typed schema, so nothing is lost.
-    return yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False)
+    # config_from_yaml merges it back onto the typed schema, so nothing is lost. Enum members
+    # are written as their values.
+    return yaml.safe_dump(dataclasses.asdict(cfg, dict_factory=_plain), sort_keys=False)
+
+
+def _plain(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {k: v.value if isinstance(v, Enum) else v for k, v in items}
 
 
 def _valid_keys(schema: type | None) -> str:
@@ -175,25 +201,59 @@ def _translate(e: BaseException, overrides: Sequence[str] = ()) -> ConfigError:
         msg = (getattr(err, "msg", None) or str(err)).splitlines()[0]
         if isinstance(err, (ConfigKeyError, ConfigAttributeError)):
             hint = " ".join(str(e).splitlines()[1:]).strip()  # Hydra's "To append ... use +key=v"
-            return ConfigError([Problem(key, f"unknown key ({msg})",
-                                        _valid_keys(getattr(err, "object_type", None))
-                                        or hint or "remove it, or check its spelling")])
+            return ConfigError(
+                [
+                    Problem(
+                        key,
+                        f"unknown key ({msg})",
+                        _valid_keys(getattr(err, "object_type", None))
+                        or hint
+                        or "remove it, or check its spelling",
+                    )
+                ]
+            )
+        options = re.match(r"Invalid value '(.*)', expected one of \[(.*)\]", msg)
+        if isinstance(err, ValidationError) and options:
+            first = options.group(2).split(",")[0].strip()
+            return ConfigError(
+                [
+                    Problem(
+                        key,
+                        f"{options.group(1)!r} is not one of {options.group(2)}",
+                        f"set {key}={first} (or another of the listed values)",
+                    )
+                ]
+            )
         if isinstance(err, ValidationError):
-            return ConfigError([Problem(key, f"wrong type: {msg}",
-                                        f"give {key} a value of the type its schema declares")])
+            return ConfigError(
+                [Problem(key, f"wrong type: {msg}", f"give {key} a value of the type its schema declares")]
+            )
         if isinstance(err, MissingMandatoryValue):
-            return ConfigError([Problem(key, "is required and has no value (???)",
-                                        f"set it on the command line: {key}=VALUE")])
+            return ConfigError(
+                [
+                    Problem(
+                        key, "is required and has no value (???)", f"set it on the command line: {key}=VALUE"
+                    )
+                ]
+            )
     msg = str(e).strip()
     missing = re.search(r"Could not find '([^/']+)/([^']+)'", msg)
     if missing:
         group, option = missing.groups()
         options = re.search(r"Available options in '[^']+':\n((?:\t.*\n?)+)", msg)
         listed = ", ".join(o.strip() for o in options.group(1).splitlines()) if options else "?"
-        return ConfigError([Problem(group, f"unknown option {option!r} for group {group}",
-                                    f"use one of: {listed}")])
+        return ConfigError(
+            [Problem(group, f"unknown option {option!r} for group {group}", f"use one of: {listed}")]
+        )
     bad = [o for o in overrides if o and o in msg]
     key = bad[0].split("=", 1)[0].lstrip("+~") if bad else "<overrides>"
-    return ConfigError([Problem(key, f"cannot parse the override: {top}",
-                                "use Hydra's syntax key=value (quote values with special characters: "
-                                "key='a;b c'), group=option, +new_key=value")])
+    return ConfigError(
+        [
+            Problem(
+                key,
+                f"cannot parse the override: {top}",
+                "use Hydra's syntax key=value (quote values with special characters: "
+                "key='a;b c'), group=option, +new_key=value",
+            )
+        ]
+    )

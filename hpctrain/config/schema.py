@@ -3,33 +3,98 @@
 Schema only: defaults and one comment per field. Cross-field rules live in validate.py.
 Units are in key names (`_mb`, `_ms`, `_min`), as in Hydra's submitit launcher.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-MODELS = ("cnn", "mlp", "resnet18", "resnet50", "transformer")
-IMAGE_MODELS = ("cnn", "mlp", "resnet18", "resnet50")
-TOKEN_MODELS = ("transformer",)
-DATASETS = ("synthetic", "tokens", "digits", "folder")
-IMAGE_DATASETS = ("synthetic", "digits", "folder")
-TOKEN_DATASETS = ("tokens",)
-PRECISIONS = ("fp32", "fp16", "bf16")
-PARALLELISMS = ("data",)
-BACKENDS = ("mpi", "gloo")
-COMPRESSIONS = ("none", "fp16")
-OPTIMIZERS = ("sgd", "adamw")
-LR_SCALINGS = ("none", "linear")
-DEVICES = ("auto", "cpu", "cuda")
-FAIL_MODES = ("exception", "kill")
+# The option sets. OmegaConf accepts a member by its name, so every name equals its value; a
+# StrEnum compares equal to its string, so code and records keep using plain strings.
+
+
+class Model(StrEnum):
+    cnn = "cnn"
+    mlp = "mlp"
+    resnet18 = "resnet18"
+    resnet50 = "resnet50"
+    transformer = "transformer"
+
+
+class Dataset(StrEnum):
+    synthetic = "synthetic"
+    tokens = "tokens"
+    digits = "digits"
+    folder = "folder"
+
+
+class Precision(StrEnum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class Parallelism(StrEnum):
+    data = "data"
+
+
+class Backend(StrEnum):
+    mpi = "mpi"
+    gloo = "gloo"
+
+
+class Compression(StrEnum):
+    none = "none"
+    fp16 = "fp16"
+
+
+class Optimizer(StrEnum):
+    sgd = "sgd"
+    adamw = "adamw"
+
+
+class LrScaling(StrEnum):
+    none = "none"
+    linear = "linear"
+
+
+class Device(StrEnum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class FailMode(StrEnum):
+    exception = "exception"
+    kill = "kill"
+
+
+class StudyKind(StrEnum):
+    strong = "strong"
+    weak = "weak"
+
+
+class MpiPlugin(StrEnum):  # srun --mpi=...
+    pmix = "pmix"
+    pmix_v4 = "pmix_v4"
+    pmix_v3 = "pmix_v3"
+    pmi2 = "pmi2"
+    none = "none"
+
+
+IMAGE_MODELS = (Model.cnn, Model.mlp, Model.resnet18, Model.resnet50)
+TOKEN_MODELS = (Model.transformer,)
+IMAGE_DATASETS = (Dataset.synthetic, Dataset.digits, Dataset.folder)
+TOKEN_DATASETS = (Dataset.tokens,)
 
 
 @dataclass
 class ModelConf:
-    name: str = "cnn"  # one of MODELS
+    name: Model = Model.cnn
     width: int = 16  # first conv channels (cnn, resnet), hidden units (mlp), d_model (transformer)
     depth: int = 2  # hidden layers (mlp), encoder layers (transformer); cnn/resnet ignore it
     heads: int = 4  # attention heads (transformer); width must be divisible by it
@@ -38,7 +103,7 @@ class ModelConf:
 
 @dataclass
 class DataConf:
-    name: str = "synthetic"  # one of DATASETS
+    name: Dataset = Dataset.synthetic
     num_samples: int = 2048  # size of a synthetic dataset (synthetic, tokens)
     channels: int = 3  # image channels (digits: 1)
     image_size: int = 32  # image height = width in pixels (digits: 8)
@@ -54,29 +119,29 @@ class DataConf:
 
 @dataclass
 class PrecisionConf:
-    name: str = "fp32"  # one of PRECISIONS; fp16/bf16 use autocast
+    name: Precision = Precision.fp32  # fp16/bf16 use autocast
     init_scale: float = 65536.0  # fp16: initial loss scale of the gradient scaler
     growth_interval: int = 2000  # fp16: steps without overflow before the loss scale doubles
 
 
 @dataclass
 class ParallelismConf:
-    name: str = "data"  # one of PARALLELISMS
-    backend: str = "mpi"  # Horovod controller and CPU collectives: mpi or gloo
+    name: Parallelism = Parallelism.data
+    backend: Backend = Backend.mpi  # Horovod controller and CPU collectives
     fusion_threshold_mb: Optional[float] = None  # HOROVOD_FUSION_THRESHOLD; null = Horovod's 64 MB
     cycle_time_ms: Optional[float] = None  # HOROVOD_CYCLE_TIME; null = Horovod's default
-    compression: str = "none"  # gradient compression on the wire: none or fp16
+    compression: Compression = Compression.none  # gradient compression on the wire
     backward_passes_per_step: int = 1  # micro-batches accumulated locally before one allreduce
 
 
 @dataclass
 class OptimConf:
-    name: str = "sgd"  # one of OPTIMIZERS
+    name: Optimizer = Optimizer.sgd
     lr: float = 0.05  # learning rate at the reference batch
     momentum: float = 0.9  # sgd momentum
     weight_decay: float = 0.0
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw
-    lr_scaling: str = "none"  # none | linear: lr x global_batch / reference_batch (Goyal et al. 2017)
+    lr_scaling: LrScaling = LrScaling.none  # linear: lr x global_batch / reference_batch (Goyal et al. 2017)
     reference_batch: Optional[int] = None  # batch that `lr` was tuned for; null = per-rank batch
     warmup_steps: int = 0  # linear learning-rate warm-up from `lr` to the scaled lr
 
@@ -89,7 +154,7 @@ class TrainConf:
     log_interval: int = 10  # steps between rank-0 log lines
     batch_per_rank: Optional[int] = 32  # samples per rank per step; set this or global_batch
     global_batch: Optional[int] = None  # samples per step over all ranks; set this or batch_per_rank
-    device: str = "auto"  # auto (CUDA when present) | cpu | cuda
+    device: Device = Device.auto  # auto: CUDA when present
     save_model: bool = True  # rank 0 writes model.pt at the end
 
 
@@ -129,7 +194,7 @@ class SlurmClusterConf(ClusterConf):
     exclusive: bool = False  # whole nodes only
     setup: List[str] = field(default_factory=list)  # one simple command per line, e.g. "module load cuda"
     srun_args: List[str] = field(default_factory=list)  # extra srun arguments, one per item
-    mpi: str = "pmix"  # srun --mpi plugin that starts MPI for Horovod (backend=mpi)
+    mpi: MpiPlugin = MpiPlugin.pmix  # srun --mpi plugin that starts MPI for Horovod (backend=mpi)
     signal_delay_s: int = 120  # SIGUSR2 this long before the time limit: checkpoint and requeue
     max_requeues: int = 3  # requeues after time-outs or preemption before giving up
     checkpoint_interval: int = 0  # also checkpoint every N steps (0: only on the signal)
@@ -142,14 +207,14 @@ class SlurmClusterConf(ClusterConf):
 class DebugConf:
     fail_rank: Optional[int] = None  # fault injection: this rank fails ...
     fail_step: int = 0  # ... at this step
-    fail_mode: str = "exception"  # exception (a Python error) | kill (SIGKILL, no traceback)
+    fail_mode: FailMode = FailMode.exception  # exception (a Python error) | kill (SIGKILL, no traceback)
 
 
 @dataclass
 class StudyConf:
     """A scaling study: the same training at several scales, repeated (hpctrain study ...)."""
 
-    kind: str = "strong"  # strong: fixed global batch | weak: fixed per-rank batch
+    kind: StudyKind = StudyKind.strong  # strong: fixed global batch | weak: fixed per-rank batch
     ranks: List[int] = field(default_factory=lambda: [1, 2])  # world sizes with cluster=local
     nodes: List[int] = field(default_factory=lambda: [1, 2])  # node counts with cluster=slurm
     repetitions: int = 3  # runs per scale, for a mean and a 95% confidence interval
@@ -157,7 +222,7 @@ class StudyConf:
     warmup_steps: int = 5  # excluded from timing
     global_batch: int = 64  # strong scaling: samples per step over all ranks
     batch_per_rank: int = 32  # weak scaling: samples per step per rank
-    lr_scaling: str = "none"  # learning-rate rule for every run: none | linear
+    lr_scaling: LrScaling = LrScaling.none  # learning-rate rule for every run
     allreduce_bench: bool = True  # measure allreduce once per world size (local studies)
     allreduce_max_mb: int = 256  # largest allreduce message of that benchmark
 

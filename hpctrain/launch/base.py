@@ -15,14 +15,16 @@ ReFrame's launcher registry. A launcher is chosen by the config's `cluster.name`
     failure(job, status)      the error that explains a run that did not complete
     run_allreduce(...)        the allreduce benchmark on this launcher's resources
 """
+
 from __future__ import annotations
 
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from .. import records
 from ..config.schema import ClusterConf, Config
@@ -30,8 +32,19 @@ from ..errors import HpctrainError, LaunchError, Problem
 from ..facts import HostFacts
 
 # A job is done in any of these states (SLURM's words; the local launcher uses a subset).
-DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
-                  "PREEMPTED", "BOOT_FAIL", "DEADLINE"})
+DONE = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
 
 
 class Plan(Protocol):
@@ -72,7 +85,7 @@ class Job:
         return self.ref.job_id
 
     @classmethod
-    def load(cls, run_dir: Path) -> "Job":
+    def load(cls, run_dir: Path) -> Job:
         return cls(run_dir, records.read(run_dir / records.JOB, records.JobRef))
 
 
@@ -149,11 +162,18 @@ class Launcher(ABC):
     def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
         """What to tell the user once the runs are started or submitted."""
         if len(jobs) == 1:
-            return f"[bold]started[/] {self.name} run, job {jobs[0].job_id} ({runs[0].plan.world_size} rank(s))"
+            return (
+                f"[bold]started[/] {self.name} run, job {jobs[0].job_id} ({runs[0].plan.world_size} rank(s))"
+            )
         return f"[bold]started[/] {len(jobs)} {self.name} runs: jobs {jobs[0].job_id} .. {jobs[-1].job_id}"
 
-    def wait(self, jobs: list[Job], timeout_s: float, poll_s: float = 1.0,
-             on_poll: Callable[[dict[str, JobStatus]], None] = lambda s: None) -> dict[str, JobStatus]:
+    def wait(
+        self,
+        jobs: list[Job],
+        timeout_s: float,
+        poll_s: float = 1.0,
+        on_poll: Callable[[dict[str, JobStatus]], None] = lambda s: None,
+    ) -> dict[str, JobStatus]:
         """Poll until every job is done (SLURM's accounting lags a job's end by a second or two)."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -162,7 +182,9 @@ class Launcher(ABC):
             if len(states) == len(jobs) and all(s.done for s in states.values()):
                 return states
             if time.monotonic() > deadline:
-                raise LaunchError(f"jobs {', '.join(j.job_id for j in jobs)} not done after {timeout_s:.0f} s "
-                                  f"(states: {', '.join(f'{k}={v.state}' for k, v in states.items())}); "
-                                  "they keep running: hpctrain status / cancel")
+                raise LaunchError(
+                    f"jobs {', '.join(j.job_id for j in jobs)} not done after {timeout_s:.0f} s "
+                    f"(states: {', '.join(f'{k}={v.state}' for k, v in states.items())}); "
+                    "they keep running: hpctrain status / cancel"
+                )
             time.sleep(poll_s)

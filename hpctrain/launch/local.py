@@ -1,5 +1,6 @@
 """The local launcher: mpirun on this machine, through a detached supervisor process
 (local_supervisor.py) so that local runs have the same verbs as SLURM jobs."""
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,7 @@ def process_start(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent (the waiting hpctrain)
         return None
     return int(fields[19])
@@ -61,7 +62,9 @@ class LocalLauncher(Launcher):
         from ..config.validate import at_least
 
         c: LocalClusterConf = cfg.cluster
-        p = at_least("cluster.ranks", c.ranks, 1) + at_least("cluster.threads_per_rank", c.threads_per_rank, 1)
+        p = at_least("cluster.ranks", c.ranks, 1) + at_least(
+            "cluster.threads_per_rank", c.threads_per_rank, 1
+        )
         if not c.mpirun.strip():
             p.append(Problem("cluster.mpirun", "is empty", "set cluster.mpirun=mpirun (or a full path)"))
         return p
@@ -88,8 +91,10 @@ class LocalLauncher(Launcher):
     def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
         mpirun = runs[0].plan.argv[0]  # type: ignore[attr-defined]
         if shutil.which(mpirun) is None:
-            raise LaunchError(f"cannot start {mpirun!r}: not found; install OpenMPI "
-                              "(apt-get install openmpi-bin) or set cluster.mpirun")
+            raise LaunchError(
+                f"cannot start {mpirun!r}: not found; install OpenMPI "
+                "(apt-get install openmpi-bin) or set cluster.mpirun"
+            )
         for r in runs:
             write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
             write_state(r.run_dir, "PENDING")
@@ -100,14 +105,22 @@ class LocalLauncher(Launcher):
             argv += ["--parent", str(os.getpid())]
         argv += [str(r.run_dir) for r in runs]
         with open(home / "supervisor.log", "ab") as log:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # its own process group: cancel ends it all
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )  # its own process group: cancel ends it all
         start = process_start(proc.pid)
         jobs = []
         for r in runs:
             job_id = str(proc.pid) if len(runs) == 1 else f"{proc.pid}_{r.index}"
-            ref = records.new(records.JobRef, launcher=self.name, job_id=job_id, world_size=r.plan.world_size,
-                              pid=proc.pid, pid_start=start, host=socket.gethostname())
+            ref = records.new(
+                records.JobRef,
+                launcher=self.name,
+                job_id=job_id,
+                world_size=r.plan.world_size,
+                pid=proc.pid,
+                pid_start=start,
+                host=socket.gethostname(),
+            )
             records.write(r.run_dir / records.JOB, ref)
             jobs.append(Job(r.run_dir, ref))
         return jobs
@@ -150,7 +163,9 @@ class LocalLauncher(Launcher):
                 by_pid[job.ref.pid].append(job)
         for pid, group in by_pid.items():
             if supervisor_alive(group[0].ref) is None:
-                raise LaunchError(f"run {group[0].run_dir} was started on {group[0].ref.host}: cancel it there")
+                raise LaunchError(
+                    f"run {group[0].run_dir} was started on {group[0].ref.host}: cancel it there"
+                )
             if supervisor_alive(group[0].ref):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + CANCEL_WAIT_S
@@ -178,10 +193,17 @@ class LocalLauncher(Launcher):
         from ..bench.allreduce import allreduce_argv
 
         facts = self._facts()
-        prefix, _ = mpirun_prefix(self.world_size(cfg.cluster), facts.cpu_count, facts.is_root, cfg.cluster.mpirun)
+        prefix, _ = mpirun_prefix(
+            self.world_size(cfg.cluster), facts.cpu_count, facts.is_root, cfg.cluster.mpirun
+        )
         out.parent.mkdir(parents=True, exist_ok=True)
-        r = subprocess.run(allreduce_argv(prefix, self.python, out, max_bytes), capture_output=True, text=True,
-                           timeout=3600, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            allreduce_argv(prefix, self.python, out, max_bytes),
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            stdin=subprocess.DEVNULL,
+        )
         if r.returncode != 0:
             raise LaunchError(f"allreduce benchmark failed ({r.returncode}):\n{r.stderr[-2000:]}")
 
@@ -190,4 +212,3 @@ def write_state(run_dir: Path, state: str) -> None:
     from .local_supervisor import write_state as write
 
     write(run_dir, state)
-

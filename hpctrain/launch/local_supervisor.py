@@ -11,6 +11,7 @@ stops the current run (mpirun forwards the signal to the ranks; SIGKILL to the w
 a grace period) and marks it and the runs still waiting as CANCELLED. With --parent it does the
 same when that process (the waiting `hpctrain run`) disappears.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,10 @@ def write_state(run_dir: Path, state: str, **extra: Any) -> None:
     started = old.started if old and old.started is not None else None
     if state == "RUNNING":
         started = time.time()
-    records.write(run_dir / records.STATE, records.new(records.LocalState, state=state, updated=time.time(),
-                                                       started=started, **extra))
+    records.write(
+        run_dir / records.STATE,
+        records.new(records.LocalState, state=state, updated=time.time(), started=started, **extra),
+    )
 
 
 def _read_state(run_dir: Path) -> records.LocalState | None:
@@ -54,7 +57,7 @@ def _read_state(run_dir: Path) -> records.LocalState | None:
         return None
 
 
-def _pump(stream: IO[str], name: str, out: "queue.Queue[tuple[str, str] | None]") -> None:
+def _pump(stream: IO[str], name: str, out: queue.Queue[tuple[str, str] | None]) -> None:
     for raw in stream:
         out.put((name, raw.rstrip("\n")))
     out.put(None)
@@ -90,6 +93,7 @@ class Supervisor:
                 proc.wait(TERM_GRACE_S)
             except subprocess.TimeoutExpired:
                 os.killpg(os.getpgid(0), signal.SIGKILL)  # ends this supervisor too: nothing is left
+
         threading.Thread(target=reap, daemon=True).start()
 
     def run_all(self) -> int:
@@ -118,8 +122,12 @@ class Supervisor:
                 env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(rendezvous.port)
             code, tails, mpirun_text = self.run_mpirun(run_dir, argv, env, world)
         except OSError as e:
-            write_state(run_dir, "FAILED", launch_error=f"cannot start {argv[0]!r}: {e.strerror or e}; install "
-                        "OpenMPI (apt-get install openmpi-bin) or set cluster.mpirun")
+            write_state(
+                run_dir,
+                "FAILED",
+                launch_error=f"cannot start {argv[0]!r}: {e.strerror or e}; install "
+                "OpenMPI (apt-get install openmpi-bin) or set cluster.mpirun",
+            )
             return 3
         finally:
             if rendezvous is not None:
@@ -130,26 +138,41 @@ class Supervisor:
         if code == 0 and (run_dir / records.SUMMARY).exists():
             write_state(run_dir, "COMPLETED", exit_code=0)
             return 0
-        failure = (_failure(run_dir, code, tails, mpirun_text) if code != 0 else
-                   records.Failure(0, "mpirun exited 0 but rank 0 wrote no summary.json"))
+        failure = (
+            _failure(run_dir, code, tails, mpirun_text)
+            if code != 0
+            else records.Failure(0, "mpirun exited 0 but rank 0 wrote no summary.json")
+        )
         write_state(run_dir, "FAILED", exit_code=code, failure=failure)
         return 4
 
-    def run_mpirun(self, run_dir: Path, argv: list[str], env: dict[str, str],
-                   world: int) -> tuple[int, dict[int | None, deque[str]], str]:
+    def run_mpirun(
+        self, run_dir: Path, argv: list[str], env: dict[str, str], world: int
+    ) -> tuple[int, dict[int | None, deque[str]], str]:
         tails: dict[int | None, deque[str]] = defaultdict(lambda: deque(maxlen=20))
         mpirun_text: list[str] = []
         q: queue.Queue[tuple[str, str] | None] = queue.Queue()
         with ExitStack() as stack:
-            logs = {r: stack.enter_context(open(run_dir / records.log_file(r), "a", buffering=1))
-                    for r in range(world)}
+            logs = {
+                r: stack.enter_context(open(run_dir / records.log_file(r), "a", buffering=1))
+                for r in range(world)
+            }
             own = stack.enter_context(open(run_dir / records.LAUNCHER_LOG, "a", buffering=1))
-            self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                         text=True, bufsize=1, env=env)
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                bufsize=1,
+                env=env,
+            )
             if self.cancelled.is_set():  # a signal that arrived while mpirun was starting
                 self.stop_mpirun()
-            threads = [threading.Thread(target=_pump, args=(s, n, q), daemon=True)
-                       for s, n in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))]
+            threads = [
+                threading.Thread(target=_pump, args=(s, n, q), daemon=True)
+                for s, n in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))
+            ]
             for t in threads:
                 t.start()
             open_streams = len(threads)
@@ -182,10 +205,13 @@ def _gloo_rendezvous(hostname: str, ranks: int) -> Any:
 
         def close(self) -> None:
             self._server.stop()
+
     return Rendezvous()
 
 
-def _failure(run_dir: Path, code: int, tails: dict[int | None, deque[str]], mpirun_text: str) -> records.Failure:
+def _failure(
+    run_dir: Path, code: int, tails: dict[int | None, deque[str]], mpirun_text: str
+) -> records.Failure:
     """The first rank that failed, from its error file, else from mpirun's report."""
     first = records.first_error(run_dir)
     if first is not None:
@@ -194,7 +220,9 @@ def _failure(run_dir: Path, code: int, tails: dict[int | None, deque[str]], mpir
     if found:
         rank, cause = found
         return records.Failure(rank, cause, "\n".join(tails.get(rank, [])))
-    return records.Failure(None, f"mpirun exited with status {code}", "\n".join(mpirun_text.splitlines()[-15:]))
+    return records.Failure(
+        None, f"mpirun exited with status {code}", "\n".join(mpirun_text.splitlines()[-15:])
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

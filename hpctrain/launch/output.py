@@ -1,4 +1,5 @@
 """Parsing what mpirun prints: per-rank tags and its own failure reports. Pure functions."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,10 @@ INNER_TAG = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:")
 # mpirun's report when a rank dies by a signal, e.g. after SIGKILL or a segfault.
 SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\)")
 # mpirun's report when a rank exits non-zero (older and newer wordings).
-EXITED = re.compile(r"(?:Process name: \[\[\d+,\d+\],(\d+)\][\s\S]*?Exit code:\s+(\d+))"
-                    r"|(?:process rank (\d+) with PID \d+ on node \S+ exited with (?:non-zero status|status) (\d+))")
+EXITED = re.compile(
+    r"(?:Process name: \[\[\d+,\d+\],(\d+)\][\s\S]*?Exit code:\s+(\d+))"
+    r"|(?:process rank (\d+) with PID \d+ on node \S+ exited with (?:non-zero status|status) (\d+))"
+)
 
 
 @dataclass(frozen=True)

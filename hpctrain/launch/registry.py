@@ -4,10 +4,12 @@ Adding a launcher (say Flux): a schema dataclass in config/schema.py (CLUSTER_SC
 file conf/cluster/flux.yaml, and a module hpctrain/launch/flux.py with a class that implements
 launch.base.Launcher and is decorated @register_launcher("flux"). Nothing else changes.
 """
+
 from __future__ import annotations
 
 import importlib
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from ..config.schema import Config
 from ..errors import ConfigError
@@ -23,6 +25,7 @@ def register_launcher(name: str) -> Callable[[L], L]:
         cls.name = name
         _LAUNCHERS[name] = cls
         return cls
+
     return deco
 
 
@@ -42,6 +45,9 @@ def launcher_for(cfg: Config) -> Launcher:
     """A launcher for this config, with the host facts it plans and validates against."""
     cls = launcher_class(cfg.cluster.name)
     if not isinstance(cfg.cluster, cls.schema):  # the one place that checks the cluster's type
-        raise ConfigError.one("cluster", f"cluster.name={cfg.cluster.name} with a {type(cfg.cluster).__name__}",
-                              f"select the launcher with cluster={cfg.cluster.name}")
+        raise ConfigError.one(
+            "cluster",
+            f"cluster.name={cfg.cluster.name} with a {type(cfg.cluster).__name__}",
+            f"select the launcher with cluster={cfg.cluster.name}",
+        )
     return cls(cls.host_facts())

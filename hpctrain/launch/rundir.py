@@ -1,4 +1,5 @@
 """Creating a run directory and writing what every launcher writes before the ranks start."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,10 @@ def prepare_run_dir(run_dir: Path) -> Path:
     if run_dir.exists() and not run_dir.is_dir():
         raise LaunchError(f"run directory {run_dir} is a file; choose another run.dir")
     if run_dir.exists() and any(run_dir.iterdir()):
-        raise LaunchError(f"run directory {run_dir} already exists and is not empty; "
-                          "choose another run.dir (or leave it unset for a fresh dated one)")
+        raise LaunchError(
+            f"run directory {run_dir} already exists and is not empty; "
+            "choose another run.dir (or leave it unset for a fresh dated one)"
+        )
     try:
         (run_dir / records.LOGS).mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -1,5 +1,6 @@
 """Reading SLURM's accounting and queue: small pure parsers over real `sacct -P` text, and one
 function that runs the command."""
+
 from __future__ import annotations
 
 import subprocess
@@ -8,8 +9,17 @@ from dataclasses import dataclass
 from ..errors import LaunchError
 
 SACCT_FIELDS = ("JobID", "JobName", "State", "NNodes", "Elapsed", "ExitCode", "NodeList")
-DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
-        "BOOT_FAIL", "DEADLINE"}
+DONE = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "OUT_OF_MEMORY",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+}
 
 
 @dataclass(frozen=True)
@@ -35,8 +45,15 @@ def parse_sacct(text: str) -> dict[str, JobState]:
         if len(parts) != len(SACCT_FIELDS) or "." in parts[0]:
             continue
         jid, name, state, nodes, elapsed, code, nodelist = parts
-        out[jid] = JobState(jid, name, state.split()[0] if state else "UNKNOWN",
-                            int(nodes) if nodes.isdigit() else 0, elapsed, code, nodelist)
+        out[jid] = JobState(
+            jid,
+            name,
+            state.split()[0] if state else "UNKNOWN",
+            int(nodes) if nodes.isdigit() else 0,
+            elapsed,
+            code,
+            nodelist,
+        )
     return out
 
 
@@ -47,8 +64,10 @@ def sacct(job_ids: list[str]) -> dict[str, JobState]:
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     except FileNotFoundError as e:
-        raise LaunchError("sacct not found: install slurm-client, or start the test cluster "
-                          "(bash slurm/start.sh) and export SLURM_CONF") from e
+        raise LaunchError(
+            "sacct not found: install slurm-client, or start the test cluster "
+            "(bash slurm/start.sh) and export SLURM_CONF"
+        ) from e
     if r.returncode != 0:
         raise LaunchError(f"sacct failed: {r.stderr.strip()}")
     return parse_sacct(r.stdout)

@@ -1,5 +1,6 @@
 """The SLURM launcher: submitit writes the sbatch script, srun starts one task per rank, sacct
 tells the state. Sweeps and studies go out as one job array per resource shape."""
+
 from __future__ import annotations
 
 import subprocess
@@ -41,8 +42,10 @@ class SlurmLauncher(Launcher):
             return f"# sbatch script (submitted by submitit; nothing was submitted)\n{script}"
         out = []
         for group in group_by_shape(runs):
-            out.append(f"# array of {len(group)} run(s): {[r.index for r in group]}\n"
-                       + group[0].plan.sbatch_script(array_size=len(group)))  # type: ignore[attr-defined]
+            out.append(
+                f"# array of {len(group)} run(s): {[r.index for r in group]}\n"
+                + group[0].plan.sbatch_script(array_size=len(group))  # type: ignore[attr-defined]
+            )
         return "\n".join(out)
 
     def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
@@ -53,15 +56,19 @@ class SlurmLauncher(Launcher):
     def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
         if len(jobs) == 1:
             plan: SlurmPlan = runs[0].plan  # type: ignore[assignment]
-            return (f"[bold]submitted[/] job {jobs[0].job_id} ({plan.nodes} node(s) x {plan.ranks_per_node} "
-                    "rank(s))")
+            return (
+                f"[bold]submitted[/] job {jobs[0].job_id} ({plan.nodes} node(s) x {plan.ranks_per_node} "
+                "rank(s))"
+            )
         arrays = sorted({j.job_id.split("_")[0] for j in jobs})
         return f"[bold]submitted[/] {len(jobs)} runs as {len(arrays)} job array(s): {', '.join(arrays)}"
 
     def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
         states = sacct([j.job_id for j in jobs])
-        return {k: JobStatus(k, s.state, s.nodes, s.elapsed, f"exit code {s.exit_code}")
-                for k, s in states.items()}
+        return {
+            k: JobStatus(k, s.state, s.nodes, s.elapsed, f"exit code {s.exit_code}")
+            for k, s in states.items()
+        }
 
     def log_paths(self, job: Job, rank: int) -> list[Path]:
         folder = Path(job.ref.folder or job.run_dir / "submitit")
@@ -82,11 +89,14 @@ class SlurmLauncher(Launcher):
     def failure(self, job: Job, status: JobStatus) -> HpctrainError:
         first = records.first_error(job.run_dir)
         if first is not None:
-            return RankFailure(first.rank, f"{first.describe()}; job {job.job_id} {status.state}",
-                               run_dir=str(job.run_dir))
+            return RankFailure(
+                first.rank, f"{first.describe()}; job {job.job_id} {status.state}", run_dir=str(job.run_dir)
+            )
         if status.state == "CANCELLED":
             return RunCancelled(f"job {job.job_id} was cancelled (run directory {job.run_dir})")
-        return RankFailure(None, f"job {job.job_id} ended {status.state} ({status.reason})", run_dir=str(job.run_dir))
+        return RankFailure(
+            None, f"job {job.job_id} ended {status.state} ({status.reason})", run_dir=str(job.run_dir)
+        )
 
     def run_allreduce(self, cfg: Config, out: Path, max_bytes: int, work_dir: Path) -> None:
         """On the resources of `cfg` (one world size of a study), as one job; waits for it."""
@@ -94,8 +104,9 @@ class SlurmLauncher(Launcher):
 
         plan = self.plan(cfg, work_dir / "allreduce", work_dir)
         job_id = submit_allreduce(plan, out, max_bytes, plan.folder)
-        ref = records.new(records.JobRef, launcher=self.name, job_id=job_id, world_size=plan.world_size,
-                          folder=plan.folder)
+        ref = records.new(
+            records.JobRef, launcher=self.name, job_id=job_id, world_size=plan.world_size, folder=plan.folder
+        )
         state = self.wait([Job(work_dir, ref)], timeout_s=3600, poll_s=1.0)[job_id]
         if state.state != "COMPLETED" or not out.exists():
             raise LaunchError(f"allreduce benchmark job {job_id} ended {state.state}; logs in {plan.folder}")

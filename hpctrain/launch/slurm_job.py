@@ -6,6 +6,7 @@ agree on it at the next step boundary, rank 0 writes a checkpoint atomically, an
 rank 0 hand over to submitit's own handler, which calls `checkpoint()` and requeues the job. The
 requeued job resumes every rank from that checkpoint at the same step.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,10 +1,11 @@
 """Rules for a SLURM cluster config: every value that reaches the sbatch script is checked here."""
+
 from __future__ import annotations
 
 import re
 
 from ..config.schema import Config, SlurmClusterConf
-from ..config.validate import at_least, one_of
+from ..config.validate import at_least
 from ..errors import Problem
 
 # Values that become #SBATCH flags: SLURM names and lists, no white space or shell characters.
@@ -13,50 +14,95 @@ SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,:+|&!*\[\]()-]+$")
 # A setup line is one simple command (module load, source, export): no chaining, substitution
 # or redirection, so what runs is exactly what the line says.
 SHELL_META = re.compile(r"[;&|`<>\n\r\0]|\$\(")
-MPI_PLUGINS = ("pmix", "pmix_v4", "pmix_v3", "pmi2", "none")
 
 
 def slurm_problems(cfg: Config, c: SlurmClusterConf) -> list[Problem]:
     p: list[Problem] = []
-    for key, value, low in [("nodes", c.nodes, 1), ("ranks_per_node", c.ranks_per_node, 1),
-                            ("gpus_per_node", c.gpus_per_node, 0), ("cpus_per_rank", c.cpus_per_rank, 1),
-                            ("time_min", c.time_min, 1), ("signal_delay_s", c.signal_delay_s, 0),
-                            ("max_requeues", c.max_requeues, 0), ("array_parallelism", c.array_parallelism, 1),
-                            ("checkpoint_interval", c.checkpoint_interval, 0)]:
+    for key, value, low in [
+        ("nodes", c.nodes, 1),
+        ("ranks_per_node", c.ranks_per_node, 1),
+        ("gpus_per_node", c.gpus_per_node, 0),
+        ("cpus_per_rank", c.cpus_per_rank, 1),
+        ("time_min", c.time_min, 1),
+        ("signal_delay_s", c.signal_delay_s, 0),
+        ("max_requeues", c.max_requeues, 0),
+        ("array_parallelism", c.array_parallelism, 1),
+        ("checkpoint_interval", c.checkpoint_interval, 0),
+    ]:
         p += at_least(f"cluster.{key}", value, low)
     if c.mem_gb is not None and c.mem_gb <= 0:
         p.append(Problem("cluster.mem_gb", f"must be > 0 (got {c.mem_gb:g})", "set a positive size, or null"))
     if c.time_min >= 1 and c.signal_delay_s >= c.time_min * 60:
-        p.append(Problem("cluster.signal_delay_s", f"{c.signal_delay_s} s is not shorter than the time limit "
-                         f"({c.time_min} min): the job would be signalled at once",
-                         "lower cluster.signal_delay_s or raise cluster.time_min"))
+        p.append(
+            Problem(
+                "cluster.signal_delay_s",
+                f"{c.signal_delay_s} s is not shorter than the time limit "
+                f"({c.time_min} min): the job would be signalled at once",
+                "lower cluster.signal_delay_s or raise cluster.time_min",
+            )
+        )
     if c.gpus_per_node > 0 and c.ranks_per_node != c.gpus_per_node:
-        p.append(Problem("cluster.ranks_per_node", f"{c.ranks_per_node} ranks on {c.gpus_per_node} GPUs per node: "
-                         "Horovod runs one rank per GPU", f"set cluster.ranks_per_node={c.gpus_per_node}"))
+        p.append(
+            Problem(
+                "cluster.ranks_per_node",
+                f"{c.ranks_per_node} ranks on {c.gpus_per_node} GPUs per node: Horovod runs one rank per GPU",
+                f"set cluster.ranks_per_node={c.gpus_per_node}",
+            )
+        )
     for key in ("partition", "account", "qos"):
         value = getattr(c, key)
         if value is not None and not SLURM_TOKEN.match(value):
-            p.append(Problem(f"cluster.{key}", f"{value!r} is not a SLURM name (letters, digits, '_.,:+-')",
-                             f"use the name sinfo/sacctmgr shows, e.g. cluster.{key}=gpu"))
+            p.append(
+                Problem(
+                    f"cluster.{key}",
+                    f"{value!r} is not a SLURM name (letters, digits, '_.,:+-')",
+                    f"use the name sinfo/sacctmgr shows, e.g. cluster.{key}=gpu",
+                )
+            )
     if c.constraint is not None and not SLURM_CONSTRAINT.match(c.constraint):
-        p.append(Problem("cluster.constraint", f"{c.constraint!r} is not a SLURM constraint expression",
-                         "use features joined by & or |, e.g. cluster.constraint='a100&ib'"))
+        p.append(
+            Problem(
+                "cluster.constraint",
+                f"{c.constraint!r} is not a SLURM constraint expression",
+                "use features joined by & or |, e.g. cluster.constraint='a100&ib'",
+            )
+        )
     for i, line in enumerate(c.setup):
         if SHELL_META.search(line) or not line.strip():
-            p.append(Problem(f"cluster.setup[{i}]", f"{line!r} is not one simple command (no ; & | ` $( < > "
-                             "or line breaks)", "put each command in its own entry: "
-                             "cluster.setup='[module load cuda,export X=1]'"))
+            p.append(
+                Problem(
+                    f"cluster.setup[{i}]",
+                    f"{line!r} is not one simple command (no ; & | ` $( < > or line breaks)",
+                    "put each command in its own entry: cluster.setup='[module load cuda,export X=1]'",
+                )
+            )
     for i, arg in enumerate(c.srun_args):
         if "\n" in arg or "\0" in arg:
-            p.append(Problem(f"cluster.srun_args[{i}]", "holds a line break", "give one srun argument per entry"))
+            p.append(
+                Problem(f"cluster.srun_args[{i}]", "holds a line break", "give one srun argument per entry")
+            )
     if c.container is not None and (not c.container.strip() or SHELL_META.search(c.container)):
-        p.append(Problem("cluster.container", f"{c.container!r} is not an image path",
-                         "give the path of an Apptainer image, e.g. cluster.container=/images/hpctrain.sif"))
-    p += one_of("cluster.mpi", c.mpi, MPI_PLUGINS)
+        p.append(
+            Problem(
+                "cluster.container",
+                f"{c.container!r} is not an image path",
+                "give the path of an Apptainer image, e.g. cluster.container=/images/hpctrain.sif",
+            )
+        )
     if cfg.parallelism.backend == "mpi" and c.mpi == "none":
-        p.append(Problem("cluster.mpi", "backend=mpi needs srun to start MPI (PMIx or PMI2)",
-                         "set cluster.mpi=pmix, or parallelism.backend=gloo"))
+        p.append(
+            Problem(
+                "cluster.mpi",
+                "backend=mpi needs srun to start MPI (PMIx or PMI2)",
+                "set cluster.mpi=pmix, or parallelism.backend=gloo",
+            )
+        )
     if cfg.train.device == "cuda" and c.gpus_per_node == 0:
-        p.append(Problem("cluster.gpus_per_node", "train.device=cuda but no GPUs are requested",
-                         "set cluster.gpus_per_node (and ranks_per_node) to the GPUs per node"))
+        p.append(
+            Problem(
+                "cluster.gpus_per_node",
+                "train.device=cuda but no GPUs are requested",
+                "set cluster.gpus_per_node (and ranks_per_node) to the GPUs per node",
+            )
+        )
     return p

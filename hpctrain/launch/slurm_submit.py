@@ -3,13 +3,14 @@
 Every run directory gets `job.json` (job id, submitit folder) so that status/logs/cancel work
 from the directory alone.
 """
+
 from __future__ import annotations
 
 import subprocess
 from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import submitit
 from submitit.core.utils import FailedJobError
@@ -23,8 +24,7 @@ from .slurm_job import AllreduceJob, TrainingJob
 
 
 def _executor(plan: SlurmPlan) -> submitit.SlurmExecutor:
-    ex = submitit.SlurmExecutor(folder=plan.folder, max_num_timeout=plan.max_requeues,
-                                python=plan.python)
+    ex = submitit.SlurmExecutor(folder=plan.folder, max_num_timeout=plan.max_requeues, python=plan.python)
     ex.update_parameters(**plan.executor)
     return ex
 
@@ -36,9 +36,11 @@ def sbatch_errors() -> Iterator[None]:
         yield
     except (FailedJobError, subprocess.CalledProcessError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LaunchError(f"sbatch refused the job: {msg}\n  check the controller and partition with `sinfo`; "
-                          "for the local test cluster: bash slurm/start.sh and export "
-                          "SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf") from e
+        raise LaunchError(
+            f"sbatch refused the job: {msg}\n  check the controller and partition with `sinfo`; "
+            "for the local test cluster: bash slurm/start.sh and export "
+            "SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf"
+        ) from e
     except FileNotFoundError as e:
         raise LaunchError("sbatch not found: install slurm-client, or run on a cluster login node") from e
 
@@ -69,8 +71,13 @@ def submit_runs(runs: list[RunSpec]) -> tuple[list[Job], list[records.ArrayRef]]
         if len(runs) > 1:
             arrays.append(records.ArrayRef(submitted[0].job_id.split("_")[0], len(submitted)))
         for r, sj in zip(group, submitted):
-            ref = records.new(records.JobRef, launcher="slurm", job_id=sj.job_id, world_size=r.plan.world_size,
-                              folder=r.plan.folder)  # type: ignore[attr-defined]
+            ref = records.new(
+                records.JobRef,
+                launcher="slurm",
+                job_id=sj.job_id,
+                world_size=r.plan.world_size,
+                folder=r.plan.folder,  # type: ignore[attr-defined]
+            )
             records.write(r.run_dir / records.JOB, ref)
             jobs.append(Job(r.run_dir, ref))
     order = {str(r.run_dir): r.index for r in runs}

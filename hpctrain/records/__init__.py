@@ -18,24 +18,66 @@
 Writes are atomic (temporary file + rename), so a reader never sees half a file; readers check
 every field and raise RecordError naming the file (and line) and what is wrong.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import RecordError, RecordMissing
 from .io import read_new_lines, write_atomic
 from .typed import FORMAT_VERSION, from_dict, to_dict
-from .types import (AllreduceResult, AllreduceRow, ArrayRef, Batch, ErrorRecord, Failure, JobRef,
-                    LocalState, PlanRecord, RankSummary, RunSummary, StepRecord, StudyManifest,
-                    StudyRun, SweepManifest, SweepRun, new)
+from .types import (
+    AllreduceResult,
+    AllreduceRow,
+    ArrayRef,
+    Batch,
+    ErrorRecord,
+    Failure,
+    JobRef,
+    LocalState,
+    PlanRecord,
+    RankSummary,
+    RunSummary,
+    StepRecord,
+    StudyManifest,
+    StudyRun,
+    SweepManifest,
+    SweepRun,
+    new,
+)
 
 __all__ = [
-    "AllreduceResult", "AllreduceRow", "ArrayRef", "Batch", "ErrorRecord", "Failure", "FORMAT_VERSION",
-    "JobRef", "LocalState", "PlanRecord", "RankSummary", "RecordError", "RecordMissing", "RunSummary",
-    "StepRecord", "StudyManifest", "StudyRun", "SweepManifest", "SweepRun", "new", "read", "write",
-    "read_json", "write_json", "write_atomic", "read_new_lines", "read_steps", "step_line",
+    "AllreduceResult",
+    "AllreduceRow",
+    "ArrayRef",
+    "Batch",
+    "ErrorRecord",
+    "Failure",
+    "FORMAT_VERSION",
+    "JobRef",
+    "LocalState",
+    "PlanRecord",
+    "RankSummary",
+    "RecordError",
+    "RecordMissing",
+    "RunSummary",
+    "StepRecord",
+    "StudyManifest",
+    "StudyRun",
+    "SweepManifest",
+    "SweepRun",
+    "new",
+    "read",
+    "write",
+    "read_json",
+    "write_json",
+    "write_atomic",
+    "read_new_lines",
+    "read_steps",
+    "step_line",
 ]
 
 T = TypeVar("T")
@@ -86,7 +128,9 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        what = "empty" if not text.strip() else f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
+        what = (
+            "empty" if not text.strip() else f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
+        )
         raise RecordError(f"{path}: {what}") from e
 
 

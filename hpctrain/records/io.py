@@ -1,4 +1,5 @@
 """Low-level file I/O for run directories: atomic writes and incremental reads."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,6 @@
 """Typed records: dataclasses checked field by field when read, so a truncated, corrupt or foreign
 file is reported with its name and what is wrong, never as a traceback or wrong numbers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -79,8 +80,10 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
             continue
         values[name] = _check(hints[name], data[name], key)
     if "format_version" in fields and values.get("format_version", 0) > FORMAT_VERSION:
-        raise RecordError(f"format_version {values['format_version']} is newer than this hpctrain "
-                          f"reads ({FORMAT_VERSION}): upgrade hpctrain")
+        raise RecordError(
+            f"format_version {values['format_version']} is newer than this hpctrain "
+            f"reads ({FORMAT_VERSION}): upgrade hpctrain"
+        )
     return cls(**values)
 
 

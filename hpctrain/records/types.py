@@ -1,9 +1,10 @@
 """One typed record per file of the run-directory contract. Times are in seconds throughout;
 the UI converts to milliseconds when it shows them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from .typed import FORMAT_VERSION
 
@@ -116,15 +117,15 @@ class JobRef:
     launcher: str  # the registry name: local, slurm
     job_id: str
     world_size: int
-    folder: Optional[str] = None  # slurm: submitit's folder with the task logs
-    pid: Optional[int] = None  # local: the supervisor process (leader of the run's process group)
-    pid_start: Optional[int] = None  # local: its start time in clock ticks (guards pid reuse)
-    host: Optional[str] = None  # local: where the supervisor runs
+    folder: str | None = None  # slurm: submitit's folder with the task logs
+    pid: int | None = None  # local: the supervisor process (leader of the run's process group)
+    pid_start: int | None = None  # local: its start time in clock ticks (guards pid reuse)
+    host: str | None = None  # local: where the supervisor runs
 
 
 @dataclass(frozen=True)
 class Failure:
-    rank: Optional[int]
+    rank: int | None
     cause: str
     tail: str = ""
 
@@ -136,17 +137,17 @@ class LocalState:
     format_version: int
     state: str  # PENDING RUNNING COMPLETED FAILED CANCELLED
     updated: float
-    started: Optional[float] = None
-    exit_code: Optional[int] = None
-    failure: Optional[Failure] = None
-    launch_error: Optional[str] = None  # mpirun could not start at all
+    started: float | None = None
+    exit_code: int | None = None
+    failure: Failure | None = None
+    launch_error: str | None = None  # mpirun could not start at all
 
 
 @dataclass(frozen=True)
 class ErrorRecord:
     """error-rank{R}.json: why a rank failed, written by that rank before it exits."""
 
-    rank: Optional[int]
+    rank: int | None
     host: str
     type: str
     message: str
@@ -201,7 +202,7 @@ class StudyManifest:
     kind: str  # strong | weak
     launcher: str
     runs: list[StudyRun]
-    config_dir: Optional[str] = None
+    config_dir: str | None = None
     allreduce_bench: bool = True
     allreduce_max_mb: int = 256
 

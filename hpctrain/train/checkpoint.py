@@ -6,6 +6,7 @@
 The checkpoint is written to a temporary file and renamed, then `latest` is replaced the same
 way, so a crash at any moment leaves `latest` pointing at a complete checkpoint.
 """
+
 from __future__ import annotations
 
 import io
@@ -21,12 +22,17 @@ LATEST = "latest"
 KEEP = 2  # older checkpoints are removed once a newer one is complete
 
 
-def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: Any,
-         scaler: torch.amp.GradScaler | None) -> Path:
+def save(
+    run_dir: Path, step: int, model: torch.nn.Module, optimizer: Any, scaler: torch.amp.GradScaler | None
+) -> Path:
     """Save the state *after* `step` steps (training resumes at step `step`)."""
-    state = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-             "scaler": scaler.state_dict() if scaler is not None else None,
-             "torch_rng": torch.get_rng_state()}
+    state = {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "torch_rng": torch.get_rng_state(),
+    }
     buf = io.BytesIO()
     torch.save(state, buf)
     d = run_dir / DIR
@@ -46,8 +52,7 @@ def latest(run_dir: Path) -> Path | None:
     return path if path.exists() else None
 
 
-def load(path: Path, model: torch.nn.Module, optimizer: Any,
-         scaler: torch.amp.GradScaler | None) -> int:
+def load(path: Path, model: torch.nn.Module, optimizer: Any, scaler: torch.amp.GradScaler | None) -> int:
     """Restore the states; return the step to resume at."""
     state = torch.load(path, map_location="cpu", weights_only=False)
     model.load_state_dict(state["model"])

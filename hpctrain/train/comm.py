@@ -5,6 +5,7 @@ the processes; each rank derives Horovod's HOROVOD_RANK/SIZE/... variables from 
 (OpenMPI's OMPI_COMM_WORLD_*), as horovodrun's gloo_run sets them (create_slot_env_vars), and
 meets the others at the launcher's rendezvous server.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 # Horovod's Gloo variables <- OpenMPI's per-process variables.
 GLOO_FROM_OMPI = {
@@ -43,8 +44,10 @@ def gloo_env(environ: Mapping[str, str]) -> dict[str, str]:
     table = GLOO_FROM_OMPI if "OMPI_COMM_WORLD_RANK" in environ else GLOO_FROM_SLURM
     missing = [v for v in table.values() if v not in environ]
     if missing:
-        raise CommError(f"backend=gloo needs a launcher that sets {', '.join(missing)} "
-                        "(OpenMPI's mpirun, or srun with --ntasks-per-node)")
+        raise CommError(
+            f"backend=gloo needs a launcher that sets {', '.join(missing)} "
+            "(OpenMPI's mpirun, or srun with --ntasks-per-node)"
+        )
     out = {hv: environ[ov] for hv, ov in table.items()}
     size, local_size = int(out["HOROVOD_SIZE"]), int(out["HOROVOD_LOCAL_SIZE"])
     # mpirun --map-by slot places consecutive ranks on one host, so hosts are rank // local_size.
@@ -76,13 +79,20 @@ def slurm_gloo_setup(run_dir: Path, timeout_s: float = 120.0) -> None:
         from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
         from horovod.runner.http.http_server import RendezvousServer
 
-        nodes = subprocess.run(["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]],
-                               capture_output=True, text=True, check=True).stdout.split()
+        nodes = subprocess.run(
+            ["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         per_node = int(me["HOROVOD_LOCAL_SIZE"])
         server = RendezvousServer(verbose=0)
         port = server.start()
-        server.init(get_host_assignments(parse_hosts(",".join(f"{n}:{per_node}" for n in nodes)),
-                                         int(me["HOROVOD_SIZE"])))
+        server.init(
+            get_host_assignments(
+                parse_hosts(",".join(f"{n}:{per_node}" for n in nodes)), int(me["HOROVOD_SIZE"])
+            )
+        )
         _SERVERS.append(server)  # lives as long as this process
         addr = socket.gethostbyname(me["HOROVOD_HOSTNAME"])
         tmp = spot.with_suffix(".tmp")
@@ -95,10 +105,15 @@ def slurm_gloo_setup(run_dir: Path, timeout_s: float = 120.0) -> None:
         time.sleep(0.2)
     where = json.loads(spot.read_text())
     os.environ.update(me)
-    os.environ.update({"HOROVOD_GLOO_RENDEZVOUS_ADDR": where["addr"],
-                       "HOROVOD_GLOO_RENDEZVOUS_PORT": str(where["port"]),
-                       "HOROVOD_GLOO_IFACE": _iface_for(socket.gethostbyname(me["HOROVOD_HOSTNAME"])),
-                       "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo"})
+    os.environ.update(
+        {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": where["addr"],
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(where["port"]),
+            "HOROVOD_GLOO_IFACE": _iface_for(socket.gethostbyname(me["HOROVOD_HOSTNAME"])),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+        }
+    )
 
 
 _SERVERS: list[object] = []
@@ -128,11 +143,20 @@ def init_horovod(backend: str, expected_size: int | None = None):  # -> horovod.
         raise CommError("backend=gloo, but Horovod did not initialise Gloo (was it built with Gloo?)")
     if expected_size is not None and hvd.size() != expected_size:
         # The silent trap: every process believes it is rank 0 of 1 and trains alone.
-        raise CommError(f"Horovod sees a world of {hvd.size()} rank(s) but the plan has {expected_size}; "
-                        "the launcher and Horovod disagree (wrong MPI, or processes not started by mpirun/srun)")
+        raise CommError(
+            f"Horovod sees a world of {hvd.size()} rank(s) but the plan has {expected_size}; "
+            "the launcher and Horovod disagree (wrong MPI, or processes not started by mpirun/srun)"
+        )
     return hvd
 
 
 def rank_info(hvd) -> RankInfo:
-    return RankInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(),
-                    hvd.cross_rank(), hvd.cross_size(), socket.gethostname())
+    return RankInfo(
+        hvd.rank(),
+        hvd.size(),
+        hvd.local_rank(),
+        hvd.local_size(),
+        hvd.cross_rank(),
+        hvd.cross_size(),
+        socket.gethostname(),
+    )

@@ -5,10 +5,12 @@ perm[s*G:(s+1)*G] and rank r takes its contiguous slice [r*b:(r+1)*b]. So N rank
 batch G/N see, together, exactly the samples one rank with batch G sees: data-parallel training
 is then mathematically the same as single-process training (the equivalence test relies on it).
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,8 +24,17 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".we
 class GlobalBatchSampler(Sampler[list[int]]):
     """Yields this rank's index list for each step, for `steps` steps (epochs wrap around)."""
 
-    def __init__(self, n: int, global_batch: int, rank: int, per_rank: int, steps: int,
-                 seed: int, shuffle: bool, start_step: int = 0) -> None:
+    def __init__(
+        self,
+        n: int,
+        global_batch: int,
+        rank: int,
+        per_rank: int,
+        steps: int,
+        seed: int,
+        shuffle: bool,
+        start_step: int = 0,
+    ) -> None:
         if global_batch > n:
             raise ValueError(f"global batch {global_batch} is larger than the dataset ({n})")
         self.n, self.g, self.rank, self.b = n, global_batch, rank, per_rank
@@ -43,7 +54,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
             if e != epoch:
                 epoch, order = e, self._order(e)
             lo = k * self.g + self.rank * self.b
-            yield order[lo:lo + self.b].tolist()
+            yield order[lo : lo + self.b].tolist()
 
     def __len__(self) -> int:
         return self.steps - self.start
@@ -78,8 +89,12 @@ class ImageFolder(Dataset[tuple[torch.Tensor, int]]):
     def __init__(self, root: str, channels: int, size: int) -> None:
         base = Path(root)
         self.classes = sorted(p.name for p in base.iterdir() if p.is_dir())
-        self.items = [(f, i) for i, c in enumerate(self.classes)
-                      for f in sorted((base / c).iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]
+        self.items = [
+            (f, i)
+            for i, c in enumerate(self.classes)
+            for f in sorted((base / c).iterdir())
+            if f.suffix.lower() in IMAGE_SUFFIXES
+        ]
         if not self.items:
             raise FileNotFoundError(f"no images under {root} (expected {root}/<class>/<image>)")
         self.mode = {1: "L", 3: "RGB", 4: "RGBA"}[channels]
@@ -115,5 +130,6 @@ def build_loader(cfg: DataConf, dataset: Dataset, sampler: GlobalBatchSampler) -
     extra: dict[str, Any] = {}
     if cfg.num_workers > 0:
         extra = {"prefetch_factor": cfg.prefetch_factor, "persistent_workers": True}
-    return DataLoader(dataset, batch_sampler=sampler, num_workers=cfg.num_workers,
-                      pin_memory=cfg.pin_memory, **extra)
+    return DataLoader(
+        dataset, batch_sampler=sampler, num_workers=cfg.num_workers, pin_memory=cfg.pin_memory, **extra
+    )

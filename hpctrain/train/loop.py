@@ -1,6 +1,7 @@
 """The driver every rank runs around the training step, readable top to bottom: build or
 restore the trainer, then per step: wait for data, step, record, report, and checkpoint or stop
 when the ranks agree to (SLURM time limits and preemption)."""
+
 from __future__ import annotations
 
 import io
@@ -8,9 +9,10 @@ import os
 import resource
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -55,8 +57,9 @@ def pick_device(choice: str, local_rank: int) -> torch.device:
 def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Optimizer:
     o = cfg.optim
     if o.name == "adamw":
-        return torch.optim.AdamW(model.parameters(), lr=lr, betas=(o.betas[0], o.betas[1]),
-                                 weight_decay=o.weight_decay)
+        return torch.optim.AdamW(
+            model.parameters(), lr=lr, betas=(o.betas[0], o.betas[1]), weight_decay=o.weight_decay
+        )
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
 
 
@@ -70,8 +73,12 @@ def build_trainer(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Pa
     base = make_optimizer(cfg, model, cfg.optim.lr)
     compression = hvd.Compression.fp16 if cfg.parallelism.compression == "fp16" else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(
-        base, named_parameters=model.named_parameters(), compression=compression,
-        backward_passes_per_step=cfg.parallelism.backward_passes_per_step, op=hvd.Average)
+        base,
+        named_parameters=model.named_parameters(),
+        compression=compression,
+        backward_passes_per_step=cfg.parallelism.backward_passes_per_step,
+        op=hvd.Average,
+    )
     scaler = make_scaler(cfg.precision, device.type)
     start = 0
     ckpt = checkpoint.latest(run_dir)
@@ -81,8 +88,16 @@ def build_trainer(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Pa
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     dataset = build_dataset(cfg.data, cfg.train.seed)
-    sampler = GlobalBatchSampler(len(dataset), d.batch.global_, info.rank, d.batch.per_rank,  # type: ignore[arg-type]
-                                 cfg.train.steps, cfg.train.seed, cfg.data.shuffle, start_step=start)
+    sampler = GlobalBatchSampler(
+        len(dataset),  # type: ignore[arg-type]
+        d.batch.global_,
+        info.rank,
+        d.batch.per_rank,
+        cfg.train.steps,
+        cfg.train.seed,
+        cfg.data.shuffle,
+        start_step=start,
+    )
     loader = build_loader(cfg.data, dataset, sampler)
     return Trainer(model, optimizer, scaler, loader, device, nn.CrossEntropyLoss()), start
 
@@ -101,8 +116,15 @@ def _previous_records(path: Path, start: int) -> list[records.StepRecord]:
     return [r for r in records.iter_steps(path) if r.step < start]
 
 
-def train(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Path,
-          emit: Callable[[str], None] = print, control: StopControl | None = None) -> records.RankSummary | None:
+def train(
+    cfg: Config,
+    hvd: Any,
+    info: RankInfo,
+    d: Derived,
+    run_dir: Path,
+    emit: Callable[[str], None] = print,
+    control: StopControl | None = None,
+) -> records.RankSummary | None:
     """Run cfg.train.steps steps; return this rank's summary, or None if stopped by `control`
     (after a checkpoint). Rank 0 also logs and reports."""
     t, start = build_trainer(cfg, hvd, info, d, run_dir)
@@ -126,11 +148,22 @@ def train(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Path,
             sync(t.device)
             t_data = time.perf_counter()
             lr = lr_at(step, cfg.optim, d.lr)
-            r = train_step(t, hvd, cfg, x, y, lr, step, control.requested if control is not None else None, t_data)
+            r = train_step(
+                t, hvd, cfg, x, y, lr, step, control.requested if control is not None else None, t_data
+            )
             rec = records.StepRecord(
-                step=step, rank=info.rank, loss=r.loss, lr=lr, data_s=t_data - t_prev, compute_s=r.compute_s,
-                comm_s=r.comm_s, step_s=r.end - t_prev, samples=d.batch.per_rank,
-                samples_per_s=d.batch.global_ / (r.end - t_prev), timed=step >= cfg.train.warmup_steps)
+                step=step,
+                rank=info.rank,
+                loss=r.loss,
+                lr=lr,
+                data_s=t_data - t_prev,
+                compute_s=r.compute_s,
+                comm_s=r.comm_s,
+                step_s=r.end - t_prev,
+                samples=d.batch.per_rank,
+                samples_per_s=d.batch.global_ / (r.end - t_prev),
+                timed=step >= cfg.train.warmup_steps,
+            )
             t_prev = r.end
             out.append(rec)
             steps_file.write(records.step_line(rec))
@@ -150,8 +183,13 @@ def train(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Path,
         buf = io.BytesIO()
         torch.save(t.model.state_dict(), buf)
         records.write_atomic(run_dir / records.MODEL, buf.getvalue())
-    return rank_stats(out, info.rank, info.hostname, peak_memory_bytes(t.device),
-                      sum(p.numel() for p in t.model.parameters()))
+    return rank_stats(
+        out,
+        info.rank,
+        info.hostname,
+        peak_memory_bytes(t.device),
+        sum(p.numel() for p in t.model.parameters()),
+    )
 
 
 def _report(cfg: Config, rec: records.StepRecord, emit: Callable[[str], None], last_event: float) -> float:
@@ -160,11 +198,17 @@ def _report(cfg: Config, rec: records.StepRecord, emit: Callable[[str], None], l
     now = time.monotonic()
     done = step + 1 == steps
     if (step + 1) % cfg.train.log_interval == 0 or done:
-        emit(f"step {step + 1}/{steps}  loss {rec.loss:.4f}  lr {rec.lr:.4g}  "
-             f"step {1e3 * rec.step_s:.1f} ms (compute {1e3 * rec.compute_s:.1f}, "
-             f"comm {1e3 * rec.comm_s:.1f}, data {1e3 * rec.data_s:.1f})  {rec.samples_per_s:.0f} samples/s")
+        emit(
+            f"step {step + 1}/{steps}  loss {rec.loss:.4f}  lr {rec.lr:.4g}  "
+            f"step {1e3 * rec.step_s:.1f} ms (compute {1e3 * rec.compute_s:.1f}, "
+            f"comm {1e3 * rec.comm_s:.1f}, data {1e3 * rec.data_s:.1f})  {rec.samples_per_s:.0f} samples/s"
+        )
     if done or now - last_event >= 0.2:
-        emit(format_event("progress", step=step + 1, steps=steps, loss=rec.loss, samples_per_s=rec.samples_per_s))
+        emit(
+            format_event(
+                "progress", step=step + 1, steps=steps, loss=rec.loss, samples_per_s=rec.samples_per_s
+            )
+        )
         return now
     return last_event
 

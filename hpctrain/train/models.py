@@ -4,6 +4,7 @@ Every model maps a batch to logits whose last dimension is the number of classes
 cross-entropy over all leading positions, so images ([B] labels) and tokens ([B, T] labels) share
 one training loop. No torchvision dependency: ResNets are written out below.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,12 +27,12 @@ class InputSpec:
     vocab_size: int = 0
 
     @classmethod
-    def from_data(cls, data: DataConf) -> "InputSpec":
+    def from_data(cls, data: DataConf) -> InputSpec:
         if data.name == "tokens":
-            return cls("tokens", seq_len=data.seq_len, vocab_size=data.vocab_size,
-                       num_classes=data.vocab_size)
-        return cls("image", channels=data.channels, image_size=data.image_size,
-                   num_classes=data.num_classes)
+            return cls(
+                "tokens", seq_len=data.seq_len, vocab_size=data.vocab_size, num_classes=data.vocab_size
+            )
+        return cls("image", channels=data.channels, image_size=data.image_size, num_classes=data.num_classes)
 
 
 class SmallCNN(nn.Module):
@@ -40,8 +41,12 @@ class SmallCNN(nn.Module):
     def __init__(self, spec: InputSpec, width: int) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(spec.channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(spec.channels, width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
         )
         side = spec.image_size // 4
         self.head = nn.Linear(2 * width * side * side, spec.num_classes)
@@ -109,17 +114,21 @@ def _shortcut(cin: int, cout: int, stride: int) -> nn.Module:
 class ResNet(nn.Module):
     """ResNet (He et al. 2016, arXiv:1512.03385). Small images (< 64 px) get the CIFAR stem."""
 
-    def __init__(self, spec: InputSpec, block: type[BasicBlock] | type[Bottleneck],
-                 layers: list[int], width: int) -> None:
+    def __init__(
+        self, spec: InputSpec, block: type[BasicBlock] | type[Bottleneck], layers: list[int], width: int
+    ) -> None:
         super().__init__()
         if spec.image_size >= 64:
             self.stem = nn.Sequential(
-                nn.Conv2d(spec.channels, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width),
-                nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+                nn.Conv2d(spec.channels, width, 7, 2, 3, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(),
+                nn.MaxPool2d(3, 2, 1),
+            )
         else:
             self.stem = nn.Sequential(
-                nn.Conv2d(spec.channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width),
-                nn.ReLU())
+                nn.Conv2d(spec.channels, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU()
+            )
         stages: list[nn.Module] = []
         cin = width
         for i, n in enumerate(layers):
@@ -144,8 +153,9 @@ class TinyTransformerLM(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(spec.vocab_size, width)
         self.pos = nn.Parameter(torch.zeros(1, spec.seq_len, width))
-        layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0,
-                                           batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
+        )
         self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, spec.vocab_size, bias=False)

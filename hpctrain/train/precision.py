@@ -3,10 +3,11 @@
 bf16 keeps fp32's exponent range, so it needs no loss scaling; fp16 overflows/underflows
 without it (Micikevicius et al. 2018, "Mixed Precision Training", arXiv:1710.03740).
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager
+from contextlib import AbstractContextManager as ContextManager
 
 import torch
 
@@ -25,8 +26,7 @@ def autocast(precision: str, device_type: str) -> ContextManager[object]:
 def make_scaler(cfg: PrecisionConf, device_type: str) -> torch.amp.GradScaler | None:
     if cfg.name != "fp16":
         return None
-    return torch.amp.GradScaler(device_type, init_scale=cfg.init_scale,
-                                growth_interval=cfg.growth_interval)
+    return torch.amp.GradScaler(device_type, init_scale=cfg.init_scale, growth_interval=cfg.growth_interval)
 
 
 def autocast_supported(precision: str, device_type: str) -> bool:

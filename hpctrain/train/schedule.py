@@ -1,4 +1,5 @@
 """Learning-rate warm-up. Pure functions; the scaled target lr is derived once (derived.py)."""
+
 from __future__ import annotations
 
 from ..config.schema import OptimConf

@@ -1,8 +1,9 @@
 """Per-rank timing statistics and the run summary rank 0 writes. Pure functions."""
+
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
 
@@ -23,22 +24,33 @@ def share(part_s: float, step_s: float) -> float:
     return part_s / step_s if step_s > 0 else float("nan")
 
 
-def rank_stats(steps: Sequence[StepRecord], rank: int, host: str, peak_memory_bytes: int,
-               parameters: int) -> RankSummary:
+def rank_stats(
+    steps: Sequence[StepRecord], rank: int, host: str, peak_memory_bytes: int, parameters: int
+) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
 
     def mean(k: str) -> float:
         return statistics.fmean(getattr(r, k) for r in timed) if timed else float("nan")
+
     step_times = [r.step_s for r in timed]
     last = steps[-5:]
     return RankSummary(
-        rank=rank, host=host, timed_steps=len(timed), wall_s=sum(step_times), step_s=mean("step_s"),
-        step_p50_s=percentile(step_times, 50), step_p95_s=percentile(step_times, 95),
-        data_s=mean("data_s"), compute_s=mean("compute_s"), comm_s=mean("comm_s"),
+        rank=rank,
+        host=host,
+        timed_steps=len(timed),
+        wall_s=sum(step_times),
+        step_s=mean("step_s"),
+        step_p50_s=percentile(step_times, 50),
+        step_p95_s=percentile(step_times, 95),
+        data_s=mean("data_s"),
+        compute_s=mean("compute_s"),
+        comm_s=mean("comm_s"),
         first_loss=steps[0].loss if steps else float("nan"),
         last_loss=statistics.fmean(r.loss for r in last) if last else float("nan"),
-        peak_memory_bytes=int(peak_memory_bytes), parameters=parameters)
+        peak_memory_bytes=int(peak_memory_bytes),
+        parameters=parameters,
+    )
 
 
 def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: object) -> RunSummary:
@@ -51,14 +63,30 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: objec
 
     def avg(k: str) -> float:
         return statistics.fmean(getattr(r, k) for r in per_rank)
+
     step = avg("step_s")
     throughput = global_batch * steps / wall if wall > 0 else float("nan")
     return RunSummary(
-        format_version=FORMAT_VERSION, world_size=n, global_batch=global_batch, batch_per_rank=global_batch // n,
-        timed_steps=steps, throughput_samples_per_s=throughput, throughput_per_rank=throughput / n,
-        step_s=step, step_p50_s=avg("step_p50_s"), step_p95_s=max(r.step_p95_s for r in per_rank),
-        compute_s=avg("compute_s"), comm_s=avg("comm_s"), data_s=avg("data_s"),
-        compute_share=share(avg("compute_s"), step), comm_share=share(avg("comm_s"), step),
-        data_share=share(avg("data_s"), step), first_loss=avg("first_loss"), last_loss=avg("last_loss"),
-        peak_memory_bytes=[r.peak_memory_bytes for r in per_rank], parameters=per_rank[0].parameters,
-        per_rank=list(per_rank), **about)  # type: ignore[arg-type]
+        format_version=FORMAT_VERSION,
+        world_size=n,
+        global_batch=global_batch,
+        batch_per_rank=global_batch // n,
+        timed_steps=steps,
+        throughput_samples_per_s=throughput,
+        throughput_per_rank=throughput / n,
+        step_s=step,
+        step_p50_s=avg("step_p50_s"),
+        step_p95_s=max(r.step_p95_s for r in per_rank),
+        compute_s=avg("compute_s"),
+        comm_s=avg("comm_s"),
+        data_s=avg("data_s"),
+        compute_share=share(avg("compute_s"), step),
+        comm_share=share(avg("comm_s"), step),
+        data_share=share(avg("data_s"), step),
+        first_loss=avg("first_loss"),
+        last_loss=avg("last_loss"),
+        peak_memory_bytes=[r.peak_memory_bytes for r in per_rank],
+        parameters=per_rank[0].parameters,
+        per_rank=list(per_rank),
+        **about,  # type: ignore[arg-type]
+    )

@@ -7,6 +7,7 @@ synchronised on GPUs):
   comm     exposed communication: time blocked in optimizer.synchronize() waiting for the
            allreduces still in flight after the backward pass ended
 """
+
 from __future__ import annotations
 
 import time
@@ -44,16 +45,28 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def train_step(t: Trainer, hvd: Any, cfg: Config, x: torch.Tensor, y: torch.Tensor, lr: float, step: int,
-               stop_vote: bool | None, t_start: float) -> StepResult:
+def train_step(
+    t: Trainer,
+    hvd: Any,
+    cfg: Config,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    lr: float,
+    step: int,
+    stop_vote: bool | None,
+    t_start: float,
+) -> StepResult:
     """Forward, backward, gradient allreduce and update on one batch whose data arrived at
     `t_start` (so data + compute + comm is the whole step). `stop_vote` (None: no vote) is this
     rank's wish to stop, agreed on by a one-element allreduce that Horovod fuses with the
     gradients, so every rank stops after the same step."""
     opt, dev = t.optimizer, t.device
     acc = cfg.parallelism.backward_passes_per_step
-    vote = (hvd.allreduce_async(torch.tensor([float(stop_vote)]), op=hvd.Max, name=f"hpctrain.stop.{step}")
-            if stop_vote is not None else None)
+    vote = (
+        hvd.allreduce_async(torch.tensor([float(stop_vote)]), op=hvd.Max, name=f"hpctrain.stop.{step}")
+        if stop_vote is not None
+        else None
+    )
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad()
@@ -83,4 +96,6 @@ def train_step(t: Trainer, hvd: Any, cfg: Config, x: torch.Tensor, y: torch.Tens
             opt.step()
     sync(dev)
     t_end = time.perf_counter()
-    return StepResult(float(loss_sum), (t_backward - t_start) + (t_end - t_comm), t_comm - t_backward, t_end, stop)
+    return StepResult(
+        float(loss_sum), (t_backward - t_start) + (t_end - t_comm), t_comm - t_backward, t_end, stop
+    )

@@ -2,6 +2,7 @@
 
 Nothing here is faked or skipped: a missing mpirun or Horovod fails these tests.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,15 +46,29 @@ def test_two_ranks_half_batch_equal_one_rank_full_batch(tmp_path: Path) -> None:
     assert s1["global_batch"] == s2["global_batch"] == 32
     assert_same_weights(one, two, rtol=1e-5, atol=1e-6)
     # and the runs really trained: the weights moved away from the (shared) initialisation
-    init = run_ok(tmp_path, "zero", *BASE[:-3], "train.steps=2", "train.warmup_steps=0",
-                  "optim.lr=1e-12", "cluster.ranks=1", "train.batch_per_rank=32")[0]
+    init = run_ok(
+        tmp_path,
+        "zero",
+        *BASE[:-3],
+        "train.steps=2",
+        "train.warmup_steps=0",
+        "optim.lr=1e-12",
+        "cluster.ranks=1",
+        "train.batch_per_rank=32",
+    )[0]
     assert not torch.allclose(weights(one)["head.weight"], weights(init)["head.weight"], atol=1e-3)
 
 
 def test_gradient_accumulation_equals_the_full_batch(tmp_path: Path) -> None:
     full, _ = run_ok(tmp_path, "full", *BASE, "cluster.ranks=2", "train.batch_per_rank=16")
-    acc, _ = run_ok(tmp_path, "acc", *BASE, "cluster.ranks=2", "train.batch_per_rank=16",
-                    "parallelism.backward_passes_per_step=4")
+    acc, _ = run_ok(
+        tmp_path,
+        "acc",
+        *BASE,
+        "cluster.ranks=2",
+        "train.batch_per_rank=16",
+        "parallelism.backward_passes_per_step=4",
+    )
     assert_same_weights(full, acc, rtol=1e-5, atol=1e-6)
 
 
@@ -68,8 +83,16 @@ def test_gloo_backend_trains_like_mpi(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_every_precision_trains_and_loss_falls(tmp_path: Path, precision: str) -> None:
-    _, s = run_ok(tmp_path, precision, "data=digits", f"precision={precision}", "train.steps=60",
-                  "train.warmup_steps=5", "train.batch_per_rank=32", "optim.lr=0.05")
+    _, s = run_ok(
+        tmp_path,
+        precision,
+        "data=digits",
+        f"precision={precision}",
+        "train.steps=60",
+        "train.warmup_steps=5",
+        "train.batch_per_rank=32",
+        "optim.lr=0.05",
+    )
     assert s["precision"] == precision
     assert s["first_loss"] > 2.0  # ~ln(10) for 10 classes before training
     assert s["last_loss"] < 0.6 * s["first_loss"], s
@@ -77,8 +100,17 @@ def test_every_precision_trains_and_loss_falls(tmp_path: Path, precision: str) -
 
 def test_records_are_complete(tmp_path: Path) -> None:
     run_dir, s = run_ok(tmp_path, "rec", *BASE, "parallelism.compression=fp16")
-    for name in ("config.yaml", "plan.json", "env.json", "summary.json", "model.pt",
-                 "steps-rank0.jsonl", "steps-rank1.jsonl", "logs/rank0.log", "logs/rank1.log"):
+    for name in (
+        "config.yaml",
+        "plan.json",
+        "env.json",
+        "summary.json",
+        "model.pt",
+        "steps-rank0.jsonl",
+        "steps-rank1.jsonl",
+        "logs/rank0.log",
+        "logs/rank1.log",
+    ):
         assert (run_dir / name).is_file(), name
     steps = [json.loads(line) for line in (run_dir / "steps-rank1.jsonl").read_text().splitlines()]
     assert [r["step"] for r in steps] == list(range(12))
@@ -97,8 +129,17 @@ def test_records_are_complete(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode,cause", [("exception", "InjectedFailure"), ("kill", "signal 9")])
 def test_a_failing_rank_ends_the_run_promptly_and_is_named(tmp_path: Path, mode: str, cause: str) -> None:
     t0 = time.monotonic()
-    r = hpctrain("run", "--no-progress", f"run.dir={tmp_path / mode}", *BASE, "train.steps=400",
-                 "debug.fail_rank=1", "debug.fail_step=5", f"debug.fail_mode={mode}", timeout=180)
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={tmp_path / mode}",
+        *BASE,
+        "train.steps=400",
+        "debug.fail_rank=1",
+        "debug.fail_step=5",
+        f"debug.fail_mode={mode}",
+        timeout=180,
+    )
     elapsed = time.monotonic() - t0
     assert r.returncode == 4, r.stderr
     assert "rank 1 failed" in r.stderr and cause in r.stderr, r.stderr
@@ -136,16 +177,35 @@ def test_training_on_a_folder_of_images(tmp_path: Path) -> None:
     from tests.unit.test_folder_data import make_folder
 
     images = make_folder(tmp_path / "images", per_class=16)
-    _, s = run_ok(tmp_path, "folder", "data=folder", f"data.path={images}", "data.image_size=12",
-                  "data.num_classes=2", "data.num_workers=1", "train.batch_per_rank=8",
-                  "train.steps=10", "train.warmup_steps=1")
+    _, s = run_ok(
+        tmp_path,
+        "folder",
+        "data=folder",
+        f"data.path={images}",
+        "data.image_size=12",
+        "data.num_classes=2",
+        "data.num_workers=1",
+        "train.batch_per_rank=8",
+        "train.steps=10",
+        "train.warmup_steps=1",
+    )
     assert s["world_size"] == 2 and s["timed_steps"] == 9
 
 
 def test_transformer_on_tokens_with_adamw(tmp_path: Path) -> None:
-    _, s = run_ok(tmp_path, "lm", "model=transformer", "data=tokens", "optim=adamw", "model.width=32",
-                  "train.batch_per_rank=8", "train.steps=6", "train.warmup_steps=1",
-                  "optim.lr_scaling=linear", "optim.warmup_steps=3")
+    _, s = run_ok(
+        tmp_path,
+        "lm",
+        "model=transformer",
+        "data=tokens",
+        "optim=adamw",
+        "model.width=32",
+        "train.batch_per_rank=8",
+        "train.steps=6",
+        "train.warmup_steps=1",
+        "optim.lr_scaling=linear",
+        "optim.warmup_steps=3",
+    )
     assert s["model"] == "transformer" and s["first_loss"] > 5.0  # ~ln(256) before training
 
 
@@ -156,8 +216,18 @@ def test_doctor_sees_the_real_environment() -> None:
 
 
 def test_local_sweep_runs_every_point_and_tabulates(tmp_path: Path) -> None:
-    r = hpctrain("run", "-m", "--no-progress", "cluster.ranks=1,2", "precision=fp32,bf16", *BASE[:2],
-                 "train.steps=4", "train.warmup_steps=1", f"run.output_root={tmp_path}", "run.name=lsw")
+    r = hpctrain(
+        "run",
+        "-m",
+        "--no-progress",
+        "cluster.ranks=1,2",
+        "precision=fp32,bf16",
+        *BASE[:2],
+        "train.steps=4",
+        "train.warmup_steps=1",
+        f"run.output_root={tmp_path}",
+        "run.name=lsw",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     [sweep] = list(tmp_path.glob("*/*-lsw-sweep"))
     worlds = [json.loads((sweep / str(i) / "summary.json").read_text())["world_size"] for i in range(4)]

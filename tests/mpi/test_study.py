@@ -1,4 +1,5 @@
 """A real local strong-scaling study at 1 and 2 ranks: runs, allreduce benchmark, report, resume."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,21 @@ pytestmark = pytest.mark.mpi
 
 
 def test_local_study_produces_the_full_report_and_resumes(tmp_path: Path) -> None:
-    r = hpctrain("study", "strong", "--no-progress", "study.ranks=[1,2]", "study.repetitions=2", "study.steps=8",
-                 "study.warmup_steps=2", "study.global_batch=32", "study.allreduce_max_mb=1", "data=digits",
-                 f"run.output_root={tmp_path}", "run.name=st", timeout=900)
+    r = hpctrain(
+        "study",
+        "strong",
+        "--no-progress",
+        "study.ranks=[1,2]",
+        "study.repetitions=2",
+        "study.steps=8",
+        "study.warmup_steps=2",
+        "study.global_batch=32",
+        "study.allreduce_max_mb=1",
+        "data=digits",
+        f"run.output_root={tmp_path}",
+        "run.name=st",
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     [study] = list(tmp_path.glob("*/*-st-strong"))
     manifest = json.loads((study / "study.json").read_text())
@@ -23,8 +36,15 @@ def test_local_study_produces_the_full_report_and_resumes(tmp_path: Path) -> Non
     bench = json.loads((study / "allreduce-n2.json").read_text())
     assert bench["n"] == 2 and bench["rows"][0]["bytes"] == 1024 and bench["rows"][-1]["bytes"] == 2**20
     report = study / "report"
-    for name in ("report.md", "report.html", "points.csv", "throughput.png", "efficiency.png",
-                 "breakdown.png", "busbw.png"):
+    for name in (
+        "report.md",
+        "report.html",
+        "points.csv",
+        "throughput.png",
+        "efficiency.png",
+        "breakdown.png",
+        "busbw.png",
+    ):
         assert (report / name).stat().st_size > 0, name
     csv_rows = (report / "points.csv").read_text().splitlines()
     assert len(csv_rows) == 3 and csv_rows[1].startswith("1,2,") and csv_rows[2].startswith("2,2,")
@@ -42,9 +62,21 @@ def test_local_study_produces_the_full_report_and_resumes(tmp_path: Path) -> Non
 
 
 def test_analyze_lists_failed_runs(tmp_path: Path) -> None:
-    r = hpctrain("study", "weak", "--no-progress", "study.ranks=[1,2]", "study.repetitions=1", "study.steps=6",
-                 "study.warmup_steps=1", "study.batch_per_rank=16", "study.allreduce_bench=false",
-                 "data=digits", f"run.output_root={tmp_path}", "run.name=wk", timeout=600)
+    r = hpctrain(
+        "study",
+        "weak",
+        "--no-progress",
+        "study.ranks=[1,2]",
+        "study.repetitions=1",
+        "study.steps=6",
+        "study.warmup_steps=1",
+        "study.batch_per_rank=16",
+        "study.allreduce_bench=false",
+        "data=digits",
+        f"run.output_root={tmp_path}",
+        "run.name=wk",
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     [study] = list(tmp_path.glob("*/*-wk-weak"))
     shutil.rmtree(study / "n2-r0")

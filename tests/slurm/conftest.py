@@ -1,5 +1,6 @@
 """The real local SLURM cluster (slurm/start.sh) for every test here: started once per session,
 stopped at the end. If it cannot start, these tests fail; they never skip."""
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,9 @@ def slurm_cluster():
     started it, so a developer's running cluster, or another test session's, is left alone."""
     conf = str(STATE / "etc" / "slurm.conf")
     was_running = _running(conf)
-    r = subprocess.run(["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, f"local SLURM cluster did not start:\n{r.stdout}\n{r.stderr}"
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
@@ -41,6 +44,7 @@ def slurm_cluster():
 
 
 def sacct_state(job_id: str) -> str:
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id],
-                         capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id], capture_output=True, text=True
+    ).stdout.split()
     return out[0] if out else ""

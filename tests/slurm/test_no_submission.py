@@ -1,5 +1,6 @@
 """Rejected configs never reach sbatch: a recording shim stands first on PATH and forwards to
 the real sbatch; accepted hostile values are quoted and run harmlessly in a real job."""
+
 from __future__ import annotations
 
 import json
@@ -32,12 +33,20 @@ def sbatch_log(tmp_path: Path) -> Path:
 
 def _run(log: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PATH=f"{log.parent / 'shim'}:{os.environ['PATH']}")
-    return subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", "--no-progress", *args],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "hpctrain.cli", "run", "--no-progress", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
 
 
 @pytest.mark.parametrize("overrides,key", INVALID_SLURM, ids=[" ".join(o) for o, _ in INVALID_SLURM])
-def test_rejected_config_makes_no_sbatch_call(sbatch_log: Path, tmp_path: Path, overrides: list[str], key: str) -> None:
+def test_rejected_config_makes_no_sbatch_call(
+    sbatch_log: Path, tmp_path: Path, overrides: list[str], key: str
+) -> None:
     r = _run(sbatch_log, "cluster=slurm", f"run.dir={tmp_path / 'run'}", *overrides)
     assert r.returncode == 2, r.stdout + r.stderr
     assert key in r.stderr
@@ -47,8 +56,15 @@ def test_rejected_config_makes_no_sbatch_call(sbatch_log: Path, tmp_path: Path, 
 
 def test_hostile_env_value_runs_quoted(sbatch_log: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    r = _run(sbatch_log, "cluster=slurm", f"run.dir={tmp_path / 'run'}", "data=digits", "train.steps=3",
-             "train.warmup_steps=1", f"+cluster.env.EVIL='$(touch {marker})'")
+    r = _run(
+        sbatch_log,
+        "cluster=slurm",
+        f"run.dir={tmp_path / 'run'}",
+        "data=digits",
+        "train.steps=3",
+        "train.warmup_steps=1",
+        f"+cluster.env.EVIL='$(touch {marker})'",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(sbatch_log.read_text().splitlines()) == 1  # one job, one sbatch call
     assert not marker.exists()  # the value was never executed
@@ -61,7 +77,21 @@ def test_unreachable_controller_is_a_clear_launch_error(tmp_path: Path) -> None:
     real = Path(os.environ["SLURM_CONF"]).read_text()
     conf.write_text(real.replace("SlurmctldPort=16817", "SlurmctldPort=16899"))
     env = dict(os.environ, SLURM_CONF=str(conf))
-    r = subprocess.run([sys.executable, "-m", "hpctrain.cli", "run", "cluster=slurm", f"run.dir={tmp_path / 'r'}",
-                        "data=digits"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpctrain.cli",
+            "run",
+            "cluster=slurm",
+            f"run.dir={tmp_path / 'r'}",
+            "data=digits",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
     assert r.returncode == 3, r.stderr
     assert "sbatch refused the job" in r.stderr and "Traceback" not in r.stderr

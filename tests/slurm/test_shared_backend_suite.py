@@ -1,5 +1,6 @@
 """One behavioural suite, run against every launch backend (as Hydra's LauncherTestSuite does):
 local mpirun and SLURM must behave the same from the user's side."""
+
 from __future__ import annotations
 
 import json
@@ -53,20 +54,37 @@ def _rank_processes(run_dir: Path) -> list[str]:
 @pytest.mark.parametrize("comm", ["mpi", "gloo"])
 def test_run_completes_with_full_records(backend: list[str], tmp_path: Path, comm: str) -> None:
     run_dir = tmp_path / "run"
-    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *backend, *SMALL, f"parallelism.backend={comm}")
+    r = hpctrain(
+        "run", "--no-progress", f"run.dir={run_dir}", *backend, *SMALL, f"parallelism.backend={comm}"
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["world_size"] == 2 and s["timed_steps"] == 6 and s["backend"] == comm
     assert "throughput" in r.stdout  # the summary table is printed
-    for name in ("config.yaml", "plan.json", "env.json", "model.pt", "steps-rank0.jsonl", "steps-rank1.jsonl"):
+    for name in (
+        "config.yaml",
+        "plan.json",
+        "env.json",
+        "model.pt",
+        "steps-rank0.jsonl",
+        "steps-rank1.jsonl",
+    ):
         assert (run_dir / name).is_file(), name
     env = json.loads((run_dir / "env.json").read_text())
     assert len(env["hosts"]) == 2 and env["backend"] == comm
 
 
 def test_failing_rank_is_named(backend: list[str], tmp_path: Path) -> None:
-    r = hpctrain("run", "--no-progress", f"run.dir={tmp_path / 'f'}", *backend, *SMALL, "train.steps=300",
-                 "debug.fail_rank=1", "debug.fail_step=2")
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={tmp_path / 'f'}",
+        *backend,
+        *SMALL,
+        "train.steps=300",
+        "debug.fail_rank=1",
+        "debug.fail_step=2",
+    )
     assert r.returncode == 4
     assert "rank 1 failed" in r.stderr and "InjectedFailure" in r.stderr
 
@@ -102,13 +120,26 @@ def test_no_wait_run_finishes_and_status_and_logs_show_it(backend: list[str], tm
 
 def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_path: Path) -> None:
     run_dir = tmp_path / "long"
-    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *backend, *SMALL, "train.steps=100000",
-                 "train.log_interval=100")
+    r = hpctrain(
+        "run",
+        "--no-wait",
+        f"run.dir={run_dir}",
+        *backend,
+        *SMALL,
+        "train.steps=100000",
+        "train.log_interval=100",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     job = json.loads((run_dir / "job.json").read_text())["job_id"]
-    _wait_for("the first 120 steps", lambda: "RUNNING" in _status(run_dir)
-              and len((run_dir / "steps-rank0.jsonl").read_text().splitlines()) >= 120
-              if (run_dir / "steps-rank0.jsonl").exists() else False)
+    _wait_for(
+        "the first 120 steps",
+        lambda: (
+            "RUNNING" in _status(run_dir)
+            and len((run_dir / "steps-rank0.jsonl").read_text().splitlines()) >= 120
+            if (run_dir / "steps-rank0.jsonl").exists()
+            else False
+        ),
+    )
     r = hpctrain("cancel", str(run_dir))
     assert r.returncode == 0 and f"cancelled 1 job(s): {job}" in r.stdout, r.stdout + r.stderr
     _wait_for("CANCELLED", lambda: "CANCELLED" in _status(run_dir))

@@ -1,4 +1,5 @@
 """Real SLURM jobs on the local cluster: multi-node Horovod, sweeps as arrays, requeue, failures."""
+
 from __future__ import annotations
 
 import json
@@ -26,20 +27,41 @@ def run_ok(tmp: Path, name: str, *overrides: str) -> tuple[Path, dict]:
 
 
 def test_two_nodes_two_ranks_each_match_the_local_run(tmp_path: Path) -> None:
-    slurm_dir, s = run_ok(tmp_path, "slurm", *BASE, "cluster=slurm", "cluster.nodes=2",
-                          "cluster.ranks_per_node=2", "train.batch_per_rank=8")
+    slurm_dir, s = run_ok(
+        tmp_path,
+        "slurm",
+        *BASE,
+        "cluster=slurm",
+        "cluster.nodes=2",
+        "cluster.ranks_per_node=2",
+        "train.batch_per_rank=8",
+    )
     assert s["world_size"] == 4
     env = json.loads((slurm_dir / "env.json").read_text())
     assert sorted(set(env["hosts"])) == ["n1", "n2"]  # ranks on two different host names
     assert env["hosts"].count("n1") == 2 and env["launcher"]["SLURM_NNODES"] == "2"
-    local_dir, _ = run_ok(tmp_path, "local", *BASE, "cluster=local", "cluster.ranks=4", "train.batch_per_rank=8")
+    local_dir, _ = run_ok(
+        tmp_path, "local", *BASE, "cluster=local", "cluster.ranks=4", "train.batch_per_rank=8"
+    )
     assert_same_weights(slurm_dir, local_dir, rtol=1e-5, atol=1e-6)
 
 
 def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:
-    r = hpctrain("run", "-m", "--no-progress", "cluster=slurm", "cluster.nodes=1,2", "cluster.ranks_per_node=1",
-                 "precision=fp32,bf16,fp16", *BASE[:1], "train.steps=6", "train.warmup_steps=1",
-                 f"run.output_root={tmp_path}", "run.name=sw", timeout=900)
+    r = hpctrain(
+        "run",
+        "-m",
+        "--no-progress",
+        "cluster=slurm",
+        "cluster.nodes=1,2",
+        "cluster.ranks_per_node=1",
+        "precision=fp32,bf16,fp16",
+        *BASE[:1],
+        "train.steps=6",
+        "train.warmup_steps=1",
+        f"run.output_root={tmp_path}",
+        "run.name=sw",
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     [sweep_dir] = list(tmp_path.glob("*/*-sw-sweep"))
     manifest = json.loads((sweep_dir / "sweep.json").read_text())
@@ -57,8 +79,14 @@ def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:
 
 
 def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: Path) -> None:
-    common = ["data=digits", "train.steps=150", "train.warmup_steps=2", "cluster=slurm", "cluster.nodes=2",
-              "cluster.ranks_per_node=1"]
+    common = [
+        "data=digits",
+        "train.steps=150",
+        "train.warmup_steps=2",
+        "cluster=slurm",
+        "cluster.nodes=2",
+        "cluster.ranks_per_node=1",
+    ]
     run_dir = tmp_path / "interrupted"
     r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common)
     assert r.returncode == 0, r.stderr
@@ -79,7 +107,10 @@ def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: P
     resumed_at = int(log.split("resuming from")[1].split("at step")[1].split()[0])
     assert 20 <= resumed_at < 150
     for rank in (0, 1):
-        recorded = [json.loads(line)["step"] for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()]
+        recorded = [
+            json.loads(line)["step"]
+            for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()
+        ]
         assert recorded == list(range(150))  # no step lost, none repeated
     straight, _ = run_ok(tmp_path, "straight", *common)
     a, b = weights(run_dir), weights(straight)
@@ -88,9 +119,19 @@ def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: P
 
 def test_failed_rank_is_reported_by_run_and_status(tmp_path: Path) -> None:
     run_dir = tmp_path / "fail"
-    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *BASE, "train.steps=200", "cluster=slurm",
-                 "cluster.nodes=2", "cluster.ranks_per_node=1", "debug.fail_rank=1", "debug.fail_step=3",
-                 timeout=300)
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        *BASE,
+        "train.steps=200",
+        "cluster=slurm",
+        "cluster.nodes=2",
+        "cluster.ranks_per_node=1",
+        "debug.fail_rank=1",
+        "debug.fail_step=3",
+        timeout=300,
+    )
     assert r.returncode == 4, r.stdout + r.stderr
     assert "rank 1 failed" in r.stderr and "InjectedFailure" in r.stderr
     status = hpctrain("status", str(run_dir), timeout=60)
@@ -98,15 +139,31 @@ def test_failed_rank_is_reported_by_run_and_status(tmp_path: Path) -> None:
 
 
 def test_slurm_study_submits_arrays_and_reports(tmp_path: Path) -> None:
-    r = hpctrain("study", "weak", "--no-progress", "cluster=slurm", "cluster.ranks_per_node=1", "study.nodes=[1,2]",
-                 "study.repetitions=2", "study.steps=6", "study.warmup_steps=1", "study.batch_per_rank=16",
-                 "study.allreduce_max_mb=1", "data=digits", f"run.output_root={tmp_path}", "run.name=ss",
-                 timeout=900)
+    r = hpctrain(
+        "study",
+        "weak",
+        "--no-progress",
+        "cluster=slurm",
+        "cluster.ranks_per_node=1",
+        "study.nodes=[1,2]",
+        "study.repetitions=2",
+        "study.steps=6",
+        "study.warmup_steps=1",
+        "study.batch_per_rank=16",
+        "study.allreduce_max_mb=1",
+        "data=digits",
+        f"run.output_root={tmp_path}",
+        "run.name=ss",
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "submitted 4 run(s) as 2 job array(s)" in r.stdout  # one array per node count
     [study] = list(tmp_path.glob("*/*-ss-weak"))
-    worlds = sorted(json.loads((study / f"n{n}-r{k}" / "summary.json").read_text())["world_size"]
-                    for n in (1, 2) for k in (0, 1))
+    worlds = sorted(
+        json.loads((study / f"n{n}-r{k}" / "summary.json").read_text())["world_size"]
+        for n in (1, 2)
+        for k in (0, 1)
+    )
     assert worlds == [1, 1, 2, 2]
     assert (study / "report" / "report.html").exists() and (study / "report" / "efficiency.png").exists()
     bench = json.loads((study / "allreduce-n2.json").read_text())  # measured inside a 2-node job

@@ -1,4 +1,5 @@
 """Study analysis on synthetic run records with known answers; failed runs are listed."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,19 +8,31 @@ import pytest
 
 from hpctrain import records
 from hpctrain.analysis.analyze import Run, analyze_dir, analyze_runs
-from hpctrain.bench.analyze import synthetic_summary
 from hpctrain.analysis.report import write_report
+from hpctrain.bench.analyze import synthetic_summary
 
 
 def _run(n: int, step_ms: float, batch: int, rep: int = 0, comm_ms: float = 0.0) -> Run:
-    return Run(n=n, rep=rep, batch_per_rank=batch, global_batch=batch * n, throughput=batch * n / (step_ms / 1e3),
-               step_s=step_ms / 1e3, compute_s=(step_ms - comm_ms) / 1e3, comm_s=comm_ms / 1e3, data_s=0.0,
-               parameters=250_000, grad_bytes_per_param=4)
+    return Run(
+        n=n,
+        rep=rep,
+        batch_per_rank=batch,
+        global_batch=batch * n,
+        throughput=batch * n / (step_ms / 1e3),
+        step_s=step_ms / 1e3,
+        compute_s=(step_ms - comm_ms) / 1e3,
+        comm_s=comm_ms / 1e3,
+        data_s=0.0,
+        parameters=250_000,
+        grad_bytes_per_param=4,
+    )
 
 
 def test_strong_study_by_hand() -> None:
     # global batch 64: 1 rank 100 ms/step, 2 ranks 60 ms, 4 ranks 40 ms
-    a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10), _run(4, 40, 16, comm_ms=15)], [])
+    a = analyze_runs(
+        "strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10), _run(4, 40, 16, comm_ms=15)], []
+    )
     p1, p2, p4 = a.points
     assert (p2.speedup, p4.speedup) == pytest.approx((100 / 60, 100 / 40))
     assert (p2.efficiency, p4.efficiency) == pytest.approx((100 / 120, 100 / 160))
@@ -40,7 +53,10 @@ def test_repetitions_give_mean_and_interval() -> None:
 
 
 def test_model_prediction_and_error_with_allreduce_data() -> None:
-    bench = [{"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "mpi_s": 1e-5 + b / 2e9} for b in (2**10, 2**16, 2**20, 2**24)]
+    bench = [
+        {"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "mpi_s": 1e-5 + b / 2e9}
+        for b in (2**10, 2**16, 2**20, 2**24)
+    ]
     a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10)], [], bench)
     assert a.alpha_beta is not None and [q["n"] for q in a.predictions] == [4, 8, 16]
     assert all(p.model_step_s > 0 for p in a.points)
@@ -51,12 +67,16 @@ def _write_study(root: Path, kind: str, runs: list[Run], broken: int = 0) -> Pat
     entries = []
     for i, r in enumerate(runs):
         d = root / f"n{r.n}-r{r.rep}-{i}"
-        records.write(d / records.SUMMARY, synthetic_summary(r.n, r.global_batch, r.step_s, r.compute_s, r.comm_s,
-                                                             0.0, r.parameters))
+        records.write(
+            d / records.SUMMARY,
+            synthetic_summary(r.n, r.global_batch, r.step_s, r.compute_s, r.comm_s, 0.0, r.parameters),
+        )
         entries.append(records.StudyRun(d.name, r.n, r.rep, r.n, [], str(d)))
     for j in range(broken):
         entries.append(records.StudyRun(f"failed-{j}", 1, 0, 1, [], str(root / f"failed-{j}")))
-    records.write(root / records.STUDY, records.new(records.StudyManifest, kind=kind, launcher="local", runs=entries))
+    records.write(
+        root / records.STUDY, records.new(records.StudyManifest, kind=kind, launcher="local", runs=entries)
+    )
     return root
 
 

@@ -1,4 +1,5 @@
 """Checkpoints survive a crash mid-write: `latest` always names a complete checkpoint."""
+
 from __future__ import annotations
 
 import os
@@ -32,7 +33,10 @@ def test_only_the_newest_two_are_kept(tmp_path: Path) -> None:
     model, opt = _state(1.0)
     for step in (10, 20, 30):
         checkpoint.save(tmp_path, step, model, opt, None)
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*.pt")) == ["step-000020.pt", "step-000030.pt"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*.pt")) == [
+        "step-000020.pt",
+        "step-000030.pt",
+    ]
 
 
 def test_failure_while_writing_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch) -> None:
@@ -79,7 +83,7 @@ def test_read_new_lines_returns_only_complete_lines(tmp_path: Path) -> None:
 
     log = tmp_path / "log"
     assert read_new_lines(log, 0) == ([], 0)  # not there yet
-    log.write_bytes("one\ntwo\nthr".encode())
+    log.write_bytes(b"one\ntwo\nthr")
     lines, off = read_new_lines(log, 0)
     assert lines == ["one", "two"] and off == 8
     with open(log, "ab") as f:

@@ -1,4 +1,5 @@
 """Config composition, unknown keys, and the table of invalid configs (no process started)."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,15 +22,24 @@ def test_defaults_compose_to_typed_config() -> None:
 
 
 def test_group_options_and_overrides_apply() -> None:
-    cfg = load_config(["model=transformer", "data=tokens", "precision=bf16", "cluster.ranks=4",
-                       "optim=adamw", "train.steps=7"])
+    cfg = load_config(
+        [
+            "model=transformer",
+            "data=tokens",
+            "precision=bf16",
+            "cluster.ranks=4",
+            "optim=adamw",
+            "train.steps=7",
+        ]
+    )
     assert (cfg.model.name, cfg.model.width, cfg.data.name) == ("transformer", 128, "tokens")
     assert (cfg.precision.name, cfg.cluster.ranks, cfg.optim.name, cfg.train.steps) == ("bf16", 4, "adamw", 7)
 
 
 def test_yaml_round_trip_keeps_every_value() -> None:
-    cfg = load_config(["model=resnet18", "+cluster.env.FOO=bar", "train.global_batch=64",
-                       "train.batch_per_rank=null"])
+    cfg = load_config(
+        ["model=resnet18", "+cluster.env.FOO=bar", "train.global_batch=64", "train.batch_per_rank=null"]
+    )
     again = config_from_yaml(to_yaml(cfg))
     assert again == cfg
 
@@ -105,7 +115,10 @@ INVALID = [
     (["train.batch_per_rank=null"], "train.batch_per_rank"),  # neither set
     (["train.batch_per_rank=null", "train.global_batch=33", "cluster.ranks=2"], "train.global_batch"),
     (["train.batch_per_rank=0"], "train.batch_per_rank"),
-    (["train.batch_per_rank=10", "parallelism.backward_passes_per_step=3"], "parallelism.backward_passes_per_step"),
+    (
+        ["train.batch_per_rank=10", "parallelism.backward_passes_per_step=3"],
+        "parallelism.backward_passes_per_step",
+    ),
     (["parallelism.backward_passes_per_step=0"], "parallelism.backward_passes_per_step"),
     (["precision.name=fp8"], "precision.name"),
     (["parallelism.backend=nccl2"], "parallelism.backend"),
@@ -159,16 +172,27 @@ def test_host_rules_use_the_facts_given() -> None:
 
 
 def test_all_problems_are_reported_at_once() -> None:
+    # (an invalid option such as precision.name=fp8 is an enum value, rejected when loading)
     with pytest.raises(ConfigError) as e:
-        validate(load_config(["cluster.ranks=0", "optim.lr=-1", "precision.name=fp8"]))
-    assert {"cluster.ranks", "optim.lr", "precision.name"} <= set(e.value.keys)
+        validate(load_config(["cluster.ranks=0", "optim.lr=-1", "precision.init_scale=0"]))
+    assert {"cluster.ranks", "optim.lr", "precision.init_scale"} <= set(e.value.keys)
 
 
-@pytest.mark.parametrize("overrides,per_rank,global_,micro", [
-    (["train.batch_per_rank=32", "cluster.ranks=4"], 32, 128, 32),
-    (["train.batch_per_rank=null", "train.global_batch=96", "cluster.ranks=3"], 32, 96, 32),
-    (["train.batch_per_rank=32", "parallelism.backward_passes_per_step=4"], 32, 64, 8),
-])
+def test_an_option_outside_its_set_lists_the_valid_ones() -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config(["precision.name=fp8"])
+    assert e.value.keys == ["precision.name"]
+    assert "'fp8' is not one of fp32, fp16, bf16" in str(e.value) and "precision.name=fp32" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "overrides,per_rank,global_,micro",
+    [
+        (["train.batch_per_rank=32", "cluster.ranks=4"], 32, 128, 32),
+        (["train.batch_per_rank=null", "train.global_batch=96", "cluster.ranks=3"], 32, 96, 32),
+        (["train.batch_per_rank=32", "parallelism.backward_passes_per_step=4"], 32, 64, 8),
+    ],
+)
 def test_batch_resolution(overrides: list[str], per_rank: int, global_: int, micro: int) -> None:
     b = resolve_batch(load_config(overrides))
     assert (b.per_rank, b.global_, b.micro) == (per_rank, global_, micro)
@@ -189,8 +213,14 @@ def test_load_configs_equals_load_config_point_by_point() -> None:
     assert load_configs(SWEEP_POINTS) == [load_config(p) for p in SWEEP_POINTS]
 
 
-@pytest.mark.parametrize("bad,key", [(["cluster=slurm", "cluster.nodez=2"], "cluster.nodez"),
-                                     (["train.steps=x"], "train.steps"), (["model=vgg"], "model")])
+@pytest.mark.parametrize(
+    "bad,key",
+    [
+        (["cluster=slurm", "cluster.nodez=2"], "cluster.nodez"),
+        (["train.steps=x"], "train.steps"),
+        (["model=vgg"], "model"),
+    ],
+)
 def test_load_configs_reports_the_same_errors(bad: list[str], key: str) -> None:
     from hpctrain.config.load import load_configs
 

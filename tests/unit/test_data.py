@@ -1,4 +1,5 @@
 """Sharding: N ranks with batch G/N see, together, exactly what one rank with batch G sees."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,7 +7,9 @@ import pytest
 from hpctrain.train.data import GlobalBatchSampler
 
 
-def _steps(n: int, g: int, ranks: int, steps: int, seed: int = 3, shuffle: bool = True) -> list[list[list[int]]]:
+def _steps(
+    n: int, g: int, ranks: int, steps: int, seed: int = 3, shuffle: bool = True
+) -> list[list[list[int]]]:
     b = g // ranks
     per_rank = [list(GlobalBatchSampler(n, g, r, b, steps, seed, shuffle)) for r in range(ranks)]
     return [[per_rank[r][s] for r in range(ranks)] for s in range(steps)]

@@ -1,4 +1,5 @@
 """`hpctrain doctor` verdicts, with fake checks (the real environment is checked in tests/mpi)."""
+
 from __future__ import annotations
 
 from rich.console import Console
@@ -21,7 +22,12 @@ def test_missing_required_piece_fails_and_shows_its_fix(monkeypatch) -> None:
 
 
 def test_missing_optional_piece_is_only_reported(monkeypatch) -> None:
-    code, text = _run(monkeypatch, [Check("slurm client", False, "missing: sbatch", "apt-get install slurm-client",
-                                          required=False), Check("torch", True, "2.13.0")])
+    code, text = _run(
+        monkeypatch,
+        [
+            Check("slurm client", False, "missing: sbatch", "apt-get install slurm-client", required=False),
+            Check("torch", True, "2.13.0"),
+        ],
+    )
     assert code == 0
     assert "optional" in text and "ready" in text

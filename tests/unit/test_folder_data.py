@@ -1,4 +1,5 @@
 """The loader for a user's own images (ImageFolder layout), on real PNG files made here."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,9 @@ def make_folder(root: Path, per_class: int = 4, size: int = 12) -> Path:
     for c, name in enumerate(["cat", "dog"]):
         (root / name).mkdir(parents=True)
         for i in range(per_class):
-            arr = np.full((size, size, 3), 40 + 150 * c, np.uint8) + rng.integers(0, 20, (size, size, 3), dtype=np.uint8)
+            arr = np.full((size, size, 3), 40 + 150 * c, np.uint8) + rng.integers(
+                0, 20, (size, size, 3), dtype=np.uint8
+            )
             Image.fromarray(arr).save(root / name / f"{i}.png")
         (root / name / "notes.txt").write_text("not an image")
     return root

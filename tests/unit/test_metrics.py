@@ -1,4 +1,5 @@
 """Scaling formulas against hand-computed values, including a published figure."""
+
 from __future__ import annotations
 
 import math
@@ -50,7 +51,9 @@ def test_nccl_tests_bus_bandwidth() -> None:
 
 def test_alpha_beta_fit_recovers_the_model() -> None:
     truth = AlphaBeta(alpha_s=20e-6, beta_s_per_byte=1 / 5e9)
-    samples = [(n, size, truth.allreduce_s(n, size)) for n in (2, 4, 8) for size in (2**k for k in range(10, 28, 2))]
+    samples = [
+        (n, size, truth.allreduce_s(n, size)) for n in (2, 4, 8) for size in (2**k for k in range(10, 28, 2))
+    ]
     fit = fit_alpha_beta(samples)
     assert fit.alpha_s == pytest.approx(20e-6, rel=1e-6)
     assert fit.bandwidth_bytes_per_s == pytest.approx(5e9, rel=1e-6)

@@ -1,4 +1,5 @@
 """Every model maps its input to logits of the right shape, and trains a step."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,15 +9,20 @@ from hpctrain.config import load_config
 from hpctrain.train.models import InputSpec, build_model
 
 
-@pytest.mark.parametrize("overrides,x_shape,logits_shape", [
-    (["model=cnn"], (4, 3, 32, 32), (4, 10)),
-    (["model=cnn", "data=digits"], (4, 1, 8, 8), (4, 10)),
-    (["model=mlp"], (4, 3, 32, 32), (4, 10)),
-    (["model=resnet18", "model.width=8"], (2, 3, 32, 32), (2, 10)),
-    (["model=resnet50", "model.width=8", "data.image_size=64"], (2, 3, 64, 64), (2, 10)),
-    (["model=transformer", "data=tokens", "model.width=32"], (2, 64), (2, 64, 256)),
-])
-def test_model_output_shape(overrides: list[str], x_shape: tuple[int, ...], logits_shape: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(
+    "overrides,x_shape,logits_shape",
+    [
+        (["model=cnn"], (4, 3, 32, 32), (4, 10)),
+        (["model=cnn", "data=digits"], (4, 1, 8, 8), (4, 10)),
+        (["model=mlp"], (4, 3, 32, 32), (4, 10)),
+        (["model=resnet18", "model.width=8"], (2, 3, 32, 32), (2, 10)),
+        (["model=resnet50", "model.width=8", "data.image_size=64"], (2, 3, 64, 64), (2, 10)),
+        (["model=transformer", "data=tokens", "model.width=32"], (2, 64), (2, 64, 256)),
+    ],
+)
+def test_model_output_shape(
+    overrides: list[str], x_shape: tuple[int, ...], logits_shape: tuple[int, ...]
+) -> None:
     cfg = load_config(overrides)
     model = build_model(cfg.model, InputSpec.from_data(cfg.data))
     x = torch.randint(0, 256, x_shape) if cfg.data.name == "tokens" else torch.randn(x_shape)
@@ -29,8 +35,10 @@ def test_model_output_shape(overrides: list[str], x_shape: tuple[int, ...], logi
 def test_resnet_depths_match_the_paper() -> None:
     cfg = load_config(["model=resnet18"])
     spec = InputSpec.from_data(cfg.data)
-    convs18 = sum(isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3)
-                  for m in build_model(cfg.model, spec).modules())
+    convs18 = sum(
+        isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3)
+        for m in build_model(cfg.model, spec).modules()
+    )
     assert convs18 == 17  # stem + 16 in basic blocks; with the head: 18 weighted layers
     r50 = build_model(load_config(["model=resnet50"]).model, spec)
     params = sum(p.numel() for p in r50.parameters())

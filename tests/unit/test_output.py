@@ -1,4 +1,5 @@
 """Parsing mpirun's output: rank tags and failure reports (real text recorded from OpenMPI 4.1)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,10 +30,13 @@ def test_events_round_trip_and_ignore_other_lines() -> None:
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-@pytest.mark.parametrize("fixture,rank,cause", [
-    ("openmpi-4.1-rank-exit.txt", 1, "exited with status 3"),
-    ("openmpi-4.1-rank-signal.txt", 1, "killed by signal 9 (Killed) on vm"),
-])
+@pytest.mark.parametrize(
+    "fixture,rank,cause",
+    [
+        ("openmpi-4.1-rank-exit.txt", 1, "exited with status 3"),
+        ("openmpi-4.1-rank-signal.txt", 1, "killed by signal 9 (Killed) on vm"),
+    ],
+)
 def test_mpirun_failure_reports(fixture: str, rank: int, cause: str) -> None:
     """Recorded from OpenMPI 4.1.4's mpirun when rank 1 exits 3 / is SIGKILLed."""
     assert mpirun_failure((FIXTURES / fixture).read_text()) == (rank, cause)

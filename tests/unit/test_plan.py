@@ -1,4 +1,5 @@
 """The launch plan: mpirun flags, the rank environment table, and the dry-run snapshot."""
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -16,8 +17,14 @@ def _plan(overrides: list[str], **facts: object):
 
 
 def test_dry_run_command_matches_snapshot(snapshot) -> None:
-    plan = _plan(["parallelism.fusion_threshold_mb=32", "parallelism.cycle_time_ms=2.5",
-                  "+cluster.env.NCCL_DEBUG=INFO"], is_root=True)
+    plan = _plan(
+        [
+            "parallelism.fusion_threshold_mb=32",
+            "parallelism.cycle_time_ms=2.5",
+            "+cluster.env.NCCL_DEBUG=INFO",
+        ],
+        is_root=True,
+    )
     snapshot("local_dry_run.txt", plan.command_line + "\n")
 
 
@@ -34,7 +41,9 @@ def test_oversubscribe_when_ranks_exceed_cores() -> None:
     p = _plan(["cluster.ranks=4"], cpu_count=2)
     assert "--oversubscribe" in p.argv
     assert p.notes and "oversubscrib" in p.notes[0]
-    assert "--oversubscribe" not in _plan(["cluster.ranks=4", "cluster.oversubscribe=false"], cpu_count=2).argv
+    assert (
+        "--oversubscribe" not in _plan(["cluster.ranks=4", "cluster.oversubscribe=false"], cpu_count=2).argv
+    )
 
 
 def test_root_gets_allow_run_as_root() -> None:
@@ -42,8 +51,16 @@ def test_root_gets_allow_run_as_root() -> None:
 
 
 def test_env_table_maps_settings_to_horovod_variables() -> None:
-    env = rank_env(load_config(["parallelism.fusion_threshold_mb=32", "parallelism.cycle_time_ms=2.5",
-                                "parallelism.backend=gloo"]), threads=3)
+    env = rank_env(
+        load_config(
+            [
+                "parallelism.fusion_threshold_mb=32",
+                "parallelism.cycle_time_ms=2.5",
+                "parallelism.backend=gloo",
+            ]
+        ),
+        threads=3,
+    )
     assert env["HOROVOD_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)
     assert env["HOROVOD_CYCLE_TIME"] == "2.5"
     assert env["HOROVOD_CONTROLLER"] == env["HOROVOD_CPU_OPERATIONS"] == "gloo"
@@ -78,12 +95,23 @@ def test_run_dir_is_dated_like_hydra() -> None:
     assert str(default_run_dir(load_config(["run.dir=/x/y"]), datetime.now())) == "/x/y"
 
 
-@pytest.mark.parametrize("overrides,expected", [
-    (["optim.lr=0.1"], 0.1),  # no scaling
-    (["optim.lr=0.1", "optim.lr_scaling=linear", "cluster.ranks=4", "train.batch_per_rank=32"], 0.4),
-    (["optim.lr=0.1", "optim.lr_scaling=linear", "optim.reference_batch=256", "cluster.ranks=4",
-      "train.batch_per_rank=128"], 0.2),  # 0.1 x 512 / 256
-])
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["optim.lr=0.1"], 0.1),  # no scaling
+        (["optim.lr=0.1", "optim.lr_scaling=linear", "cluster.ranks=4", "train.batch_per_rank=32"], 0.4),
+        (
+            [
+                "optim.lr=0.1",
+                "optim.lr_scaling=linear",
+                "optim.reference_batch=256",
+                "cluster.ranks=4",
+                "train.batch_per_rank=128",
+            ],
+            0.2,
+        ),  # 0.1 x 512 / 256
+    ],
+)
 def test_linear_lr_scaling(overrides: list[str], expected: float) -> None:
     assert _plan(overrides).lr == pytest.approx(expected)
 

@@ -1,5 +1,6 @@
 """The run-directory contract: every record type round-trips, and every corrupt, truncated,
 foreign or newer file is a RecordError that names the file (and line) and what is wrong."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,23 +14,64 @@ from hpctrain import records
 from hpctrain.bench.analyze import synthetic_summary
 from hpctrain.errors import RecordError, RecordMissing
 
-STEP = records.StepRecord(step=3, rank=1, loss=2.5, lr=0.1, data_s=0.001, compute_s=0.01, comm_s=0.002,
-                          step_s=0.013, samples=32, samples_per_s=4923.0, timed=True)
+STEP = records.StepRecord(
+    step=3,
+    rank=1,
+    loss=2.5,
+    lr=0.1,
+    data_s=0.001,
+    compute_s=0.01,
+    comm_s=0.002,
+    step_s=0.013,
+    samples=32,
+    samples_per_s=4923.0,
+    timed=True,
+)
 SUMMARY = synthetic_summary(2, 64, 0.1, 0.08, 0.015, 0.005)
 EXAMPLES: dict[str, Any] = {
     "summary": SUMMARY,
     "rank summary": SUMMARY.per_rank[0],
-    "job": records.new(records.JobRef, launcher="local", job_id="12", world_size=2, pid=12, pid_start=99, host="h"),
-    "state": records.new(records.LocalState, state="FAILED", updated=1.0, started=0.5, exit_code=4,
-                         failure=records.Failure(1, "InjectedFailure: boom", "last line")),
-    "sweep": records.new(records.SweepManifest, sweep_dir="/s", launcher="slurm",
-                         runs=[records.SweepRun(0, ["a=1"], "/s/0", "7_0", 0)], arrays=[records.ArrayRef("7", 1)]),
-    "study": records.new(records.StudyManifest, kind="strong", launcher="local",
-                         runs=[records.StudyRun("n1-r0", 1, 0, 1, ["study=strong"], "/st/n1-r0")]),
-    "allreduce": records.new(records.AllreduceResult, n=2, mpi_library="Open MPI v4.1.4",
-                             rows=[records.AllreduceRow(2, 1024, 100, 2e-3, 3e-5)]),
-    "plan": records.new(records.PlanRecord, launcher="local", run_dir="/r", world_size=2, nodes=1,
-                        ranks_per_node=2, batch=records.Batch(32, 64, 32), lr=0.05, env={"A": "b"}),
+    "job": records.new(
+        records.JobRef, launcher="local", job_id="12", world_size=2, pid=12, pid_start=99, host="h"
+    ),
+    "state": records.new(
+        records.LocalState,
+        state="FAILED",
+        updated=1.0,
+        started=0.5,
+        exit_code=4,
+        failure=records.Failure(1, "InjectedFailure: boom", "last line"),
+    ),
+    "sweep": records.new(
+        records.SweepManifest,
+        sweep_dir="/s",
+        launcher="slurm",
+        runs=[records.SweepRun(0, ["a=1"], "/s/0", "7_0", 0)],
+        arrays=[records.ArrayRef("7", 1)],
+    ),
+    "study": records.new(
+        records.StudyManifest,
+        kind="strong",
+        launcher="local",
+        runs=[records.StudyRun("n1-r0", 1, 0, 1, ["study=strong"], "/st/n1-r0")],
+    ),
+    "allreduce": records.new(
+        records.AllreduceResult,
+        n=2,
+        mpi_library="Open MPI v4.1.4",
+        rows=[records.AllreduceRow(2, 1024, 100, 2e-3, 3e-5)],
+    ),
+    "plan": records.new(
+        records.PlanRecord,
+        launcher="local",
+        run_dir="/r",
+        world_size=2,
+        nodes=1,
+        ranks_per_node=2,
+        batch=records.Batch(32, 64, 32),
+        lr=0.05,
+        env={"A": "b"},
+    ),
     "error": records.ErrorRecord(rank=1, host="h", type="ValueError", message="m", traceback="tb", time=1.0),
 }
 
@@ -114,7 +156,9 @@ def test_steps_file_names_the_bad_line_and_tolerates_a_partial_tail(tmp_path: Pa
     with pytest.raises(RecordError, match="line 3: not valid JSON"):
         records.read_steps(path, tolerate_partial_tail=False)
     path.write_text(good + '{"step": "three"}\n' + good)
-    with pytest.raises(RecordError, match=r"steps-rank1.jsonl, line 2: not a valid step record: step: expected an integer"):
+    with pytest.raises(
+        RecordError, match=r"steps-rank1.jsonl, line 2: not a valid step record: step: expected an integer"
+    ):
         records.read_steps(path)
     path.write_text(good + "\n\n" + good)  # blank lines are allowed
     assert len(records.read_steps(path)) == 2

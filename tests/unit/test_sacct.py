@@ -1,5 +1,6 @@
 """Parsing `sacct -P` text recorded from SLURM 22.05 on the local cluster (including step lines,
 which must be ignored, array tasks, and 'CANCELLED by 0')."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,9 @@ def test_parse_recorded_sacct_output() -> None:
     states = parse_sacct(TEXT)
     assert sorted(states) == ["1026", "1027", "1028_0", "1028_1", "1028_2", "1029"]
     assert states["1026"].state == "COMPLETED" and states["1026"].done
-    assert states["1027"].state == "FAILED" and states["1027"].nodes == 2 and states["1027"].exit_code == "1:0"
+    assert (
+        states["1027"].state == "FAILED" and states["1027"].nodes == 2 and states["1027"].exit_code == "1:0"
+    )
     assert states["1029"].state == "CANCELLED"  # "CANCELLED by 0" reduced to its first word
     assert states["1028_1"].nodelist == "n3"
 

@@ -1,4 +1,5 @@
 """The SLURM plan: submitit parameters, the sbatch script snapshot, quoting, and containers."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,11 +16,21 @@ def _plan(*overrides: str, folder: str | None = None):
 
 
 def test_sbatch_script_matches_snapshot(snapshot) -> None:
-    plan = _plan("cluster.nodes=2", "cluster.ranks_per_node=4", "cluster.gpus_per_node=4",
-                 "cluster.partition=gpu", "cluster.account=proj1", "cluster.qos=high", "cluster.mem_gb=64",
-                 "cluster.constraint='a100&ib'", "cluster.exclusive=true", "cluster.time_min=90",
-                 "cluster.setup=[module load cuda/12.2,source /opt/env.sh]", "+cluster.env.NCCL_DEBUG=INFO",
-                 "parallelism.fusion_threshold_mb=32")
+    plan = _plan(
+        "cluster.nodes=2",
+        "cluster.ranks_per_node=4",
+        "cluster.gpus_per_node=4",
+        "cluster.partition=gpu",
+        "cluster.account=proj1",
+        "cluster.qos=high",
+        "cluster.mem_gb=64",
+        "cluster.constraint='a100&ib'",
+        "cluster.exclusive=true",
+        "cluster.time_min=90",
+        "cluster.setup=[module load cuda/12.2,source /opt/env.sh]",
+        "+cluster.env.NCCL_DEBUG=INFO",
+        "parallelism.fusion_threshold_mb=32",
+    )
     snapshot("slurm_sbatch.txt", plan.sbatch_script())
 
 

@@ -1,4 +1,5 @@
 """Timing statistics against hand-computed values."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +11,19 @@ from hpctrain.train.stats import percentile, rank_stats, summarize
 
 
 def _rec(step: int, step_s: float, compute: float, comm: float, data: float, loss: float, timed: bool = True):
-    return StepRecord(step=step, rank=0, loss=loss, lr=0.1, data_s=data, compute_s=compute, comm_s=comm,
-                      step_s=step_s, samples=32, samples_per_s=64 / step_s, timed=timed)
+    return StepRecord(
+        step=step,
+        rank=0,
+        loss=loss,
+        lr=0.1,
+        data_s=data,
+        compute_s=compute,
+        comm_s=comm,
+        step_s=step_s,
+        samples=32,
+        samples_per_s=64 / step_s,
+        timed=timed,
+    )
 
 
 def test_percentile_interpolates_like_numpy() -> None:
@@ -21,8 +33,11 @@ def test_percentile_interpolates_like_numpy() -> None:
 
 
 def test_rank_stats_exclude_warmup_steps() -> None:
-    recs = [_rec(0, 9.0, 9, 0, 0, 3.0, timed=False),
-            _rec(1, 0.10, 0.06, 0.03, 0.01, 2.0), _rec(2, 0.20, 0.12, 0.06, 0.02, 1.0)]
+    recs = [
+        _rec(0, 9.0, 9, 0, 0, 3.0, timed=False),
+        _rec(1, 0.10, 0.06, 0.03, 0.01, 2.0),
+        _rec(2, 0.20, 0.12, 0.06, 0.02, 1.0),
+    ]
     s = rank_stats(recs, 0, "h", 1024, 10)
     assert s.timed_steps == 2
     assert s.wall_s == pytest.approx(0.30)
@@ -32,12 +47,33 @@ def test_rank_stats_exclude_warmup_steps() -> None:
 
 
 def test_summary_uses_the_slowest_rank_for_throughput() -> None:
-    a = RankSummary(rank=0, host="h", timed_steps=10, wall_s=1.0, step_s=0.1, step_p50_s=0.1, step_p95_s=0.12,
-                    data_s=0.01, compute_s=0.06, comm_s=0.03, first_loss=2.0, last_loss=1.0,
-                    peak_memory_bytes=100, parameters=10)
+    a = RankSummary(
+        rank=0,
+        host="h",
+        timed_steps=10,
+        wall_s=1.0,
+        step_s=0.1,
+        step_p50_s=0.1,
+        step_p95_s=0.12,
+        data_s=0.01,
+        compute_s=0.06,
+        comm_s=0.03,
+        first_loss=2.0,
+        last_loss=1.0,
+        peak_memory_bytes=100,
+        parameters=10,
+    )
     b = dataclasses.replace(a, rank=1, wall_s=2.0, step_s=0.2, comm_s=0.13, peak_memory_bytes=200)
-    s = summarize([a, b], global_batch=64, started=0.0, finished=1.0, model="cnn", precision="fp32",
-                  backend="mpi", compression="none")
+    s = summarize(
+        [a, b],
+        global_batch=64,
+        started=0.0,
+        finished=1.0,
+        model="cnn",
+        precision="fp32",
+        backend="mpi",
+        compression="none",
+    )
     assert s.throughput_samples_per_s == pytest.approx(64 * 10 / 2.0)  # 320 samples/s
     assert s.throughput_per_rank == pytest.approx(160)
     assert s.step_s == pytest.approx(0.150)  # seconds throughout (was step_ms == 150)

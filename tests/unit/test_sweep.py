@@ -1,4 +1,5 @@
 """Sweep expansion with Hydra's grammar, and grouping of points by resource shape."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,8 +31,10 @@ def test_bad_sweep_syntax_is_a_config_error() -> None:
 
 def test_points_group_into_one_array_per_shape() -> None:
     points = expand(["cluster=slurm", "cluster.nodes=1,2", "precision=fp32,bf16,fp16"])
-    planned = [RunSpec(i, p, c := load_config(p), plan_slurm(c, f"/s/{i}", "py", "/s/submitit"))
-               for i, p in enumerate(points)]
+    planned = [
+        RunSpec(i, p, c := load_config(p), plan_slurm(c, f"/s/{i}", "py", "/s/submitit"))
+        for i, p in enumerate(points)
+    ]
     groups = group_by_shape(planned)
     assert sorted(len(g) for g in groups) == [3, 3]
     for g in groups:
