@@ -90,3 +90,17 @@ def test_missing_runs_are_listed_and_the_report_is_written(tmp_path: Path) -> No
     html = paths["html"].read_text()
     assert html.count("data:image/png;base64,") == 4  # self-contained
     assert "failed-0" in paths["markdown"].read_text()
+
+
+def test_no_speedup_is_reported_as_such_not_as_a_limit_below_one() -> None:
+    # 2 ranks take longer per step than 1 for the same global batch: speedup 100/150 < 1
+    a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 150, 32, comm_ms=60)], [])
+    assert a.points[1].speedup == pytest.approx(2 / 3)
+    assert a.amdahl_serial_fraction == pytest.approx(2.0)  # (1/S - 1/N) / (1 - 1/N) = (1.5 - 0.5) / 0.5
+    assert a.no_speedup
+    from hpctrain.analysis.report import markdown
+
+    md = markdown(a, [])
+    assert "no speedup at this scale" in md and "speedup limit 1/s" not in md
+    good = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32)], [])
+    assert not good.no_speedup and "speedup limit 1/s = 5.0x" in markdown(good, [])
