@@ -22,10 +22,17 @@ def _running(conf: str) -> bool:
     return subprocess.run(["scontrol", "ping"], env=env, capture_output=True).returncode == 0
 
 
+def _stray_outputs() -> set[Path]:
+    """SLURM's default output files (slurm-<job>.out) where the tests submit from."""
+    return set(ROOT.glob("slurm-*.out")) | set(Path.cwd().glob("slurm-*.out"))
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """Start the cluster (slurm/start.sh is idempotent); stop it afterwards only if this session
-    started it, so a developer's running cluster, or another test session's, is left alone."""
+    started it, so a developer's running cluster, or another test session's, is left alone.
+    Every job hpctrain submits names its output files: none may land in the submitting directory."""
+    before = _stray_outputs()
     conf = str(STATE / "etc" / "slurm.conf")
     was_running = _running(conf)
     r = subprocess.run(
@@ -35,12 +42,14 @@ def slurm_cluster():
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
     yield conf
+    stray = _stray_outputs() - before
     if not was_running:
         subprocess.run(["bash", str(ROOT / "slurm" / "stop.sh")], capture_output=True, text=True, timeout=300)
     if old is None:
         os.environ.pop("SLURM_CONF", None)
     else:
         os.environ["SLURM_CONF"] = old
+    assert not stray, f"jobs wrote SLURM's default output files into the submitting directory: {sorted(stray)}"
 
 
 def sacct_state(job_id: str) -> str:
