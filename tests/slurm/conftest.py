@@ -49,7 +49,9 @@ def slurm_cluster():
         os.environ.pop("SLURM_CONF", None)
     else:
         os.environ["SLURM_CONF"] = old
-    assert not stray, f"jobs wrote SLURM's default output files into the submitting directory: {sorted(stray)}"
+    assert not stray, (
+        f"jobs wrote SLURM's default output files into the submitting directory: {sorted(stray)}"
+    )
 
 
 def sacct_state(job_id: str) -> str:
