@@ -90,7 +90,7 @@ def _checker(tp: Any) -> Check:
 
         return check_dict
     if dataclasses.is_dataclass(tp):
-        return lambda v, where: from_dict(tp, v, where)
+        return lambda v, where: from_dict(tp, v, where)  # type: ignore[arg-type]
     return _scalar(tp)
 
 
@@ -112,7 +112,7 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     """An instance of the record dataclass `cls` from parsed JSON, every field checked."""
     if type(data) is not dict:
         raise RecordError(f"{where or cls.__name__}: expected a JSON object, found {type(data).__name__}")
-    fields = _fields(cls)
+    fields = _fields(cls)  # type: ignore[arg-type]
     if len(data) > len(fields) or not all(k in data for k, required, _ in fields if required):
         names = {name for name, _, _ in fields}
         unknown = sorted(set(data) - names)
