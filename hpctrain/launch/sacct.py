@@ -7,19 +7,9 @@ import subprocess
 from dataclasses import dataclass
 
 from ..errors import LaunchError
+from .base import DONE
 
 SACCT_FIELDS = ("JobID", "JobName", "State", "NNodes", "Elapsed", "ExitCode", "NodeList")
-DONE = {
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "OUT_OF_MEMORY",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "BOOT_FAIL",
-    "DEADLINE",
-}
 
 
 @dataclass(frozen=True)
