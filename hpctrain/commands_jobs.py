@@ -61,6 +61,11 @@ def logs(run_dir: Path, rank: int, follow: bool, console: Console) -> int:
 
 
 def cancel(path: Path, console: Console) -> int:
-    jobs = orchestrate.cancel(path)
-    console.print(f"cancelled {len(jobs)} job(s): {' '.join(j.job_id for j in jobs)}", highlight=False)
+    jobs, ended = orchestrate.cancel(path)
+    if jobs:
+        console.print(f"cancelled {len(jobs)} job(s): {' '.join(j.job_id for j in jobs)}", highlight=False)
+    if ended:
+        console.print(
+            f"already ended: {', '.join(f'{j.job_id} ({st.state})' for j, st in ended)}", highlight=False
+        )
     return 0

@@ -219,11 +219,15 @@ def progress_of(run_dir: Path) -> str:
     return f"step {steps[-1].step + 1}, {steps[-1].samples_per_s:.0f} samples/s"
 
 
-def cancel(path: Path) -> list[Job]:
-    jobs = jobs_in(path)
-    by_launcher: dict[str, list[Job]] = {}
-    for job in jobs:
-        by_launcher.setdefault(job.ref.launcher, []).append(job)
-    for name, group in by_launcher.items():
+def cancel(path: Path) -> tuple[list[Job], list[tuple[Job, JobStatus]]]:
+    """Cancel the jobs of a run, sweep or study that have not ended; return (cancelled, ended)."""
+    active: dict[str, list[Job]] = {}
+    ended = []
+    for job, st, _ in statuses(jobs_in(path)):
+        if st.done:
+            ended.append((job, st))
+        else:
+            active.setdefault(job.ref.launcher, []).append(job)
+    for name, group in active.items():
         launcher_class(name)().cancel(group)
-    return jobs
+    return [j for group in active.values() for j in group], ended

@@ -143,6 +143,8 @@ def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_
     r = hpctrain("cancel", str(run_dir))
     assert r.returncode == 0 and f"cancelled 1 job(s): {job}" in r.stdout, r.stdout + r.stderr
     _wait_for("CANCELLED", lambda: "CANCELLED" in _status(run_dir))
+    again = hpctrain("cancel", str(run_dir))  # a second cancel says it had ended, and cancels nothing
+    assert again.returncode == 0 and f"already ended: {job} (CANCELLED)" in again.stdout, again.stdout
     if _name(backend) == "local":  # nothing of the run is left on this machine
         _wait_for("no process left", lambda: not _rank_processes(run_dir), timeout_s=30)
     assert not (run_dir / "summary.json").exists()
