@@ -53,7 +53,8 @@ def logs(run_dir: Path, rank: int, follow: bool, console: Console) -> int:
         for p in paths:
             lines, offsets[p] = records.read_new_lines(p, offsets[p])
             _print_lines(lines)
-        if not follow or launcher.status([job])[job.job_id].done:
+        state = launcher.status([job]).get(job.job_id)  # None: the scheduler does not list it yet
+        if not follow or (state is not None and state.done):
             for p in paths:  # what was written between the last read and the end
                 _print_lines(records.read_new_lines(p, offsets[p])[0])
             return 0
