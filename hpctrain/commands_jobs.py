@@ -11,6 +11,7 @@ from rich.table import Table
 from . import orchestrate, records
 from .errors import LaunchError
 from .events import parse_event
+from .launch.base import Job
 
 
 def status(path: Path, console: Console) -> int:
@@ -39,9 +40,9 @@ def _print_lines(lines: list[str]) -> None:
 
 
 def logs(run_dir: Path, rank: int, follow: bool, console: Console) -> int:
-    [job] = orchestrate.jobs_in(run_dir) if (run_dir / records.JOB).exists() else [None]  # type: ignore[list-item]
-    if job is None:
+    if not (run_dir / records.JOB).exists():
         raise LaunchError(f"{run_dir} is not a run directory (no {records.JOB})")
+    job = Job.load(run_dir)
     launcher = orchestrate.launcher_of(job)
     if rank < 0 or rank >= job.ref.world_size:
         raise LaunchError(f"--rank {rank} is not a rank of this run (0..{job.ref.world_size - 1})")

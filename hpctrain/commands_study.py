@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from . import records
 from .analysis.analyze import analyze_dir
 from .analysis.report import terminal_table, write_report
 from .errors import HpctrainError
@@ -43,7 +44,7 @@ def analyze_and_report(study_dir: Path, console: Console, out: Path | None = Non
     a = analyze_dir(study_dir)
     if not a.points:
         raise HpctrainError(f"no finished run in {study_dir} (missing: {len(a.missing)})")
-    paths = write_report(a, out or study_dir / "report")
+    paths = write_report(a, out or study_dir / records.REPORT)
     console.print(terminal_table(a))
     if a.missing:
         console.print(

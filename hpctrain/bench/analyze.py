@@ -87,7 +87,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         t0 = time.perf_counter()
         a = analyze_dir(study)
         t1 = time.perf_counter()
-        write_report(a, study / "report")
+        write_report(a, study / records.REPORT)
         t2 = time.perf_counter()
     table = Table(title=f"bench analyze: synthetic strong study of {args.runs} runs, 8 scales")
     table.add_column("phase")

@@ -19,6 +19,7 @@ from ..errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancel
 from ..facts import HostFacts
 from ..plan import JobPlan, mpirun_prefix, plan_local
 from .base import Job, JobStatus, Launcher, RunSpec
+from .local_supervisor import write_state
 from .registry import register_launcher
 from .rundir import prepare_run_dir, write_run_files
 
@@ -104,7 +105,7 @@ class LocalLauncher(Launcher):
         if not detach:
             argv += ["--parent", str(os.getpid())]
         argv += [str(r.run_dir) for r in runs]
-        with open(home / "supervisor.log", "ab") as log:
+        with open(home / records.SUPERVISOR_LOG, "ab") as log:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )  # its own process group: cancel ends it all
@@ -206,9 +207,3 @@ class LocalLauncher(Launcher):
         )
         if r.returncode != 0:
             raise LaunchError(f"allreduce benchmark failed ({r.returncode}):\n{r.stderr[-2000:]}")
-
-
-def write_state(run_dir: Path, state: str) -> None:
-    from .local_supervisor import write_state as write
-
-    write(run_dir, state)

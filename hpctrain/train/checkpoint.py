@@ -17,8 +17,7 @@ import torch
 
 from .. import records
 
-DIR = "checkpoints"
-LATEST = "latest"
+DIR = records.CHECKPOINTS
 KEEP = 2  # older checkpoints are removed once a newer one is complete
 
 
@@ -38,14 +37,14 @@ def save(
     d = run_dir / DIR
     path = d / f"step-{step:06d}.pt"
     records.write_atomic(path, buf.getvalue())
-    records.write_atomic(d / LATEST, path.name + "\n")
+    records.write_atomic(run_dir / records.LATEST_CHECKPOINT, path.name + "\n")
     for old in sorted(d.glob("step-*.pt"))[:-KEEP]:
         old.unlink(missing_ok=True)
     return path
 
 
 def latest(run_dir: Path) -> Path | None:
-    pointer = run_dir / DIR / LATEST
+    pointer = run_dir / records.LATEST_CHECKPOINT
     if not pointer.exists():
         return None
     path = run_dir / DIR / pointer.read_text().strip()
