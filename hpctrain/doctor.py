@@ -126,9 +126,9 @@ def check_mpi() -> list[Check]:
     if _version_of("mpi4py") is None:
         out.append(Check("mpi4py", False, "not importable", SETUP))
     else:
-        from mpi4py import MPI
+        from .facts import mpi_library_version
 
-        library = MPI.Get_library_version().strip().splitlines()[0].split(",")[0]
+        library = mpi_library_version().split(",")[0]
         out.append(Check("mpi4py", True, f"{_version_of('mpi4py')}; {library}"))
     return out
 

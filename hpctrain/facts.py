@@ -50,3 +50,10 @@ class HostFacts:
         )
         base.update(changes)
         return cls(**base)  # type: ignore[arg-type]
+
+
+def mpi_library_version() -> str:
+    """The MPI library's own version line (mpi4py returns it NUL-terminated)."""
+    from mpi4py import MPI
+
+    return MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]

@@ -54,6 +54,8 @@ def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, An
             name: bool(getattr(hvd, f"{name}_built")())
             for name in ("mpi", "gloo", "nccl", "cuda", "rocm", "ddl", "ccl")
         },
+        # what Horovod runs on, as it reports it (the build may have both controllers)
+        "horovod_runtime": {"mpi_enabled": bool(hvd.mpi_enabled()), "gloo_enabled": bool(hvd.gloo_enabled())},
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         "torch_threads": torch.get_num_threads(),
         "launcher": {
@@ -63,9 +65,9 @@ def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, An
         },
     }
     if backend == "mpi":
-        from mpi4py import MPI
+        from .facts import mpi_library_version
 
-        rec["mpi_library"] = MPI.Get_library_version().strip().splitlines()[0]
+        rec["mpi_library"] = mpi_library_version()
         rec["mpi4py"] = __import__("mpi4py").__version__
     return rec
 

@@ -13,6 +13,7 @@ import torch
 from mpi4py import MPI
 
 from hpctrain import records
+from hpctrain.facts import mpi_library_version
 
 
 def _time(fn, iters: int) -> float:
@@ -51,7 +52,7 @@ def measure(min_bytes: int, max_bytes: int, out: str) -> None:
             records.new(
                 records.AllreduceResult,
                 n=n,
-                mpi_library=MPI.Get_library_version().splitlines()[0],
+                mpi_library=mpi_library_version(),
                 rows=[records.AllreduceRow(**r) for r in rows],
             ),
         )

@@ -121,8 +121,34 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
                     f"set debug.fail_step below {t.steps}",
                 )
             )
+    p += _debug_problems(cfg, world_size(cfg))
     if facts is not None:
         p += _host_problems(cfg, facts)
+    return p
+
+
+def _debug_problems(cfg: Config, n: int) -> list[Problem]:
+    """The test hooks (debug.*): a straggler rank must exist, a hold step must be reached."""
+    dbg, steps = cfg.debug, cfg.train.steps
+    p = []
+    if dbg.slow_rank is not None and n >= 1 and not 0 <= dbg.slow_rank < n:
+        p.append(
+            Problem(
+                "debug.slow_rank",
+                f"must be a rank in [0, {n - 1}] (got {dbg.slow_rank})",
+                "pick an existing rank, or set debug.slow_rank=null",
+            )
+        )
+    if not dbg.slow_s >= 0:
+        p.append(Problem("debug.slow_s", f"must be >= 0 (got {dbg.slow_s:g})", "set debug.slow_s=0.1"))
+    if dbg.hold_step is not None and not 0 < dbg.hold_step < steps:
+        p.append(
+            Problem(
+                "debug.hold_step",
+                f"must be a step in [1, {steps - 1}] (got {dbg.hold_step})",
+                "hold mid-run, e.g. debug.hold_step=40 with train.steps=150",
+            )
+        )
     return p
 
 

@@ -99,7 +99,8 @@ def build_trainer(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Pa
         start_step=start,
     )
     loader = build_loader(cfg.data, dataset, sampler)
-    return Trainer(model, optimizer, scaler, loader, device, nn.CrossEntropyLoss()), start
+    delay = cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0
+    return Trainer(model, optimizer, scaler, loader, device, nn.CrossEntropyLoss(), delay), start
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -140,6 +141,8 @@ def train(
         steps_file.writelines(records.step_line(r) for r in out)
         t_prev = time.perf_counter()
         for step, (x, y) in enumerate(t.loader, start=start):
+            if step == cfg.debug.hold_step and start < step and control is not None:
+                _hold(control, step, emit if master else None)
             if fail_here and step == cfg.debug.fail_step:
                 _inject_failure(cfg.debug.fail_mode, info.rank, step)
             x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
@@ -211,6 +214,16 @@ def _report(cfg: Config, rec: records.StepRecord, emit: Callable[[str], None], l
         )
         return now
     return last_event
+
+
+def _hold(control: StopControl, step: int, emit: Callable[[str], None] | None) -> None:
+    """debug.hold_step: wait here until a stop is requested (SIGUSR2), so a test's signal is
+    certain to reach the job mid-run; give up after 10 minutes."""
+    if emit is not None:
+        emit(f"holding at step {step} until a stop is requested (debug.hold_step)")
+    deadline = time.monotonic() + 600
+    while not control.requested and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _inject_failure(mode: str, rank: int, step: int) -> None:

@@ -29,6 +29,7 @@ class Trainer:
     loader: torch.utils.data.DataLoader
     device: torch.device
     criterion: nn.Module
+    delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def train_step(
         with autocast(cfg.precision.name, dev.type):
             logits = t.model(xs)
             loss = t.criterion(logits.reshape(-1, logits.shape[-1]).float(), ys.reshape(-1)) / acc
+        if t.delay_s:
+            time.sleep(t.delay_s)
         (t.scaler.scale(loss) if t.scaler else loss).backward()
         loss_sum += loss.detach()
     sync(dev)
