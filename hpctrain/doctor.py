@@ -126,6 +126,11 @@ def check_mpi() -> list[Check]:
     if _version_of("mpi4py") is None:
         out.append(Check("mpi4py", False, "not importable", SETUP))
     else:
+        import mpi4py
+
+        # Only look: importing mpi4py.MPI would call MPI_Init, and OpenMPI's singleton init aborts
+        # the whole process when it cannot start its daemon (e.g. mpirun missing from PATH).
+        mpi4py.rc.initialize = mpi4py.rc.finalize = False
         from .facts import mpi_library_version
 
         library = mpi_library_version().split(",")[0]

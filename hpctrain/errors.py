@@ -18,9 +18,11 @@ class Problem:
     key: str
     rule: str
     fix: str
+    where: str = ""  # which points of a sweep or study break it (empty: the one config)
 
     def __str__(self) -> str:
-        return f"{self.key}: {self.rule}\n    fix: {self.fix}"
+        where = f"\n    in: {self.where}" if self.where else ""
+        return f"{self.key}: {self.rule}{where}\n    fix: {self.fix}"
 
 
 class ConfigError(HpctrainError):

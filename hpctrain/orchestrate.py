@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import records
-from .config import validate
+from .config import validate_points
 from .config.load import load_config, load_configs
 from .config.schema import Config
 from .errors import ConfigError, RecordError
@@ -57,8 +57,7 @@ def prepare(
     points = expand(overrides) if multirun else [list(overrides)]
     configs = load_configs(points, config_dir) if multirun else [load_config(overrides, config_dir)]
     launcher = one_launcher(configs)
-    for cfg in configs:
-        validate(cfg, launcher.facts)
+    validate_points(configs, point_labels(points) if multirun else [""], launcher.facts)
     base = default_run_dir(configs[0], now or datetime.now())
     if not multirun:
         run_dir = base.resolve()
@@ -71,6 +70,12 @@ def prepare(
         for i, (p, c) in enumerate(zip(points, configs))
     ]
     return Prepared(launcher, runs, group)
+
+
+def point_labels(points: Sequence[Sequence[str]]) -> list[str]:
+    """How an error names each sweep point: its number and the overrides that vary."""
+    common = set.intersection(*(set(p) for p in points)) if points else set()
+    return [f"point {i} ({' '.join(o for o in p if o not in common)})" for i, p in enumerate(points)]
 
 
 def start(p: Prepared, detach: bool) -> list[Job]:

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from . import records
-from .config import validate
+from .config import validate_points
 from .config.load import load_config, load_configs
 from .config.schema import Config
 from .derived import world_size
@@ -31,8 +31,7 @@ def create_study(
     points = expand_study(base)
     configs = load_configs([[*user, *p.overrides] for p in points], config_dir)
     launcher = one_launcher(configs)
-    for cfg in configs:
-        validate(cfg, launcher.facts)  # every point is checked before the first one starts
+    validate_points(configs, [p.name for p in points], launcher.facts)  # all before the first starts
     stem = default_run_dir(base, now or datetime.now())
     study_dir = (stem.parent / f"{stem.name}-{kind}").resolve()
     study = base.study

@@ -2,6 +2,6 @@
 
 from .load import load_config, to_yaml
 from .schema import Config
-from .validate import validate
+from .validate import validate, validate_points
 
-__all__ = ["Config", "load_config", "to_yaml", "validate"]
+__all__ = ["Config", "load_config", "to_yaml", "validate", "validate_points"]

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..derived import resolve_batch, world_size
 from ..errors import ConfigError, Problem
 from ..facts import HostFacts
 from . import schema as S
 from .schema import Config
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["at_least", "resolve_batch", "validate", "world_size"]
 
@@ -21,6 +25,17 @@ def validate(cfg: Config, facts: HostFacts | None = None) -> None:
     problems = _problems(cfg, facts)
     if problems:
         raise ConfigError(problems)
+
+
+def validate_points(configs: Sequence[Config], labels: Sequence[str], facts: HostFacts | None) -> None:
+    """Validate every point of a sweep or study; one ConfigError lists each broken rule once, with
+    the points that break it, so nothing starts while any point is invalid."""
+    where: dict[Problem, list[str]] = {}
+    for cfg, label in zip(configs, labels):
+        for p in _problems(cfg, facts):
+            where.setdefault(p, []).append(label)
+    if where:
+        raise ConfigError([Problem(p.key, p.rule, p.fix, ", ".join(pts)) for p, pts in where.items()])
 
 
 def at_least(key: str, value: float | None, low: float) -> list[Problem]:

@@ -31,3 +31,26 @@ def test_missing_optional_piece_is_only_reported(monkeypatch) -> None:
     )
     assert code == 0
     assert "optional" in text and "ready" in text
+
+
+def test_horovod_built_without_mpi_or_gloo_fails_with_the_rebuild_fix(monkeypatch) -> None:
+    """The real check_horovod on the real module, with its build flags reporting a Horovod built
+    with neither controller (what a pip install without HOROVOD_WITH_MPI/GLOO gives)."""
+    import horovod.torch as hvd
+
+    for flag in ("mpi_built", "gloo_built"):
+        monkeypatch.setattr(hvd, flag, lambda: False)
+    checks = {c.name: c for c in doctor.check_horovod()}
+    controllers = checks["horovod controllers"]
+    assert not controllers.ok and controllers.detail == "none"
+    assert "HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1" in controllers.fix
+    code, text = _run(monkeypatch, list(checks.values()))
+    assert code == 1 and "missing" in text
+
+
+def test_horovod_built_with_gloo_only_is_usable(monkeypatch) -> None:
+    import horovod.torch as hvd
+
+    monkeypatch.setattr(hvd, "mpi_built", lambda: False)
+    checks = {c.name: c for c in doctor.check_horovod()}
+    assert checks["horovod controllers"].ok and checks["horovod controllers"].detail == "Gloo"
