@@ -16,10 +16,25 @@ from pathlib import Path
 from typing import Any
 
 import submitit
-from submitit.core.utils import DelayedSubmission
+from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
 from .. import records
 from ..config.load import config_from_yaml
+
+
+class NotRequeued(RuntimeError):
+    """The job stopped at its time limit with a checkpoint, and submitit did not requeue it."""
+
+
+def _not_requeued(run_dir: Path, max_requeues: int, why: BaseException) -> str:
+    from ..train import checkpoint
+
+    ckpt = checkpoint.latest(run_dir)
+    where = f"{ckpt.name} holds the state to resume from" if ckpt else "no checkpoint was written"
+    return (
+        f"stopped at the time limit and not requeued: {why} (cluster.max_requeues={max_requeues}); "
+        f"{where}; raise cluster.time_min or cluster.max_requeues"
+    )
 
 
 class TrainingJob(submitit.helpers.Checkpointable):
@@ -46,7 +61,10 @@ class TrainingJob(submitit.helpers.Checkpointable):
             return result
         # Stopped after a checkpoint: rank 0 lets submitit requeue the job (it exits the process).
         if int(os.environ.get("SLURM_PROCID", "0")) == 0 and callable(submitit_handler):
-            submitit_handler(signal.SIGUSR2, None)
+            try:
+                submitit_handler(signal.SIGUSR2, None)
+            except UncompletedJobError as e:  # submitit will not requeue: max_requeues time-outs used
+                fail(run_dir, NotRequeued(_not_requeued(run_dir, cfg.cluster.max_requeues, e)))
         time.sleep(300)  # the requeue ends this task
         os._exit(0)
 

@@ -32,13 +32,15 @@ def slurm_problems(cfg: Config, c: SlurmClusterConf) -> list[Problem]:
         p += at_least(f"cluster.{key}", value, low)
     if c.mem_gb is not None and c.mem_gb <= 0:
         p.append(Problem("cluster.mem_gb", f"must be > 0 (got {c.mem_gb:g})", "set a positive size, or null"))
-    if c.time_min >= 1 and c.signal_delay_s >= c.time_min * 60:
+    # sbatch(1) --signal: "the signal may be sent up to 60 seconds earlier than specified"; a
+    # requeued job signalled before its handlers exist dies of the signal.
+    if c.time_min >= 1 and c.signal_delay_s > c.time_min * 60 - 60:
         p.append(
             Problem(
                 "cluster.signal_delay_s",
-                f"{c.signal_delay_s} s is not shorter than the time limit "
-                f"({c.time_min} min): the job would be signalled at once",
-                "lower cluster.signal_delay_s or raise cluster.time_min",
+                f"{c.signal_delay_s} s leaves less than SLURM's 60 s signal resolution before the time "
+                f"limit ({c.time_min} min): the job could be signalled as soon as it starts",
+                f"set cluster.signal_delay_s to at most {c.time_min * 60 - 60}, or raise cluster.time_min",
             )
         )
     if c.gpus_per_node > 0 and c.ranks_per_node != c.gpus_per_node:

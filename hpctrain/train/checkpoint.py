@@ -35,6 +35,8 @@ def save(
     buf = io.BytesIO()
     torch.save(state, buf)
     d = run_dir / DIR
+    for stale in d.glob(".*"):  # a killed save's temporary files (only rank 0 ever saves)
+        stale.unlink(missing_ok=True)
     path = d / f"step-{step:06d}.pt"
     records.write_atomic(path, buf.getvalue())
     records.write_atomic(run_dir / records.LATEST_CHECKPOINT, path.name + "\n")

@@ -54,6 +54,21 @@ def pick_device(choice: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def place_model(cfg: Config, model: nn.Module, device: torch.device) -> nn.Module:
+    """On the device, in the memory format the config asks for (NHWC for model.channels_last)."""
+    model = model.to(device)
+    if cfg.model.channels_last and cfg.data.name != "tokens":
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    return model
+
+
+def place_batch(cfg: Config, x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    x = x.to(device, non_blocking=True)
+    if cfg.model.channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
 def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Optimizer:
     o = cfg.optim
     if o.name == "adamw":
@@ -67,9 +82,7 @@ def build_trainer(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Pa
     """Model, optimizer and data, restored from the latest checkpoint if there is one."""
     device = pick_device(cfg.train.device, info.local_rank)
     torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
-    model = build_model(cfg.model, InputSpec.from_data(cfg.data)).to(device)
-    if cfg.model.channels_last and cfg.data.name != "tokens":
-        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    model = place_model(cfg, build_model(cfg.model, InputSpec.from_data(cfg.data)), device)
     base = make_optimizer(cfg, model, cfg.optim.lr)
     compression = hvd.Compression.fp16 if cfg.parallelism.compression == "fp16" else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(
@@ -145,9 +158,7 @@ def train(
                 _hold(control, step, emit if master else None)
             if fail_here and step == cfg.debug.fail_step:
                 _inject_failure(cfg.debug.fail_mode, info.rank, step)
-            x, y = x.to(t.device, non_blocking=True), y.to(t.device, non_blocking=True)
-            if cfg.model.channels_last and x.dim() == 4:
-                x = x.contiguous(memory_format=torch.channels_last)
+            x, y = place_batch(cfg, x, t.device), y.to(t.device, non_blocking=True)
             sync(t.device)
             t_data = time.perf_counter()
             lr = lr_at(step, cfg.optim, d.lr)

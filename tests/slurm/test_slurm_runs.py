@@ -81,6 +81,20 @@ def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:
     assert status.returncode == 0 and status.stdout.count("COMPLETED") == 6
 
 
+def _wait_done(job: str, timeout_s: float = 300) -> str:
+    deadline = time.monotonic() + timeout_s
+    while (state := sacct_state(job)) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        assert time.monotonic() < deadline, f"job {job} did not finish: {state}"
+        time.sleep(1)
+    return state
+
+
+def _recorded_steps(run_dir: Path, rank: int) -> list[int]:
+    return [
+        json.loads(line)["step"] for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()
+    ]
+
+
 def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: Path) -> None:
     common = [
         "data=digits",
@@ -91,33 +105,60 @@ def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: P
         "cluster.ranks_per_node=1",
     ]
     run_dir = tmp_path / "interrupted"
-    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common)
+    # debug.hold_step: both ranks wait at step 40 until the signal, so it is certain to arrive mid-run
+    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common, "debug.hold_step=40")
     assert r.returncode == 0, r.stderr
     job = json.loads((run_dir / "job.json").read_text())["job_id"]
     steps = run_dir / "steps-rank0.jsonl"
     deadline = time.monotonic() + 180
-    while not (steps.exists() and len(steps.read_text().splitlines()) >= 20):
-        assert time.monotonic() < deadline, "the job never reached step 20"
+    while not (steps.exists() and len(steps.read_text().splitlines()) >= 40):
+        assert time.monotonic() < deadline, "the job never reached step 40"
         time.sleep(0.2)
     subprocess.run(["scancel", "-s", "USR2", job], check=True)  # what SLURM sends before the limit
-    deadline = time.monotonic() + 300
-    while sacct_state(job) not in ("COMPLETED", "FAILED", "CANCELLED"):
-        assert time.monotonic() < deadline, f"job {job} did not finish: {sacct_state(job)}"
-        time.sleep(1)
-    assert sacct_state(job) == "COMPLETED"
+    assert _wait_done(job) == "COMPLETED"
     log = hpctrain("logs", str(run_dir)).stdout
-    assert "resuming from" in log and "checkpoint step-" in log  # it really was interrupted
-    resumed_at = int(log.split("resuming from")[1].split("at step")[1].split()[0])
-    assert 20 <= resumed_at < 150
+    # the ranks agreed to stop after step 40 (the first step after the signal): resume at 41
+    assert "checkpoint step-000041.pt written after step 41" in log, log
+    assert f"resuming from {run_dir / 'checkpoints' / 'step-000041.pt'} at step 41" in log, log
     for rank in (0, 1):
-        recorded = [
-            json.loads(line)["step"]
-            for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()
-        ]
-        assert recorded == list(range(150))  # no step lost, none repeated
+        assert _recorded_steps(run_dir, rank) == list(range(150))  # no step lost, none repeated
     straight, _ = run_ok(tmp_path, "straight", *common)
     a, b = weights(run_dir), weights(straight)
     assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"
+
+
+def test_a_real_time_limit_requeues_up_to_max_requeues(tmp_path: Path) -> None:
+    """SLURM's own time limit (2 minutes, SIGUSR2 60 s before it), not a hand-sent signal. Both
+    jobs hold at step 5 until the signal. With max_requeues=1 the job checkpoints, is requeued
+    and finishes; with max_requeues=0 it checkpoints and stops, and says so and how to go on."""
+    common = [
+        "data=digits",
+        "train.steps=20",
+        "train.warmup_steps=2",
+        "cluster=slurm",
+        "cluster.nodes=1",
+        "cluster.ranks_per_node=2",
+        "cluster.time_min=2",
+        "cluster.signal_delay_s=60",
+        "debug.hold_step=5",
+    ]
+    dirs = {n: tmp_path / f"max{n}" for n in (0, 1)}
+    for n, d in dirs.items():
+        r = hpctrain("run", "--no-wait", f"run.dir={d}", *common, f"cluster.max_requeues={n}")
+        assert r.returncode == 0, r.stdout + r.stderr
+    jobs = {n: json.loads((d / "job.json").read_text())["job_id"] for n, d in dirs.items()}
+
+    assert _wait_done(jobs[1]) == "COMPLETED"
+    log = hpctrain("logs", str(dirs[1])).stdout
+    assert "checkpoint step-000006.pt written after step 6" in log and "at step 6" in log, log
+    assert _recorded_steps(dirs[1], 0) == list(range(20))
+    assert json.loads((dirs[1] / "summary.json").read_text())["timed_steps"] == 18
+
+    assert _wait_done(jobs[0]) == "FAILED"
+    assert _recorded_steps(dirs[0], 0) == list(range(6))
+    status = hpctrain("status", str(dirs[0])).stdout
+    assert "not requeued" in status and "cluster.max_requeues=0" in status, status
+    assert "step-000006.pt holds the state to resume from" in status, status
 
 
 def test_failed_rank_is_reported_by_run_and_status(tmp_path: Path) -> None:

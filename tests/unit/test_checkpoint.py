@@ -56,26 +56,54 @@ def test_failure_while_writing_keeps_the_previous_checkpoint(tmp_path: Path, mon
     assert not list((tmp_path / "checkpoints").glob(".step-000020*"))  # no half-written file left
 
 
-def test_process_killed_mid_write_leaves_latest_intact(tmp_path: Path) -> None:
-    """A real SIGKILL during a large write: the previous checkpoint stays the latest and loads."""
+# checkpoint.save renames the step file into place, then the `latest` pointer; a SIGKILL at each
+# moment, through the real save path in a real process: (which rename dies, what latest names then)
+CRASHES = [
+    ("the step file's rename", 1, "step-000010.pt"),  # nothing of step 20 is visible
+    ("the pointer's rename", 2, "step-000010.pt"),  # step 20 is complete but not yet named
+    ("the old checkpoints' cleanup", 3, "step-000020.pt"),  # named: a resume uses it
+]
+
+
+@pytest.mark.parametrize("moment,kill_at,expected", CRASHES, ids=[c[0] for c in CRASHES])
+def test_a_kill_during_save_leaves_latest_naming_a_complete_checkpoint(
+    tmp_path: Path, moment: str, kill_at: int, expected: str
+) -> None:
     model, opt = _state(1.0)
-    checkpoint.save(tmp_path, 10, model, opt, None)
+    for step in (5, 10):
+        checkpoint.save(tmp_path, step, model, opt, None)
     code = f"""
 import os, signal, torch
 from pathlib import Path
-from hpctrain import records
-real = os.fsync
-def die(fd):  # the data is written but not yet renamed: the worst moment
-    os.kill(os.getpid(), signal.SIGKILL)
-os.fsync = die
-records.write_atomic(Path({str(tmp_path)!r}) / "checkpoints" / "step-000020.pt", b"x" * 50_000_000)
+from hpctrain.train import checkpoint
+calls = 0
+def counted(real):
+    def wrapper(*args, **kwargs):
+        global calls
+        calls += 1
+        if calls == {kill_at}:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    return wrapper
+os.replace = counted(os.replace)  # calls 1 and 2: the step file, then the pointer
+Path.unlink = counted(Path.unlink)  # call 3: removing the oldest checkpoint
+model = torch.nn.Linear(4, 2)
+with torch.no_grad():
+    model.weight.fill_(9.0)
+checkpoint.save(Path({str(tmp_path)!r}), 20, model, torch.optim.SGD(model.parameters(), lr=0.1), None)
 """
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True)
-    assert r.returncode == -9
-    assert checkpoint.latest(tmp_path).name == "step-000010.pt"
-    assert not (tmp_path / "checkpoints" / "step-000020.pt").exists()
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == -9, r.stderr  # it really died mid-save
+    latest = checkpoint.latest(tmp_path)
+    assert latest is not None and latest.name == expected
     fresh, fresh_opt = _state(0.0)
-    assert checkpoint.load(checkpoint.latest(tmp_path), fresh, fresh_opt, None) == 10
+    step = checkpoint.load(latest, fresh, fresh_opt, None)
+    assert step == int(expected[5:11])
+    assert float(fresh.weight.detach()[0, 0]) == (9.0 if step == 20 else 1.0)
+    # the next save works, becomes the latest, and removes what the killed save left half-written
+    checkpoint.save(tmp_path, 30, *_state(3.0), None)
+    assert checkpoint.latest(tmp_path).name == "step-000030.pt"
+    assert not list((tmp_path / "checkpoints").glob(".*"))
 
 
 def test_read_new_lines_returns_only_complete_lines(tmp_path: Path) -> None:

@@ -21,6 +21,15 @@ def test_horovod_published_efficiency_512_gpus() -> None:
     assert m.karp_flatt(s, 512) == pytest.approx(2.1744e-4, rel=1e-3)
 
 
+def test_megatron_lm_published_efficiency_512_gpus() -> None:
+    """A published figure, not built from its own answer. Shoeybi et al. 2019, "Megatron-LM"
+    (arXiv:1909.08053): 15.1 PFLOP/s sustained on 512 GPUs against 39 TFLOP/s on one GPU, "76%
+    scaling efficiency" (weak scaling: the model grows with the GPUs)."""
+    e = m.weak_efficiency(15.1e15, 39e12, 512)
+    assert e == pytest.approx(15.1e15 / (512 * 39e12)) and e == pytest.approx(0.7562, abs=1e-4)
+    assert round(100 * e) == 76
+
+
 def test_strong_scaling_by_hand() -> None:
     # 100 ms per step on 1 rank, 60 ms on 2: E = 100 / (2 * 60) = 0.8333, S = 1.6667
     assert m.strong_efficiency(0.100, 0.060, 2) == pytest.approx(0.83333, rel=1e-4)
