@@ -65,7 +65,7 @@ def terminal_table(a: Analysis) -> Table:
     return t
 
 
-def _model_lines(a: Analysis) -> list[str]:
+def model_lines(a: Analysis) -> list[str]:
     lines = []
     if a.kind == "strong" and a.no_speedup:
         lines.append(
@@ -97,7 +97,7 @@ def markdown(a: Analysis, images: list[Path]) -> str:
         "|" + "---|" * len(COLUMNS),
     ]
     md += ["| " + " | ".join(r) + " |" for r in rows(a)]
-    md += [""] + [f"- {line}" for line in _model_lines(a)]
+    md += [""] + [f"- {line}" for line in model_lines(a)]
     if a.predictions:
         md += [
             "",
@@ -132,7 +132,7 @@ def html_page(a: Analysis, md_text: str, images: list[Path]) -> str:
         "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS) + "</tr>",
     ]
     body += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows(a)]
-    body.append("</table><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in _model_lines(a)) + "</ul>")
+    body.append("</table><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in model_lines(a)) + "</ul>")
     if a.predictions:
         body.append(
             "<h2>Prediction beyond the measured scales</h2><table border=1 cellpadding=4>"

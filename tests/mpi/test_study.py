@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -46,10 +48,7 @@ def test_local_study_produces_the_full_report_and_resumes(tmp_path: Path) -> Non
         "busbw.png",
     ):
         assert (report / name).stat().st_size > 0, name
-    csv_rows = (report / "points.csv").read_text().splitlines()
-    assert len(csv_rows) == 3 and csv_rows[1].startswith("1,2,") and csv_rows[2].startswith("2,2,")
-    md = (report / "report.md").read_text()
-    assert "Prediction beyond the measured scales" in md and "| 4 |" in md and "| 8 |" in md
+    check_report_against_the_run_records(study, r.stdout)
 
     # An interrupted study: one run never finished. Resume runs only that one.
     (study / "n2-r1" / "summary.json").unlink()
@@ -59,6 +58,43 @@ def test_local_study_produces_the_full_report_and_resumes(tmp_path: Path) -> Non
     assert (study / "n2-r1" / "summary.json").exists()
     assert len(list(study.glob("n2-r1.failed-*"))) == 1  # the unfinished attempt is kept aside
     assert "study run 1/1: n2-r1" in r.stdout
+
+
+def check_report_against_the_run_records(study: Path, terminal: str) -> None:
+    """Every figure of points.csv recomputed from the runs' summary.json files (2 reps at N = 1, 2);
+    the Markdown table holds the same rows, the HTML embeds the four plots, and the terminal shows
+    the model-error column and the Amdahl and alpha-beta fits."""
+    report = study / "report"
+    s = {n: [json.loads((study / f"n{n}-r{k}" / "summary.json").read_text()) for k in (0, 1)] for n in (1, 2)}
+
+    def mean(n: int, key: str) -> float:
+        return statistics.fmean(x[key] for x in s[n])
+
+    x = {n: mean(n, "throughput_samples_per_s") for n in (1, 2)}
+    t = {n: mean(n, "step_s") for n in (1, 2)}
+    rows = list(csv.DictReader((report / "points.csv").open()))
+    assert [int(row["N"]) for row in rows] == [1, 2] and {row["reps"] for row in rows} == {"2"}
+    for row in rows:
+        n = int(row["N"])
+        pair = [v["throughput_samples_per_s"] for v in s[n]]
+        half = 12.7062 * abs(pair[0] - pair[1]) / 2  # t(0.975, 1) * sd / sqrt(2), sd = |a - b| / sqrt(2)
+        assert float(row["samples/s"]) == pytest.approx(x[n], abs=0.051)
+        assert float(row["±CI95"]) == pytest.approx(half, abs=0.051)
+        assert float(row["speedup"]) == pytest.approx(x[n] / x[1], abs=0.0051)
+        assert float(row["effic."].rstrip("%")) == pytest.approx(100 * t[1] / (n * t[n]), abs=0.051)
+        assert float(row["comm"].rstrip("%")) == pytest.approx(100 * mean(n, "comm_s") / t[n], abs=0.051)
+        assert float(row["step ms"]) == pytest.approx(1e3 * t[n], abs=0.0051)
+        assert row["model ms"] != "-" and row["model err"].endswith("%")
+    md = (report / "report.md").read_text()
+    for row in rows:
+        assert "| " + " | ".join(row.values()) + " |" in md
+    assert "Prediction beyond the measured scales" in md and "| 4 |" in md and "| 8 |" in md
+    page = (report / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 4
+    for plot in ("throughput", "efficiency", "breakdown", "busbw"):
+        assert f'alt="{plot}"' in page
+    assert "model err" in terminal and "samples/s" in terminal
+    assert "Amdahl fit:" in terminal and "α–β fit of the allreduce" in terminal
 
 
 def test_analyze_lists_failed_runs(tmp_path: Path) -> None:

@@ -35,8 +35,15 @@ def test_two_nodes_two_ranks_each_match_the_local_run(tmp_path: Path) -> None:
         "cluster.nodes=2",
         "cluster.ranks_per_node=2",
         "train.batch_per_rank=8",
+        "cluster.checkpoint_interval=5",
     )
     assert s["world_size"] == 4
+    # periodic checkpoints after steps 5 and 10 of 12 (none after the last step: the run is done)
+    assert sorted(p.name for p in (slurm_dir / "checkpoints").glob("step-*.pt")) == [
+        "step-000005.pt",
+        "step-000010.pt",
+    ]
+    assert (slurm_dir / "checkpoints" / "latest").read_text().strip() == "step-000010.pt"
     env = json.loads((slurm_dir / "env.json").read_text())
     # ranks on two different host names, two each (which two nodes is the scheduler's choice:
     # a just-cancelled job's nodes may still be completing)
@@ -213,3 +220,26 @@ def test_slurm_study_submits_arrays_and_reports(tmp_path: Path) -> None:
     bench = json.loads((study / "allreduce-n2.json").read_text())  # measured inside a 2-node job
     assert bench["n"] == 2 and bench["rows"][-1]["bytes"] == 2**20
     assert "α–β fit of the allreduce" in (study / "report" / "report.md").read_text()
+
+    # An interrupted study: one run never finished. Resume submits only that one, as a SLURM job.
+    (study / "n2-r1" / "summary.json").unlink()
+    r = hpctrain("study", "resume", str(study), "--no-progress", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 run(s) already finished; running the other 1" in r.stdout, r.stdout
+    assert "submitted 1 run(s) as 1 job array(s)" in r.stdout, r.stdout
+    assert json.loads((study / "n2-r1" / "summary.json").read_text())["world_size"] == 2
+    assert len(list(study.glob("n2-r1.failed-*"))) == 1  # the unfinished attempt is kept aside
+
+
+def test_bench_submit_sends_a_sweep_in_one_sbatch_call(tmp_path: Path) -> None:
+    r = hpctrain("bench", "submit", "--points", "16", "--out", str(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 sbatch call(s) for 16 points" in r.stdout, r.stdout
+    [sweep] = list(tmp_path.glob("*/*-submit-sweep"))
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    assert len(manifest["runs"]) == 16 and len(manifest["arrays"]) == 1
+    # the bench cancels what it submitted: every task is CANCELLED (or ran before the cancel),
+    # including the tasks that never started and so have no accounting record of their own
+    status = hpctrain("status", str(sweep), timeout=60).stdout
+    assert status.count("CANCELLED") + status.count("COMPLETED") == 16, status
+    assert "PENDING" not in status and "RUNNING" not in status, status

@@ -28,3 +28,22 @@ def test_running_and_pending_are_not_done() -> None:
 
 def test_garbage_lines_are_skipped() -> None:
     assert parse_sacct("sacct: error: something\n\n1|x|COMPLETED\n") == {}
+
+
+def test_array_tasks_that_never_started_take_the_arrays_state() -> None:
+    """Recorded on the local cluster: a 16-task array cancelled while pending has one record,
+    `1152`, and none for `1152_0`; a partly started array lists its unsplit rest as `1153_[2-15%4]`."""
+    from hpctrain.launch.sacct import with_array_tasks
+
+    cancelled = parse_sacct("1152|submit|CANCELLED by 0|1|00:00:00|0:0|None assigned\n")
+    states = with_array_tasks(["1152_0", "1152_15"], cancelled)
+    assert states["1152_0"].state == "CANCELLED" and states["1152_0"].done
+    assert states["1152_15"].job_id == "1152_15"
+    partly = parse_sacct(
+        "1153_0|x|RUNNING|1|00:00:09|0:0|n1\n"
+        "1153_1|x|COMPLETED|1|00:00:05|0:0|n2\n"
+        "1153_[2-15%4]|x|PENDING|1|00:00:00|0:0|None assigned\n"
+    )
+    states = with_array_tasks(["1153_0", "1153_1", "1153_7", "1153_16"], partly)
+    assert [states[k].state for k in ("1153_0", "1153_1", "1153_7")] == ["RUNNING", "COMPLETED", "PENDING"]
+    assert "1153_16" not in states  # not in the array's task list: still unknown
