@@ -144,6 +144,10 @@ INVALID = [
     (["run.name=../../etc"], "run.name"),
     (["+cluster.env.BAD-NAME=1"], "cluster.env.BAD-NAME"),
     (["train.device=tpu"], "train.device"),
+    (["debug.slow_rank=2", "cluster.ranks=2"], "debug.slow_rank"),
+    (["debug.slow_s=-1"], "debug.slow_s"),
+    (["debug.hold_step=0"], "debug.hold_step"),
+    (["debug.hold_step=100", "train.steps=100"], "debug.hold_step"),
 ]
 
 

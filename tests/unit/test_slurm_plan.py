@@ -77,6 +77,10 @@ INVALID_SLURM = [
     (["cluster.cpus_per_rank=0"], "cluster.cpus_per_rank"),
     (["cluster.mem_gb=-2"], "cluster.mem_gb"),
     (["cluster.signal_delay_s=7200", "cluster.time_min=60"], "cluster.signal_delay_s"),
+    (
+        ["cluster.signal_delay_s=61", "cluster.time_min=2"],
+        "cluster.signal_delay_s",
+    ),  # < SLURM's 60 s resolution
     (["cluster.gpus_per_node=4", "cluster.ranks_per_node=2"], "cluster.ranks_per_node"),
     (["cluster.partition='gpu;rm -rf ~'"], "cluster.partition"),
     (["cluster.account='$(id)'"], "cluster.account"),
@@ -106,3 +110,12 @@ def test_invalid_slurm_config_is_rejected(overrides: list[str], key: str) -> Non
     with pytest.raises(ConfigError) as e:
         validate(load_config(["cluster=slurm", *overrides]))
     assert key in e.value.keys, str(e.value)
+
+
+def test_signal_delay_may_use_everything_but_slurms_resolution() -> None:
+    from hpctrain.config import load_config, validate
+    from hpctrain.facts import HostFacts
+
+    validate(
+        load_config(["cluster=slurm", "cluster.time_min=2", "cluster.signal_delay_s=60"]), HostFacts.example()
+    )

@@ -39,3 +39,16 @@ def test_points_group_into_one_array_per_shape() -> None:
     assert sorted(len(g) for g in groups) == [3, 3]
     for g in groups:
         assert len({p.cfg.cluster.nodes for p in g}) == 1
+
+
+def test_an_invalid_sweep_point_is_named_with_what_varies() -> None:
+    from hpctrain.orchestrate import prepare
+
+    with pytest.raises(ConfigError) as e:
+        prepare(["data=digits", "cluster.ranks=1,0", "precision=fp32,bf16"], multirun=True)
+    [problem] = e.value.problems  # one rule, broken by two points
+    assert problem.key == "cluster.ranks"
+    assert (
+        problem.where == "point 2 (cluster.ranks=0 precision=fp32), point 3 (cluster.ranks=0 precision=bf16)"
+    )
+    assert "in: point 2" in str(e.value)
