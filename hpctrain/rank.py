@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import socket
 import sys
 import time
@@ -25,6 +26,7 @@ from . import records
 from .config.load import config_from_yaml
 from .derived import Derived
 from .events import format_event
+from .lifeline import die_with_parent
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "HOROVOD_RANK")
 
@@ -138,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m hpctrain.rank RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(args[0])
+    # a rank never outlives mpirun (a stuck one would keep a core busy for ever)
+    die_with_parent(signal.SIGKILL)
     # Whole lines per write: mpirun --tag-output tags every write, so an unbuffered print (text and
     # newline written separately) would come out as two tagged fragments.
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,24 @@ def hpctrain(*args: str, timeout: float = 600, cwd: Path | None = None) -> subpr
 @pytest.fixture
 def run_cli():
     return hpctrain
+
+
+def processes_of(run_dir: Path) -> list[str]:
+    """Live processes (not zombies) whose command line names the run directory."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
+    return [
+        line
+        for line in out.splitlines()[1:]
+        if str(run_dir) in line and "ps -eo" not in line and line.split()[1][0] != "Z"
+    ]
+
+
+def wait_for(what: str, check: Callable[[], object], timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0

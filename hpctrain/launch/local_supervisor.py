@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .. import records
+from ..lifeline import with_lifeline
 from ..plan import AT_LAUNCH
 from .output import mpirun_failure, split_tag
 
@@ -138,6 +139,16 @@ class Supervisor:
         if code == 0 and (run_dir / records.SUMMARY).exists():
             write_state(run_dir, "COMPLETED", exit_code=0)
             return 0
+        if code != 0 and _never_started(run_dir, tails, mpirun_text):
+            said = "\n".join(mpirun_text.strip().splitlines()[-15:]) or "(it printed nothing)"
+            write_state(
+                run_dir,
+                "FAILED",
+                exit_code=code,
+                launch_error=f"{argv[0]} failed before any rank started (exit status {code}):\n{said}\n"
+                "check cluster.mpirun and cluster.extra_args",
+            )
+            return 3
         failure = (
             _failure(run_dir, code, tails, mpirun_text)
             if code != 0
@@ -159,7 +170,7 @@ class Supervisor:
             }
             own = stack.enter_context(open(run_dir / records.LAUNCHER_LOG, "a", buffering=1))
             self.proc = subprocess.Popen(
-                argv,
+                with_lifeline(argv, "TERM"),  # mpirun stops the ranks if this supervisor is killed
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
@@ -207,6 +218,16 @@ def _gloo_rendezvous(hostname: str, ranks: int) -> Any:
             self._server.stop()
 
     return Rendezvous()
+
+
+def _never_started(run_dir: Path, tails: dict[int | None, deque[str]], mpirun_text: str) -> bool:
+    """No rank printed a line, wrote an error file, or was reported by mpirun as failed: mpirun
+    itself failed (a wrong path or flag, no slots), which is a launch error, not a rank failure."""
+    return (
+        not any(tails.values())
+        and records.first_error(run_dir) is None
+        and mpirun_failure(mpirun_text) is None
+    )
 
 
 def _failure(

@@ -10,35 +10,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, hpctrain
+from tests.conftest import ROOT, hpctrain, lines, processes_of, wait_for
 
 pytestmark = pytest.mark.mpi
 
 SMALL = ["data=digits", "train.steps=6", "train.warmup_steps=1", "train.batch_per_rank=16"]
 
 
-def _processes_of(run_dir: Path) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in out if str(run_dir) in line and "ps -eo" not in line]
-
-
-def _wait_for(what: str, check, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-def _lines(path: Path) -> int:
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_an_interrupted_run_exits_130_and_leaves_nothing_running(tmp_path: Path, sig: signal.Signals) -> None:
     run_dir = tmp_path / "long"
     env = dict(os.environ, COLUMNS="200", TERM="dumb")
@@ -52,17 +35,17 @@ def test_an_interrupted_run_exits_130_and_leaves_nothing_running(tmp_path: Path,
         text=True,
     )
     try:
-        _wait_for("20 steps", lambda: _lines(run_dir / "steps-rank0.jsonl") >= 20)
+        wait_for("20 steps", lambda: lines(run_dir / "steps-rank0.jsonl") >= 20)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 130, out + err
     assert err.strip().splitlines()[-1] == "interrupted", err
-    _wait_for("no process of the run", lambda: not _processes_of(run_dir), timeout_s=20)
+    wait_for("no process of the run", lambda: not processes_of(run_dir), timeout_s=20)
     state = json.loads((run_dir / "state.json").read_text())
     assert state["state"] == "CANCELLED"
-    done = _lines(run_dir / "steps-rank0.jsonl")
+    done = lines(run_dir / "steps-rank0.jsonl")
     assert 20 <= done < 100000 and not (run_dir / "summary.json").exists()
 
 

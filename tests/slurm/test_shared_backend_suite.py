@@ -4,13 +4,11 @@ local mpirun and SLURM must behave the same from the user's side."""
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain
+from tests.conftest import hpctrain, processes_of, wait_for
 
 BACKENDS = {
     "local": ["cluster=local", "cluster.ranks=2"],
@@ -36,19 +34,6 @@ def _status(run_dir: Path) -> str:
     r = hpctrain("status", str(run_dir), timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
-
-
-def _wait_for(what: str, check, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.5)
-
-
-def _rank_processes(run_dir: Path) -> list[str]:
-    """Processes of this run still alive on this machine (ranks, mpirun, the local supervisor)."""
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in out if str(run_dir) in line and "ps -eo" not in line]
 
 
 @pytest.mark.parametrize("comm", ["mpi", "gloo"])
@@ -113,7 +98,7 @@ def test_no_wait_run_finishes_and_status_and_logs_show_it(backend: list[str], tm
     follow = hpctrain("logs", str(run_dir), "--follow", timeout=300)  # returns when the run ends
     assert follow.returncode == 0 and "step 8/8" in follow.stdout, follow.stdout + follow.stderr
     assert "@@hpctrain" not in follow.stdout  # progress events are not shown as log lines
-    _wait_for("COMPLETED", lambda: "COMPLETED" in _status(run_dir))
+    wait_for("COMPLETED", lambda: "COMPLETED" in _status(run_dir), timeout_s=180)
     assert "step 8," in _status(run_dir)  # progress from rank 0's step records
     assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
 
@@ -131,7 +116,7 @@ def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_
     )
     assert r.returncode == 0, r.stdout + r.stderr
     job = json.loads((run_dir / "job.json").read_text())["job_id"]
-    _wait_for(
+    wait_for(
         "the first 120 steps",
         lambda: (
             "RUNNING" in _status(run_dir)
@@ -139,14 +124,15 @@ def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_
             if (run_dir / "steps-rank0.jsonl").exists()
             else False
         ),
+        timeout_s=180,
     )
     r = hpctrain("cancel", str(run_dir))
     assert r.returncode == 0 and f"cancelled 1 job(s): {job}" in r.stdout, r.stdout + r.stderr
-    _wait_for("CANCELLED", lambda: "CANCELLED" in _status(run_dir))
+    wait_for("CANCELLED", lambda: "CANCELLED" in _status(run_dir), timeout_s=180)
     again = hpctrain("cancel", str(run_dir))  # a second cancel says it had ended, and cancels nothing
     assert again.returncode == 0 and f"already ended: {job} (CANCELLED)" in again.stdout, again.stdout
     if _name(backend) == "local":  # nothing of the run is left on this machine
-        _wait_for("no process left", lambda: not _rank_processes(run_dir), timeout_s=30)
+        wait_for("no process left", lambda: not processes_of(run_dir), timeout_s=30)
     assert not (run_dir / "summary.json").exists()
     logs = hpctrain("logs", str(run_dir), "--rank", "0")
     assert logs.returncode == 0 and "step 100/100000" in logs.stdout

@@ -1,0 +1,70 @@
+"""The local launcher never leaves ranks behind: whatever kills `hpctrain run` or its supervisor
+(SIGKILL included, with a rank stopped by SIGSTOP that ignores everything but SIGKILL), every
+process of the run is gone within seconds. mpirun failing to start is a launch error (exit 3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, hpctrain, lines, processes_of, wait_for
+
+pytestmark = pytest.mark.mpi
+
+LONG = ["data=digits", "train.steps=100000", "train.log_interval=1000", "--no-progress"]
+
+
+def _rank_pids(run_dir: Path) -> list[int]:
+    return [int(p.split()[0]) for p in processes_of(run_dir) if "hpctrain.rank" in p and "mpirun" not in p]
+
+
+def _start(run_dir: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpctrain.cli", "run", f"run.dir={run_dir}", *LONG, *extra],
+        cwd=ROOT,
+        env=dict(os.environ, COLUMNS="200", TERM="dumb"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("victim", ["hpctrain run", "the supervisor"])
+def test_a_sigkill_leaves_no_process_even_with_a_stopped_rank(tmp_path: Path, victim: str) -> None:
+    run_dir = tmp_path / "k"
+    proc = _start(run_dir)
+    try:
+        wait_for("10 steps", lambda: lines(run_dir / "steps-rank0.jsonl") >= 10)
+        ranks = _rank_pids(run_dir)
+        assert len(ranks) == 2, processes_of(run_dir)
+        os.kill(ranks[1], signal.SIGSTOP)  # a stuck rank: only SIGKILL (or SIGCONT) moves it
+        if victim == "hpctrain run":
+            proc.kill()
+        else:
+            os.kill(json.loads((run_dir / "job.json").read_text())["pid"], signal.SIGKILL)
+        wait_for("no process of the run", lambda: not processes_of(run_dir), timeout_s=15)
+    finally:
+        proc.kill()
+        proc.wait()
+        for p in _rank_pids(run_dir):
+            os.kill(p, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        (["cluster.mpirun=/bin/false"], "(it printed nothing)"),
+        (["cluster.extra_args=[--no-such-flag]"], 'unknown option "--no-such-flag"'),
+    ],
+)
+def test_mpirun_that_fails_to_start_is_a_launch_error(tmp_path: Path, how: list[str], said: str) -> None:
+    r = hpctrain("run", f"run.dir={tmp_path / 'r'}", "data=digits", "train.steps=8", *how, timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "failed before any rank started (exit status 1)" in r.stderr and said in r.stderr, r.stderr
+    assert "rank" not in r.stderr.split("failed before")[0] and "Traceback" not in r.stderr
