@@ -30,6 +30,7 @@ from omegaconf.errors import (
 
 from ..errors import ConfigError, Problem
 from .schema import Config, register
+from .values import expand_user_paths
 
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -132,6 +133,7 @@ def to_config(cfg: DictConfig) -> Config:
             "the config does not extend hpctrain's schema",
             "start the defaults list of config.yaml with hpctrain_schema",
         )
+    expand_user_paths(obj)
     return obj
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from ..config.schema import Config, SlurmClusterConf
 from ..config.validate import at_least
@@ -14,6 +15,12 @@ SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,:+|&!*\[\]()-]+$")
 # A setup line is one simple command (module load, source, export): no chaining, substitution
 # or redirection, so what runs is exactly what the line says.
 SHELL_META = re.compile(r"[;&|`<>\n\r\0]|\$\(")
+COMMAND_NAME = re.compile(r"^[A-Za-z0-9_./+-][A-Za-z0-9_./:+-]*$")
+VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
+# bash(1) RESERVED WORDS: a line starting with one is part of a compound command
+BASH_RESERVED = frozenset(
+    "! case coproc do done elif else esac fi for function if in select then until while { } [[ ]] time".split()
+)
 
 
 def slurm_problems(cfg: Config, c: SlurmClusterConf) -> list[Problem]:
@@ -70,18 +77,14 @@ def slurm_problems(cfg: Config, c: SlurmClusterConf) -> list[Problem]:
             )
         )
     for i, line in enumerate(c.setup):
-        if SHELL_META.search(line) or not line.strip():
+        if SHELL_META.search(line) or not line.strip() or not _whole_words(line):
             p.append(
                 Problem(
                     f"cluster.setup[{i}]",
-                    f"{line!r} is not one simple command (no ; & | ` $( < > or line breaks)",
+                    f"{line!r} is not one simple command (no ; & | ` $( < >, line breaks, "
+                    "unbalanced quotes or a trailing backslash)",
                     "put each command in its own entry: cluster.setup='[module load cuda,export X=1]'",
                 )
-            )
-    for i, arg in enumerate(c.srun_args):
-        if "\n" in arg or "\0" in arg:
-            p.append(
-                Problem(f"cluster.srun_args[{i}]", "holds a line break", "give one srun argument per entry")
             )
     if c.container is not None and (not c.container.strip() or SHELL_META.search(c.container)):
         p.append(
@@ -108,3 +111,21 @@ def slurm_problems(cfg: Config, c: SlurmClusterConf) -> list[Problem]:
             )
         )
     return p
+
+
+def _whole_words(line: str) -> bool:
+    """The line is one simple command by itself: a plain command name first (not a reserved word
+    like `if` or `{`, nor an assignment), balanced quotes, no final backslash (which would join the
+    script's next line to it), no unquoted ( ) ; < > | &, and variables only as $NAME or ${NAME}
+    (an unclosed ${ or $(( swallows the rest of the script)."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:  # shlex raises on an open quote and on a final backslash ("No escaped character")
+        words = list(lexer)
+    except ValueError:
+        return False
+    if not words or words[0] in BASH_RESERVED or not COMMAND_NAME.match(words[0]):
+        return False
+    if any(w and set(w) <= set("();<>|&") for w in words):
+        return False
+    return all(VARIABLE.match(line, i) for i, ch in enumerate(line) if ch == "$")

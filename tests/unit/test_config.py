@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from hpctrain.config import load_config, validate
@@ -109,6 +111,14 @@ def test_missing_mandatory_value_names_key() -> None:
 # (overrides, the key the error must name). Every row is a rule that must hold before launch.
 INVALID = [
     (["cluster.ranks=0"], "cluster.ranks"),
+    (["optim.lr=inf"], "optim.lr"),  # every float must be finite, whatever its key
+    (["optim.lr=nan"], "optim.lr"),
+    (["optim.momentum=nan"], "optim.momentum"),
+    (["precision.init_scale=-inf"], "precision.init_scale"),
+    (["data=folder", "data.path='/data/a\tb'"], "data.path"),  # no control character in any string
+    (["+cluster.env.X='a\nb'"], "cluster.env.X"),
+    (["cluster.extra_args=['--x\n']"], "cluster.extra_args[0]"),
+    (["run.dir='~no-such-user-hpctrain/x'"], "run.dir"),
     (["train.steps=0"], "train.steps"),
     (["train.warmup_steps=50", "train.steps=50"], "train.warmup_steps"),
     (["train.global_batch=64"], "train.batch_per_rank"),  # both batch kinds set
@@ -231,3 +241,17 @@ def test_load_configs_reports_the_same_errors(bad: list[str], key: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_configs([["train.seed=1"], bad])
     assert e.value.keys == [key]
+
+
+def test_a_leading_tilde_in_a_path_option_is_the_home_directory() -> None:
+    cfg = load_config(["run.dir='~/runs/a'", "run.output_root='~'"])
+    assert cfg.run.dir == os.path.expanduser("~") + "/runs/a"
+    assert cfg.run.output_root == os.path.expanduser("~")
+
+
+def test_one_problem_per_non_finite_value() -> None:
+    with pytest.raises(ConfigError) as e:
+        validate(load_config(["optim.lr=nan"]), HostFacts.example())
+    assert [str(p) for p in e.value.problems] == [
+        "optim.lr: must be a finite number (got nan)\n    fix: set optim.lr to a finite value"
+    ]

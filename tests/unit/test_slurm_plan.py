@@ -97,6 +97,15 @@ INVALID_SLURM = [
     (["run.name='job;reboot'"], "run.name"),
     (["run.name='$(reboot)'"], "run.name"),
     (["cluster.container='img.sif; rm -rf /'"], "cluster.container"),
+    (["run.dir='/runs/a\n#SBATCH --x'"], "run.dir"),  # a path that would add a bare script line
+    (["run.output_root='/runs\rtouch x'"], "run.output_root"),
+    (["cluster.submitit_folder='/runs/s\n'"], "cluster.submitit_folder"),
+    (["run.dir=/runs/100%"], "run.dir"),  # sbatch would expand %j-style patterns in it
+    (["cluster.setup=['export A=\"1']"], "cluster.setup[0]"),  # unbalanced quote
+    (["cluster.setup=['module load x \\\\']"], "cluster.setup[0]"),  # trailing backslash joins lines
+    (["cluster.setup=['if true']"], "cluster.setup[0]"),  # a compound command needs more lines
+    ([r"cluster.setup=['echo \${A']"], "cluster.setup[0]"),  # an unclosed ${ swallows the script
+    (["cluster.setup=['A[']"], "cluster.setup[0]"),  # bash reads an array subscript to the end
     (["cluster.mpi=openmpi"], "cluster.mpi"),
     (["cluster.mpi=none"], "cluster.mpi"),  # backend=mpi needs PMI
     (["train.device=cuda"], "cluster.gpus_per_node"),

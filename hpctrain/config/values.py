@@ -1,0 +1,112 @@
+"""Rules for every value of a config, whatever its key: these hold for the whole class of
+settings, including options added later, so no new field can slip past them.
+
+- No string holds a control character (line break, carriage return, tab, NUL, escape, ...): a
+  value may reach an sbatch script, an mpirun argument list or a log line, where a line break
+  starts a new command.
+- Every string is valid UTF-8 (a command-line byte that is not arrives as a lone surrogate,
+  which no file or script can hold).
+- No float is infinite or NaN: it would train silently into garbage.
+- A path that becomes a SLURM output pattern holds no '%' (sbatch expands %j, %t, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Iterator
+from enum import Enum
+from typing import Any
+
+from ..errors import Problem
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# paths that sbatch's --output/--error and submitit's folder are built from
+SLURM_PATTERN_PATHS = ("run.dir", "run.output_root", "cluster.submitit_folder")
+# every path option: a leading ~ or ~user is expanded once, when the config is loaded
+PATH_FIELDS = ("run.dir", "run.output_root", "cluster.submitit_folder", "cluster.container", "data.path")
+
+
+def _get(cfg: Any, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name, None)
+
+
+def expand_user_paths(cfg: Any) -> None:
+    """~ and ~user at the start of a path option mean a home directory, as in a shell (Hydra
+    overrides are not expanded by the shell: `run.dir=~/x` arrives as typed)."""
+    for key in PATH_FIELDS:
+        value = _get(cfg, key)
+        if isinstance(value, str) and value.startswith("~") and _utf8(value):
+            section, name = key.split(".")
+            setattr(getattr(cfg, section), name, os.path.expanduser(value))
+
+
+def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(key, value) of every scalar in a config: a.b for fields and dict keys, a[i] for lists."""
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        for f in dataclasses.fields(node):
+            yield from leaves(getattr(node, f.name), f"{prefix}{f.name}.")
+    elif isinstance(node, dict):
+        for k, v in node.items():
+            if isinstance(k, str) and CONTROL.search(k):
+                yield f"{prefix}{k!r}", k  # a dict key is a value too (cluster.env names)
+            yield from leaves(v, f"{prefix}{k}.")
+    elif isinstance(node, list | tuple):
+        for i, v in enumerate(node):
+            yield from leaves(v, f"{prefix.rstrip('.')}[{i}].")
+    else:
+        yield prefix.rstrip("."), node
+
+
+def value_problems(cfg: Any) -> list[Problem]:
+    p: list[Problem] = []
+    for key, value in leaves(cfg):
+        if isinstance(value, Enum):
+            continue
+        if isinstance(value, str) and not _utf8(value):
+            p.append(
+                Problem(
+                    key,
+                    f"{value!r} is not valid UTF-8 text (bytes the terminal or file could not decode)",
+                    f"give {key} in UTF-8",
+                )
+            )
+        elif isinstance(value, str) and CONTROL.search(value):
+            char = CONTROL.search(value).group()  # type: ignore[union-attr]
+            p.append(
+                Problem(
+                    key,
+                    f"holds the control character {char!r}: a line break or similar would start a "
+                    "new line in the sbatch script or command it reaches",
+                    f"give {key} as one line of printable text",
+                )
+            )
+        elif isinstance(value, float) and not math.isfinite(value):
+            p.append(Problem(key, f"must be a finite number (got {value})", f"set {key} to a finite value"))
+    for key in PATH_FIELDS:
+        value = _get(cfg, key)
+        if isinstance(value, str) and value.startswith("~"):  # expand_user_paths left it: no such user
+            p.append(Problem(key, f"{value!r} names the home of an unknown user", f"give {key} in full"))
+    if getattr(cfg.cluster, "name", "") == "slurm":
+        for key in SLURM_PATTERN_PATHS:
+            value = _get(cfg, key)
+            if isinstance(value, str) and "%" in value:
+                p.append(
+                    Problem(
+                        key,
+                        f"{value!r} holds '%': SLURM expands %j, %t, ... in the log file names built from it",
+                        f"choose a path without '%' for {key}",
+                    )
+                )
+    return p
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
