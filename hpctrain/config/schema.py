@@ -210,7 +210,7 @@ class DebugConf:
     fail_mode: FailMode = FailMode.exception  # exception (a Python error) | kill (SIGKILL, no traceback)
     slow_rank: Optional[int] = None  # this rank sleeps slow_s before every backward pass (a straggler) ...
     slow_s: float = 0.0  # ... for this many seconds
-    hold_step: Optional[int] = None  # SLURM: every rank waits at this step until SIGUSR2 asks it to stop
+    hold_step: Optional[int] = None  # SLURM: on its first attempt every rank waits here until SIGUSR2
 
 
 @dataclass

@@ -6,6 +6,7 @@
     state.json           LocalState: a local run's state, written by its supervisor
     env.json             versions, host names, MPI flavour, Horovod build (rank 0)
     steps-rank{R}.jsonl  StepRecord per step and rank
+    steps-rank{R}.jsonl.N  an earlier attempt's records, kept when a restart drops some of them
     summary.json         RunSummary: rank 0's aggregate over all ranks, written last
     error-rank{R}.json   ErrorRecord: why a rank failed, written before it exits
     logs/rank{R}.log     everything a rank printed (local runs; SLURM keeps submitit's logs)
@@ -178,6 +179,16 @@ def _step(path: Path, no: int, line: bytes) -> StepRecord:
         raise RecordError(f"{path}, line {no}: not valid JSON ({e})") from None
     except RecordError as e:
         raise RecordError(f"{path}, line {no}: not a valid step record: {e}") from None
+
+
+def keep_attempt(path: Path) -> Path:
+    """Keep an earlier attempt's file before it is rewritten: the first free PATH.1, PATH.2, ..."""
+    n = 1
+    while path.with_name(f"{path.name}.{n}").exists():
+        n += 1
+    kept = path.with_name(f"{path.name}.{n}")
+    path.rename(kept)  # the rewrite then starts a new file (truncating would lose these bytes)
+    return kept
 
 
 def read_steps(path: Path, tolerate_partial_tail: bool = True) -> list[StepRecord]:

@@ -4,21 +4,38 @@
     checkpoints/latest           the file name of the newest complete checkpoint
 
 The checkpoint is written to a temporary file and renamed, then `latest` is replaced the same
-way, so a crash at any moment leaves `latest` pointing at a complete checkpoint.
+way, so a crash at any moment leaves `latest` pointing at a complete checkpoint. A restart still
+does not trust it blindly (a disk can lose or truncate a file): `restore` tries the file `latest`
+names, then every other checkpoint newest first, says which it skipped and why, and stops with an
+error naming the files rather than start again from step 0 over an earlier attempt's records.
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .. import records
+from ..errors import HpctrainError
 
 DIR = records.CHECKPOINTS
 KEEP = 2  # older checkpoints are removed once a newer one is complete
+STATE_KEYS = ("step", "model", "optimizer", "scaler", "torch_rng")
+
+
+class CheckpointError(HpctrainError):
+    """Checkpoints exist but none can be used: resuming would silently start over."""
+
+
+@dataclass(frozen=True)
+class Restored:
+    step: int  # the step to resume at (0: a fresh start)
+    path: Path | None  # the checkpoint used
+    skipped: list[str] = field(default_factory=list)  # what was not usable, and why
 
 
 def save(
@@ -61,4 +78,53 @@ def load(path: Path, model: torch.nn.Module, optimizer: Any, scaler: torch.amp.G
     if scaler is not None and state["scaler"] is not None:
         scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["torch_rng"])
+    return int(state["step"])
+
+
+def candidates(run_dir: Path) -> tuple[list[Path], list[str]]:
+    """Checkpoints to try, in order: the one `latest` names, then the others newest first; and
+    what is wrong with the pointer, if anything."""
+    d, pointer = run_dir / DIR, run_dir / records.LATEST_CHECKPOINT
+    found = sorted(d.glob("step-*.pt"), reverse=True)
+    notes: list[str] = []
+    if pointer.exists():
+        named = d / pointer.read_text(errors="replace").strip()
+        if named.is_file() and named.parent == d:
+            found = [named, *(p for p in found if p != named)]
+        else:
+            notes.append(f"{pointer} names {named.name!r}, which does not exist")
+    return found, notes
+
+
+def restore(
+    run_dir: Path, model: torch.nn.Module, optimizer: Any, scaler: torch.amp.GradScaler | None
+) -> Restored:
+    """Load the newest usable checkpoint into the states; a fresh start only if there is none."""
+    paths, skipped = candidates(run_dir)
+    for path in paths:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+            if not isinstance(state, dict) or any(k not in state for k in STATE_KEYS):
+                raise ValueError("not an hpctrain checkpoint")
+        except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign: try the next one
+            skipped.append(f"{path.name} is unusable ({type(e).__name__}: {str(e)[:120]})")
+            continue
+        return Restored(_apply(path, state, model, optimizer, scaler), path, skipped)
+    if skipped:
+        raise CheckpointError(
+            f"no usable checkpoint in {run_dir / DIR}: {'; '.join(skipped)}. Starting again from step 0 "
+            "would discard this run's progress; to do that on purpose, remove the checkpoints directory"
+        )
+    return Restored(0, None, [])
+
+
+def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer: Any, scaler: Any) -> int:
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if scaler is not None and state["scaler"] is not None:
+            scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["torch_rng"])
+    except (RuntimeError, KeyError, ValueError) as e:
+        raise CheckpointError(f"{path} does not fit this run's model or optimizer: {e}") from e
     return int(state["step"])

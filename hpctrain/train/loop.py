@@ -78,7 +78,9 @@ def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Opti
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
 
 
-def build_trainer(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Path) -> tuple[Trainer, int]:
+def build_trainer(
+    cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Path
+) -> tuple[Trainer, checkpoint.Restored]:
     """Model, optimizer and data, restored from the latest checkpoint if there is one."""
     device = pick_device(cfg.train.device, info.local_rank)
     torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
@@ -93,11 +95,9 @@ def build_trainer(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Pa
         op=hvd.Average,
     )
     scaler = make_scaler(cfg.precision, device.type)
-    start = 0
-    ckpt = checkpoint.latest(run_dir)
-    if ckpt is not None:  # every rank reads the same file: no broadcast needed after it
-        start = checkpoint.load(ckpt, model, optimizer, scaler)
-    else:
+    restored = checkpoint.restore(run_dir, model, optimizer, scaler)
+    start = restored.step
+    if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     dataset = build_dataset(cfg.data, cfg.train.seed)
@@ -113,7 +113,7 @@ def build_trainer(cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Pa
     )
     loader = build_loader(cfg.data, dataset, sampler)
     delay = cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0
-    return Trainer(model, optimizer, scaler, loader, device, nn.CrossEntropyLoss(), delay), start
+    return Trainer(model, optimizer, scaler, loader, device, nn.CrossEntropyLoss(), delay), restored
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -123,11 +123,16 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 def _previous_records(path: Path, start: int) -> list[records.StepRecord]:
-    """Records of the steps before `start` from an earlier attempt; later ones are dropped, so a
-    resumed run never counts a step twice."""
-    if start == 0 or not path.exists():
+    """Records of the steps before `start` from an earlier attempt: the resumed run keeps them and
+    never counts a step twice. If any record is dropped (steps after the checkpoint, or all of
+    them on a fresh start), the earlier attempt's file is first kept as steps-rank{R}.jsonl.N."""
+    if not path.exists():
         return []
-    return [r for r in records.iter_steps(path) if r.step < start]
+    earlier = list(records.iter_steps(path))
+    kept = [r for r in earlier if r.step < start]
+    if len(kept) < len(earlier):
+        records.keep_attempt(path)
+    return kept
 
 
 def train(
@@ -141,20 +146,24 @@ def train(
 ) -> records.RankSummary | None:
     """Run cfg.train.steps steps; return this rank's summary, or None if stopped by `control`
     (after a checkpoint). Rank 0 also logs and reports."""
-    t, start = build_trainer(cfg, hvd, info, d, run_dir)
+    t, restored = build_trainer(cfg, hvd, info, d, run_dir)
+    start = restored.step
     master = info.rank == 0
     fail_here = cfg.debug.fail_rank == info.rank
     steps_path = run_dir / records.steps_file(info.rank)
     out = _previous_records(steps_path, start)
-    if start and master:
-        emit(f"resuming from {checkpoint.latest(run_dir)} at step {start}")
+    if master:
+        for note in restored.skipped:
+            emit(f"checkpoint skipped: {note}")
+        if restored.path is not None:
+            emit(f"resuming from {restored.path} at step {start}")
     last_event = 0.0
     t.model.train()
     with open(steps_path, "w", buffering=1) as steps_file:  # line by line: status sees progress
         steps_file.writelines(records.step_line(r) for r in out)
         t_prev = time.perf_counter()
         for step, (x, y) in enumerate(t.loader, start=start):
-            if step == cfg.debug.hold_step and start < step and control is not None:
+            if step == cfg.debug.hold_step and start == 0 and control is not None:  # first attempt
                 _hold(control, step, emit if master else None)
             if fail_here and step == cfg.debug.fail_step:
                 _inject_failure(cfg.debug.fail_mode, info.rank, step)

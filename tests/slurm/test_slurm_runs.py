@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import hpctrain
+from tests.conftest import hpctrain, sacct_state
 from tests.mpi.test_local_runs import assert_same_weights, weights
 from tests.mpi.test_study import check_report_against_the_run_records
-from tests.slurm.conftest import sacct_state
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 

@@ -118,3 +118,95 @@ def test_read_new_lines_returns_only_complete_lines(tmp_path: Path) -> None:
         f.write("ee – ü\n".encode())
     lines, off2 = read_new_lines(log, off)
     assert lines == ["three – ü"] and off2 == log.stat().st_size
+
+
+# --- restore: never a silent restart from step 0 over an earlier attempt ---------------------
+def _two_checkpoints(tmp_path: Path) -> None:
+    checkpoint.save(tmp_path, 10, *_state(1.0), None)
+    checkpoint.save(tmp_path, 20, *_state(2.0), None)
+
+
+def _restore(tmp_path: Path) -> tuple[checkpoint.Restored, float]:
+    fresh, fresh_opt = _state(0.0)
+    r = checkpoint.restore(tmp_path, fresh, fresh_opt, None)
+    return r, float(fresh.weight.detach()[0, 0])
+
+
+def test_restore_uses_the_checkpoint_latest_names(tmp_path: Path) -> None:
+    _two_checkpoints(tmp_path)
+    r, w = _restore(tmp_path)
+    assert (r.step, r.path.name, r.skipped, w) == (20, "step-000020.pt", [], 2.0)
+
+
+def test_a_pointer_to_a_missing_file_falls_back_to_the_newest_checkpoint(tmp_path: Path) -> None:
+    _two_checkpoints(tmp_path)
+    (tmp_path / "checkpoints" / "latest").write_text("step-000099.pt\n")
+    r, w = _restore(tmp_path)
+    assert (r.step, w) == (20, 2.0)
+    assert r.skipped == [f"{tmp_path}/checkpoints/latest names 'step-000099.pt', which does not exist"]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "foreign"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(tmp_path: Path, damage: str) -> None:
+    _two_checkpoints(tmp_path)
+    newest = tmp_path / "checkpoints" / "step-000020.pt"
+    data = newest.read_bytes()
+    if damage == "foreign":
+        torch.save({"weights": 1}, newest)
+    else:
+        newest.write_bytes(
+            {"truncated": data[: len(data) // 2], "garbage": os.urandom(len(data)), "empty": b""}[damage]
+        )
+    r, w = _restore(tmp_path)
+    assert (r.step, r.path.name, w) == (10, "step-000010.pt", 1.0)
+    assert len(r.skipped) == 1 and r.skipped[0].startswith("step-000020.pt is unusable ("), r.skipped
+
+
+def test_a_missing_pointer_uses_the_newest_complete_checkpoint(tmp_path: Path) -> None:
+    _two_checkpoints(tmp_path)
+    (tmp_path / "checkpoints" / "latest").unlink()  # killed between the step file and the pointer
+    r, w = _restore(tmp_path)
+    assert (r.step, w, r.skipped) == (20, 2.0, [])
+
+
+def test_no_usable_checkpoint_is_an_error_naming_every_file(tmp_path: Path) -> None:
+    _two_checkpoints(tmp_path)
+    for p in (tmp_path / "checkpoints").glob("step-*.pt"):
+        p.write_bytes(b"\0" * 10)
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        _restore(tmp_path)
+    msg = str(e.value)
+    assert "step-000020.pt is unusable" in msg and "step-000010.pt is unusable" in msg
+    assert "remove the checkpoints directory" in msg
+
+
+def test_a_pointer_with_no_checkpoint_at_all_is_an_error_not_a_fresh_start(tmp_path: Path) -> None:
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest").write_text("step-000040.pt\n")
+    with pytest.raises(checkpoint.CheckpointError, match="names 'step-000040.pt', which does not exist"):
+        _restore(tmp_path)
+
+
+def test_no_checkpoint_is_a_fresh_start(tmp_path: Path) -> None:
+    r, w = _restore(tmp_path)
+    assert (r.step, r.path, r.skipped, w) == (0, None, [], 0.0)
+
+
+def test_a_restart_keeps_the_earlier_attempts_records_it_drops(tmp_path: Path) -> None:
+    from hpctrain import records
+    from hpctrain.train.loop import _previous_records
+
+    path = tmp_path / "steps-rank0.jsonl"
+    rec = dict(
+        rank=0, loss=1.0, lr=0.1, data_s=0, compute_s=0, comm_s=0, step_s=1, samples=1, samples_per_s=1
+    )
+    text = "".join(records.step_line(records.StepRecord(step=s, timed=True, **rec)) for s in range(8))
+    path.write_text(text + '{"step": 8, "ra')  # and a partial last line: a crash mid-write
+    kept = _previous_records(path, 5)
+    assert [r.step for r in kept] == [0, 1, 2, 3, 4]
+    assert (tmp_path / "steps-rank0.jsonl.1").read_text() == text + '{"step": 8, "ra'  # all of it kept
+    assert not path.exists()  # the resumed attempt writes a new file
+    path.write_text(text)
+    assert _previous_records(path, 0) == [] and (tmp_path / "steps-rank0.jsonl.2").read_text() == text
+    path.write_text(text)
+    assert len(_previous_records(path, 8)) == 8 and path.exists()  # nothing dropped: nothing to keep

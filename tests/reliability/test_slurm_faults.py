@@ -1,0 +1,64 @@
+"""Faults on the real local SLURM cluster: damaged checkpoints and step records on a real
+requeue (scontrol requeue kills the running job and starts it again, as a node failure or a
+preemption would)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hpctrain, sacct_state, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+
+def _steps(path: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def test_a_requeue_over_damaged_checkpoints_resumes_from_the_newest_usable_one(tmp_path: Path) -> None:
+    run_dir = tmp_path / "r"
+    r = hpctrain(
+        "run",
+        "--no-wait",
+        f"run.dir={run_dir}",
+        "data=digits",
+        "train.steps=40",
+        "train.warmup_steps=2",
+        "cluster=slurm",
+        "cluster.ranks_per_node=2",
+        "cluster.checkpoint_interval=5",
+        "debug.hold_step=22",  # the first attempt waits at step 22: checkpoints 15 and 20 exist
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    steps = run_dir / "steps-rank0.jsonl"
+    wait_for("step 22", lambda: steps.exists() and len(_steps(steps)) >= 22, timeout_s=180)
+    ckpts = run_dir / "checkpoints"
+    assert sorted(p.name for p in ckpts.glob("step-*.pt")) == ["step-000015.pt", "step-000020.pt"]
+    # the newest checkpoint truncated, the pointer naming a file that is gone, a half-written line
+    newest = ckpts / "step-000020.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+    (ckpts / "latest").write_text("step-000021.pt\n")
+    with open(steps, "a") as f:
+        f.write('{"step": 22, "rank"')
+    assert hpctrain("status", str(run_dir)).returncode == 0  # status reads past the partial line
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    deadline = time.monotonic() + 300
+    while (state := sacct_state(job)) != "COMPLETED":
+        assert state not in ("FAILED", "CANCELLED", "TIMEOUT"), state
+        assert time.monotonic() < deadline, state
+        time.sleep(1)
+    log = hpctrain("logs", str(run_dir)).stdout
+    assert f"checkpoint skipped: {ckpts}/latest names 'step-000021.pt', which does not exist" in log, log
+    assert "checkpoint skipped: step-000020.pt is unusable (" in log, log
+    assert f"resuming from {ckpts / 'step-000015.pt'} at step 15" in log, log
+    for rank in (0, 1):
+        assert _steps(run_dir / f"steps-rank{rank}.jsonl") == list(range(40))  # none lost or repeated
+        first = _steps(run_dir / f"steps-rank{rank}.jsonl.1")  # the first attempt's records, all kept
+        assert first == list(range(22)), first
+    assert json.loads((run_dir / "summary.json").read_text())["timed_steps"] == 38
