@@ -23,12 +23,12 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
         study_dir = Path(args.overrides[0]).resolve()
         load_study(study_dir)
     else:
-        study_dir, manifest = create_study(args.kind, args.overrides, args.config_dir)
+        study_dir, manifest, dated = create_study(args.kind, args.overrides, args.config_dir)
         if args.dry_run:
             for r in manifest.runs:
                 print(f"{r.name}: {' '.join(r.overrides)}")
             return 0
-        write_study(study_dir, manifest)
+        study_dir, manifest = write_study(study_dir, manifest, dated)
         console.print(
             f"[bold]study[/] {args.kind}: {len(manifest.runs)} runs -> {study_dir}", highlight=False
         )

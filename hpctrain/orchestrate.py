@@ -18,6 +18,7 @@ from .errors import ConfigError, RecordError
 from .events import parse_event
 from .launch.base import Job, JobStatus, Launcher, RunSpec
 from .launch.registry import launcher_class, launcher_for
+from .launch.rundir import claim_fresh
 from .plan import default_run_dir
 from .sweep import expand
 
@@ -34,6 +35,7 @@ class Prepared:
     launcher: Launcher
     runs: list[RunSpec]
     group_dir: Path | None  # the sweep directory, or None for a single run
+    dated: bool = True  # the directory is hpctrain's dated default (run.dir unset): may take a suffix
 
 
 def one_launcher(configs: Sequence[Config]) -> Launcher:
@@ -59,17 +61,21 @@ def prepare(
     launcher = one_launcher(configs)
     validate_points(configs, point_labels(points) if multirun else [""], launcher.facts)
     base = default_run_dir(configs[0], now or datetime.now())
-    if not multirun:
-        run_dir = base.resolve()
-        return Prepared(
-            launcher, [RunSpec(0, list(overrides), configs[0], launcher.plan(configs[0], run_dir))], None
-        )
-    group = (base.parent / f"{base.name}-sweep").resolve()
-    runs = [
-        RunSpec(i, p, c, launcher.plan(c, group / str(i), group))
-        for i, (p, c) in enumerate(zip(points, configs))
-    ]
-    return Prepared(launcher, runs, group)
+    items = list(zip([list(pt) for pt in points], configs))
+    home = base if not multirun else base.parent / f"{base.name}-sweep"
+    return placed(launcher, items, home, multirun, dated=configs[0].run.dir is None)
+
+
+def placed(
+    launcher: Launcher, items: list[tuple[list[str], Config]], home: Path, sweep: bool, dated: bool
+) -> Prepared:
+    """The runs planned in `home`: the run directory, or the sweep directory with one per point."""
+    home = home.resolve()
+    if not sweep:
+        ((overrides, cfg),) = items
+        return Prepared(launcher, [RunSpec(0, overrides, cfg, launcher.plan(cfg, home))], None, dated)
+    runs = [RunSpec(i, o, c, launcher.plan(c, home / str(i), home)) for i, (o, c) in enumerate(items)]
+    return Prepared(launcher, runs, home, dated)
 
 
 def point_labels(points: Sequence[Sequence[str]]) -> list[str]:
@@ -79,7 +85,14 @@ def point_labels(points: Sequence[Sequence[str]]) -> list[str]:
 
 
 def start(p: Prepared, detach: bool) -> list[Job]:
-    """Start or submit; a sweep directory gets sweep.json (its runs, jobs and job arrays)."""
+    """Start or submit; a sweep directory gets sweep.json (its runs, jobs and job arrays). A dated
+    default directory that another command took in the same second becomes NAME-2, NAME-3, ..."""
+    if p.dated:
+        home = p.group_dir or p.runs[0].run_dir
+        claimed = claim_fresh(home)
+        if claimed != home:
+            items = [(r.overrides, r.cfg) for r in p.runs]
+            p = placed(p.launcher, items, claimed, p.group_dir is not None, dated=True)
     jobs = p.launcher.submit(p.runs, p.group_dir, detach=detach)
     if p.group_dir is not None:
         write_sweep(p.group_dir, p.launcher.name, p.runs, jobs)

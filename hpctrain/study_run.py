@@ -4,8 +4,12 @@ analyze. The expansion itself is pure (study.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -13,19 +17,23 @@ from . import records
 from .config import validate_points
 from .config.load import load_config, load_configs
 from .config.schema import Config
+from .config.validate import SAFE_NAME
 from .derived import world_size
 from .errors import HpctrainError, RecordError
-from .launch.base import RunSpec
-from .launch.registry import launcher_for
+from .launch.base import Job, Launcher, RunSpec
+from .launch.rundir import claim_fresh
 from .orchestrate import Reporter, follow, one_launcher, write_sweep
 from .plan import default_run_dir
 from .study import expand_study
 
+LOCK = ".lock"  # in a study directory: held by the hpctrain running the study
+
 
 def create_study(
     kind: str, overrides: Sequence[str], config_dir: str | None = None, now: datetime | None = None
-) -> tuple[Path, records.StudyManifest]:
-    """The study's directory and manifest (not yet written: see write_study)."""
+) -> tuple[Path, records.StudyManifest, bool]:
+    """The study's directory, its manifest (not yet written: see write_study), and whether the
+    directory is the dated default (run.dir unset), which may take a suffix when taken."""
     user = [*overrides, f"study={kind}"]
     base = load_config(user, config_dir)
     points = expand_study(base)
@@ -50,17 +58,31 @@ def create_study(
             for p, c in zip(points, configs)
         ],
     )
-    return study_dir, manifest
+    return study_dir, manifest, base.run.dir is None
 
 
-def write_study(study_dir: Path, manifest: records.StudyManifest) -> None:
-    try:
-        study_dir.mkdir(parents=True)
-    except FileExistsError as e:
-        raise HpctrainError(
-            f"study directory {study_dir} already exists; resume it with hpctrain study resume {study_dir}"
-        ) from e
+def write_study(
+    study_dir: Path, manifest: records.StudyManifest, dated: bool
+) -> tuple[Path, records.StudyManifest]:
+    """Create the study directory and its study.json. A dated default directory that another
+    command took in the same second becomes NAME-2, ...; an explicit one must not exist."""
+    if dated:
+        claimed = claim_fresh(study_dir)
+        if claimed != study_dir:
+            runs = [dataclasses.replace(r, run_dir=str(claimed / r.name)) for r in manifest.runs]
+            manifest = dataclasses.replace(manifest, runs=runs)
+            study_dir = claimed
+    else:
+        try:
+            study_dir.mkdir(parents=True)
+        except FileExistsError as e:
+            raise HpctrainError(
+                f"study directory {study_dir} already exists; resume it with hpctrain study resume {study_dir}"
+            ) from e
+        except OSError as e:
+            raise HpctrainError(f"cannot create study directory {study_dir}: {e}") from e
     records.write(study_dir / records.STUDY, manifest)
+    return study_dir, manifest
 
 
 def pending(manifest: records.StudyManifest) -> list[records.StudyRun]:
@@ -73,9 +95,65 @@ def _set_aside(run_dir: Path) -> None:
         run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{int(time.time())}"))
 
 
+@contextmanager
+def study_lock(study_dir: Path) -> Iterator[None]:
+    """One hpctrain at a time runs a study: a second `study resume` would rename the directories
+    the first one's runs are writing to. flock: released by the kernel if the holder dies."""
+    path = study_dir / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise HpctrainError(
+            f"study {study_dir} is being run by another hpctrain (pid {holder}); wait for it to end, "
+            f"or stop it, then: hpctrain study resume {study_dir}"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def checked_runs(study_dir: Path, manifest: records.StudyManifest) -> None:
+    """Every run of study.json lives in its own directory inside the study, whatever the file
+    says: resume renames and writes only there."""
+    seen: set[str] = set()
+    for r in manifest.runs:
+        inside = study_dir.resolve() / r.name
+        if not SAFE_NAME.match(r.name) or r.name in seen or Path(r.run_dir).resolve() != inside:
+            raise RecordError(
+                f"{study_dir / records.STUDY}: run {r.name!r} has run_dir {r.run_dir!r}; every run must be "
+                f"a distinct directory of the study ({inside}); the file was edited or the study moved"
+            )
+        seen.add(r.name)
+
+
 def run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
     """Run the unfinished points of the study (all of them the first time)."""
+    with study_lock(study_dir):
+        _run_study(study_dir, reporter, timeout_s)
+
+
+def _in_flight(launcher: Launcher, runs: list[records.StudyRun]) -> list[str]:
+    """Runs whose job is still pending or running (e.g. SLURM jobs of an interrupted `study`)."""
+    jobs = [Job.load(Path(r.run_dir)) for r in runs if (Path(r.run_dir) / records.JOB).exists()]
+    if not jobs:
+        return []
+    states = launcher.status(jobs)
+    return [
+        f"{j.run_dir.name} (job {j.job_id} {states[j.job_id].state})"
+        for j in jobs
+        if j.job_id in states and not states[j.job_id].done
+    ]
+
+
+def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
     manifest = records.read(study_dir / records.STUDY, records.StudyManifest)
+    checked_runs(study_dir, manifest)
     todo = pending(manifest)
     done = len(manifest.runs) - len(todo)
     if done:
@@ -88,7 +166,15 @@ def run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
             load_configs([r.overrides for r in manifest.runs], manifest.config_dir),
         )
     )
-    launcher = launcher_for(configs[manifest.runs[0].name])
+    launcher = one_launcher(list(configs.values()))
+    # the study's configs are checked again: the code or the config directory may have changed
+    validate_points(list(configs.values()), list(configs), launcher.facts)
+    busy = _in_flight(launcher, todo)
+    if busy:
+        raise HpctrainError(
+            f"{len(busy)} run(s) of the study are still in flight: {', '.join(busy)}; wait for them "
+            f"(hpctrain status {study_dir}) or cancel them (hpctrain cancel {study_dir}), then resume"
+        )
     for r in todo:
         _set_aside(Path(r.run_dir))
     runs = [

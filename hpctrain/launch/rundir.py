@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,21 @@ def prepare_run_dir(run_dir: Path) -> Path:
     except OSError as e:
         raise LaunchError(f"cannot create run directory {run_dir}: {e}") from e
     return run_dir
+
+
+def claim_fresh(base: Path) -> Path:
+    """Create a new directory: `base`, or base-2, base-3, ... when it is taken (two commands
+    started in the same second). mkdir is atomic, so no two commands ever get the same one."""
+    for n in itertools.count(1):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise LaunchError(f"cannot create directory {path}: {e}") from e
+    raise AssertionError("unreachable")
 
 
 def write_run_files(run_dir: Path, cfg: Config, plan: Any) -> None:

@@ -34,7 +34,7 @@ COMMON = [
     ],
 )
 def test_strong_keeps_the_global_batch_weak_the_per_rank_batch(kind: str, batches: dict) -> None:
-    study_dir, manifest = create_study(kind, COMMON, now=datetime(2026, 1, 2, 3, 4, 5))
+    study_dir, manifest, _ = create_study(kind, COMMON, now=datetime(2026, 1, 2, 3, 4, 5))
     assert study_dir.name == f"03-04-05-train-{kind}"
     assert [(r.name, r.world_size, r.rep) for r in manifest.runs] == [
         (f"n{n}-r{k}", n, k) for n in (1, 2, 4) for k in (0, 1)
@@ -52,5 +52,5 @@ def test_strong_keeps_the_global_batch_weak_the_per_rank_batch(kind: str, batche
 
 
 def test_without_lr_scaling_every_point_keeps_the_configured_lr() -> None:
-    _, manifest = create_study("weak", [*COMMON, "study.lr_scaling=none"])
+    _, manifest, _ = create_study("weak", [*COMMON, "study.lr_scaling=none"])
     assert {derive(load_config(r.overrides)).lr for r in manifest.runs} == {0.1}

@@ -1,0 +1,93 @@
+"""Concurrent use: two runs started in the same second both run, in distinct directories; one
+study is run by one hpctrain at a time; study resume stays inside the study directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from hpctrain import orchestrate
+from tests.conftest import ROOT, hpctrain, wait_for
+
+pytestmark = pytest.mark.mpi
+
+SMALL = ["data=digits", "train.steps=6", "train.warmup_steps=1", "train.batch_per_rank=16"]
+
+
+def test_two_runs_started_in_the_same_second_both_run(tmp_path: Path) -> None:
+    now = datetime(2026, 1, 2, 3, 4, 5)
+    args = [*SMALL, f"run.output_root={tmp_path}", "run.name=same"]
+    first, second = (orchestrate.prepare(args, now=now) for _ in range(2))
+    assert first.runs[0].run_dir == second.runs[0].run_dir  # planned alike: the same second
+    jobs = [orchestrate.start(p, detach=True)[0] for p in (first, second)]
+    dirs = [j.run_dir for j in jobs]
+    assert [d.name for d in dirs] == ["03-04-05-same", "03-04-05-same-2"]
+    plan = json.loads((dirs[1] / "plan.json").read_text())
+    assert plan["run_dir"] == str(dirs[1])  # planned again for the directory it got
+    states = first.launcher.wait(jobs, timeout_s=300)
+    assert [states[j.job_id].state for j in jobs] == ["COMPLETED", "COMPLETED"]
+    assert all((d / "summary.json").exists() for d in dirs)
+
+
+def _study(tmp_path: Path, *extra: str) -> list[str]:
+    return [
+        "study",
+        "strong",
+        "study.ranks=[1]",
+        "study.repetitions=1",
+        "study.global_batch=16",
+        "study.warmup_steps=1",
+        "study.allreduce_bench=false",
+        "data=digits",
+        "--no-progress",
+        f"run.output_root={tmp_path}",
+        *extra,
+    ]
+
+
+def test_a_second_resume_of_a_running_study_is_refused_and_disturbs_nothing(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpctrain.cli", *_study(tmp_path, "study.steps=3000")],
+        cwd=ROOT,
+        env=dict(os.environ, COLUMNS="200", TERM="dumb"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(
+            "the study's run to start", lambda: list(tmp_path.glob("*/*-strong/n1-r0/steps-rank0.jsonl"))
+        )
+        [study] = list(tmp_path.glob("*/*-strong"))
+        before = sorted(p.name for p in study.iterdir())
+        r = hpctrain("study", "resume", str(study), timeout=120)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"study {study} is being run by another hpctrain (pid {proc.pid})" in r.stderr, r.stderr
+        assert sorted(p.name for p in study.iterdir()) == before  # nothing renamed or added
+        assert "n1-r0" in before and proc.poll() is None  # the first one's run goes on
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    assert proc.returncode == 130
+
+
+def test_resume_never_writes_outside_the_study_whatever_study_json_says(tmp_path: Path) -> None:
+    r = hpctrain(*_study(tmp_path, "study.steps=4"), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [study] = list(tmp_path.glob("*/*-strong"))
+    manifest = json.loads((study / "study.json").read_text())
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    manifest["runs"][0]["run_dir"] = str(outside)
+    (study / "study.json").write_text(json.dumps(manifest))
+    r = hpctrain("study", "resume", str(study), timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"run 'n1-r0' has run_dir '{outside}'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert [p.name for p in outside.iterdir()] == ["precious"] and (study / "n1-r0" / "summary.json").exists()
