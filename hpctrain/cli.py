@@ -1,10 +1,12 @@
 """The `hpctrain` command. Library code raises typed errors; this module turns them into messages
-and exit codes (0 ok, 1 other error or an unreadable record, 2 invalid config, 3 launch error,
-4 a rank failed, 130 interrupted or cancelled)."""
+and exit codes (0 ok, 1 other error or an unreadable record, 2 invalid config or arguments,
+3 launch error, 4 a rank failed, 130 interrupted or cancelled). Nothing ends in a traceback: an
+unexpected exception is one line that says it is a bug (HPCTRAIN_DEBUG=1 shows the traceback)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -28,6 +30,28 @@ EPILOG = """examples:
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
   hpctrain bench submit                          256-point sweep: submit time, sbatch calls
 """
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a count of ranks, runs, steps, ...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (a time limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (got {text})")
+    return value
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -82,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--timeout-min",
-        type=float,
+        type=positive_float,
         default=24 * 60,
         help="stop waiting (not the run) after this many minutes",
     )
@@ -109,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     sd.add_argument("--dry-run", action="store_true", help="list the runs; start nothing")
     sd.add_argument("--no-progress", action="store_true")
     sd.add_argument("--no-wait", action="store_true", help=argparse.SUPPRESS)
-    sd.add_argument("--timeout-min", type=float, default=24 * 60)
+    sd.add_argument("--timeout-min", type=positive_float, default=24 * 60)
     an = sub.add_parser(
         "analyze", help="analyze a study directory: table, CSV, plots, Markdown and HTML report"
     )
@@ -121,25 +145,25 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     ov = bsub.add_parser("overhead", help="hpctrain's training throughput vs a minimal Horovod script")
-    ov.add_argument("--ranks", type=int, default=2)
-    ov.add_argument("--repeats", type=int, default=3, help="interleaved runs of each (default 3)")
-    ov.add_argument("--steps", type=int, default=60)
-    ov.add_argument("--batch", type=int, default=64, help="per-rank batch")
+    ov.add_argument("--ranks", type=positive_int, default=2)
+    ov.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
+    ov.add_argument("--steps", type=positive_int, default=60)
+    ov.add_argument("--batch", type=positive_int, default=64, help="per-rank batch")
     ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
     ar = bsub.add_parser(
         "allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit"
     )
-    ar.add_argument("--ranks", type=int, default=2)
-    ar.add_argument("--max-mb", type=int, default=256)
+    ar.add_argument("--ranks", type=positive_int, default=2)
+    ar.add_argument("--max-mb", type=positive_int, default=256)
     ar.add_argument("--out", default="outputs/bench")
     ba = bsub.add_parser(
         "analyze", help="analyze + report a synthetic study of N runs (target: 1000 in < 2 s)"
     )
-    ba.add_argument("--runs", type=int, default=1000)
+    ba.add_argument("--runs", type=positive_int, default=1000)
     sb = bsub.add_parser(
         "submit", help="plan + submit an N-point single-shape sweep to SLURM; count sbatch calls"
     )
-    sb.add_argument("--points", type=int, default=256)
+    sb.add_argument("--points", type=positive_int, default=256)
     sb.add_argument("--out", default="outputs/bench")
     return parser
 
@@ -206,6 +230,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `hpctrain ... | head`
         return 0
+    except OSError as e:  # the file system said no (a read-only --out, a full disk, ...)
+        where = f": {e.filename}" if e.filename else ""
+        err.print(Text("error: ", style="bold red") + Text(f"{e.strerror or e}{where}"), soft_wrap=True)
+        return 1
+    except Exception as e:  # noqa: BLE001 - a bug: one clear line instead of a traceback
+        if os.environ.get("HPCTRAIN_DEBUG"):
+            raise
+        err.print(
+            Text("error: ", style="bold red")
+            + Text(
+                f"unexpected {type(e).__name__}: {e}\n  this is a bug in hpctrain: rerun with "
+                "HPCTRAIN_DEBUG=1 for the traceback, and please report it"
+            ),
+            soft_wrap=True,
+        )
+        return 1
     return 1
 
 

@@ -152,7 +152,7 @@ def _in_flight(launcher: Launcher, runs: list[records.StudyRun]) -> list[str]:
 
 
 def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
-    manifest = records.read(study_dir / records.STUDY, records.StudyManifest)
+    manifest = records.read_study(study_dir)
     checked_runs(study_dir, manifest)
     todo = pending(manifest)
     done = len(manifest.runs) - len(todo)
@@ -210,6 +210,4 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
 
 
 def load_study(study_dir: Path) -> records.StudyManifest:
-    if not (study_dir / records.STUDY).exists():
-        raise RecordError(f"{study_dir} is not a study directory (no {records.STUDY})")
-    return records.read(study_dir / records.STUDY, records.StudyManifest)
+    return records.read_study(study_dir)

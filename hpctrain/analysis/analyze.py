@@ -181,7 +181,7 @@ def predict(kind: str, model: StepModel, points: list[Point]) -> list[dict[str, 
 def analyze_dir(study_dir: Path) -> Analysis:
     """Every run of the study that has a valid summary; the others are listed as missing (no
     summary: failed, cancelled, not run) or corrupt (a summary that cannot be read)."""
-    manifest = records.read(study_dir / records.STUDY, records.StudyManifest)
+    manifest = records.read_study(study_dir)
     runs, missing, corrupt = [], [], []
     for entry in manifest.runs:
         try:

@@ -18,7 +18,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from .. import records
-from ..errors import LaunchError
+from ..errors import ConfigError, LaunchError
 from ..plan import mpirun_prefix
 
 TARGET = 0.97
@@ -70,6 +70,8 @@ def _run(argv: list[str]) -> str:
 
 
 def run_overhead(args: argparse.Namespace, console: Console) -> int:
+    if args.steps < 2:  # one warm-up step and at least one timed step
+        raise ConfigError.one("--steps", f"must be at least 2 (got {args.steps})", "e.g. --steps 60")
     cores = len(os.sched_getaffinity(0))
     threads = max(1, cores // args.ranks)
     warmup = max(1, args.steps // 10)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import orchestrate
-from ..errors import ConfigError, LaunchError
+from ..errors import LaunchError
 
 
 def _count_sbatch_calls() -> Path:
@@ -36,8 +36,6 @@ def _count_sbatch_calls() -> Path:
 
 
 def run_submit(args: argparse.Namespace, console: Console) -> int:
-    if args.points < 1:
-        raise ConfigError.one("--points", f"must be at least 1 (got {args.points})", "e.g. --points 256")
     if subprocess.run(["scontrol", "ping"], capture_output=True).returncode != 0:
         raise LaunchError(
             "no SLURM controller answers: start the local cluster with bash slurm/start.sh "

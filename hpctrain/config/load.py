@@ -52,11 +52,43 @@ def compose_config(
 ) -> DictConfig:
     register()
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir(config_dir)), version_base="1.3", job_name="hpctrain"):
+    d = conf_dir(config_dir)
+    _check_group_choices(overrides, d)
+    with initialize_config_dir(config_dir=str(d), version_base="1.3", job_name="hpctrain"):
         try:
             return compose(config_name=config_name, overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as e:
             raise _translate(e, overrides) from e
+        except yaml.YAMLError as e:  # a broken YAML file in the config directory
+            raise ConfigError.one(
+                "--config-dir", f"a YAML file does not parse: {' '.join(str(e).split())}", "fix that file"
+            ) from e
+
+
+def _check_group_choices(overrides: Sequence[str], d: Path) -> None:
+    """`model=5` or `model=null` selects no option of a config group: Hydra raises a bare
+    ValueError for it; say which group and what its options are."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    groups = {g.name for g in d.iterdir() if g.is_dir()}
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as e:
+        raise _translate(e, overrides) from e
+    problems = []
+    for o in parsed:
+        value = o.value()
+        if o.key_or_group in groups and o.package is None and not isinstance(value, str | list):
+            options = sorted(p.stem for p in (d / o.key_or_group).glob("*.yaml"))
+            problems.append(
+                Problem(
+                    o.key_or_group,
+                    f"names no option of the config group (got {value!r})",
+                    f"choose one of: {', '.join(options)}",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
 
 
 def load_config(overrides: Sequence[str] = (), config_dir: str | os.PathLike[str] | None = None) -> Config:

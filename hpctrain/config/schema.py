@@ -156,6 +156,7 @@ class TrainConf:
     global_batch: Optional[int] = None  # samples per step over all ranks; set this or batch_per_rank
     device: Device = Device.auto  # auto: CUDA when present
     save_model: bool = True  # rank 0 writes model.pt at the end
+    stop_on_nonfinite_loss: bool = True  # a NaN/inf loss ends the run, naming the step and rank
 
 
 @dataclass

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = ["at_least", "resolve_batch", "validate", "world_size"]
 
+OVERSUBSCRIBE_LIMIT = 8  # local ranks per core beyond which an explicit cluster.oversubscribe=true is needed
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -288,6 +289,15 @@ def _model_data_problems(cfg: Config) -> list[Problem]:
                     "point data.path at a directory with one sub-directory of images per class",
                 )
             )
+        elif (n := class_count(d.path)) > d.num_classes:
+            p.append(
+                Problem(
+                    "data.num_classes",
+                    f"{d.path} has {n} class directories, but the model has {d.num_classes} outputs: "
+                    f"labels {d.num_classes}..{n - 1} would be out of range",
+                    f"set data.num_classes={n}",
+                )
+            )
         if d.channels not in (1, 3, 4):
             p.append(
                 Problem(
@@ -307,9 +317,27 @@ def _model_data_problems(cfg: Config) -> list[Problem]:
     return p
 
 
+def class_count(path: str) -> int:
+    """Classes of an image folder: its sub-directories (as ImageFolder reads them)."""
+    try:
+        return sum(1 for c in Path(path).iterdir() if c.is_dir())
+    except OSError:
+        return 0
+
+
 def _host_problems(cfg: Config, f: HostFacts) -> list[Problem]:
     """Rules that depend on the machine the ranks run on (known for local launches)."""
     p: list[Problem] = []
+    c = cfg.cluster
+    if c.name == "local" and c.ranks > OVERSUBSCRIBE_LIMIT * f.cpu_count and c.oversubscribe is not True:
+        p.append(
+            Problem(
+                "cluster.ranks",
+                f"{c.ranks} ranks on {f.cpu_count} cores is over {OVERSUBSCRIBE_LIMIT} per core: a typo "
+                "more likely than a plan (each rank is a full Python process with torch)",
+                "lower cluster.ranks, or say cluster.oversubscribe=true to run it anyway",
+            )
+        )
     dev = cfg.train.device
     if dev == "cuda" and not f.cuda_available:
         p.append(

@@ -86,7 +86,16 @@ class Job:
 
     @classmethod
     def load(cls, run_dir: Path) -> Job:
-        return cls(run_dir, records.read(run_dir / records.JOB, records.JobRef))
+        from .registry import launcher_class
+
+        ref = records.read(run_dir / records.JOB, records.JobRef)
+        try:
+            launcher_class(ref.launcher)
+        except HpctrainError:
+            raise records.RecordError(
+                f"{run_dir / records.JOB}: names no launcher hpctrain knows ({ref.launcher!r})"
+            ) from None
+        return cls(run_dir, ref)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def register_launcher(name: str) -> Callable[[L], L]:
 
 def launcher_class(name: str) -> type[Launcher]:
     """The launcher registered as `name`; its module hpctrain.launch.<name> is imported on first use."""
-    if name not in _LAUNCHERS:
+    if name not in _LAUNCHERS and name.isidentifier():
         try:
             importlib.import_module(f"{__package__}.{name}")
         except ModuleNotFoundError:

@@ -181,6 +181,13 @@ def _step(path: Path, no: int, line: bytes) -> StepRecord:
         raise RecordError(f"{path}, line {no}: not a valid step record: {e}") from None
 
 
+def read_study(study_dir: Path) -> StudyManifest:
+    """A study directory's manifest; a directory without one is named as not a study."""
+    if not (Path(study_dir) / STUDY).is_file():
+        raise RecordError(f"{study_dir} is not a study directory (no {STUDY})")
+    return read(Path(study_dir) / STUDY, StudyManifest)
+
+
 def keep_attempt(path: Path) -> Path:
     """Keep an earlier attempt's file before it is rewritten: the first free PATH.1, PATH.2, ..."""
     n = 1

@@ -122,7 +122,13 @@ def build_dataset(cfg: DataConf, seed: int) -> Dataset:
     if cfg.name == "digits":
         return digits()
     if cfg.name == "folder":
-        return ImageFolder(str(cfg.path), cfg.channels, cfg.image_size)
+        folder = ImageFolder(str(cfg.path), cfg.channels, cfg.image_size)
+        if len(folder.classes) > cfg.num_classes:  # validated at launch; the data may have changed since
+            raise ValueError(
+                f"{cfg.path} has {len(folder.classes)} class directories, but data.num_classes="
+                f"{cfg.num_classes}: set data.num_classes={len(folder.classes)}"
+            )
+        return folder
     raise ValueError(f"unknown dataset {cfg.name!r}")  # unreachable after validation
 
 

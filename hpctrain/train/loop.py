@@ -5,6 +5,7 @@ when the ranks agree to (SLURM time limits and preemption)."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import resource
 import signal
@@ -29,6 +30,10 @@ from .precision import make_scaler
 from .schedule import lr_at
 from .stats import rank_stats
 from .step import Trainer, sync, train_step
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or infinite: training on would only produce garbage."""
 
 
 class InjectedFailure(RuntimeError):
@@ -190,6 +195,11 @@ def train(
             t_prev = r.end
             out.append(rec)
             steps_file.write(records.step_line(rec))
+            if cfg.train.stop_on_nonfinite_loss and not math.isfinite(r.loss):
+                raise NonFiniteLoss(
+                    f"the loss is {r.loss} at step {step} on rank {info.rank} (lr {lr:g}); lower "
+                    "optim.lr or use a wider precision, or set train.stop_on_nonfinite_loss=false"
+                )
             if master:
                 last_event = _report(cfg, rec, emit, last_event)
             if control is not None:

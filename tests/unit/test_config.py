@@ -112,6 +112,7 @@ def test_missing_mandatory_value_names_key() -> None:
 INVALID = [
     (["cluster.ranks=0"], "cluster.ranks"),
     (["optim.lr=inf"], "optim.lr"),  # every float must be finite, whatever its key
+    (["cluster.ranks=17", "data.num_samples=100000"], "cluster.ranks"),  # > 8 per core on 2 cores
     (["optim.lr=nan"], "optim.lr"),
     (["optim.momentum=nan"], "optim.momentum"),
     (["precision.init_scale=-inf"], "precision.init_scale"),
@@ -255,3 +256,12 @@ def test_one_problem_per_non_finite_value() -> None:
     assert [str(p) for p in e.value.problems] == [
         "optim.lr: must be a finite number (got nan)\n    fix: set optim.lr to a finite value"
     ]
+
+
+def test_many_ranks_per_core_need_an_explicit_oversubscribe() -> None:
+    at_limit = ["cluster.ranks=16", "data.num_samples=100000"]
+    validate(load_config(at_limit), HostFacts.example())  # 8 per core: allowed
+    validate(
+        load_config(["cluster.ranks=40", "cluster.oversubscribe=true", "data.num_samples=100000"]),
+        HostFacts.example(),
+    )

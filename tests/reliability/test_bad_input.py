@@ -1,0 +1,70 @@
+"""Bad input, table-driven through the real CLI: each gives its documented exit status and a
+one-line error naming the key, file or argument, never a traceback; nothing is started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hpctrain
+
+pytestmark = pytest.mark.mpi
+
+DIGITS = ["data=digits", "train.steps=8"]
+
+# (arguments, with {tmp} for a scratch directory; exit status; what the error must say)
+CASES = [
+    (["run", "model=5", "--dry-run"], 2, "model: names no option of the config group (got 5)"),
+    (["run", "model=null", "--dry-run"], 2, "model: names no option of the config group (got None)"),
+    (["run", "cluster=7", "--dry-run"], 2, "choose one of: local, slurm"),
+    (["run", "--config-dir", "{tmp}/brokenconf", "--dry-run"], 2, "a YAML file does not parse"),
+    (["run", "--config-dir", "{tmp}", "--dry-run"], 2, "has no config.yaml"),
+    (["run", "run.dir={tmp}/afile", *DIGITS], 3, "is a file; choose another run.dir"),
+    (["run", "optim.lr=inf", "--dry-run"], 2, "optim.lr: must be a finite number (got inf)"),
+    (["run", "optim.lr=nan", "-m", "train.steps=8,9", "--dry-run"], 2, "optim.lr: must be a finite number"),
+    (["run", "cluster.ranks=100", "--dry-run"], 2, "lower cluster.ranks, or say cluster.oversubscribe=true"),
+    (["run", "data=folder", "data.path={tmp}/images", "data.num_classes=1"], 2, "set data.num_classes=2"),
+    (["run", "data.path=7", "data=folder", "--dry-run"], 2, "7 is not a directory"),
+    (["run", "no_such_key=1", "--dry-run"], 2, "no_such_key"),
+    (["run", "--timeout-min", "0", "--dry-run"], 2, "--timeout-min: must be a finite number > 0"),
+    (["bench", "overhead", "--ranks", "0"], 2, "--ranks: must be at least 1 (got 0)"),
+    (["bench", "overhead", "--repeats", "0"], 2, "--repeats: must be at least 1 (got 0)"),
+    (["bench", "overhead", "--steps", "1"], 2, "--steps: must be at least 2 (got 1)"),
+    (["bench", "analyze", "--runs", "0"], 2, "--runs: must be at least 1 (got 0)"),
+    (["bench", "allreduce", "--max-mb", "0"], 2, "--max-mb: must be at least 1 (got 0)"),
+    (["bench", "submit", "--points", "x"], 2, "--points: 'x' is not an integer"),
+    (["status", "{tmp}/nowhere"], 1, "is not a run, sweep or study directory"),
+    (["status", "{tmp}/afile"], 1, "is not a run, sweep or study directory"),
+    (["logs", "{tmp}/nowhere"], 3, "is not a run directory (no job.json)"),
+    (["cancel", "{tmp}"], 1, "is not a run, sweep or study directory"),
+    (["analyze", "{tmp}"], 1, "is not a study directory (no study.json)"),
+    (["study", "resume", "{tmp}"], 1, "is not a study directory (no study.json)"),
+    (["study", "resume"], 1, "usage: hpctrain study resume STUDY_DIR"),
+    (["study", "strong", "run.dir={tmp}/taken", "--no-progress"], 1, "already exists; resume it with"),
+    (["run", "cluster=slurm", "run.dir={tmp}/a%j", "--dry-run"], 2, "run.dir: '{tmp}/a%j' holds '%'"),
+]
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.unit.test_folder_data import make_folder
+
+    tmp = tmp_path_factory.mktemp("bad")
+    (tmp / "afile").write_text("not a directory")
+    (tmp / "brokenconf").mkdir()
+    (tmp / "brokenconf" / "config.yaml").write_text("defaults:\n  - hpctrain_schema\nfoo: [1, 2\n")
+    (tmp / "taken-strong").mkdir()  # an explicit study directory that exists
+    make_folder(tmp / "images")
+    return tmp
+
+
+@pytest.mark.parametrize(("args", "code", "said"), CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_bad_input_gets_a_clear_error(scratch: Path, args: list[str], code: int, said: str) -> None:
+    before = sorted(p.name for p in scratch.iterdir())
+    r = hpctrain(*(a.replace("{tmp}", str(scratch)) for a in args), timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == code, out
+    assert said.replace("{tmp}", str(scratch)) in out, out
+    assert "Traceback" not in out and "bug in hpctrain" not in out, out
+    assert sorted(p.name for p in scratch.iterdir()) == before  # nothing was created
