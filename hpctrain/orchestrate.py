@@ -56,7 +56,7 @@ def prepare(
     now: datetime | None = None,
 ) -> Prepared:
     """Compose, validate and plan every run (every point of a sweep) before anything starts."""
-    points = expand(overrides) if multirun else [list(overrides)]
+    points = expand(overrides, config_dir) if multirun else [list(overrides)]
     configs = load_configs(points, config_dir) if multirun else [load_config(overrides, config_dir)]
     launcher = one_launcher(configs)
     validate_points(configs, point_labels(points) if multirun else [""], launcher.facts)

@@ -14,10 +14,19 @@ from .errors import ConfigError, Problem
 MAX_POINTS = 4096
 
 
-def expand(overrides: Sequence[str]) -> list[list[str]]:
-    """The cartesian product of the sweep overrides, in Hydra's BasicSweeper order."""
+def expand(overrides: Sequence[str], config_dir: str | None = None) -> list[list[str]]:
+    """The cartesian product of the sweep overrides, in Hydra's BasicSweeper order. The parser
+    gets a config loader, as in a Hydra app, so that glob(...) can list a config group's options."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.utils import create_config_search_path
+
+    from .config.load import conf_dir
+    from .config.schema import register
+
+    register()
+    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(conf_dir(config_dir))))
     try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        parsed = OverridesParser.create(config_loader=loader).parse_overrides(list(overrides))
         points = [p for batch in BasicSweeper.split_arguments(parsed, None) for p in batch]
     except HydraException as e:
         raise ConfigError(
@@ -25,7 +34,7 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
                 Problem(
                     "<sweep>",
                     f"cannot expand the sweep: {str(e).splitlines()[0]}",
-                    "use Hydra's sweep syntax: key=a,b,c or key=range(1,4)",
+                    "use Hydra's sweep syntax: key=a,b,c, key=range(1,4) or group=glob(*)",
                 )
             ]
         ) from e

@@ -52,3 +52,15 @@ def test_an_invalid_sweep_point_is_named_with_what_varies() -> None:
         problem.where == "point 2 (cluster.ranks=0 precision=fp32), point 3 (cluster.ranks=0 precision=bf16)"
     )
     assert "in: point 2" in str(e.value)
+
+
+def test_glob_over_a_config_group_lists_its_options_as_in_hydra() -> None:
+    assert expand(["model=glob(*)"]) == [
+        [f"model={m}"] for m in ("cnn", "mlp", "resnet18", "resnet50", "transformer")
+    ]
+    assert expand(["model=glob(res*)", "precision=glob(*,exclude=fp16)"]) == [
+        ["model=resnet18", "precision=bf16"],
+        ["model=resnet18", "precision=fp32"],
+        ["model=resnet50", "precision=bf16"],
+        ["model=resnet50", "precision=fp32"],
+    ]
