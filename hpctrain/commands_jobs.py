@@ -27,7 +27,9 @@ def status(path: Path, console: Console) -> int:
             str(st.nodes) if st.nodes is not None else "-",
             st.elapsed,
             orchestrate.progress_of(job.run_dir),
-            error or st.reason if st.state != "COMPLETED" else "",
+            (error or st.reason) + (" (it can never start as submitted: cancel it)" if st.blocked else "")
+            if st.state != "COMPLETED"
+            else "",
         )
     console.print(table)
     return 0

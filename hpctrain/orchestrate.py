@@ -4,7 +4,7 @@ happens meanwhile goes to a Reporter."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -87,6 +87,7 @@ def point_labels(points: Sequence[Sequence[str]]) -> list[str]:
 def start(p: Prepared, detach: bool) -> list[Job]:
     """Start or submit; a sweep directory gets sweep.json (its runs, jobs and job arrays). A dated
     default directory that another command took in the same second becomes NAME-2, NAME-3, ..."""
+    p.launcher.admit(p.runs)
     if p.dated:
         home = p.group_dir or p.runs[0].run_dir
         claimed = claim_fresh(home)
@@ -128,11 +129,19 @@ class LogFollower:
     """Feeds new lines of a run's output files to the reporter: progress events as events,
     the rest as lines (submitit's own chatter left out)."""
 
-    def __init__(self, paths: list[Path], reporter: Reporter) -> None:
+    def __init__(
+        self,
+        paths: list[Path],
+        reporter: Reporter,
+        pending: Callable[[dict[str, JobStatus]], None] | None = None,  # also told each poll's states
+    ) -> None:
         self.offsets = {p: 0 for p in paths}
         self.reporter = reporter
+        self.pending = pending
 
-    def __call__(self, _states: object = None) -> None:
+    def __call__(self, states: dict[str, JobStatus] | None = None) -> None:
+        if self.pending is not None and states is not None:
+            self.pending(states)
         for path, offset in self.offsets.items():
             lines, self.offsets[path] = records.read_new_lines(path, offset)
             for line in lines:
@@ -141,6 +150,24 @@ class LogFollower:
                     self.reporter.event(event)
                 elif not line.startswith("submitit "):
                     self.reporter.line(line)
+
+
+class PendingNotes:
+    """Tells the user why jobs wait (the scheduler's pending reason), once per change."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.reporter = reporter
+        self.last: dict[str, int] = {}
+
+    def __call__(self, states: dict[str, JobStatus]) -> None:
+        now: dict[str, int] = {}
+        for st in states.values():
+            if st.state == "PENDING" and st.reason.startswith("pending: "):
+                now[st.reason] = now.get(st.reason, 0) + 1
+        for reason, n in now.items():
+            if reason not in self.last:
+                self.reporter.note(f"{n} job(s) {reason}" if len(states) > 1 else f"job {reason}")
+        self.last = now
 
 
 def follow(
@@ -154,14 +181,15 @@ def follow(
     """Wait for the jobs, showing the output of the one running (one job, or a launcher that runs
     a sweep's points one after another); a concurrent sweep is only polled. On an interrupt a
     launcher that owns its jobs (local) cancels them; SLURM jobs keep running, and say so."""
+    pending = PendingNotes(reporter)
     try:
         if len(jobs) > 1 and not launcher.sequential:
-            return launcher.wait(jobs, timeout_s, poll_s=2.0)
+            return launcher.wait(jobs, timeout_s, poll_s=2.0, on_poll=pending)
         states: dict[str, JobStatus] = {}
         poll = 0.25 if launcher.sequential else 1.0
         for i, job in enumerate(jobs):
             reporter.begin(labels[i] if i < len(labels) else "", steps[i] if i < len(steps) else 0)
-            tail = LogFollower(launcher.follow_paths(job), reporter)
+            tail = LogFollower(launcher.follow_paths(job), reporter, pending)
             states.update(launcher.wait([job], timeout_s, poll_s=poll, on_poll=tail))
             tail()
         return states

@@ -175,12 +175,14 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
             f"{len(busy)} run(s) of the study are still in flight: {', '.join(busy)}; wait for them "
             f"(hpctrain status {study_dir}) or cancel them (hpctrain cancel {study_dir}), then resume"
         )
-    for r in todo:
-        _set_aside(Path(r.run_dir))
     runs = [
         RunSpec(i, r.overrides, configs[r.name], launcher.plan(configs[r.name], Path(r.run_dir), study_dir))
         for i, r in enumerate(todo)
     ]
+    if runs:
+        launcher.admit(runs)  # before a directory is renamed
+    for r in todo:
+        _set_aside(Path(r.run_dir))
     if runs:
         jobs = launcher.submit(runs, study_dir, detach=False)
         write_sweep(study_dir / f"attempt-{int(time.time())}", launcher.name, runs, jobs)

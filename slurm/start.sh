@@ -80,7 +80,8 @@ for i in $(seq 1 "$NODES"); do
       "hostname n$i && mount --bind '$STATE/etc/hosts' /etc/hosts && exec slurmd -N n$i"
   fi
 done
-all_idle() { [ "$(sinfo -h -N -o '%N %t' | awk '$2 != "idle"' | wc -l)" -eq 0 ] && [ "$(sinfo -h -N | wc -l)" -eq "$NODES" ]; }
+# (sinfo -N lists a node once per partition: count distinct names)
+all_idle() { [ "$(sinfo -h -N -o '%N %t' | awk '$2 != "idle"' | wc -l)" -eq 0 ] && [ "$(sinfo -h -N -o '%N' | sort -u | wc -l)" -eq "$NODES" ]; }
 wait_for 60 "nodes to be idle" all_idle || true
-say "cluster up: $(sinfo -h -o '%D nodes %T (%N)' | tr '\n' ' ')"
+say "cluster up: $(sinfo -h -p debug -o '%D nodes %T (%N)' | tr '\n' ' ')"
 say "use it with: export SLURM_CONF=$SLURM_CONF"

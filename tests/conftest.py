@@ -57,6 +57,18 @@ def hpctrain(*args: str, timeout: float = 600, cwd: Path | None = None) -> subpr
     )
 
 
+def start_hpctrain(*args: str) -> subprocess.Popen[str]:
+    """The real CLI started in the background (output piped), for tests that signal or race it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpctrain.cli", *args],
+        cwd=ROOT,
+        env=dict(os.environ, COLUMNS="200", TERM="dumb"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.fixture
 def run_cli():
     return hpctrain

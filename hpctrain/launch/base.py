@@ -6,6 +6,7 @@ ReFrame's launcher registry. A launcher is chosen by the config's `cluster.name`
 
     plan(cfg, run_dir)        pure: the launch plan (what --dry-run prints), no I/O
     describe(plans)           the dry-run text of one run or a sweep
+    admit(runs)               refuse what the scheduler would not accept, before any file is written
     submit(runs)              write the run files, start or submit; returns one Job per run
     status(jobs)              JobStatus per job id (PENDING RUNNING COMPLETED FAILED CANCELLED ...)
     wait(jobs)                poll status until every job is done (generic, below)
@@ -105,6 +106,7 @@ class JobStatus:
     nodes: int | None = None
     elapsed: str = "-"
     reason: str = ""  # why it is pending, or how it ended
+    blocked: bool = False  # pending, and the scheduler says it can never start as submitted
 
     @property
     def done(self) -> bool:
@@ -145,6 +147,11 @@ class Launcher(ABC):
     def describe(self, runs: list[RunSpec]) -> str: ...
 
     # --- side effects -----------------------------------------------------------------------
+    def admit(self, runs: list[RunSpec]) -> None:
+        """Refuse, before anything is written or submitted, runs the scheduler would not accept
+        (e.g. more jobs than the user may queue). Raises LaunchError. Default: accept all."""
+        return None
+
     @abstractmethod
     def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
         """Write each run's files, then start or submit. `detach=False`: the caller waits, and
@@ -190,6 +197,15 @@ class Launcher(ABC):
             on_poll(states)
             if len(states) == len(jobs) and all(s.done for s in states.values()):
                 return states
+            blocked = [j for j in jobs if j.job_id in states and states[j.job_id].blocked]
+            if blocked:  # waiting would be for ever: stop them and say why
+                self.cancel(blocked)
+                why = states[blocked[0].job_id].reason
+                raise LaunchError(
+                    f"job(s) {', '.join(j.job_id for j in blocked)} can never start as submitted "
+                    f"({why}); they were cancelled: change the request (cluster.partition, "
+                    "cluster.nodes, cluster.time_min, ...) and submit again"
+                )
             if time.monotonic() > deadline:
                 raise LaunchError(
                     f"jobs {', '.join(j.job_id for j in jobs)} not done after {timeout_s:.0f} s "

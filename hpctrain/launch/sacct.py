@@ -9,7 +9,37 @@ from dataclasses import dataclass, replace
 from ..errors import LaunchError
 from .base import DONE
 
-SACCT_FIELDS = ("JobID", "JobName", "State", "NNodes", "Elapsed", "ExitCode", "NodeList")
+SACCT_FIELDS = ("JobID", "JobName", "State", "NNodes", "Elapsed", "ExitCode", "NodeList", "Reason")
+
+# squeue(1) JOB REASON CODES: why a job is pending. True: it can never start as submitted (its
+# request exceeds a partition, QOS or association limit); False: it waits its turn.
+PENDING_REASONS: dict[str, tuple[str, bool]] = {
+    "PartitionConfig": ("the job asks for more than its partition has (nodes, CPUs or GPUs)", True),
+    "PartitionNodeLimit": ("more nodes than the partition allows per job", True),
+    "PartitionTimeLimit": ("a longer time limit than the partition allows", True),
+    "BadConstraints": ("the constraints (cluster.constraint) match no node", True),
+    "InvalidAccount": ("the account does not exist or is not yours", True),
+    "InvalidQOS": ("the QOS does not exist or is not allowed", True),
+    "QOSMaxNodePerJobLimit": ("more nodes than the QOS allows per job", True),
+    "QOSMaxWallDurationPerJobLimit": ("a longer time limit than the QOS allows", True),
+    "AssocMaxNodesPerJobLimit": ("more nodes than your association allows per job", True),
+    "AssocMaxWallDurationPerJobLimit": ("a longer time limit than your association allows", True),
+    "DependencyNeverSatisfied": ("a dependency that can never be satisfied", True),
+    "Resources": ("waiting for nodes to become free", False),
+    "Priority": ("jobs of higher priority go first", False),
+    "JobArrayTaskLimit": ("the array's cluster.array_parallelism tasks are running", False),
+    "BeginTime": ("waiting for its start time", False),
+    "ReqNodeNotAvail": ("the nodes it needs are unavailable (down, drained or reserved)", False),
+    "PartitionDown": ("the partition is down", False),
+    "QOSMaxJobsPerUserLimit": ("you have as many running jobs as the QOS allows", False),
+    "AssocMaxJobsLimit": ("you have as many running jobs as your association allows", False),
+}
+
+
+def explain_pending(reason: str) -> tuple[str, bool]:
+    """(text for the user, whether the job can never start) for sacct's Reason of a pending job."""
+    text, never = PENDING_REASONS.get(reason, ("", False))
+    return (f"{reason}: {text}" if text else reason), never
 
 
 @dataclass(frozen=True)
@@ -21,6 +51,7 @@ class JobState:
     elapsed: str
     exit_code: str
     nodelist: str
+    reason: str = ""  # why it is pending (sacct's Reason; "None" otherwise)
 
     @property
     def done(self) -> bool:
@@ -34,7 +65,7 @@ def parse_sacct(text: str) -> dict[str, JobState]:
         parts = line.split("|")
         if len(parts) != len(SACCT_FIELDS) or "." in parts[0]:
             continue
-        jid, name, state, nodes, elapsed, code, nodelist = parts
+        jid, name, state, nodes, elapsed, code, nodelist, reason = parts
         out[jid] = JobState(
             jid,
             name,
@@ -43,6 +74,7 @@ def parse_sacct(text: str) -> dict[str, JobState]:
             elapsed,
             code,
             nodelist,
+            reason if reason != "None" else "",
         )
     return out
 
@@ -93,3 +125,26 @@ def sacct(job_ids: list[str]) -> dict[str, JobState]:
     if r.returncode != 0:
         raise LaunchError(f"sacct failed: {r.stderr.strip()}")
     return with_array_tasks(job_ids, parse_sacct(r.stdout))
+
+
+def parse_squeue_reasons(text: str) -> dict[str, str]:
+    """`squeue -h -r -o %i|%r` output -> pending reason by job id (array tasks one per line)."""
+    out = {}
+    for line in text.splitlines():
+        jid, _, reason = line.strip().partition("|")
+        if jid and reason and reason != "None":
+            out[jid] = reason
+    return out
+
+
+def pending_reasons(job_ids: list[str]) -> dict[str, str]:
+    """The controller's live reason for each pending job (the accounting database records a
+    pending job's reason late or never, so sacct's Reason cannot be trusted for it)."""
+    if not job_ids:
+        return {}
+    argv = ["squeue", "-h", "-r", "-t", "PENDING", "-o", "%i|%r", "-j", ",".join(job_ids)]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_squeue_reasons(r.stdout) if r.returncode == 0 else {}

@@ -11,14 +11,17 @@ from ..config.schema import Config, SlurmClusterConf
 from ..errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
 from ..plan_slurm import SlurmPlan, plan_slurm
 from .base import Job, JobStatus, Launcher, RunSpec
+from .output import srun_failure
 from .registry import register_launcher
-from .sacct import sacct
+from .sacct import explain_pending, pending_reasons, sacct
+from .slurm_limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
 
 
 @register_launcher("slurm")
 class SlurmLauncher(Launcher):
     schema = SlurmClusterConf
     study_scale = "nodes"
+    _limits: Limits | None = None
 
     @staticmethod
     def world_size(cluster: SlurmClusterConf) -> int:
@@ -34,24 +37,46 @@ class SlurmLauncher(Launcher):
         folder = str(group_dir / "submitit") if group_dir is not None else None
         return plan_slurm(cfg, str(run_dir), self.python, folder)
 
+    def limits(self, runs: list[RunSpec]) -> Limits:
+        """The scheduler's limits (read once per launcher)."""
+        if self._limits is None:
+            self._limits = read_limits(runs[0].cfg.cluster.qos)
+        return self._limits
+
     def describe(self, runs: list[RunSpec]) -> str:
         from .slurm_submit import group_by_shape
 
         if len(runs) == 1:
             script = runs[0].plan.sbatch_script()  # type: ignore[attr-defined]
             return f"# sbatch script (submitted by submitit; nothing was submitted)\n{script}"
-        out = []
+        limits = self.limits(runs)
+        out = [f"# arrays of at most {limits.max_array_size} runs ({limits.source})"]
         for group in group_by_shape(runs):
-            out.append(
-                f"# array of {len(group)} run(s): {[r.index for r in group]}\n"
-                + group[0].plan.sbatch_script(array_size=len(group))  # type: ignore[attr-defined]
-            )
+            parts = limits.arrays(len(group))
+            for k, part in enumerate(parts):
+                indices = ranges_text([group[i].index for i in part])
+                head = (
+                    f"# array {k + 1}/{len(parts)} of this shape: {len(part)} run(s), sweep points {indices}"
+                )
+                script = group[0].plan.sbatch_script(array_size=len(part))  # type: ignore[attr-defined]
+                out.append(
+                    head
+                    + "\n"
+                    + (script if k == 0 else f"(the same script with --array=0-{len(part) - 1})\n")
+                )
         return "\n".join(out)
+
+    def admit(self, runs: list[RunSpec]) -> None:
+        from .slurm_submit import check_room
+
+        if len(runs) > 1:
+            check_room(runs, self.limits(runs))
 
     def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
         from .slurm_submit import submit_runs
 
-        return submit_runs(runs)[0]
+        limits = self.limits(runs) if len(runs) > 1 else Limits(SLURM_DEFAULT_MAX_ARRAY_SIZE, None, 0, "")
+        return submit_runs(runs, limits)[0]
 
     def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
         if len(jobs) == 1:
@@ -64,11 +89,16 @@ class SlurmLauncher(Launcher):
         return f"[bold]submitted[/] {len(jobs)} runs as {len(arrays)} job array(s): {', '.join(arrays)}"
 
     def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
+        out = {}
         states = sacct([j.job_id for j in jobs])
-        return {
-            k: JobStatus(k, s.state, s.nodes, s.elapsed, f"exit code {s.exit_code}")
-            for k, s in states.items()
-        }
+        live = pending_reasons([k for k, s in states.items() if s.state == "PENDING"])
+        for k, s in states.items():
+            if s.state == "PENDING" and (live.get(k) or s.reason):
+                reason, never = explain_pending(live.get(k) or s.reason)
+                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, f"pending: {reason}", blocked=never)
+            else:
+                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, f"exit code {s.exit_code}")
+        return out
 
     def log_paths(self, job: Job, rank: int) -> list[Path]:
         folder = Path(job.ref.folder or job.run_dir / "submitit")
@@ -87,16 +117,29 @@ class SlurmLauncher(Launcher):
             raise LaunchError(f"scancel failed: {r.stderr.strip()}")
 
     def failure(self, job: Job, status: JobStatus) -> HpctrainError:
+        """Cancelled first (ranks stopped by scancel may leave errors that are its effect), then
+        the rank's own error file, then srun's report of the task that died (signal, exit code)."""
+        if status.state == "CANCELLED":
+            return RunCancelled(f"job {job.job_id} was cancelled (run directory {job.run_dir})")
         first = records.first_error(job.run_dir)
         if first is not None:
             return RankFailure(
                 first.rank, f"{first.describe()}; job {job.job_id} {status.state}", run_dir=str(job.run_dir)
             )
-        if status.state == "CANCELLED":
-            return RunCancelled(f"job {job.job_id} was cancelled (run directory {job.run_dir})")
+        found = srun_failure(self._job_stderr(job))
+        if found is not None:
+            rank, cause = found
+            return RankFailure(rank, f"{cause}; job {job.job_id} {status.state}", run_dir=str(job.run_dir))
         return RankFailure(
             None, f"job {job.job_id} ended {status.state} ({status.reason})", run_dir=str(job.run_dir)
         )
+
+    def _job_stderr(self, job: Job) -> str:
+        """The batch script's stderr, where srun reports tasks that failed."""
+        try:
+            return self.log_paths(job, 0)[1].read_text(errors="replace")[-20000:]
+        except OSError:
+            return ""
 
     def run_allreduce(self, cfg: Config, out: Path, max_bytes: int, work_dir: Path) -> None:
         """On the resources of `cfg` (one world size of a study), as one job; waits for it."""

@@ -21,6 +21,7 @@ from ..plan_slurm import SlurmPlan
 from .base import Job, RunSpec
 from .rundir import prepare_run_dir, write_run_files
 from .slurm_job import AllreduceJob, TrainingJob
+from .slurm_limits import Limits
 
 
 def _executor(plan: SlurmPlan) -> submitit.SlurmExecutor:
@@ -53,13 +54,29 @@ def group_by_shape(runs: list[RunSpec]) -> list[list[RunSpec]]:
     return list(groups.values())
 
 
-def submit_runs(runs: list[RunSpec]) -> tuple[list[Job], list[records.ArrayRef]]:
-    """One sbatch call for a single run, one `sbatch --array` per resource shape for several."""
+def check_room(runs: list[RunSpec], limits: Limits) -> None:
+    """Refuse, before anything is submitted, a sweep the user's MaxSubmitJobs cannot hold."""
+    room = limits.room()
+    if room is not None and len(runs) > room:
+        raise LaunchError(
+            f"{len(runs)} run(s) exceed what SLURM lets you queue now: MaxSubmitJobs="
+            f"{limits.max_submit_jobs} with {limits.queued} job(s) already pending or running "
+            f"(room for {room}); submit the sweep in parts, or wait for jobs to finish"
+        )
+
+
+def submit_runs(runs: list[RunSpec], limits: Limits) -> tuple[list[Job], list[records.ArrayRef]]:
+    """One sbatch call for a single run; for several, one `sbatch --array` per resource shape,
+    split into arrays of at most the cluster's MaxArraySize."""
+    check_room(runs, limits)
     jobs: list[Job] = []
     arrays: list[records.ArrayRef] = []
-    for group in group_by_shape(runs):
-        for r in group:
+    for shape in group_by_shape(runs):
+        for r in shape:
             write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
+    for group in [
+        [shape[i] for i in part] for shape in group_by_shape(runs) for part in limits.arrays(len(shape))
+    ]:
         plan: SlurmPlan = group[0].plan  # type: ignore[assignment]
         ex = _executor(plan)
         with sbatch_errors():

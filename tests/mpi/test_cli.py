@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, hpctrain, lines, processes_of, wait_for
+from tests.conftest import ROOT, hpctrain, lines, processes_of, start_hpctrain, wait_for
 
 pytestmark = pytest.mark.mpi
 
@@ -24,15 +24,13 @@ SMALL = ["data=digits", "train.steps=6", "train.warmup_steps=1", "train.batch_pe
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_an_interrupted_run_exits_130_and_leaves_nothing_running(tmp_path: Path, sig: signal.Signals) -> None:
     run_dir = tmp_path / "long"
-    env = dict(os.environ, COLUMNS="200", TERM="dumb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hpctrain.cli", "run", "--no-progress", f"run.dir={run_dir}", *SMALL[:1]]
-        + ["train.steps=100000", "train.log_interval=1000"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        *SMALL[:1],
+        "train.steps=100000",
+        "train.log_interval=1000",
     )
     try:
         wait_for("20 steps", lambda: lines(run_dir / "steps-rank0.jsonl") >= 20)

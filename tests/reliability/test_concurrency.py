@@ -4,16 +4,13 @@ study is run by one hpctrain at a time; study resume stays inside the study dire
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from hpctrain import orchestrate
-from tests.conftest import ROOT, hpctrain, wait_for
+from tests.conftest import hpctrain, start_hpctrain, wait_for
 
 pytestmark = pytest.mark.mpi
 
@@ -52,14 +49,7 @@ def _study(tmp_path: Path, *extra: str) -> list[str]:
 
 
 def test_a_second_resume_of_a_running_study_is_refused_and_disturbs_nothing(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hpctrain.cli", *_study(tmp_path, "study.steps=3000")],
-        cwd=ROOT,
-        env=dict(os.environ, COLUMNS="200", TERM="dumb"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_hpctrain(*_study(tmp_path, "study.steps=3000"))
     try:
         wait_for(
             "the study's run to start", lambda: list(tmp_path.glob("*/*-strong/n1-r0/steps-rank0.jsonl"))

@@ -8,12 +8,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, hpctrain, lines, processes_of, wait_for
+from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_for
 
 pytestmark = pytest.mark.mpi
 
@@ -25,14 +24,7 @@ def _rank_pids(run_dir: Path) -> list[int]:
 
 
 def _start(run_dir: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "hpctrain.cli", "run", f"run.dir={run_dir}", *LONG, *extra],
-        cwd=ROOT,
-        env=dict(os.environ, COLUMNS="200", TERM="dumb"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    return start_hpctrain("run", f"run.dir={run_dir}", *LONG, *extra)
 
 
 @pytest.mark.parametrize("victim", ["hpctrain run", "the supervisor"])

@@ -242,3 +242,19 @@ def test_bench_submit_sends_a_sweep_in_one_sbatch_call(tmp_path: Path) -> None:
     status = hpctrain("status", str(sweep), timeout=60).stdout
     assert status.count("CANCELLED") + status.count("COMPLETED") == 16, status
     assert "PENDING" not in status and "RUNNING" not in status, status
+
+
+def test_a_sweep_larger_than_max_array_size_goes_out_as_several_arrays(tmp_path: Path) -> None:
+    """The local cluster keeps SLURM's default MaxArraySize=1001 (indices 0..1000)."""
+    assert (
+        "MaxArraySize            = 1001"
+        in subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    )
+    r = hpctrain("bench", "submit", "--points", "1003", "--out", str(tmp_path), timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 sbatch call(s) for 1003 points" in r.stdout and "target of 2" in r.stdout, r.stdout
+    [sweep] = list(tmp_path.glob("*/*-submit-sweep"))
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    assert [a["size"] for a in manifest["arrays"]] == [1001, 2], manifest["arrays"]
+    tasks = [int(run["job_id"].split("_")[1]) for run in manifest["runs"]]
+    assert tasks == [*range(1001), 0, 1]  # each array's own indices, from 0

@@ -12,17 +12,34 @@ TEXT = (Path(__file__).resolve().parents[1] / "fixtures" / "sacct-22.05.txt").re
 
 def test_parse_recorded_sacct_output() -> None:
     states = parse_sacct(TEXT)
-    assert sorted(states) == ["1026", "1027", "1028_0", "1028_1", "1028_2", "1029"]
+    assert sorted(states) == ["1026", "1027", "1028_0", "1028_1", "1028_2", "1029", "1229"]
     assert states["1026"].state == "COMPLETED" and states["1026"].done
     assert (
         states["1027"].state == "FAILED" and states["1027"].nodes == 2 and states["1027"].exit_code == "1:0"
     )
     assert states["1029"].state == "CANCELLED"  # "CANCELLED by 0" reduced to its first word
     assert states["1028_1"].nodelist == "n3"
+    # more nodes than the partition has: SLURM accepts the job, which then waits for ever
+    assert (states["1229"].state, states["1229"].reason) == ("PENDING", "PartitionConfig")
+
+
+def test_a_pending_reason_is_explained_and_the_hopeless_ones_are_marked() -> None:
+    from hpctrain.launch.sacct import explain_pending
+
+    assert explain_pending("PartitionConfig") == (
+        "PartitionConfig: the job asks for more than its partition has (nodes, CPUs or GPUs)",
+        True,
+    )
+    assert explain_pending("PartitionNodeLimit")[1] and explain_pending("PartitionTimeLimit")[1]
+    assert explain_pending("Resources") == ("Resources: waiting for nodes to become free", False)
+    assert explain_pending("Priority")[1] is False
+    assert explain_pending("SomethingNew") == ("SomethingNew", False)  # unknown: shown, waited on
 
 
 def test_running_and_pending_are_not_done() -> None:
-    states = parse_sacct("7|x|RUNNING|1|00:00:03|0:0|n1\n8|x|PENDING|2|00:00:00|0:0|None assigned\n")
+    states = parse_sacct(
+        "7|x|RUNNING|1|00:00:03|0:0|n1|None\n8|x|PENDING|2|00:00:00|0:0|None assigned|Resources\n"
+    )
     assert not states["7"].done and not states["8"].done
 
 
@@ -35,15 +52,26 @@ def test_array_tasks_that_never_started_take_the_arrays_state() -> None:
     `1152`, and none for `1152_0`; a partly started array lists its unsplit rest as `1153_[2-15%4]`."""
     from hpctrain.launch.sacct import with_array_tasks
 
-    cancelled = parse_sacct("1152|submit|CANCELLED by 0|1|00:00:00|0:0|None assigned\n")
+    cancelled = parse_sacct("1152|submit|CANCELLED by 0|1|00:00:00|0:0|None assigned|None\n")
     states = with_array_tasks(["1152_0", "1152_15"], cancelled)
     assert states["1152_0"].state == "CANCELLED" and states["1152_0"].done
     assert states["1152_15"].job_id == "1152_15"
     partly = parse_sacct(
-        "1153_0|x|RUNNING|1|00:00:09|0:0|n1\n"
-        "1153_1|x|COMPLETED|1|00:00:05|0:0|n2\n"
-        "1153_[2-15%4]|x|PENDING|1|00:00:00|0:0|None assigned\n"
+        "1153_0|x|RUNNING|1|00:00:09|0:0|n1|None\n"
+        "1153_1|x|COMPLETED|1|00:00:05|0:0|n2|None\n"
+        "1153_[2-15%4]|x|PENDING|1|00:00:00|0:0|None assigned|JobArrayTaskLimit\n"
     )
     states = with_array_tasks(["1153_0", "1153_1", "1153_7", "1153_16"], partly)
     assert [states[k].state for k in ("1153_0", "1153_1", "1153_7")] == ["RUNNING", "COMPLETED", "PENDING"]
     assert "1153_16" not in states  # not in the array's task list: still unknown
+
+
+def test_squeue_reasons_by_job_and_array_task() -> None:
+    from hpctrain.launch.sacct import parse_squeue_reasons
+
+    text = "1230|PartitionConfig\n1153_7|JobArrayTaskLimit\n1153_8|JobArrayTaskLimit\n1240|None\n"
+    assert parse_squeue_reasons(text) == {
+        "1230": "PartitionConfig",
+        "1153_7": "JobArrayTaskLimit",
+        "1153_8": "JobArrayTaskLimit",
+    }

@@ -1,0 +1,100 @@
+"""What the scheduler says reaches the user: why a job waits, that it can never start, which
+rank failed and how, that it was cancelled, and the user's submit limit (real local cluster)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hpctrain, sacct_state, start_hpctrain, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+SMALL = ["cluster=slurm", "data=digits", "train.steps=8", "train.warmup_steps=1"]
+# the local cluster's `tiny` partition has one node: a 2-node job there is accepted, never started
+TOO_BIG = ["cluster.partition=tiny", "cluster.nodes=2"]
+
+
+def test_a_job_that_can_never_start_is_reported_and_not_waited_on(tmp_path: Path) -> None:
+    r = hpctrain("run", "--no-progress", f"run.dir={tmp_path / 'r'}", *SMALL, *TOO_BIG, timeout=300)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "job pending: PartitionConfig" in r.stdout  # said while waiting, as the scheduler says it
+    assert (
+        "can never start as submitted (pending: PartitionConfig: the job asks for more than its " in r.stderr
+    )
+    job = json.loads((tmp_path / "r" / "job.json").read_text())["job_id"]
+    wait_for("the job cancelled", lambda: sacct_state(job) == "CANCELLED", timeout_s=60)
+
+
+def test_status_shows_the_pending_reason(tmp_path: Path) -> None:
+    run_dir = tmp_path / "p"
+    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *SMALL, *TOO_BIG)
+    assert r.returncode == 0, r.stderr
+    try:
+        wait_for(
+            "a pending reason", lambda: "pending: PartitionConfig" in hpctrain("status", str(run_dir)).stdout
+        )
+        assert "it can never start as submitted: cancel it" in hpctrain("status", str(run_dir)).stdout
+    finally:
+        hpctrain("cancel", str(run_dir))
+
+
+def test_a_killed_rank_is_named_with_its_node_and_signal(tmp_path: Path) -> None:
+    run_dir = tmp_path / "k"
+    kill = ["debug.fail_rank=1", "debug.fail_step=3", "debug.fail_mode=kill", "cluster.ranks_per_node=2"]
+    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *SMALL, *kill, timeout=300)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "rank 1 failed: killed by signal 9 (SIGKILL) on n" in r.stderr, r.stderr
+    status = hpctrain("status", str(run_dir)).stdout
+    assert "rank 1 failed: killed by signal 9 (SIGKILL)" in status, status
+
+
+def test_a_job_cancelled_by_the_user_is_reported_as_cancelled(tmp_path: Path) -> None:
+    run_dir = tmp_path / "c"
+    proc = start_hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        *SMALL[:2],
+        "train.steps=100000",
+        "cluster.ranks_per_node=2",
+    )
+    try:
+        wait_for("steps", lambda: (run_dir / "steps-rank0.jsonl").exists(), timeout_s=180)
+        job = json.loads((run_dir / "job.json").read_text())["job_id"]
+        subprocess.run(["scancel", job], check=True)  # by the user, outside hpctrain
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+    assert proc.returncode == 130, out + err
+    assert f"job {job} was cancelled" in err and "failed" not in err, err
+
+
+@pytest.fixture
+def max_submit_jobs_5():
+    def limit(n: int) -> None:
+        subprocess.run(
+            ["sacctmgr", "-i", "modify", "user", "where", "name=root", "set", f"MaxSubmitJobs={n}"],
+            check=True,
+            capture_output=True,
+        )
+
+    limit(5)
+    try:
+        yield
+    finally:
+        limit(-1)
+
+
+def test_a_sweep_beyond_the_users_submit_limit_is_refused_before_anything(
+    tmp_path: Path, max_submit_jobs_5: None
+) -> None:
+    r = hpctrain("run", "-m", *SMALL, "train.seed=range(6)", f"run.output_root={tmp_path}")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "6 run(s) exceed what SLURM lets you queue now: MaxSubmitJobs=5" in r.stderr, r.stderr
+    assert not list(tmp_path.iterdir())  # not even the sweep directory
