@@ -157,6 +157,9 @@ class TrainConf:
     device: Device = Device.auto  # auto: CUDA when present
     save_model: bool = True  # rank 0 writes model.pt at the end
     stop_on_nonfinite_loss: bool = True  # a NaN/inf loss ends the run, naming the step and rank
+    stall_timeout_s: float = (
+        300.0  # no step completed for this long: the run ends, naming the stalled rank(s); 0 = off
+    )
 
 
 @dataclass

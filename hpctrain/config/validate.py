@@ -83,6 +83,14 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
                 "set it to a positive number of milliseconds, or null for Horovod's default",
             )
         )
+    if t.stall_timeout_s < 0 or 0 < t.stall_timeout_s < 5:
+        p.append(
+            Problem(
+                "train.stall_timeout_s",
+                f"must be 0 (off) or at least 5 s (got {t.stall_timeout_s:g}): the watchdog beats once a second",
+                "e.g. train.stall_timeout_s=300",
+            )
+        )
     if o.lr <= 0:  # NaN and inf: value_problems
         p.append(Problem("optim.lr", f"must be > 0 (got {o.lr:g})", "set optim.lr to a positive number"))
     if o.momentum < 0 or o.momentum >= 1:

@@ -155,7 +155,8 @@ class ErrorRecord:
     time: float
 
     def describe(self) -> str:
-        return f"{self.type}: {self.message} (on {self.host})"
+        first, _, rest = self.message.partition("\n")  # details (e.g. stacks) after the host
+        return f"{self.type}: {first} (on {self.host})" + (f"\n{rest}" if rest else "")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from .precision import make_scaler
 from .schedule import lr_at
 from .stats import rank_stats
 from .step import Trainer, sync, train_step
+from .watchdog import Watchdog
 
 
 class NonFiniteLoss(RuntimeError):
@@ -164,11 +165,14 @@ def train(
             emit(f"resuming from {restored.path} at step {start}")
     last_event = 0.0
     t.model.train()
+    t.watch = Watchdog(run_dir, info.rank, d.world_size, cfg.train.stall_timeout_s).start()
+    t.watch.phase("data", start)
     with open(steps_path, "w", buffering=1) as steps_file:  # line by line: status sees progress
         steps_file.writelines(records.step_line(r) for r in out)
         t_prev = time.perf_counter()
         for step, (x, y) in enumerate(t.loader, start=start):
             if step == cfg.debug.hold_step and start == 0 and control is not None:  # first attempt
+                t.watch.phase("hold", step)
                 _hold(control, step, emit if master else None)
             if fail_here and step == cfg.debug.fail_step:
                 _inject_failure(cfg.debug.fail_mode, info.rank, step)
@@ -195,6 +199,8 @@ def train(
             t_prev = r.end
             out.append(rec)
             steps_file.write(records.step_line(rec))
+            t.watch.completed(step)
+            t.watch.phase("data", step + 1)
             if cfg.train.stop_on_nonfinite_loss and not math.isfinite(r.loss):
                 raise NonFiniteLoss(
                     f"the loss is {r.loss} at step {step} on rank {info.rank} (lr {lr:g}); lower "
@@ -211,7 +217,9 @@ def train(
                         emit(f"checkpoint {path.name} written after step {step + 1}")
                     hvd.allreduce(torch.zeros(1), name=f"hpctrain.ckpt.{step}")  # all wait for it
                 if r.stop:
+                    t.watch.stop()
                     return None
+    t.watch.stop()
     if master and cfg.train.save_model:
         buf = io.BytesIO()
         torch.save(t.model.state_dict(), buf)

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..config.schema import Config
 from .precision import autocast
+from .watchdog import Watchdog
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Trainer:
     device: torch.device
     criterion: nn.Module
     delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
+    watch: Watchdog | None = None  # told the phase of each step (stall detection)
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,9 @@ def train_step(
     `t_start` (so data + compute + comm is the whole step). `stop_vote` (None: no vote) is this
     rank's wish to stop, agreed on by a one-element allreduce that Horovod fuses with the
     gradients, so every rank stops after the same step."""
-    opt, dev = t.optimizer, t.device
+    opt, dev, watch = t.optimizer, t.device, t.watch
+    if watch is not None:
+        watch.phase("compute", step)
     acc = cfg.parallelism.backward_passes_per_step
     vote = (
         hvd.allreduce_async(torch.tensor([float(stop_vote)]), op=hvd.Max, name=f"hpctrain.stop.{step}")
@@ -85,11 +89,15 @@ def train_step(
     sync(dev)
     t_backward = time.perf_counter()
 
+    if watch is not None:
+        watch.phase("comm", step)
     opt.synchronize()  # blocks until every gradient allreduce has finished
     stop = vote is not None and float(hvd.synchronize(vote)[0]) > 0
     sync(dev)
     t_comm = time.perf_counter()
 
+    if watch is not None:
+        watch.phase("optimizer", step)
     with opt.skip_synchronize():
         if t.scaler is not None:
             t.scaler.unscale_(opt)

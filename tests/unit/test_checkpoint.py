@@ -210,3 +210,47 @@ def test_a_restart_keeps_the_earlier_attempts_records_it_drops(tmp_path: Path) -
     assert _previous_records(path, 0) == [] and (tmp_path / "steps-rank0.jsonl.2").read_text() == text
     path.write_text(text)
     assert len(_previous_records(path, 8)) == 8 and path.exists()  # nothing dropped: nothing to keep
+
+
+# --- stall diagnosis from heartbeats (hand-made) -----------------------------------------------
+def _beat(rank: int, phase: str, t: float, done: int = 4, step: int = 5) -> dict:
+    return {
+        "rank": rank,
+        "host": f"n{rank}",
+        "pid": 1,
+        "step": step,
+        "done": done,
+        "phase": phase,
+        "since": t - 12,
+        "time": t,
+    }
+
+
+def test_diagnose_names_the_rank_not_waiting_in_comm() -> None:
+    from hpctrain.train.watchdog import diagnose
+
+    now = 1000.0
+    out = diagnose({0: _beat(0, "comm", now), 1: _beat(1, "data", now), 2: _beat(2, "comm", now)}, 3, now)
+    assert [(s.rank, s.host, s.why) for s in out] == [
+        (1, "n1", "in data of step 5 for 12 s (last completed step 4)")
+    ]
+
+
+def test_diagnose_names_a_rank_whose_heartbeat_stopped() -> None:
+    from hpctrain.train.watchdog import diagnose
+
+    now = 1000.0
+    out = diagnose({0: _beat(0, "comm", now), 1: _beat(1, "compute", now - 9)}, 2, now)
+    assert [(s.rank, s.responsive) for s in out] == [(1, False)]
+    assert out[0].why == (
+        "no heartbeat (9 s ago): stopped, or hung outside Python, last completed step 4, in compute of step 5"
+    )
+    assert diagnose({0: _beat(0, "comm", now)}, 2, now)[0].why.startswith("no heartbeat (never)")
+
+
+def test_diagnose_names_everyone_when_all_wait_in_comm() -> None:
+    from hpctrain.train.watchdog import diagnose
+
+    now = 1000.0
+    out = diagnose({0: _beat(0, "comm", now), 1: _beat(1, "comm", now)}, 2, now)
+    assert [s.rank for s in out] == [0, 1] and out[0].why.endswith("(every rank waits in communication)")

@@ -1,0 +1,214 @@
+"""Stall detection: a watchdog thread in every rank (train.stall_timeout_s).
+
+Each rank's thread writes heartbeat-rank{R}.json once a second: its last completed step and the
+phase it is in (data, compute, comm, optimizer) since when. When no step has completed on this
+rank for the timeout, one rank (the first to create stall.json) asks every rank for its Python
+stack, waits two heartbeats, diagnoses from the heartbeats which rank(s) hold the others up,
+writes error-rank{R}.json for the first of them and exits; the launcher then stops the rest
+(mpirun, or srun --kill-on-bad-exit), and reports it like any failed rank.
+
+    a rank whose heartbeat stopped     stopped (SIGSTOP), or hung outside Python: its stack is
+                                       read with py-spy when it runs on this host
+    a rank not waiting in comm         hung in its own work (data loading, I/O, a deadlock)
+    every rank waiting in comm         a collective that cannot complete: all are named
+
+In synchronous data parallelism no rank gets more than one step ahead of the others, so the
+time since the last completed step is the measure; "N steps behind" cannot happen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import records
+
+HEARTBEAT_S = 1.0
+STALE_S = 5.0  # a heartbeat older than this: the rank's process is not running
+
+
+def heartbeat_file(rank: int) -> str:
+    return f"heartbeat-rank{rank}.json"
+
+
+def stack_file(rank: int) -> str:
+    return f"stack-rank{rank}.txt"
+
+
+STALL = "stall.json"
+
+
+@dataclass(frozen=True)
+class Stalled:
+    rank: int
+    host: str
+    why: str  # e.g. "in compute of step 5 for 12 s (last completed step 4)"
+    responsive: bool  # its heartbeat is current (so it could report its own stack)
+
+
+def diagnose(beats: dict[int, dict[str, Any] | None], world: int, now: float) -> list[Stalled]:
+    """The ranks holding the run up, from every rank's latest heartbeat (None: none yet)."""
+    out = []
+    for r in range(world):
+        b = beats.get(r)
+        if b is None or now - float(b["time"]) > STALE_S:
+            age = "never" if b is None else f"{now - float(b['time']):.0f} s ago"
+            last = (
+                "" if b is None else f", last completed step {b['done']}, in {b['phase']} of step {b['step']}"
+            )
+            out.append(
+                Stalled(
+                    r,
+                    b["host"] if b else "?",
+                    f"no heartbeat ({age}): stopped, or hung outside Python{last}",
+                    False,
+                )
+            )
+    if out:
+        return out
+    busy = [r for r in range(world) if beats[r]["phase"] != "comm"]  # type: ignore[index]
+    for r in busy or range(world):
+        b = beats[r]
+        assert b is not None
+        waiting = "" if busy else " (every rank waits in communication)"
+        out.append(
+            Stalled(
+                r,
+                b["host"],
+                f"in {b['phase']} of step {b['step']} for {now - float(b['since']):.0f} s ({_done(b)}){waiting}",
+                True,
+            )
+        )
+    return out
+
+
+def _done(beat: dict[str, Any]) -> str:
+    return "no step completed yet" if int(beat["done"]) < 0 else f"last completed step {beat['done']}"
+
+
+class Watchdog:
+    def __init__(self, run_dir: Path, rank: int, world: int, timeout_s: float) -> None:
+        self.run_dir, self.rank, self.world, self.timeout_s = run_dir, rank, world, timeout_s
+        self.host = socket.gethostname()
+        self.step, self.done, self.phase_name, self.since = 0, -1, "start", time.time()
+        self.progress = time.monotonic()
+        self.main = threading.main_thread().ident
+        self._stop = threading.Event()
+
+    # --- called by the training loop (attribute writes only: no I/O on the hot path) --------
+    def phase(self, name: str, step: int) -> None:
+        self.phase_name, self.step, self.since = name, step, time.time()
+
+    def completed(self, step: int) -> None:
+        self.done, self.progress = step, time.monotonic()
+
+    def start(self) -> Watchdog:
+        threading.Thread(target=self._run, name="hpctrain-watchdog", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # --- the thread -------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            self._beat()
+            if (self.run_dir / STALL).exists() and not (self.run_dir / stack_file(self.rank)).exists():
+                records.write_atomic(self.run_dir / stack_file(self.rank), self._own_stack())
+            if self.phase_name == "hold":  # debug.hold_step waits on purpose
+                self.progress = time.monotonic()
+            if self.timeout_s and time.monotonic() - self.progress > self.timeout_s:
+                self._report()
+
+    def _beat(self) -> None:
+        beat = dict(
+            rank=self.rank,
+            host=self.host,
+            pid=os.getpid(),
+            step=self.step,
+            done=self.done,
+            phase=self.phase_name,
+            since=self.since,
+            time=time.time(),
+        )
+        records.write_atomic(self.run_dir / heartbeat_file(self.rank), json.dumps(beat))
+
+    def _own_stack(self) -> str:
+        frame = sys._current_frames().get(self.main or 0)
+        return "".join(traceback.format_stack(frame)) if frame is not None else "(no Python frame)\n"
+
+    def _report(self) -> None:
+        try:  # one rank reports; the others go on waiting for the launcher to end them
+            fd = os.open(self.run_dir / STALL, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            self._stop.set()
+            return
+        os.close(fd)
+        records.write_atomic(self.run_dir / stack_file(self.rank), self._own_stack())
+        time.sleep(2.5 * HEARTBEAT_S)  # every other live rank writes its stack
+        beats = {r: _read_json(self.run_dir / heartbeat_file(r)) for r in range(self.world)}
+        stalled = diagnose(beats, self.world, time.time())
+        stacks = [self._stack_of(s, beats.get(s.rank)) for s in stalled]
+        first = stalled[0]
+        names = "; ".join(f"rank {s.rank} on {s.host} {s.why}" for s in stalled)
+        message = f"no step completed for {self.timeout_s:g} s (train.stall_timeout_s); stalled: {names}"
+        text = "\n".join(f"Python stack of rank {s.rank}:\n{st}" for s, st in zip(stalled, stacks))
+        records.write_json(
+            self.run_dir / STALL, {"message": message, "stalled": [s.__dict__ for s in stalled]}
+        )
+        print(f"hpctrain: {message}", file=sys.stderr, flush=True)
+        records.write_json(
+            self.run_dir / records.error_file(first.rank),
+            {
+                "rank": first.rank,
+                "host": first.host,
+                "type": "Stalled",
+                "message": message + "\n" + text,
+                "traceback": text,
+                "time": time.time(),
+            },
+        )
+        os._exit(1)
+
+    def _stack_of(self, s: Stalled, beat: dict[str, Any] | None) -> str:
+        own = _read_text(self.run_dir / stack_file(s.rank))
+        if own:
+            return own
+        if beat and beat.get("host") == self.host and shutil.which("py-spy"):
+            try:  # a stopped process's memory can still be read (--nonblocking: no ptrace stop)
+                r = subprocess.run(
+                    ["py-spy", "dump", "--nonblocking", "--pid", str(beat["pid"])],
+                    capture_output=True,
+                    text=True,
+                    timeout=20,
+                )
+                if r.returncode == 0 and r.stdout.strip():
+                    return r.stdout
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        return "(not available: the rank did not answer, and py-spy could not read it)\n"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""

@@ -1,0 +1,68 @@
+"""Stall detection (train.stall_timeout_s), real runs: a rank hung in Python, a rank stopped by
+SIGSTOP, locally and on SLURM. The run ends naming the stalled rank, its host, its step and
+phase, with its Python stack; nothing is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_for
+
+STALL = ["data=digits", "train.warmup_steps=1", "train.stall_timeout_s=8"]
+HANG = ["debug.slow_rank=1", "debug.slow_s=100000"]  # rank 1 sleeps in its first backward pass
+
+
+@pytest.mark.mpi
+def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path) -> None:
+    run_dir = tmp_path / "hang"
+    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *STALL, "train.steps=20", *HANG, timeout=300)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert (
+        "rank 1 failed: Stalled: no step completed for 8 s (train.stall_timeout_s); stalled: rank 1 on "
+        in r.stderr
+    )
+    assert "in compute of step 0" in r.stderr and "(no step completed yet)" in r.stderr, r.stderr
+    assert "time.sleep(t.delay_s)" in r.stderr  # its own Python stack, where it hangs
+    assert json.loads((run_dir / "stall.json").read_text())["stalled"][0]["rank"] == 1
+    assert not processes_of(run_dir)
+
+
+@pytest.mark.mpi
+def test_a_stopped_rank_is_named_and_its_stack_read_from_outside(tmp_path: Path) -> None:
+    run_dir = tmp_path / "stopped"
+    proc = start_hpctrain("run", "--no-progress", f"run.dir={run_dir}", *STALL, "train.steps=100000")
+    try:
+        wait_for("30 steps", lambda: lines(run_dir / "steps-rank1.jsonl") >= 30)
+        wait_for("a heartbeat", lambda: (run_dir / "heartbeat-rank1.json").exists())
+        pid = json.loads((run_dir / "heartbeat-rank1.json").read_text())["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, out + err
+    assert (
+        "rank 1 failed: Stalled:" in err
+        and "no heartbeat (" in err
+        and "stopped, or hung outside Python" in err
+    )
+    assert "train_step (hpctrain/train/step.py" in err  # py-spy read the stopped process
+    wait_for("no process of the run", lambda: not processes_of(run_dir), timeout_s=20)
+
+
+@pytest.mark.slurm
+@pytest.mark.usefixtures("slurm_cluster")
+def test_a_stall_on_slurm_is_named_by_status(tmp_path: Path) -> None:
+    run_dir = tmp_path / "slurm"
+    slurm = ["cluster=slurm", "cluster.ranks_per_node=2"]
+    r = hpctrain(
+        "run", "--no-progress", f"run.dir={run_dir}", *slurm, *STALL, "train.steps=20", *HANG, timeout=300
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "rank 1 failed: Stalled: no step completed for 8 s" in r.stderr, r.stderr
+    status = hpctrain("status", str(run_dir)).stdout
+    assert "rank 1 failed: Stalled" in status and "FAILED" in status, status
