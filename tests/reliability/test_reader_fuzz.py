@@ -134,3 +134,10 @@ def test_damaged_records_give_a_clear_error_never_an_exception(
         assert code in (0, 1, 3), (name, how, args, code, err)
         if code:
             assert err.startswith("error: "), err
+
+
+def test_analyze_to_an_unwritable_place_is_a_one_line_error(study: Path, tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    code, err = run_cli("analyze", str(study), "--out", str(tmp_path / "afile" / "report"))
+    assert code == 1 and err.startswith("error: Not a directory"), err
+    assert len(err.strip().splitlines()) == 1

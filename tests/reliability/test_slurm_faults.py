@@ -5,13 +5,14 @@ preemption would)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, sacct_state, wait_for
+from tests.conftest import hpctrain, sacct_state, start_hpctrain, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -62,3 +63,38 @@ def test_a_requeue_over_damaged_checkpoints_resumes_from_the_newest_usable_one(t
         first = _steps(run_dir / f"steps-rank{rank}.jsonl.1")  # the first attempt's records, all kept
         assert first == list(range(22)), first
     assert json.loads((run_dir / "summary.json").read_text())["timed_steps"] == 38
+
+
+def test_resume_refuses_a_study_whose_jobs_are_still_running(tmp_path: Path) -> None:
+    """An interrupted SLURM study leaves its jobs running (SLURM owns them); resuming then must
+    not rename their directories under them."""
+    proc = start_hpctrain(
+        "study",
+        "strong",
+        "cluster=slurm",
+        "study.nodes=[1]",
+        "study.repetitions=1",
+        "study.global_batch=16",
+        "study.steps=100000",
+        "study.warmup_steps=1",
+        "study.allreduce_bench=false",
+        "data=digits",
+        "--no-progress",
+        f"run.output_root={tmp_path}",
+    )
+    try:
+        wait_for("the job", lambda: list(tmp_path.glob("*/*-strong/n1-r0/steps-rank0.jsonl")), timeout_s=180)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and "keep running" in out, out + err
+        [study] = list(tmp_path.glob("*/*-strong"))
+        job = json.loads((study / "n1-r0" / "job.json").read_text())["job_id"]
+        assert sacct_state(job) == "RUNNING"
+        r = hpctrain("study", "resume", str(study), timeout=120)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"still in flight: n1-r0 (job {job} RUNNING)" in r.stderr, r.stderr
+        assert sorted(p.name for p in study.iterdir() if p.name.startswith("n1")) == ["n1-r0"]  # not renamed
+    finally:
+        proc.kill()
+        for study in tmp_path.glob("*/*-strong"):
+            hpctrain("cancel", str(study))
