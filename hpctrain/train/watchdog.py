@@ -184,10 +184,11 @@ class Watchdog:
         own = _read_text(self.run_dir / stack_file(s.rank))
         if own:
             return own
-        if beat and beat.get("host") == self.host and shutil.which("py-spy"):
+        spy = _py_spy()
+        if beat and beat.get("host") == self.host and spy:
             try:  # a stopped process's memory can still be read (--nonblocking: no ptrace stop)
                 r = subprocess.run(
-                    ["py-spy", "dump", "--nonblocking", "--pid", str(beat["pid"])],
+                    [spy, "dump", "--nonblocking", "--pid", str(beat["pid"])],
                     capture_output=True,
                     text=True,
                     timeout=20,
@@ -197,6 +198,12 @@ class Watchdog:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         return "(not available: the rank did not answer, and py-spy could not read it)\n"
+
+
+def _py_spy() -> str | None:
+    """py-spy from this interpreter's environment (a venv's bin/ is often not on PATH), else PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -81,3 +81,18 @@ def test_resume_never_writes_outside_the_study_whatever_study_json_says(tmp_path
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"run 'n1-r0' has run_dir '{outside}'" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert [p.name for p in outside.iterdir()] == ["precious"] and (study / "n1-r0" / "summary.json").exists()
+
+
+def test_resume_validates_every_run_again_before_touching_anything(tmp_path: Path) -> None:
+    r = hpctrain(*_study(tmp_path, "study.steps=4"), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [study] = list(tmp_path.glob("*/*-strong"))
+    manifest = json.loads((study / "study.json").read_text())
+    manifest["runs"][0]["overrides"].append("train.steps=0")  # edited, or a rule that changed since
+    (study / "study.json").write_text(json.dumps(manifest))
+    (study / "n1-r0" / "summary.json").unlink()  # so that it is pending
+    before = sorted(p.name for p in study.iterdir())
+    r = hpctrain("study", "resume", str(study), timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "train.steps: must be >= 1 (got 0)" in r.stderr and "in: n1-r0" in r.stderr, r.stderr
+    assert sorted(p.name for p in study.iterdir()) == before  # nothing renamed or started

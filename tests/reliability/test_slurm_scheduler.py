@@ -98,3 +98,13 @@ def test_a_sweep_beyond_the_users_submit_limit_is_refused_before_anything(
     assert r.returncode == 3, r.stdout + r.stderr
     assert "6 run(s) exceed what SLURM lets you queue now: MaxSubmitJobs=5" in r.stderr, r.stderr
     assert not list(tmp_path.iterdir())  # not even the sweep directory
+
+
+def test_a_dry_run_of_a_large_sweep_prints_index_ranges_per_array() -> None:
+    r = hpctrain("run", "-m", *SMALL, "train.seed=range(1500)", "--dry-run", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "# arrays of at most 1001 runs (the cluster's MaxArraySize)" in r.stdout
+    assert "# array 1/2 of this shape: 1001 run(s), sweep points 0-1000" in r.stdout
+    assert "# array 2/2 of this shape: 499 run(s), sweep points 1001-1499" in r.stdout
+    assert "#SBATCH --array=0-1000%64" in r.stdout and "(the same script with --array=0-498)" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) < 400  # ranges, not 1500 indices
