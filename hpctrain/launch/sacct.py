@@ -143,8 +143,14 @@ def pending_reasons(job_ids: list[str]) -> dict[str, str]:
     if not job_ids:
         return {}
     argv = ["squeue", "-h", "-r", "-t", "PENDING", "-o", "%i|%r", "-j", ",".join(job_ids)]
+    return parse_squeue_reasons(query(argv, timeout_s=60) or "")
+
+
+def query(argv: list[str], timeout_s: float = 30) -> str | None:
+    """A scheduler query's output, or None if the command is missing, fails or hangs (callers
+    fall back to what they know without it)."""
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return parse_squeue_reasons(r.stdout) if r.returncode == 0 else {}
+        return None
+    return r.stdout if r.returncode == 0 else None

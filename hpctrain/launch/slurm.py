@@ -93,8 +93,9 @@ class SlurmLauncher(Launcher):
         states = sacct([j.job_id for j in jobs])
         live = pending_reasons([k for k, s in states.items() if s.state == "PENDING"])
         for k, s in states.items():
-            if s.state == "PENDING" and (live.get(k) or s.reason):
-                reason, never = explain_pending(live.get(k) or s.reason)
+            why = live.get(k) or s.reason  # the controller's word first: accounting lags
+            if s.state == "PENDING" and why:
+                reason, never = explain_pending(why)
                 out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, f"pending: {reason}", blocked=never)
             else:
                 out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, f"exit code {s.exit_code}")

@@ -11,8 +11,9 @@ Parsers are pure; `read_limits` runs the commands and tolerates a cluster withou
 from __future__ import annotations
 
 import getpass
-import subprocess
 from dataclasses import dataclass
+
+from .sacct import query
 
 SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001  # slurm.conf(5) MaxArraySize
 
@@ -65,29 +66,23 @@ def ranges_text(indices: list[int]) -> str:
     return ",".join(out)
 
 
-def _run(argv: list[str]) -> str | None:
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return r.stdout if r.returncode == 0 else None
-
-
 def read_limits(qos: str | None = None) -> Limits:
     """The limits for this user (and `qos`, else the association's default QOS)."""
-    config = _run(["scontrol", "show", "config"])
+    config = query(["scontrol", "show", "config"])
     size = parse_max_array_size(config or "")
     source = "the cluster's MaxArraySize" if size else "SLURM's default MaxArraySize (no controller answered)"
     user = getpass.getuser()
     fields = "format=MaxSubmit,DefaultQOS,QOS"
-    assoc = _run(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", fields]) or ""
+    assoc = query(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", fields]) or ""
     for line in assoc.splitlines():
         _, default, allowed = ([*line.split("|"), "", ""])[:3]
         qos = qos or default.strip() or allowed.split(",")[0].strip() or None
-    qos_text = (_run(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=MaxSubmitPU"]) or "") if qos else ""
+    qos_text = (
+        (query(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=MaxSubmitPU"]) or "") if qos else ""
+    )
     limit = parse_max_submit("\n".join(line.split("|")[0] for line in assoc.splitlines()) + "\n" + qos_text)
     queued = 0
     if limit is not None:
-        squeue = _run(["squeue", "-h", "-r", "-u", user, "-t", "PENDING,RUNNING", "-o", "%i"]) or ""
+        squeue = query(["squeue", "-h", "-r", "-u", user, "-t", "PENDING,RUNNING", "-o", "%i"]) or ""
         queued = len(squeue.split())
     return Limits(size or SLURM_DEFAULT_MAX_ARRAY_SIZE, limit, queued, source)

@@ -67,16 +67,14 @@ def check_room(runs: list[RunSpec], limits: Limits) -> None:
 
 def submit_runs(runs: list[RunSpec], limits: Limits) -> tuple[list[Job], list[records.ArrayRef]]:
     """One sbatch call for a single run; for several, one `sbatch --array` per resource shape,
-    split into arrays of at most the cluster's MaxArraySize."""
-    check_room(runs, limits)
+    split into arrays of at most the cluster's MaxArraySize. (Launcher.admit has checked the
+    user's submit limit before anything was written.)"""
     jobs: list[Job] = []
     arrays: list[records.ArrayRef] = []
-    for shape in group_by_shape(runs):
-        for r in shape:
-            write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
-    for group in [
-        [shape[i] for i in part] for shape in group_by_shape(runs) for part in limits.arrays(len(shape))
-    ]:
+    for r in runs:
+        write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
+    shapes = group_by_shape(runs)
+    for group in [[shape[i] for i in part] for shape in shapes for part in limits.arrays(len(shape))]:
         plan: SlurmPlan = group[0].plan  # type: ignore[assignment]
         ex = _executor(plan)
         with sbatch_errors():
