@@ -110,6 +110,17 @@ def error_file(rank: int) -> str:
     return f"error-rank{rank}.json"
 
 
+def heartbeat_file(rank: int) -> str:
+    return f"heartbeat-rank{rank}.json"
+
+
+def stack_file(rank: int) -> str:
+    return f"stack-rank{rank}.txt"
+
+
+STALL = "stall.json"
+
+
 def log_file(rank: int) -> str:
     return f"{LOGS}/rank{rank}.log"
 

@@ -71,14 +71,8 @@ def latest(run_dir: Path) -> Path | None:
 
 
 def load(path: Path, model: torch.nn.Module, optimizer: Any, scaler: torch.amp.GradScaler | None) -> int:
-    """Restore the states; return the step to resume at."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    if scaler is not None and state["scaler"] is not None:
-        scaler.load_state_dict(state["scaler"])
-    torch.set_rng_state(state["torch_rng"])
-    return int(state["step"])
+    """Restore the states from one checkpoint; return the step to resume at."""
+    return _apply(path, torch.load(path, map_location="cpu", weights_only=False), model, optimizer, scaler)
 
 
 def candidates(run_dir: Path) -> tuple[list[Path], list[str]]:

@@ -18,7 +18,6 @@ time since the last completed step is the measure; "N steps behind" cannot happe
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -35,17 +34,6 @@ from .. import records
 
 HEARTBEAT_S = 1.0
 STALE_S = 5.0  # a heartbeat older than this: the rank's process is not running
-
-
-def heartbeat_file(rank: int) -> str:
-    return f"heartbeat-rank{rank}.json"
-
-
-def stack_file(rank: int) -> str:
-    return f"stack-rank{rank}.txt"
-
-
-STALL = "stall.json"
 
 
 @dataclass(frozen=True)
@@ -123,8 +111,10 @@ class Watchdog:
     def _run(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
             self._beat()
-            if (self.run_dir / STALL).exists() and not (self.run_dir / stack_file(self.rank)).exists():
-                records.write_atomic(self.run_dir / stack_file(self.rank), self._own_stack())
+            if (self.run_dir / records.STALL).exists() and not (
+                self.run_dir / records.stack_file(self.rank)
+            ).exists():
+                records.write_atomic(self.run_dir / records.stack_file(self.rank), self._own_stack())
             if self.phase_name == "hold":  # debug.hold_step waits on purpose
                 self.progress = time.monotonic()
             if self.timeout_s and time.monotonic() - self.progress > self.timeout_s:
@@ -141,7 +131,7 @@ class Watchdog:
             since=self.since,
             time=time.time(),
         )
-        records.write_atomic(self.run_dir / heartbeat_file(self.rank), json.dumps(beat))
+        records.write_json(self.run_dir / records.heartbeat_file(self.rank), beat)
 
     def _own_stack(self) -> str:
         frame = sys._current_frames().get(self.main or 0)
@@ -149,14 +139,14 @@ class Watchdog:
 
     def _report(self) -> None:
         try:  # one rank reports; the others go on waiting for the launcher to end them
-            fd = os.open(self.run_dir / STALL, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            fd = os.open(self.run_dir / records.STALL, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             self._stop.set()
             return
         os.close(fd)
-        records.write_atomic(self.run_dir / stack_file(self.rank), self._own_stack())
+        records.write_atomic(self.run_dir / records.stack_file(self.rank), self._own_stack())
         time.sleep(2.5 * HEARTBEAT_S)  # every other live rank writes its stack
-        beats = {r: _read_json(self.run_dir / heartbeat_file(r)) for r in range(self.world)}
+        beats = {r: _read_json(self.run_dir / records.heartbeat_file(r)) for r in range(self.world)}
         stalled = diagnose(beats, self.world, time.time())
         stacks = [self._stack_of(s, beats.get(s.rank)) for s in stalled]
         first = stalled[0]
@@ -164,7 +154,7 @@ class Watchdog:
         message = f"no step completed for {self.timeout_s:g} s (train.stall_timeout_s); stalled: {names}"
         text = "\n".join(f"Python stack of rank {s.rank}:\n{st}" for s, st in zip(stalled, stacks))
         records.write_json(
-            self.run_dir / STALL, {"message": message, "stalled": [s.__dict__ for s in stalled]}
+            self.run_dir / records.STALL, {"message": message, "stalled": [s.__dict__ for s in stalled]}
         )
         print(f"hpctrain: {message}", file=sys.stderr, flush=True)
         records.write_json(
@@ -181,7 +171,7 @@ class Watchdog:
         os._exit(1)
 
     def _stack_of(self, s: Stalled, beat: dict[str, Any] | None) -> str:
-        own = _read_text(self.run_dir / stack_file(s.rank))
+        own = _read_text(self.run_dir / records.stack_file(s.rank))
         if own:
             return own
         spy = _py_spy()
@@ -207,9 +197,10 @@ def _py_spy() -> str | None:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A heartbeat, or None if there is none (yet) or it cannot be read."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = records.read_json(path)
+    except records.RecordError:
         return None
     return data if isinstance(data, dict) else None
 
