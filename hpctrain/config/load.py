@@ -65,12 +65,17 @@ def compose_config(
             ) from e
 
 
+def config_groups(d: Path) -> set[str]:
+    """The config groups: the config directory's sub-directories, and `cluster` (ConfigStore)."""
+    return {g.name for g in d.iterdir() if g.is_dir()} | {"cluster"}
+
+
 def _check_group_choices(overrides: Sequence[str], d: Path) -> None:
     """`model=5` or `model=null` selects no option of a config group: Hydra raises a bare
     ValueError for it; say which group and what its options are."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    groups = {g.name for g in d.iterdir() if g.is_dir()}
+    groups = config_groups(d)
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as e:
@@ -121,7 +126,7 @@ def load_configs(
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    groups = {d.name for d in conf_dir(config_dir).iterdir() if d.is_dir()} | {"cluster"}
+    groups = config_groups(conf_dir(config_dir))
     parser = OverridesParser.create()
     bases: dict[tuple[str, ...], DictConfig] = {}
     out = []
