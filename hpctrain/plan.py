@@ -17,6 +17,7 @@ from .config.schema import Config, LocalClusterConf
 from .derived import derive
 from .facts import HostFacts
 from .records import FORMAT_VERSION, Batch
+from .workload import workload_env, workload_notes
 
 AT_LAUNCH = "<chosen at launch>"  # a value only the launcher knows when it starts the ranks
 
@@ -113,16 +114,26 @@ def gloo_env(port: int | None) -> dict[str, str]:
 
 
 def plan_local(
-    cfg: Config, facts: HostFacts, run_dir: str, python: str, rendezvous_port: int | None = None
+    cfg: Config,
+    facts: HostFacts,
+    run_dir: str,
+    python: str,
+    rendezvous_port: int | None = None,
+    home: str | None = None,
 ) -> JobPlan:
+    """`home`: where the user's code snapshot goes (the sweep directory in a sweep)."""
     c: LocalClusterConf = cfg.cluster
     d = derive(cfg)
     n = d.world_size
     threads = c.threads_per_rank or max(1, facts.cpu_count // n)
     env = rank_env(cfg, threads)
+    env.update(workload_env(cfg, Path(home or run_dir)))
     if cfg.parallelism.backend == "gloo":
         env.update(gloo_env(rendezvous_port))
+    if cfg.script.path and "MASTER_PORT" not in env:  # torch.distributed's store: a free port at launch
+        env["MASTER_PORT"] = AT_LAUNCH
     argv, notes = mpirun_argv(c, facts, env, python, run_dir)
+    notes += workload_notes(cfg)
     return JobPlan(
         run_dir=run_dir,
         world_size=n,

@@ -13,6 +13,7 @@ from .config.schema import Config, SlurmClusterConf
 from .derived import derive
 from .plan import rank_env
 from .records import FORMAT_VERSION, Batch
+from .workload import workload_env
 
 SUBMIT_MODULE = "submitit.core._submit"  # what submitit's sbatch script runs in every task
 
@@ -97,6 +98,8 @@ def executor_parameters(cfg: Config, env: dict[str, str]) -> dict[str, Any]:
 def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None) -> SlurmPlan:
     c: SlurmClusterConf = cfg.cluster
     env = rank_env(cfg, threads=c.cpus_per_rank)
+    home = Path(folder).parent if folder else Path(run_dir)  # a sweep's runs share its directory
+    env.update(workload_env(cfg, home))
     folder = folder or c.submitit_folder or str(Path(run_dir) / "submitit")
     binds = sorted({str(Path(run_dir).parent), str(Path(folder).parent)})
     py = container_python(c, binds) or shlex.quote(python)

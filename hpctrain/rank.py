@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
+    from .config.schema import Config
     from .train.loop import StopControl
 
 from . import records
@@ -39,25 +40,18 @@ def launcher_rank(environ: dict[str, str] | os._Environ[str]) -> int | None:
     return None
 
 
-def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, Any]:
-    import horovod
+def base_environment() -> dict[str, Any]:
+    """What every run's env.json holds, whatever the workload: versions, launcher, user code."""
     import numpy
     import torch
+
+    from .workload.code import CODE_DIR_VAR
 
     rec: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "horovod": horovod.__version__,
         "numpy": numpy.__version__,
         "platform": platform.platform(),
-        "hosts": hosts,
-        "backend": backend,
-        "horovod_build": {
-            name: bool(getattr(hvd, f"{name}_built")())
-            for name in ("mpi", "gloo", "nccl", "cuda", "rocm", "ddl", "ccl")
-        },
-        # what Horovod runs on, as it reports it (the build may have both controllers)
-        "horovod_runtime": {"mpi_enabled": bool(hvd.mpi_enabled()), "gloo_enabled": bool(hvd.gloo_enabled())},
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         "torch_threads": torch.get_num_threads(),
         "launcher": {
@@ -66,6 +60,35 @@ def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, An
             if k.startswith(("SLURM_JOB", "SLURM_NNODES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))
         },
     }
+    code = os.environ.get(CODE_DIR_VAR)
+    if code:
+        rec["code"] = {"dir": code}
+        snap = Path(code).parent / records.CODE
+        if snap.exists():  # the snapshot's source, git commit and dirty flag
+            rec["code"].update(records.read_json(snap))
+    return rec
+
+
+def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, Any]:
+    import horovod
+
+    rec = base_environment()
+    rec.update(
+        {
+            "horovod": horovod.__version__,
+            "hosts": hosts,
+            "backend": backend,
+            "horovod_build": {
+                name: bool(getattr(hvd, f"{name}_built")())
+                for name in ("mpi", "gloo", "nccl", "cuda", "rocm", "ddl", "ccl")
+            },
+            # what Horovod runs on, as it reports it (the build may have both controllers)
+            "horovod_runtime": {
+                "mpi_enabled": bool(hvd.mpi_enabled()),
+                "gloo_enabled": bool(hvd.gloo_enabled()),
+            },
+        }
+    )
     if backend == "mpi":
         from .facts import mpi_library_version
 
@@ -74,14 +97,26 @@ def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, An
     return rec
 
 
-def run(run_dir: Path, control: StopControl | None = None) -> records.RunSummary | None:
-    """Train this rank. Returns the summary (on every rank), or None if stopped early."""
+def run(run_dir: Path, control: StopControl | None = None) -> bool:
+    """Run this rank's workload: True when it finished, False when it stopped to be requeued."""
+    from .workload.code import activate
+
+    cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
+    plan = records.read(run_dir / records.PLAN, records.PlanRecord)
+    activate()  # the user's code (if any) on sys.path and PYTHONPATH
+    if cfg.script.path:
+        from .workload.script import run_script
+
+        return run_script(cfg, run_dir, plan)
+    return train_builtin(cfg, plan, run_dir, control)
+
+
+def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
+    """The built-in trainer (on built-in or user models and data) under Horovod."""
     from .train.comm import init_horovod, rank_info
     from .train.loop import train
     from .train.stats import summarize
 
-    cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
-    plan = records.read(run_dir / records.PLAN, records.PlanRecord)
     # derived once, by the planner: the rank uses the plan's world size, batch and lr as they are
     derived = Derived(plan.world_size, plan.batch, plan.lr)
     hvd = init_horovod(cfg.parallelism.backend, expected_size=plan.world_size)
@@ -92,7 +127,7 @@ def run(run_dir: Path, control: StopControl | None = None) -> records.RunSummary
     started = time.time()
     stats = train(cfg, hvd, info, derived, run_dir, control=control)
     if stats is None:
-        return None
+        return False
     everyone = hvd.allgather_object(stats)
     summary = summarize(
         everyone,
@@ -100,7 +135,7 @@ def run(run_dir: Path, control: StopControl | None = None) -> records.RunSummary
         started=started,
         finished=time.time(),
         precision=cfg.precision.name,
-        model=cfg.model.name,
+        model=cfg.model._target_ or cfg.model.name,
         backend=cfg.parallelism.backend,
         compression=cfg.parallelism.compression,
     )
@@ -108,13 +143,18 @@ def run(run_dir: Path, control: StopControl | None = None) -> records.RunSummary
         records.write(run_dir / records.SUMMARY, summary)
         print(format_event("done", throughput=summary.throughput_samples_per_s), flush=True)
     hvd.shutdown()
-    return summary
+    return True
 
 
 def fail(run_dir: Path, error: BaseException) -> NoReturn:
     """Record why this rank failed, then leave at once (no Horovod/MPI shutdown that could hang)."""
     rank = launcher_rank(os.environ)
-    tb = "".join(traceback.format_exception(error))
+    # an error that says all there is (a script's exit status) is not dressed in hpctrain's stack
+    tb = (
+        f"{type(error).__name__}: {error}"
+        if getattr(error, "quiet", False)
+        else "".join(traceback.format_exception(error))
+    )
     print(tb, file=sys.stderr, flush=True)
     try:
         records.write_json(

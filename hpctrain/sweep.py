@@ -20,13 +20,13 @@ def expand(overrides: Sequence[str], config_dir: str | None = None) -> list[list
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
 
-    from .config.load import conf_dir
+    from .config.load import conf_dir, normalise
     from .config.schema import register
 
     register()
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(conf_dir(config_dir))))
     try:
-        parsed = OverridesParser.create(config_loader=loader).parse_overrides(list(overrides))
+        parsed = OverridesParser.create(config_loader=loader).parse_overrides(normalise(overrides))
         points = [p for batch in BasicSweeper.split_arguments(parsed, None) for p in batch]
     except HydraException as e:
         raise ConfigError(

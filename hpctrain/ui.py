@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any, TextIO
@@ -98,24 +99,32 @@ class RichReporter:
 
 
 def summary_table(s: RunSummary) -> Table:
-    t = Table(
-        title=f"{s.model} · {s.precision} · {s.world_size} ranks · global batch {s.global_batch}",
-        show_header=True,
-    )
+    """The run summary; rows of quantities the run did not measure (a script that reports no
+    steps, or no split of them) are left out rather than shown as NaN."""
+    known = math.isfinite
+    title = f"{s.model} · {s.precision} · {s.world_size} ranks"
+    t = Table(title=title + (f" · global batch {s.global_batch}" if s.timed_steps else ""), show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_column("share of step", justify="right")
-    t.add_row("throughput", f"{s.throughput_samples_per_s:.1f} samples/s", "")
-    t.add_row("  per rank", f"{s.throughput_per_rank:.1f} samples/s", "")
-    t.add_row("step time (mean)", f"{1e3 * s.step_s:.2f} ms", "100%")
+    if known(s.throughput_samples_per_s):
+        t.add_row("throughput", f"{s.throughput_samples_per_s:.1f} samples/s", "")
+        t.add_row("  per rank", f"{s.throughput_per_rank:.1f} samples/s", "")
+    if not s.timed_steps:
+        t.add_row("wall time", f"{s.finished - s.started:.1f} s", "")
+    if known(s.step_s):
+        t.add_row("step time (mean)", f"{1e3 * s.step_s:.2f} ms", "100%")
     for label, part, sh in (
         ("  compute (fwd+bwd+update)", s.compute_s, s.compute_share),
         ("  exposed communication", s.comm_s, s.comm_share),
         ("  data wait", s.data_s, s.data_share),
     ):
-        t.add_row(label, f"{1e3 * part:.2f} ms", f"{100 * sh:.1f}%")
-    t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
+        if known(part):
+            t.add_row(label, f"{1e3 * part:.2f} ms", f"{100 * sh:.1f}%")
+    if known(s.step_p50_s):
+        t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
     t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")
-    t.add_row("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}", "")
+    if known(s.first_loss):
+        t.add_row("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}", "")
     t.add_row("timed steps", str(s.timed_steps), "")
     return t

@@ -143,3 +143,19 @@ def sacct_state(job_id: str) -> str:
         ["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id], capture_output=True, text=True
     ).stdout.split()
     return out[0] if out else ""
+
+
+USER_PROJECT = Path(__file__).parent / "user_project"
+
+
+@pytest.fixture
+def user_project(tmp_path: Path) -> Path:
+    """A user's own project (a package and training scripts) in a fresh git repository outside
+    hpctrain's tree, as a user would have it: hpctrain must find it through code.dir alone."""
+    dest = tmp_path / "project"
+    shutil.copytree(USER_PROJECT, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-C", str(dest), "-c", "user.email=user@example.org", "-c", "user.name=user"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "the user's code"], check=True)
+    return dest

@@ -19,7 +19,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
@@ -31,6 +31,14 @@ from omegaconf.errors import (
 from ..errors import ConfigError, Problem
 from .schema import Config, register
 from .values import expand_user_paths
+
+TARGETED = ("model", "data", "loss")  # sections whose _target_ takes keyword arguments as extra keys
+
+
+def normalise(overrides: Sequence[str]) -> list[str]:
+    """`script=train.py` is short for `script.path=train.py` (the issue's and torchrun's way)."""
+    return [f"script.path={o[len('script=') :]}" if o.startswith("script=") else o for o in overrides]
+
 
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -53,6 +61,7 @@ def compose_config(
     register()
     GlobalHydra.instance().clear()
     d = conf_dir(config_dir)
+    overrides = normalise(overrides)
     _check_group_choices(overrides, d)
     with initialize_config_dir(config_dir=str(d), version_base="1.3", job_name="hpctrain"):
         try:
@@ -130,7 +139,7 @@ def load_configs(
     parser = OverridesParser.create()
     bases: dict[tuple[str, ...], DictConfig] = {}
     out = []
-    for overrides in points:
+    for overrides in map(normalise, points):
         try:
             parsed = parser.parse_overrides(list(overrides))
         except HydraException as e:
@@ -151,7 +160,25 @@ def load_configs(
     return out
 
 
+def fold_target_kwargs(cfg: DictConfig) -> None:
+    """`model._target_=pkg.Net +model.hidden=64`: with a _target_, a section's keys beyond its
+    schema are the target's keyword arguments (Hydra's convention); they move into `kwargs`."""
+    for section in TARGETED:
+        node = cfg.get(section)
+        if not isinstance(node, DictConfig) or node.get("_target_") is None:
+            continue
+        schema = OmegaConf.get_type(node)
+        if not dataclasses.is_dataclass(schema):
+            continue
+        names = {f.name for f in dataclasses.fields(schema)}
+        with open_dict(node):
+            for key in [k for k in node.keys() if k not in names]:
+                node.kwargs[key] = node[key]
+                del node[key]
+
+
 def to_config(cfg: DictConfig) -> Config:
+    fold_target_kwargs(cfg)
     extra = unknown_keys(cfg)
     if extra:
         raise ConfigError(extra)
@@ -171,6 +198,8 @@ def to_config(cfg: DictConfig) -> Config:
             "start the defaults list of config.yaml with hpctrain_schema",
         )
     expand_user_paths(obj)
+    if obj.user_code and obj.code.dir is None:
+        obj.code.dir = os.getcwd()  # "the current directory", fixed now so every rank agrees
     return obj
 
 

@@ -99,6 +99,10 @@ class ModelConf:
     depth: int = 2  # hidden layers (mlp), encoder layers (transformer); cnn/resnet ignore it
     heads: int = 4  # attention heads (transformer); width must be divisible by it
     channels_last: bool = False  # NHWC memory format for conv models (tensor cores on GPUs)
+    # Your own model instead of `name`: a class or factory by import path (Hydra's instantiate),
+    # e.g. model._target_=mypkg.nets.Net +model.hidden=64 (extra keys are its keyword arguments)
+    _target_: Optional[str] = None
+    kwargs: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,6 +119,40 @@ class DataConf:
     prefetch_factor: int = 2  # batches each worker loads ahead (needs num_workers > 0)
     pin_memory: bool = False  # page-locked host memory for faster host-to-GPU copies
     shuffle: bool = True  # reshuffle the (global) sample order every epoch
+    # Your own data instead of `name`: a callable returning a map-style torch Dataset of
+    # (input, target) pairs, e.g. data._target_=mypkg.data.make_dataset +data.n=4096
+    _target_: Optional[str] = None
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class LossConf:
+    """The training loss: cross-entropy over the model's last dimension unless a _target_ is given."""
+
+    _target_: Optional[str] = None  # e.g. torch.nn.MSELoss, or mypkg.losses.Focal +loss.gamma=2
+    kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CodeConf:
+    """Where the user's own code lives (model/data/loss _target_s, script.path)."""
+
+    dir: Optional[str] = None  # put on every rank's PYTHONPATH; null = the current directory
+    # copy the code into the run (or sweep) directory at submission and run that copy, so edits
+    # after sbatch change no queued or requeued job; null = on for SLURM, off for local runs
+    snapshot: Optional[bool] = None
+    include: List[str] = field(default_factory=list)  # globs to copy; empty = git's tracked files
+
+
+@dataclass
+class ScriptConf:
+    """Run your own distributed training script on every rank instead of the built-in trainer."""
+
+    path: Optional[str] = None  # hpctrain run script=train.py; null = the built-in trainer
+    args: List[str] = field(default_factory=list)  # its command-line arguments, one per item
+    # the script's throughput as it prints it: a regular expression whose first group is samples/s
+    # (rank 0's output, last match); scripts using hpctrain.api report steps instead
+    throughput_regex: Optional[str] = None
 
 
 @dataclass
@@ -251,8 +289,16 @@ class Config:
     cluster: Any = MISSING  # a ClusterConf subclass, chosen by the `cluster` group
     train: TrainConf = field(default_factory=TrainConf)
     debug: DebugConf = field(default_factory=DebugConf)
+    loss: LossConf = field(default_factory=LossConf)
+    code: CodeConf = field(default_factory=CodeConf)
+    script: ScriptConf = field(default_factory=ScriptConf)
     study: Optional[StudyConf] = None  # set by the `study` group (hpctrain study strong|weak)
     run: RunConf = field(default_factory=RunConf)
+
+    @property
+    def user_code(self) -> bool:
+        """Does this run import the user's code (a _target_ or a script)?"""
+        return bool(self.script.path or self.model._target_ or self.data._target_ or self.loss._target_)
 
 
 CLUSTER_SCHEMAS: dict[str, type[ClusterConf]] = {"local": LocalClusterConf, "slurm": SlurmClusterConf}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ..derived import resolve_batch, world_size
 from ..errors import ConfigError, Problem
 from ..facts import HostFacts
+from ..workload.rules import workload_problems
 from . import schema as S
 from .schema import Config
 from .values import value_problems
@@ -129,6 +130,7 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
     p += _cluster_problems(cfg)
     p += _batch_problems(cfg)
     p += _model_data_problems(cfg)
+    p += workload_problems(cfg)
     if cfg.debug.fail_rank is not None:
         n = world_size(cfg)
         if n >= 1 and not 0 <= cfg.debug.fail_rank < n:
@@ -230,7 +232,11 @@ def _batch_problems(cfg: Config) -> list[Problem]:
                 "choose backward_passes_per_step that divides the per-rank batch",
             )
         ]
-    if cfg.data.name in ("synthetic", "tokens") and b.global_ > cfg.data.num_samples:
+    if (
+        cfg.data._target_ is None
+        and cfg.data.name in ("synthetic", "tokens")
+        and b.global_ > cfg.data.num_samples
+    ):
         return [
             Problem(
                 "data.num_samples",
@@ -238,7 +244,7 @@ def _batch_problems(cfg: Config) -> list[Problem]:
                 f"set data.num_samples >= {b.global_}, or use a smaller batch",
             )
         ]
-    if cfg.data.name == "digits" and b.global_ > 1797:
+    if cfg.data._target_ is None and cfg.data.name == "digits" and b.global_ > 1797:
         return [
             Problem(
                 "train.batch_per_rank",
@@ -252,6 +258,8 @@ def _batch_problems(cfg: Config) -> list[Problem]:
 def _model_data_problems(cfg: Config) -> list[Problem]:
     m, d = cfg.model, cfg.data
     p: list[Problem] = []
+    if m._target_ or d._target_ or cfg.script.path:
+        return p  # the user's model or data: its own rules (workload/targets.py probes them)
     if m.name in S.TOKEN_MODELS and d.name in S.IMAGE_DATASETS:
         p.append(Problem("data.name", f"model {m.name} needs token data, not {d.name}", "set data=tokens"))
     if m.name in S.IMAGE_MODELS and d.name in S.TOKEN_DATASETS:

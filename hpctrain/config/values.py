@@ -26,7 +26,17 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # paths that sbatch's --output/--error and submitit's folder are built from
 SLURM_PATTERN_PATHS = ("run.dir", "run.output_root", "cluster.submitit_folder")
 # every path option: a leading ~ or ~user is expanded once, when the config is loaded
-PATH_FIELDS = ("run.dir", "run.output_root", "cluster.submitit_folder", "cluster.container", "data.path")
+PATH_FIELDS = (
+    "run.dir",
+    "run.output_root",
+    "cluster.submitit_folder",
+    "cluster.container",
+    "data.path",
+    "code.dir",
+    "script.path",
+)
+# user code is found from where hpctrain was started: made absolute when the config is loaded
+ABSOLUTE_FIELDS = ("code.dir", "script.path")
 
 
 def _get(cfg: Any, key: str) -> Any:
@@ -42,6 +52,11 @@ def expand_user_paths(cfg: Any) -> None:
         if isinstance(value, str) and value.startswith("~") and _utf8(value):
             section, name = key.split(".")
             setattr(getattr(cfg, section), name, os.path.expanduser(value))
+    for key in ABSOLUTE_FIELDS:
+        value = _get(cfg, key)
+        if isinstance(value, str) and value and not value.startswith("~") and _utf8(value):
+            section, name = key.split(".")
+            setattr(getattr(cfg, section), name, os.path.abspath(value))
 
 
 def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:

@@ -80,7 +80,8 @@ class LocalLauncher(Launcher):
         return self.facts
 
     def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> JobPlan:
-        return plan_local(cfg, self._facts(), str(run_dir), self.python)
+        home = str(group_dir) if group_dir is not None else None
+        return plan_local(cfg, self._facts(), str(run_dir), self.python, home=home)
 
     def describe(self, runs: list[RunSpec]) -> str:
         if len(runs) == 1:

@@ -121,6 +121,8 @@ class Supervisor:
             if plan.get("env", {}).get("HOROVOD_GLOO_RENDEZVOUS_PORT") == AT_LAUNCH:
                 rendezvous = _gloo_rendezvous(plan["env"].get("HPCTRAIN_GLOO_HOSTNAME", "localhost"), world)
                 env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(rendezvous.port)
+            if plan.get("env", {}).get("MASTER_PORT") == AT_LAUNCH:  # torch.distributed scripts
+                env["MASTER_PORT"] = str(_free_port())
             code, tails, mpirun_text = self.run_mpirun(run_dir, argv, env, world)
         except OSError as e:
             write_state(
@@ -218,6 +220,15 @@ def _gloo_rendezvous(hostname: str, ranks: int) -> Any:
             self._server.stop()
 
     return Rendezvous()
+
+
+def _free_port() -> int:
+    """A TCP port free now, for rank 0's torch.distributed store (the kernel's choice)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _never_started(run_dir: Path, tails: dict[int | None, deque[str]], mpirun_text: str) -> bool:

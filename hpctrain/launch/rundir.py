@@ -44,6 +44,11 @@ def claim_fresh(base: Path) -> Path:
 
 
 def write_run_files(run_dir: Path, cfg: Config, plan: Any) -> None:
-    """config.yaml (what the ranks read) and plan.json, for every launcher."""
+    """The code snapshot (if the run takes one), config.yaml (what the ranks read) and plan.json,
+    for every launcher."""
+    from ..workload.code import CODE_DIR_VAR, snapshot, snapshot_on
+
+    if snapshot_on(cfg):
+        snapshot(Path(str(cfg.code.dir)), Path(plan.env[CODE_DIR_VAR]), list(cfg.code.include))
     records.write_atomic(run_dir / records.CONFIG, to_yaml(cfg))
     records.write_json(run_dir / records.PLAN, plan.to_dict())

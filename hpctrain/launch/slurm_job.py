@@ -41,7 +41,8 @@ class TrainingJob(submitit.helpers.Checkpointable):
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
 
-    def __call__(self) -> records.RunSummary | None:
+    def __call__(self) -> bool:
+        from ..api import request_stop
         from ..rank import fail, run
         from ..train.comm import slurm_gloo_setup
         from ..train.loop import StopControl
@@ -51,14 +52,19 @@ class TrainingJob(submitit.helpers.Checkpointable):
             cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
             control = StopControl(checkpoint_interval=cfg.cluster.checkpoint_interval)  # a SLURM config
             submitit_handler = signal.getsignal(signal.SIGUSR2)
-            signal.signal(signal.SIGUSR2, lambda *_: setattr(control, "requested", True))
+
+            def stop(*_: object) -> None:  # the built-in loop and hpctrain.api both see it
+                control.requested = True
+                request_stop()
+
+            signal.signal(signal.SIGUSR2, stop)
             if cfg.parallelism.backend == "gloo":
                 slurm_gloo_setup(run_dir)
-            result = run(run_dir, control)
+            finished = run(run_dir, control)
         except BaseException as e:  # noqa: BLE001 - record it and end this task now
             fail(run_dir, e)
-        if result is not None:
-            return result
+        if finished:
+            return True
         # Stopped after a checkpoint: rank 0 lets submitit requeue the job (it exits the process).
         if int(os.environ.get("SLURM_PROCID", "0")) == 0 and callable(submitit_handler):
             try:

@@ -119,6 +119,26 @@ def stack_file(rank: int) -> str:
 
 
 STALL = "stall.json"
+CODE = "code.json"  # the snapshot of the user's code: source, git commit, dirty, files
+CODE_DIFF = "code.diff"  # uncommitted changes of a dirty tree at submission
+
+
+def script_result_file(rank: int) -> str:
+    """A script rank's own result (its RankSummary), gathered by rank 0 into summary.json."""
+    return f"result-rank{rank}.json"
+
+
+def resume_steps(path: Path, start: int) -> list[StepRecord]:
+    """Records of the steps before `start` from an earlier attempt: the resumed run keeps them and
+    never counts a step twice. If any record is dropped (steps after the checkpoint, or all of
+    them on a fresh start), the earlier attempt's file is first kept as steps-rank{R}.jsonl.N."""
+    if not path.exists():
+        return []
+    earlier = list(iter_steps(path))
+    kept = [r for r in earlier if r.step < start]
+    if len(kept) < len(earlier):
+        keep_attempt(path)
+    return kept
 
 
 def log_file(rank: int) -> str:

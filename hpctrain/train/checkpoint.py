@@ -49,6 +49,11 @@ def save(
         "scaler": scaler.state_dict() if scaler is not None else None,
         "torch_rng": torch.get_rng_state(),
     }
+    return write(run_dir, step, state)
+
+
+def write(run_dir: Path, step: int, state: dict[str, Any]) -> Path:
+    """Write one checkpoint atomically, point `latest` at it, drop all but the newest KEEP."""
     buf = io.BytesIO()
     torch.save(state, buf)
     d = run_dir / DIR
@@ -94,22 +99,32 @@ def restore(
     run_dir: Path, model: torch.nn.Module, optimizer: Any, scaler: torch.amp.GradScaler | None
 ) -> Restored:
     """Load the newest usable checkpoint into the states; a fresh start only if there is none."""
+    found = newest(run_dir, STATE_KEYS)
+    if found is None:
+        return Restored(0, None, [])
+    path, state, skipped = found
+    return Restored(_apply(path, state, model, optimizer, scaler), path, skipped)
+
+
+def newest(run_dir: Path, keys: tuple[str, ...]) -> tuple[Path, dict[str, Any], list[str]] | None:
+    """The newest checkpoint that loads and holds `keys`, and what was skipped; None if there is
+    none at all; CheckpointError if there are some but none is usable."""
     paths, skipped = candidates(run_dir)
     for path in paths:
         try:
             state = torch.load(path, map_location="cpu", weights_only=False)
-            if not isinstance(state, dict) or any(k not in state for k in STATE_KEYS):
+            if not isinstance(state, dict) or any(k not in state for k in keys):
                 raise ValueError("not an hpctrain checkpoint")
         except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign: try the next one
             skipped.append(f"{path.name} is unusable ({type(e).__name__}: {str(e)[:120]})")
             continue
-        return Restored(_apply(path, state, model, optimizer, scaler), path, skipped)
+        return path, state, skipped
     if skipped:
         raise CheckpointError(
             f"no usable checkpoint in {run_dir / DIR}: {'; '.join(skipped)}. Starting again from step 0 "
             "would discard this run's progress; to do that on purpose, remove the checkpoints directory"
         )
-    return Restored(0, None, [])
+    return None
 
 
 def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer: Any, scaler: Any) -> int:

@@ -22,10 +22,11 @@ from .. import records
 from ..config.schema import Config
 from ..derived import Derived
 from ..events import format_event
+from ..workload.targets import probe
 from . import checkpoint
 from .comm import RankInfo
-from .data import GlobalBatchSampler, build_dataset, build_loader
-from .models import InputSpec, build_model
+from .data import GlobalBatchSampler, build_loader
+from .parts import make_criterion, make_dataset, make_model, workload_label
 from .precision import make_scaler
 from .schedule import lr_at
 from .stats import rank_stats
@@ -90,7 +91,7 @@ def build_trainer(
     """Model, optimizer and data, restored from the latest checkpoint if there is one."""
     device = pick_device(cfg.train.device, info.local_rank)
     torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
-    model = place_model(cfg, build_model(cfg.model, InputSpec.from_data(cfg.data)), device)
+    model = place_model(cfg, make_model(cfg), device)
     base = make_optimizer(cfg, model, cfg.optim.lr)
     compression = hvd.Compression.fp16 if cfg.parallelism.compression == "fp16" else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(
@@ -106,7 +107,10 @@ def build_trainer(
     if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-    dataset = build_dataset(cfg.data, cfg.train.seed)
+    dataset = make_dataset(cfg, d.batch.global_)
+    criterion = make_criterion(cfg)
+    if cfg.user_code:
+        probe(model, criterion, dataset, device, workload_label(cfg))
     sampler = GlobalBatchSampler(
         len(dataset),  # type: ignore[arg-type]
         d.batch.global_,
@@ -119,26 +123,13 @@ def build_trainer(
     )
     loader = build_loader(cfg.data, dataset, sampler)
     delay = cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0
-    return Trainer(model, optimizer, scaler, loader, device, nn.CrossEntropyLoss(), delay), restored
+    return Trainer(model, optimizer, scaler, loader, device, criterion, delay), restored
 
 
 def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-
-
-def _previous_records(path: Path, start: int) -> list[records.StepRecord]:
-    """Records of the steps before `start` from an earlier attempt: the resumed run keeps them and
-    never counts a step twice. If any record is dropped (steps after the checkpoint, or all of
-    them on a fresh start), the earlier attempt's file is first kept as steps-rank{R}.jsonl.N."""
-    if not path.exists():
-        return []
-    earlier = list(records.iter_steps(path))
-    kept = [r for r in earlier if r.step < start]
-    if len(kept) < len(earlier):
-        records.keep_attempt(path)
-    return kept
 
 
 def train(
@@ -157,7 +148,7 @@ def train(
     master = info.rank == 0
     fail_here = cfg.debug.fail_rank == info.rank
     steps_path = run_dir / records.steps_file(info.rank)
-    out = _previous_records(steps_path, start)
+    out = records.resume_steps(steps_path, start)
     if master:
         for note in restored.skipped:
             emit(f"checkpoint skipped: {note}")

@@ -81,7 +81,7 @@ def train_step(
     for xs, ys in zip(x.chunk(acc), y.chunk(acc)):
         with autocast(cfg.precision.name, dev.type):
             logits = t.model(xs)
-            loss = t.criterion(logits.reshape(-1, logits.shape[-1]).float(), ys.reshape(-1)) / acc
+            loss = t.criterion(logits, ys) / acc
         if t.delay_s:
             time.sleep(t.delay_s)
         (t.scaler.scale(loss) if t.scaler else loss).backward()

@@ -194,7 +194,6 @@ def test_no_checkpoint_is_a_fresh_start(tmp_path: Path) -> None:
 
 def test_a_restart_keeps_the_earlier_attempts_records_it_drops(tmp_path: Path) -> None:
     from hpctrain import records
-    from hpctrain.train.loop import _previous_records
 
     path = tmp_path / "steps-rank0.jsonl"
     rec = dict(
@@ -202,14 +201,14 @@ def test_a_restart_keeps_the_earlier_attempts_records_it_drops(tmp_path: Path) -
     )
     text = "".join(records.step_line(records.StepRecord(step=s, timed=True, **rec)) for s in range(8))
     path.write_text(text + '{"step": 8, "ra')  # and a partial last line: a crash mid-write
-    kept = _previous_records(path, 5)
+    kept = records.resume_steps(path, 5)
     assert [r.step for r in kept] == [0, 1, 2, 3, 4]
     assert (tmp_path / "steps-rank0.jsonl.1").read_text() == text + '{"step": 8, "ra'  # all of it kept
     assert not path.exists()  # the resumed attempt writes a new file
     path.write_text(text)
-    assert _previous_records(path, 0) == [] and (tmp_path / "steps-rank0.jsonl.2").read_text() == text
+    assert records.resume_steps(path, 0) == [] and (tmp_path / "steps-rank0.jsonl.2").read_text() == text
     path.write_text(text)
-    assert len(_previous_records(path, 8)) == 8 and path.exists()  # nothing dropped: nothing to keep
+    assert len(records.resume_steps(path, 8)) == 8 and path.exists()  # nothing dropped: nothing to keep
 
 
 # --- stall diagnosis from heartbeats (hand-made) -----------------------------------------------

@@ -1,0 +1,116 @@
+"""Config rules for user code: the code directory, the script and its throughput pattern, and
+the _target_s (targets.py). Each problem names the key, the rule and the fix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..config.schema import Config
+from ..errors import Problem
+from .code import snapshot_on
+from .targets import orphan_kwargs, target_problems
+
+
+def workload_problems(cfg: Config) -> list[Problem]:
+    p = orphan_kwargs(cfg)
+    if not cfg.user_code:
+        return p + _unused(cfg)
+    code = Path(cfg.code.dir or ".")
+    if not code.is_dir():
+        p.append(
+            Problem("code.dir", f"{code} is not a directory", "point code.dir at your project's directory")
+        )
+        return p
+    p += _script_problems(cfg, code)
+    p += target_problems(cfg)
+    p += _builtin_only(cfg)
+    return p
+
+
+# settings of the built-in models and datasets, which a _target_ does not receive
+BUILTIN_ONLY = {
+    "model": ("width", "depth", "heads"),
+    "data": ("num_samples", "channels", "image_size", "num_classes", "seq_len", "vocab_size", "path"),
+}
+
+
+def _builtin_only(cfg: Config) -> list[Problem]:
+    """`model.width=128` beside model._target_ would silently not reach the user's class."""
+    p = []
+    for section, names in BUILTIN_ONLY.items():
+        node = getattr(cfg, section)
+        if node._target_ is None:
+            continue
+        default = type(node)()
+        for name in names:
+            if getattr(node, name) != getattr(default, name):
+                p.append(
+                    Problem(
+                        f"{section}.{name}",
+                        f"applies to the built-in {section}s only; {section}._target_ does not receive it",
+                        f"pass it to your {section} as +{section}.kwargs.{name}={getattr(node, name)}",
+                    )
+                )
+    return p
+
+
+def _unused(cfg: Config) -> list[Problem]:
+    if cfg.script.args or cfg.script.throughput_regex:
+        return [
+            Problem(
+                "script.args",
+                "script.args / script.throughput_regex are set but no script.path",
+                "add script=path/to/train.py, or drop them",
+            )
+        ]
+    return []
+
+
+def _script_problems(cfg: Config, code: Path) -> list[Problem]:
+    s = cfg.script
+    if not s.path:
+        return _unused(cfg)
+    p: list[Problem] = []
+    path = Path(s.path)
+    if not path.is_file():
+        p.append(
+            Problem("script.path", f"{path} does not exist or is not a file", "give the path of your script")
+        )
+    elif snapshot_on(cfg) and not path.resolve().is_relative_to(code.resolve()):
+        p.append(
+            Problem(
+                "script.path",
+                f"{path} is outside code.dir={code}: the code snapshot would not hold it",
+                "set code.dir to the project that holds the script, or code.snapshot=false",
+            )
+        )
+    if s.throughput_regex is not None:
+        try:
+            groups = re.compile(s.throughput_regex).groups
+        except re.error as e:
+            p.append(
+                Problem(
+                    "script.throughput_regex",
+                    f"is not a regular expression: {e}",
+                    "e.g. script.throughput_regex='([0-9.]+) samples/s'",
+                )
+            )
+        else:
+            if groups < 1:
+                p.append(
+                    Problem(
+                        "script.throughput_regex",
+                        "has no group to read the number from",
+                        "put the number in parentheses, e.g. '([0-9.]+) samples/s'",
+                    )
+                )
+    if cfg.model._target_ or cfg.data._target_ or cfg.loss._target_:
+        p.append(
+            Problem(
+                "script.path",
+                "a script brings its own model and data: model/data/loss _target_ are for the built-in trainer",
+                "drop script.path, or the _target_ settings",
+            )
+        )
+    return p

@@ -1,0 +1,198 @@
+"""Running the user's script on a rank: as `python script.py ARGS` would (as __main__, with its
+directory first on sys.path and its arguments in sys.argv), inside hpctrain's rank process, so
+that failures are recorded, the rank dies with its launcher, and the records and summary follow.
+
+Every rank writes its own result (result-rank{R}.json); rank 0 gathers them through the run
+directory, not a collective, because the script may already have shut its framework down.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import runpy
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from .. import api, records
+from ..config.schema import Config
+from ..train.comm import CommError, gloo_env
+from ..train.stats import rank_stats, summarize
+from .code import CODE_DIR_VAR
+from .dist_env import launcher_world, slurm_first_node, torch_env
+
+SCRIPT_VAR = "HPCTRAIN_SCRIPT"
+GATHER_TIMEOUT_S = 120.0
+
+
+class ScriptExit(RuntimeError):
+    """The script ended with a non-zero exit status."""
+
+    quiet = True  # the script's own output says why; hpctrain's stack would not
+
+
+class Tee(io.TextIOBase):
+    """Rank 0's stdout, passed through, with the last match of the throughput pattern kept."""
+
+    def __init__(self, out: IO[str], pattern: re.Pattern[str]) -> None:
+        self.out, self.pattern, self.partial = out, pattern, ""
+        self.value: float | None = None
+
+    def write(self, text: str) -> int:
+        self.out.write(text)
+        self.partial += text
+        *lines, self.partial = self.partial.split("\n")
+        for line in lines:
+            m = self.pattern.search(line)
+            if m:
+                try:
+                    self.value = float(m.group(1))
+                except ValueError:
+                    pass
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def fileno(self) -> int:
+        return self.out.fileno()
+
+    def isatty(self) -> bool:
+        return self.out.isatty()
+
+
+def prepare_environment(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> None:
+    """What the script's framework expects (torch.distributed, Horovod over Gloo), and the check
+    that the launcher started the world the plan has."""
+    env = os.environ
+    world = launcher_world(env)
+    if world is not None and world != plan.world_size:
+        raise CommError(
+            f"the launcher started {world} rank(s) but the plan has {plan.world_size}; "
+            "the launcher and the plan disagree"
+        )
+    first = slurm_first_node(env) if "SLURM_PROCID" in env and "OMPI_COMM_WORLD_RANK" not in env else None
+    env.update(torch_env(env, first))
+    if cfg.parallelism.backend == "gloo" and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env:
+        env.update(gloo_env(env))  # Horovod's identity; the rendezvous is the launcher's (or slurm_job's)
+    env.update(
+        {
+            api.RUN_DIR_VAR: str(run_dir),
+            "HPCTRAIN_BATCH_PER_RANK": str(plan.batch.per_rank),
+            "HPCTRAIN_GLOBAL_BATCH": str(plan.batch.global_),
+            "HPCTRAIN_STEPS": str(cfg.train.steps),
+            "HPCTRAIN_WARMUP_STEPS": str(cfg.train.warmup_steps),
+        }
+    )
+
+
+def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
+    """Run the script on this rank; True if it finished, False if it left to be requeued (it saw
+    api.should_stop() after the launcher's api.request_stop())."""
+    prepare_environment(cfg, run_dir, plan)
+    script = Path(os.environ.get(SCRIPT_VAR) or str(cfg.script.path))
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        records.write_json(run_dir / records.ENV, environment(cfg))
+    tee = None
+    if rank == 0 and cfg.script.throughput_regex:
+        tee = Tee(sys.stdout, re.compile(cfg.script.throughput_regex))
+    started = time.time()
+    _run_as_main(script, list(cfg.script.args), os.environ.get(CODE_DIR_VAR), tee)
+    finished = time.time()
+    steps = api._finish()
+    if api._state.stopped:
+        return False
+    result = rank_stats(steps, rank, socket.gethostname(), _peak_memory(), 0)
+    if not steps:  # no api.step calls: the wall time of the whole script
+        result = records.RankSummary(**{**result.__dict__, "wall_s": finished - started})
+    records.write(run_dir / records.script_result_file(rank), result)
+    if rank == 0:
+        everyone = _gather(run_dir, plan.world_size)
+        summary = summarize(
+            everyone,
+            plan.batch.global_,
+            started=started,
+            finished=finished,
+            precision=str(cfg.precision.name),
+            model=f"script:{script.name}",
+            backend=str(cfg.parallelism.backend),
+            compression=str(cfg.parallelism.compression),
+        )
+        if not steps:
+            value = tee.value if tee is not None else None
+            summary = _from_printed(summary, value)
+        records.write(run_dir / records.SUMMARY, summary)
+    return True
+
+
+def _run_as_main(script: Path, args: list[str], code: str | None, tee: Tee | None) -> None:
+    """`python script.py args` inside this process; a non-zero sys.exit is a ScriptExit."""
+    sys.argv = [str(script), *args]
+    sys.path.insert(0, str(script.parent))
+    if code:
+        os.chdir(code)  # the job runs from its code (the snapshot on SLURM)
+    saved = sys.stdout
+    if tee is not None:
+        sys.stdout = tee  # type: ignore[assignment]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise ScriptExit(f"{script.name} exited with status {e.code}") from None
+    finally:
+        sys.stdout.flush()
+        sys.stdout = saved
+
+
+def _gather(run_dir: Path, world: int) -> list[records.RankSummary]:
+    """Every rank's result file; the ranks end within moments of each other."""
+    deadline = time.monotonic() + GATHER_TIMEOUT_S
+    paths = [run_dir / records.script_result_file(r) for r in range(world)]
+    while not all(p.exists() for p in paths):
+        if time.monotonic() > deadline:
+            missing = [str(r) for r, p in enumerate(paths) if not p.exists()]
+            raise ScriptExit(
+                f"rank(s) {', '.join(missing)} did not finish the script within {GATHER_TIMEOUT_S:.0f} s of rank 0"
+            )
+        time.sleep(0.1)
+    return [records.read(p, records.RankSummary) for p in paths]
+
+
+def _from_printed(summary: records.RunSummary, value: float | None) -> records.RunSummary:
+    """A script that reports no steps: throughput is what it printed (script.throughput_regex),
+    or unknown (NaN)."""
+    nan = float("nan")
+    throughput = value if value is not None else nan
+    return records.RunSummary(
+        **{
+            **summary.__dict__,
+            "throughput_samples_per_s": throughput,
+            "throughput_per_rank": throughput / summary.world_size,
+        }
+    )
+
+
+def environment(cfg: Config) -> dict[str, object]:
+    """env.json of a script run: what the rank process can tell without the script's framework."""
+    from ..rank import base_environment
+
+    rec = base_environment()
+    rec["script"] = {"path": os.environ.get(SCRIPT_VAR) or cfg.script.path, "args": list(cfg.script.args)}
+    try:
+        import horovod
+
+        rec["horovod"] = horovod.__version__
+    except ImportError:
+        pass
+    return rec
+
+
+def _peak_memory() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
