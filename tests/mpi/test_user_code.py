@@ -1,0 +1,168 @@
+"""The user's own code, launched locally with real mpirun and Horovod: a model class and a
+dataset factory by import path, unmodified Horovod and torch.distributed scripts, a script
+instrumented with hpctrain.api (records, summary, a scaling study), and what goes wrong."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hpctrain
+from tests.mpi.test_local_runs import assert_same_weights
+
+pytestmark = pytest.mark.mpi
+
+USER_MODEL = [
+    "model._target_=mypkg.nets.TwoLayer",
+    "+model.hidden=32",
+    "data._target_=mypkg.data.blobs",
+    "+data.n=512",
+    "train.steps=12",
+    "train.warmup_steps=2",
+]
+HVD_THROUGHPUT = 'script.throughput_regex="Total img/sec on [0-9]+ rank.s.: ([0-9.]+)"'
+
+
+def run(project: Path, name: str, *overrides: str) -> tuple[int, str, Path]:
+    run_dir = project.parent / name
+    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *overrides, cwd=project)
+    return r.returncode, r.stdout + r.stderr, run_dir
+
+
+def run_ok(project: Path, name: str, *overrides: str) -> tuple[Path, dict]:
+    code, out, run_dir = run(project, name, *overrides)
+    assert code == 0, out
+    return run_dir, json.loads((run_dir / "summary.json").read_text())
+
+
+def rank_lines(run_dir: Path, world: int) -> list[str]:
+    return [(run_dir / "logs" / f"rank{r}.log").read_text() for r in range(world)]
+
+
+def test_a_user_model_and_dataset_train_and_2_ranks_match_1(user_project: Path) -> None:
+    one, s1 = run_ok(user_project, "one", *USER_MODEL, "cluster.ranks=1", "train.batch_per_rank=32")
+    two, s2 = run_ok(user_project, "two", *USER_MODEL, "cluster.ranks=2", "train.batch_per_rank=16")
+    assert_same_weights(one, two, rtol=1e-5, atol=1e-6)
+    assert s2["model"] == "mypkg.nets.TwoLayer" and s2["world_size"] == 2
+    assert s2["parameters"] == (8 * 32 + 32) + (32 * 3 + 3)  # +model.hidden=32 reached the class
+    assert s2["last_loss"] < 0.5 * s2["first_loss"]  # the blobs are separable: it learns
+    env = json.loads((two / "env.json").read_text())
+    assert env["code"]["dir"] == str(user_project)  # code.dir defaults to where hpctrain started
+
+
+def test_an_unmodified_horovod_script_runs_on_every_rank(user_project: Path) -> None:
+    run_dir, s = run_ok(
+        user_project, "hvd", "script=scripts/hvd_train.py", "script.args=[--steps,5]", HVD_THROUGHPUT
+    )
+    logs = rank_lines(run_dir, 2)
+    assert "rank 0 of 2 (local 0)" in logs[0] and "rank 1 of 2 (local 1)" in logs[1]
+    printed = re.search(r"Total img/sec on 2 rank\(s\): ([0-9.]+)", logs[0])
+    assert printed is not None
+    assert s["throughput_samples_per_s"] == pytest.approx(float(printed.group(1)))
+    assert s["timed_steps"] == 0 and s["finished"] > s["started"]
+
+
+def test_an_unmodified_ddp_script_gets_torch_distributed_env(user_project: Path) -> None:
+    run_dir, s = run_ok(user_project, "ddp", "script=scripts/ddp_train.py", "script.args=[3]")
+    logs = rank_lines(run_dir, 2)
+    assert "rank 0 of 2 local 0" in logs[0] and "rank 1 of 2 local 1" in logs[1]
+    assert s["world_size"] == 2 and s["throughput_samples_per_s"] != s["throughput_samples_per_s"]  # NaN
+
+
+def test_an_api_script_gets_records_summary_and_a_study(user_project: Path) -> None:
+    run_dir, s = run_ok(
+        user_project,
+        "api",
+        "script=scripts/api_train.py",
+        "script.args=[30]",
+        "train.steps=30",
+        "train.warmup_steps=4",
+        "train.batch_per_rank=16",
+    )
+    for rank in (0, 1):
+        steps = [json.loads(line) for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in steps] == list(range(30))
+        assert [r["timed"] for r in steps] == [False] * 4 + [True] * 26
+        assert all(r["samples"] == 16 for r in steps)
+    assert s["timed_steps"] == 26 and s["global_batch"] == 32
+    assert (run_dir / "weights.pt").exists()
+    # a scaling study of the script: hpctrain sets batch and steps, the script reads them (api)
+    study = user_project.parent / "study"
+    r = hpctrain(
+        "study",
+        "strong",
+        "--no-progress",
+        "script=scripts/api_train.py",
+        "study.ranks=[1,2]",
+        "study.repetitions=1",
+        "study.steps=12",
+        "study.warmup_steps=2",
+        "study.global_batch=32",
+        "study.allreduce_bench=false",
+        f"run.dir={study}",
+        cwd=user_project,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    study_dir = Path(f"{study}-strong")
+    x = {}
+    for n, per_rank in ((1, 32), (2, 16)):
+        summary = json.loads((study_dir / f"n{n}-r0" / "summary.json").read_text())
+        assert summary["batch_per_rank"] == per_rank and summary["timed_steps"] == 10
+        x[n] = summary["throughput_samples_per_s"]
+    rows = list(csv.DictReader((study_dir / "report" / "points.csv").open()))
+    assert [int(row["N"]) for row in rows] == [1, 2]
+    for row in rows:
+        assert float(row["samples/s"]) == pytest.approx(x[int(row["N"])], abs=0.051)
+        assert float(row["speedup"]) == pytest.approx(x[int(row["N"])] / x[1], abs=0.0051)
+    assert "data:image/png;base64," in (study_dir / "report" / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    "overrides, rule",
+    [
+        (["model._target_=mypkg.nope.Net"], "'mypkg.nope.Net' does not import: ModuleNotFoundError"),
+        (["model._target_=mypkg.nets.TwoLayer", "+model.hiddn=3"], "unexpected keyword argument 'hiddn'"),
+        (["data._target_=mypkg.nets"], "is not callable"),
+        (["script=scripts/nothere.py"], "does not exist or is not a file"),
+        (["script=scripts/hvd_train.py", "script.throughput_regex=no-group"], "has no group"),
+        (["script=scripts/hvd_train.py", "model._target_=mypkg.nets.TwoLayer"], "a script brings its own"),
+    ],
+)
+def test_bad_user_code_settings_are_config_errors_before_anything_starts(
+    user_project: Path, overrides: list[str], rule: str
+) -> None:
+    code, out, run_dir = run(user_project, "bad", *overrides)
+    assert code == 2, out
+    assert rule in out, out
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["model._target_=mypkg.bad.Broken", "data._target_=mypkg.data.blobs"],
+            "model._target_=mypkg.bad.Broken failed: ValueError: width must be even",
+        ),
+        (
+            ["model._target_=mypkg.nets.TwoLayer", "data._target_=mypkg.bad.wrong_shapes"],
+            "one sample does not go through the model and the loss: input (5,) torch.float32",
+        ),
+        (["script=scripts/exit_on_rank.py", "script.args=[1]"], "exit_on_rank.py exited with status 3"),
+        (["script=scripts/exit_on_rank.py", "script.args=[1,kill]"], "killed by signal 9"),
+    ],
+)
+def test_user_code_that_fails_on_a_rank_is_named(
+    user_project: Path, overrides: list[str], message: str
+) -> None:
+    code, out, run_dir = run(user_project, "fails", *overrides, "train.steps=5", "train.warmup_steps=1")
+    assert code == 4, out
+    assert message in out, out
+    if "exit_on_rank" in overrides[0]:
+        assert "rank 1 failed" in out, out  # the rank that failed, not the ones mpirun stopped
+        assert "rank 1 starting" in out  # its last output
+    assert (run_dir / "config.yaml").exists() and not (run_dir / "summary.json").exists()
