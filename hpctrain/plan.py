@@ -128,9 +128,10 @@ def plan_local(
     threads = c.threads_per_rank or max(1, facts.cpu_count // n)
     env = rank_env(cfg, threads)
     env.update(workload_env(cfg, Path(home or run_dir)))
-    if cfg.parallelism.backend == "gloo":
-        env.update(gloo_env(rendezvous_port))
-    if cfg.script.path and "MASTER_PORT" not in env:  # torch.distributed's store: a free port at launch
+    torch_dist = cfg.script.path or cfg.parallelism.engine == "ddp"
+    if cfg.parallelism.backend == "gloo" and not torch_dist:
+        env.update(gloo_env(rendezvous_port))  # Horovod over Gloo: the launcher's rendezvous
+    if torch_dist and "MASTER_PORT" not in env:  # torch.distributed's store: a free port at launch
         env["MASTER_PORT"] = AT_LAUNCH
     argv, notes = mpirun_argv(c, facts, env, python, run_dir)
     notes += workload_notes(cfg)

@@ -69,34 +69,6 @@ def base_environment() -> dict[str, Any]:
     return rec
 
 
-def environment_record(hvd: Any, backend: str, hosts: list[str]) -> dict[str, Any]:
-    import horovod
-
-    rec = base_environment()
-    rec.update(
-        {
-            "horovod": horovod.__version__,
-            "hosts": hosts,
-            "backend": backend,
-            "horovod_build": {
-                name: bool(getattr(hvd, f"{name}_built")())
-                for name in ("mpi", "gloo", "nccl", "cuda", "rocm", "ddl", "ccl")
-            },
-            # what Horovod runs on, as it reports it (the build may have both controllers)
-            "horovod_runtime": {
-                "mpi_enabled": bool(hvd.mpi_enabled()),
-                "gloo_enabled": bool(hvd.gloo_enabled()),
-            },
-        }
-    )
-    if backend == "mpi":
-        from .facts import mpi_library_version
-
-        rec["mpi_library"] = mpi_library_version()
-        rec["mpi4py"] = __import__("mpi4py").__version__
-    return rec
-
-
 def run(run_dir: Path, control: StopControl | None = None) -> bool:
     """Run this rank's workload: True when it finished, False when it stopped to be requeued."""
     from .workload.code import activate
@@ -112,23 +84,25 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
 
 
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
-    """The built-in trainer (on built-in or user models and data) under Horovod."""
-    from .train.comm import init_horovod, rank_info
+    """The built-in trainer (on built-in or user models and data) under the configured engine."""
+    from .engine import engine_for
     from .train.loop import train
     from .train.stats import summarize
 
     # derived once, by the planner: the rank uses the plan's world size, batch and lr as they are
     derived = Derived(plan.world_size, plan.batch, plan.lr)
-    hvd = init_horovod(cfg.parallelism.backend, expected_size=plan.world_size)
-    info = rank_info(hvd)
-    hosts = hvd.allgather_object(socket.gethostname())
+    engine = engine_for(str(cfg.parallelism.engine))
+    info = engine.init(cfg, expected_size=plan.world_size)
+    hosts = engine.allgather_object(socket.gethostname())
     if info.rank == 0:
-        records.write_json(run_dir / records.ENV, environment_record(hvd, cfg.parallelism.backend, hosts))
+        records.write_json(
+            run_dir / records.ENV, {**base_environment(), "hosts": hosts, **engine.environment()}
+        )
     started = time.time()
-    stats = train(cfg, hvd, info, derived, run_dir, control=control)
+    stats = train(cfg, engine, info, derived, run_dir, control=control)
     if stats is None:
         return False
-    everyone = hvd.allgather_object(stats)
+    everyone = engine.allgather_object(stats)
     summary = summarize(
         everyone,
         plan.batch.global_,
@@ -138,11 +112,12 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         model=cfg.model._target_ or cfg.model.name,
         backend=cfg.parallelism.backend,
         compression=cfg.parallelism.compression,
+        engine=cfg.parallelism.engine,
     )
     if info.rank == 0:
         records.write(run_dir / records.SUMMARY, summary)
         print(format_event("done", throughput=summary.throughput_samples_per_s), flush=True)
-    hvd.shutdown()
+    engine.shutdown()
     return True
 
 

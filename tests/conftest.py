@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -93,6 +94,15 @@ def wait_for(what: str, check: Callable[[], object], timeout_s: float = 120) -> 
 
 def lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def signal_at_step(run_dir: Path, steps: int, timeout_s: float = 180) -> str:
+    """Once rank 0 has recorded `steps` steps of a SLURM run started with --no-wait (held there by
+    debug.hold_step or the script's own hold), send it what SLURM sends before the time limit."""
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    wait_for(f"step {steps} of job {job}", lambda: lines(run_dir / "steps-rank0.jsonl") >= steps, timeout_s)
+    subprocess.run(["scancel", "-s", "USR2", job], check=True)
+    return job
 
 
 # --- the real local SLURM cluster (slurm/start.sh), shared by every SLURM test of the session ---

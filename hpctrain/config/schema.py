@@ -42,6 +42,11 @@ class Parallelism(StrEnum):
     data = "data"
 
 
+class EngineName(StrEnum):
+    horovod = "horovod"
+    ddp = "ddp"
+
+
 class Backend(StrEnum):
     mpi = "mpi"
     gloo = "gloo"
@@ -50,6 +55,7 @@ class Backend(StrEnum):
 class Compression(StrEnum):
     none = "none"
     fp16 = "fp16"
+    bf16 = "bf16"  # ddp only (a communication hook); Horovod has no bf16 compressor
 
 
 class Optimizer(StrEnum):
@@ -165,11 +171,15 @@ class PrecisionConf:
 @dataclass
 class ParallelismConf:
     name: Parallelism = Parallelism.data
-    backend: Backend = Backend.mpi  # Horovod controller and CPU collectives
+    engine: EngineName = EngineName.horovod  # what averages gradients: Horovod, or torch DDP
+    backend: Backend = Backend.mpi  # horovod: controller and CPU collectives (ddp: Gloo on CPU, NCCL on GPU)
     fusion_threshold_mb: Optional[float] = None  # HOROVOD_FUSION_THRESHOLD; null = Horovod's 64 MB
     cycle_time_ms: Optional[float] = None  # HOROVOD_CYCLE_TIME; null = Horovod's default
     compression: Compression = Compression.none  # gradient compression on the wire
     backward_passes_per_step: int = 1  # micro-batches accumulated locally before one allreduce
+    bucket_mb: float = 25.0  # ddp: gradient bucket size (DDP's bucket_cap_mb)
+    gradient_as_bucket_view: bool = False  # ddp: gradients alias the buckets (saves a copy and memory)
+    static_graph: bool = False  # ddp: the graph never changes between steps (lets DDP skip some work)
 
 
 @dataclass

@@ -76,6 +76,7 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
         ("debug.fail_step", cfg.debug.fail_step, 0),
     ]:
         p += at_least(key, value, low)
+    p += _engine_problems(cfg)
     if par.cycle_time_ms is not None and par.cycle_time_ms <= 0:
         p.append(
             Problem(
@@ -152,6 +153,50 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
     p += _debug_problems(cfg, world_size(cfg))
     if facts is not None:
         p += _host_problems(cfg, facts)
+    return p
+
+
+def _engine_problems(cfg: Config) -> list[Problem]:
+    """Settings of one engine given to the other would silently do nothing."""
+    par = cfg.parallelism
+    p = []
+    if par.engine == "horovod":
+        if par.compression == "bf16":
+            p.append(
+                Problem(
+                    "parallelism.compression",
+                    "bf16 compression is a DDP communication hook; Horovod compresses to fp16 only",
+                    "use parallelism.compression=fp16, or parallelism.engine=ddp",
+                )
+            )
+        defaults = S.ParallelismConf()
+        for key in ("bucket_mb", "gradient_as_bucket_view", "static_graph"):
+            if getattr(par, key) != getattr(defaults, key):
+                p.append(
+                    Problem(
+                        f"parallelism.{key}",
+                        "applies to engine=ddp only",
+                        f"set parallelism.engine=ddp, or drop parallelism.{key} (Horovod: fusion_threshold_mb, cycle_time_ms)",
+                    )
+                )
+    else:
+        for key in ("fusion_threshold_mb", "cycle_time_ms"):
+            if getattr(par, key) is not None:
+                p.append(
+                    Problem(
+                        f"parallelism.{key}",
+                        "applies to engine=horovod only",
+                        "drop it for engine=ddp (DDP's own knob: parallelism.bucket_mb)",
+                    )
+                )
+    if par.bucket_mb <= 0:
+        p.append(
+            Problem(
+                "parallelism.bucket_mb",
+                f"must be > 0 (got {par.bucket_mb:g})",
+                "e.g. parallelism.bucket_mb=25",
+            )
+        )
     return p
 
 

@@ -244,14 +244,18 @@ def _never_started(run_dir: Path, tails: dict[int | None, deque[str]], mpirun_te
 def _failure(
     run_dir: Path, code: int, tails: dict[int | None, deque[str]], mpirun_text: str
 ) -> records.Failure:
-    """The first rank that failed, from its error file, else from mpirun's report."""
-    first = records.first_error(run_dir)
+    """The first rank that failed, from its error file, else from mpirun's report (a rank killed
+    by a signal writes nothing; the survivors' "peer vanished" errors are its effect)."""
+    first = records.first_error(run_dir, causes_only=True)
     if first is not None:
         return records.Failure(first.rank, first.describe(), "\n".join(tails.get(first.rank, [])))
     found = mpirun_failure(mpirun_text)
     if found:
         rank, cause = found
         return records.Failure(rank, cause, "\n".join(tails.get(rank, [])))
+    first = records.first_error(run_dir)
+    if first is not None:
+        return records.Failure(first.rank, first.describe(), "\n".join(tails.get(first.rank, [])))
     return records.Failure(
         None, f"mpirun exited with status {code}", "\n".join(mpirun_text.splitlines()[-15:])
     )

@@ -122,7 +122,7 @@ class SlurmLauncher(Launcher):
         the rank's own error file, then srun's report of the task that died (signal, exit code)."""
         if status.state == "CANCELLED":
             return RunCancelled(f"job {job.job_id} was cancelled (run directory {job.run_dir})")
-        first = records.first_error(job.run_dir)
+        first = records.first_error(job.run_dir, causes_only=True)
         if first is not None:
             return RankFailure(
                 first.rank, f"{first.describe()}; job {job.job_id} {status.state}", run_dir=str(job.run_dir)
@@ -131,6 +131,11 @@ class SlurmLauncher(Launcher):
         if found is not None:
             rank, cause = found
             return RankFailure(rank, f"{cause}; job {job.job_id} {status.state}", run_dir=str(job.run_dir))
+        first = records.first_error(job.run_dir)  # only peers' "a rank vanished": still the best word
+        if first is not None:
+            return RankFailure(
+                first.rank, f"{first.describe()}; job {job.job_id} {status.state}", run_dir=str(job.run_dir)
+            )
         return RankFailure(
             None, f"job {job.job_id} ended {status.state} ({status.reason})", run_dir=str(job.run_dir)
         )

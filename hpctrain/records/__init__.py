@@ -25,6 +25,7 @@ every field and raise RecordError naming the file (and line) and what is wrong.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -246,7 +247,21 @@ def read_errors(run_dir: Path) -> dict[int, ErrorRecord]:
     return out
 
 
-def first_error(run_dir: Path) -> ErrorRecord | None:
-    """The earliest error-rank{R}.json: the rank that failed first (the others were stopped)."""
-    errors = read_errors(run_dir)
-    return min(errors.values(), key=lambda e: e.time) if errors else None
+# What a surviving rank's collective library says when a peer process vanished: the effect of
+# another rank's failure, never its cause (Gloo's TCP pairs, Horovod's shutdown after a peer).
+PEER_LOST = re.compile(
+    r"Connection reset by peer|Connection closed by peer|Broken pipe|Horovod has been shut down|"
+    r"NCCL communicator was aborted|peer process"
+)
+
+
+def is_peer_loss(error: ErrorRecord) -> bool:
+    return bool(PEER_LOST.search(error.message))
+
+
+def first_error(run_dir: Path, causes_only: bool = False) -> ErrorRecord | None:
+    """The earliest error-rank{R}.json: the rank that failed first (the others were stopped).
+    An error that only says a peer vanished comes after every other (with `causes_only`, it is
+    left out: the launcher's report of the vanished rank names the cause better)."""
+    errors = [e for e in read_errors(run_dir).values() if not (causes_only and is_peer_loss(e))]
+    return min(errors, key=lambda e: (is_peer_loss(e), e.time)) if errors else None

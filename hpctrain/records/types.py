@@ -77,6 +77,7 @@ class RunSummary:
     backend: str
     compression: str
     per_rank: list[RankSummary]
+    engine: str = "horovod"  # what averaged the gradients: horovod | ddp
 
     @property
     def grad_bytes_per_param(self) -> int:

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -21,6 +20,7 @@ from torch import nn
 from .. import records
 from ..config.schema import Config
 from ..derived import Derived
+from ..engine import Engine
 from ..events import format_event
 from ..workload.targets import probe
 from . import checkpoint
@@ -86,31 +86,24 @@ def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Opti
 
 
 def build_trainer(
-    cfg: Config, hvd: Any, info: RankInfo, d: Derived, run_dir: Path
+    cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Path
 ) -> tuple[Trainer, checkpoint.Restored]:
     """Model, optimizer and data, restored from the latest checkpoint if there is one."""
     device = pick_device(cfg.train.device, info.local_rank)
     torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
-    model = place_model(cfg, make_model(cfg), device)
-    base = make_optimizer(cfg, model, cfg.optim.lr)
-    compression = hvd.Compression.fp16 if cfg.parallelism.compression == "fp16" else hvd.Compression.none
-    optimizer = hvd.DistributedOptimizer(
-        base,
-        named_parameters=model.named_parameters(),
-        compression=compression,
-        backward_passes_per_step=cfg.parallelism.backward_passes_per_step,
-        op=hvd.Average,
-    )
+    module = place_model(cfg, make_model(cfg), device)
+    model, optimizer = engine.wrap(cfg, module, make_optimizer(cfg, module, cfg.optim.lr))
     scaler = make_scaler(cfg.precision, device.type)
-    restored = checkpoint.restore(run_dir, model, optimizer, scaler)
+    # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
+    # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
+    restored = checkpoint.restore(run_dir, module, optimizer, scaler)
     start = restored.step
     if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        engine.broadcast_initial(module, optimizer)
     dataset = make_dataset(cfg, d.batch.global_)
     criterion = make_criterion(cfg)
     if cfg.user_code:
-        probe(model, criterion, dataset, device, workload_label(cfg))
+        probe(module, criterion, dataset, device, workload_label(cfg))
     sampler = GlobalBatchSampler(
         len(dataset),  # type: ignore[arg-type]
         d.batch.global_,
@@ -123,7 +116,7 @@ def build_trainer(
     )
     loader = build_loader(cfg.data, dataset, sampler)
     delay = cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0
-    return Trainer(model, optimizer, scaler, loader, device, criterion, delay), restored
+    return Trainer(model, optimizer, scaler, loader, device, criterion, delay, module=module), restored
 
 
 def peak_memory_bytes(device: torch.device) -> int:
@@ -134,7 +127,7 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 def train(
     cfg: Config,
-    hvd: Any,
+    engine: Engine,
     info: RankInfo,
     d: Derived,
     run_dir: Path,
@@ -143,7 +136,7 @@ def train(
 ) -> records.RankSummary | None:
     """Run cfg.train.steps steps; return this rank's summary, or None if stopped by `control`
     (after a checkpoint). Rank 0 also logs and reports."""
-    t, restored = build_trainer(cfg, hvd, info, d, run_dir)
+    t, restored = build_trainer(cfg, engine, info, d, run_dir)
     start = restored.step
     master = info.rank == 0
     fail_here = cfg.debug.fail_rank == info.rank
@@ -172,7 +165,7 @@ def train(
             t_data = time.perf_counter()
             lr = lr_at(step, cfg.optim, d.lr)
             r = train_step(
-                t, hvd, cfg, x, y, lr, step, control.requested if control is not None else None, t_data
+                t, engine, cfg, x, y, lr, step, control.requested if control is not None else None, t_data
             )
             rec = records.StepRecord(
                 step=step,
@@ -204,23 +197,23 @@ def train(
                 if r.stop or (every and (step + 1) % every == 0 and step + 1 < cfg.train.steps):
                     steps_file.flush()
                     if master:
-                        path = checkpoint.save(run_dir, step + 1, t.model, t.optimizer, t.scaler)
+                        path = checkpoint.save(run_dir, step + 1, t.weights, t.optimizer, t.scaler)
                         emit(f"checkpoint {path.name} written after step {step + 1}")
-                    hvd.allreduce(torch.zeros(1), name=f"hpctrain.ckpt.{step}")  # all wait for it
+                    engine.barrier(f"hpctrain.ckpt.{step}")  # all wait for it
                 if r.stop:
                     t.watch.stop()
                     return None
     t.watch.stop()
     if master and cfg.train.save_model:
         buf = io.BytesIO()
-        torch.save(t.model.state_dict(), buf)
+        torch.save(t.weights.state_dict(), buf)
         records.write_atomic(run_dir / records.MODEL, buf.getvalue())
     return rank_stats(
         out,
         info.rank,
         info.hostname,
         peak_memory_bytes(t.device),
-        sum(p.numel() for p in t.model.parameters()),
+        sum(p.numel() for p in t.weights.parameters()),
     )
 
 

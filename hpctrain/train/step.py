@@ -4,8 +4,8 @@ it: data timing, resume, cooperative stop, checkpoints and records.
 A step is timed in three parts after its data has arrived (wall clock; the device is
 synchronised on GPUs):
   compute  forward + backward (+ the optimizer update); allreduces overlap the backward pass
-  comm     exposed communication: time blocked in optimizer.synchronize() waiting for the
-           allreduces still in flight after the backward pass ended
+  comm     exposed communication: time the step waits for gradient communication after its
+           backward computation is done (the engine says how it measures it: engine/*.py)
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..config.schema import Config
+from ..engine import Engine
 from .precision import autocast
 from .watchdog import Watchdog
 
@@ -25,13 +26,18 @@ from .watchdog import Watchdog
 @dataclass
 class Trainer:
     model: nn.Module
-    optimizer: Any  # horovod.torch DistributedOptimizer
+    optimizer: Any  # the engine's optimizer (Horovod's DistributedOptimizer, or the plain one)
     scaler: torch.amp.GradScaler | None
     loader: torch.utils.data.DataLoader
     device: torch.device
     criterion: nn.Module
     delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
     watch: Watchdog | None = None  # told the phase of each step (stall detection)
+    module: nn.Module | None = None  # the model without the engine's wrapper (weights, checkpoints)
+
+    @property
+    def weights(self) -> nn.Module:
+        return self.module if self.module is not None else self.model
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,7 @@ def sync(device: torch.device) -> None:
 
 def train_step(
     t: Trainer,
-    hvd: Any,
+    engine: Engine,
     cfg: Config,
     x: torch.Tensor,
     y: torch.Tensor,
@@ -59,54 +65,44 @@ def train_step(
     stop_vote: bool | None,
     t_start: float,
 ) -> StepResult:
-    """Forward, backward, gradient allreduce and update on one batch whose data arrived at
+    """Forward, backward, gradient averaging and update on one batch whose data arrived at
     `t_start` (so data + compute + comm is the whole step). `stop_vote` (None: no vote) is this
-    rank's wish to stop, agreed on by a one-element allreduce that Horovod fuses with the
-    gradients, so every rank stops after the same step."""
+    rank's wish to stop, agreed on by a one-element allreduce started before the gradients', so
+    every rank stops after the same step."""
     opt, dev, watch = t.optimizer, t.device, t.watch
     if watch is not None:
         watch.phase("compute", step)
     acc = cfg.parallelism.backward_passes_per_step
-    vote = (
-        hvd.allreduce_async(torch.tensor([float(stop_vote)]), op=hvd.Max, name=f"hpctrain.stop.{step}")
-        if stop_vote is not None
-        else None
-    )
+    vote = engine.vote(stop_vote, step) if stop_vote is not None else None
     for group in opt.param_groups:
         group["lr"] = lr
     opt.zero_grad()
     loss_sum = torch.zeros((), device=dev)
-    # Horovod allreduces each gradient after its `acc`-th backward pass, so the micro-batch losses
-    # are divided by acc: the sum of their gradients is the per-rank batch mean.
-    for xs, ys in zip(x.chunk(acc), y.chunk(acc)):
-        with autocast(cfg.precision.name, dev.type):
-            logits = t.model(xs)
-            loss = t.criterion(logits, ys) / acc
-        if t.delay_s:
-            time.sleep(t.delay_s)
-        (t.scaler.scale(loss) if t.scaler else loss).backward()
+    # The engine averages each gradient after the `acc`-th backward pass, so the micro-batch
+    # losses are divided by acc: the sum of their gradients is the per-rank batch mean.
+    for i, (xs, ys) in enumerate(zip(x.chunk(acc), y.chunk(acc))):
+        with engine.micro_batch(t.model, last=i == acc - 1):
+            with autocast(cfg.precision.name, dev.type):
+                logits = t.model(xs)
+                loss = t.criterion(logits, ys) / acc
+            if t.delay_s:
+                time.sleep(t.delay_s)
+            (t.scaler.scale(loss) if t.scaler else loss).backward()
         loss_sum += loss.detach()
     sync(dev)
     t_backward = time.perf_counter()
 
     if watch is not None:
         watch.phase("comm", step)
-    opt.synchronize()  # blocks until every gradient allreduce has finished
-    stop = vote is not None and float(hvd.synchronize(vote)[0]) > 0
+    waited = engine.wait_gradients(opt, t_backward)  # DDP: waited inside backward already
+    stop = vote is not None and engine.vote_result(vote)
     sync(dev)
     t_comm = time.perf_counter()
 
     if watch is not None:
         watch.phase("optimizer", step)
-    with opt.skip_synchronize():
-        if t.scaler is not None:
-            t.scaler.unscale_(opt)
-            t.scaler.step(opt)
-            t.scaler.update()
-        else:
-            opt.step()
+    engine.optimizer_step(opt, t.scaler)
     sync(dev)
     t_end = time.perf_counter()
-    return StepResult(
-        float(loss_sum), (t_backward - t_start) + (t_end - t_comm), t_comm - t_backward, t_end, stop
-    )
+    compute = (t_backward - t_start - waited) + (t_end - t_comm)
+    return StepResult(float(loss_sum), compute, waited + (t_comm - t_backward), t_end, stop)

@@ -7,7 +7,7 @@
                        optionally reporting through hpctrain.api: script.py
 
 code.py puts the user's code on every rank's path (and snapshots it for queued jobs);
-dist_env.py gives a script the environment its framework expects.
+engine/dist_env.py gives a script the environment its framework expects.
 """
 
 from __future__ import annotations

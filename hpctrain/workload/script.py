@@ -20,10 +20,10 @@ from typing import IO
 
 from .. import api, records
 from ..config.schema import Config
+from ..engine.dist_env import launcher_world, slurm_first_node, torch_env
 from ..train.comm import CommError, gloo_env
 from ..train.stats import rank_stats, summarize
 from .code import CODE_DIR_VAR
-from .dist_env import launcher_world, slurm_first_node, torch_env
 
 SCRIPT_VAR = "HPCTRAIN_SCRIPT"
 GATHER_TIMEOUT_S = 120.0
@@ -122,6 +122,7 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
             model=f"script:{script.name}",
             backend=str(cfg.parallelism.backend),
             compression=str(cfg.parallelism.compression),
+            engine="script",
         )
         if not steps:
             value = tee.value if tee is not None else None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import hpctrain, sacct_state
+from tests.conftest import hpctrain, sacct_state, signal_at_step
 from tests.mpi.test_local_runs import assert_same_weights, weights
 from tests.mpi.test_study import check_report_against_the_run_records
 
@@ -115,13 +115,7 @@ def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: P
     # debug.hold_step: both ranks wait at step 40 until the signal, so it is certain to arrive mid-run
     r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common, "debug.hold_step=40")
     assert r.returncode == 0, r.stderr
-    job = json.loads((run_dir / "job.json").read_text())["job_id"]
-    steps = run_dir / "steps-rank0.jsonl"
-    deadline = time.monotonic() + 180
-    while not (steps.exists() and len(steps.read_text().splitlines()) >= 40):
-        assert time.monotonic() < deadline, "the job never reached step 40"
-        time.sleep(0.2)
-    subprocess.run(["scancel", "-s", "USR2", job], check=True)  # what SLURM sends before the limit
+    job = signal_at_step(run_dir, 40)  # what SLURM sends before the time limit
     assert _wait_done(job) == "COMPLETED"
     log = hpctrain("logs", str(run_dir)).stdout
     # the ranks agreed to stop after step 40 (the first step after the signal): resume at 41

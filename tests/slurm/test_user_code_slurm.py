@@ -6,14 +6,12 @@ bit-identically although the user edited the code while it was queued."""
 from __future__ import annotations
 
 import json
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import hpctrain
+from tests.conftest import hpctrain, signal_at_step
 from tests.mpi.test_local_runs import assert_same_weights
 from tests.mpi.test_user_code import USER_MODEL, run_ok
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done
@@ -86,16 +84,11 @@ def test_an_api_script_requeued_mid_run_resumes_bit_identical_despite_an_edit(us
     run_dir = user_project.parent / "interrupted"
     r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common, "script.args=[60,20]", cwd=user_project)
     assert r.returncode == 0, r.stderr
-    job = json.loads((run_dir / "job.json").read_text())["job_id"]
-    steps = run_dir / "steps-rank0.jsonl"
-    deadline = time.monotonic() + 180
-    while not (steps.exists() and len(steps.read_text().splitlines()) >= 21):
-        assert time.monotonic() < deadline, "the job never reached its hold step"
-        time.sleep(0.2)
-    # the user edits the code while the job waits; the requeued job must not see it
+    # the user edits the code at once, while the job is queued or running: neither its first
+    # attempt nor the requeued one may see the edit
     marker = user_project / "mypkg" / "marker.py"
     marker.write_text(marker.read_text().replace('"original"', '"edited"').replace("0.05", "0.5"))
-    subprocess.run(["scancel", "-s", "USR2", job], check=True)  # what SLURM sends before the limit
+    job = signal_at_step(run_dir, 21)  # what SLURM sends before the time limit
     assert _wait_done(job) == "COMPLETED"
     out = log(run_dir, 0)
     assert f"resuming from {run_dir / 'checkpoints' / 'step-000021.pt'} at step 21" in out, out

@@ -168,3 +168,22 @@ def test_error_files_that_cannot_be_read_are_skipped(tmp_path: Path) -> None:
     records.write(tmp_path / records.error_file(1), EXAMPLES["error"])
     (tmp_path / records.error_file(0)).write_text('{"rank": 0, "host"')  # died while writing
     assert records.first_error(tmp_path) == EXAMPLES["error"]
+
+
+def test_a_peers_connection_reset_is_never_taken_for_the_cause(tmp_path: Path) -> None:
+    """Rank 1 is killed (it writes nothing); rank 0's Gloo then fails with "Connection reset by
+    peer". That error is the effect: the launcher's report of rank 1 must come first."""
+    effect = records.ErrorRecord(
+        rank=0,
+        host="h",
+        type="RuntimeError",
+        message="[gloo/transport/tcp/pair.cc:537] Read error [127.0.0.1]:37292: Connection reset by peer",
+        traceback="tb",
+        time=1.0,
+    )
+    records.write(tmp_path / records.error_file(0), effect)
+    assert records.first_error(tmp_path, causes_only=True) is None
+    assert records.first_error(tmp_path) == effect  # still the best word when nothing else is known
+    cause = dataclasses.replace(EXAMPLES["error"], rank=2, time=5.0)  # written later, but a cause
+    records.write(tmp_path / records.error_file(2), cause)
+    assert records.first_error(tmp_path) == cause == records.first_error(tmp_path, causes_only=True)
