@@ -57,3 +57,12 @@ def mpi_library_version() -> str:
     from mpi4py import MPI
 
     return MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
+
+
+def free_tcp_port() -> int:
+    """A TCP port free on this host now (the kernel's choice), e.g. for torch.distributed's store."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

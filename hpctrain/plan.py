@@ -72,7 +72,12 @@ def rank_env(cfg: Config, threads: int) -> dict[str, str]:
 
 
 def mpirun_prefix(
-    ranks: int, cpu_count: int, is_root: bool, mpirun: str = "mpirun", oversubscribe: bool | None = None
+    ranks: int,
+    cpu_count: int,
+    is_root: bool,
+    mpirun: str = "mpirun",
+    oversubscribe: bool | None = None,
+    threads: int | None = None,
 ) -> tuple[list[str], list[str]]:
     """The mpirun flags every local launch uses (training and benchmarks), and notes on them."""
     notes: list[str] = []
@@ -80,6 +85,14 @@ def mpirun_prefix(
     if oversubscribe if oversubscribe is not None else ranks > cpu_count:
         argv.append("--oversubscribe")
         notes.append(f"{ranks} ranks on {cpu_count} cores: oversubscribing (slower, but runs)")
+    elif ranks * (threads or max(1, cpu_count // ranks)) >= cpu_count:
+        # A rank waiting in MPI busy-polls a core by default; when the ranks' threads already fill
+        # every core, that polling steals the core compute needs (measured: `hpctrain bench overhead`).
+        # Oversubscribed runs get this from OpenMPI itself.
+        argv += ["--mca", "mpi_yield_when_idle", "1"]
+        notes.append(
+            "ranks x threads fill the cores: MPI yields the core while it waits (mpi_yield_when_idle=1)"
+        )
     if is_root:
         argv.append("--allow-run-as-root")  # OpenMPI refuses root without it
     return argv, notes
@@ -89,7 +102,8 @@ def mpirun_argv(
     c: LocalClusterConf, facts: HostFacts, env: dict[str, str], python: str, run_dir: str
 ) -> tuple[list[str], list[str]]:
     """mpirun command for a local launch, and notes on the choices made."""
-    argv, notes = mpirun_prefix(c.ranks, facts.cpu_count, facts.is_root, c.mpirun, c.oversubscribe)
+    threads = c.threads_per_rank or max(1, facts.cpu_count // c.ranks)
+    argv, notes = mpirun_prefix(c.ranks, facts.cpu_count, facts.is_root, c.mpirun, c.oversubscribe, threads)
     argv.append("--tag-output")  # rank-tagged lines: the launcher splits them per rank
     for key in sorted(env):
         # a value known only at launch is exported from mpirun's own environment

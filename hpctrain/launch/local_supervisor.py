@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .. import records
+from ..facts import free_tcp_port
 from ..lifeline import with_lifeline
 from ..plan import AT_LAUNCH
 from .output import mpirun_failure, split_tag
@@ -122,7 +123,7 @@ class Supervisor:
                 rendezvous = _gloo_rendezvous(plan["env"].get("HPCTRAIN_GLOO_HOSTNAME", "localhost"), world)
                 env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(rendezvous.port)
             if plan.get("env", {}).get("MASTER_PORT") == AT_LAUNCH:  # torch.distributed scripts
-                env["MASTER_PORT"] = str(_free_port())
+                env["MASTER_PORT"] = str(free_tcp_port())
             code, tails, mpirun_text = self.run_mpirun(run_dir, argv, env, world)
         except OSError as e:
             write_state(
@@ -220,15 +221,6 @@ def _gloo_rendezvous(hostname: str, ranks: int) -> Any:
             self._server.stop()
 
     return Rendezvous()
-
-
-def _free_port() -> int:
-    """A TCP port free now, for rank 0's torch.distributed store (the kernel's choice)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _never_started(run_dir: Path, tails: dict[int | None, deque[str]], mpirun_text: str) -> bool:

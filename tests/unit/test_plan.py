@@ -46,6 +46,19 @@ def test_oversubscribe_when_ranks_exceed_cores() -> None:
     )
 
 
+def test_mpi_yields_when_the_ranks_threads_fill_the_cores() -> None:
+    yields = ["--mca", "mpi_yield_when_idle", "1"]
+
+    def has(argv: list[str]) -> bool:
+        return any(argv[i : i + 3] == yields for i in range(len(argv)))
+
+    full = _plan(["cluster.ranks=2"], cpu_count=4)  # 2 ranks x 2 threads = 4 cores: full
+    assert has(full.argv) and any("mpi_yield_when_idle=1" in n for n in full.notes)
+    assert has(_plan(["cluster.ranks=2", "cluster.threads_per_rank=3"], cpu_count=4).argv)
+    assert not has(_plan(["cluster.ranks=2", "cluster.threads_per_rank=1"], cpu_count=4).argv)  # 2 free
+    assert not has(_plan(["cluster.ranks=4"], cpu_count=2).argv)  # oversubscribed: OpenMPI yields itself
+
+
 def test_root_gets_allow_run_as_root() -> None:
     assert "--allow-run-as-root" in _plan([], is_root=True).argv
 

@@ -1,0 +1,114 @@
+"""Minimal hand-written training scripts: the baselines of `hpctrain bench overhead`.
+
+    --engine horovod   written the way Horovod's PyTorch examples are (hvd.DistributedOptimizer)
+    --engine ddp       the way torch's DDP tutorial is (init_process_group, DistributedDataParallel)
+    --engine none      the same per-rank work with no communication at all: N of these started
+                       together are the ceiling no data-parallel engine can beat on this machine
+
+The sources' CNN, synthetic data, a DistributedSampler (none: the same slices, alone). Timed like
+hpctrain: wall time of the steps after warm-up, from the end of one step to the end of the next.
+Every process prints one JSON line with its rank and timed seconds; the caller takes the slowest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
+
+
+class Net(nn.Module):
+    def __init__(self, channels: int = 3, size: int = 32, width: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(channels, width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        self.head = nn.Linear(2 * width * (size // 4) ** 2, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(self.features(x), 1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", choices=("horovod", "ddp", "none"), default="horovod")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=4096)
+    args = ap.parse_args()
+    rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    data = TensorDataset(
+        torch.randn(args.samples, 3, 32, 32, generator=gen),
+        torch.randint(0, 10, (args.samples,), generator=gen),
+    )
+    sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
+        data, num_replicas=size, rank=rank, seed=0
+    )
+    loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
+    model: nn.Module = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    if args.engine == "horovod":
+        import horovod.torch as hvd
+
+        hvd.init()
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+    elif args.engine == "ddp":
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", rank=rank, world_size=size)  # MASTER_ADDR/PORT from mpirun -x
+        model = nn.parallel.DistributedDataParallel(model)
+    loss_fn = nn.CrossEntropyLoss()
+
+    step, timed, epoch = 0, 0.0, 0
+    t_prev = time.perf_counter()
+    while step < args.steps:
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            if step >= args.steps:
+                break
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            t = time.perf_counter()
+            if step >= args.warmup:
+                timed += t - t_prev
+            t_prev = t
+            step += 1
+        epoch += 1
+    print(json.dumps({"rank": rank, "size": size, "timed_s": timed}), flush=True)
+    if args.engine == "ddp":
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def throughput(output: str, batch: int, steps: int, warmup: int) -> float:
+    """Global samples/s from every process's JSON record: the slowest process sets the pace. The
+    processes write to one pipe at once, so records are found anywhere, not only at line starts."""
+    found = [json.loads(m) for m in re.findall(r"\{[^{}]*\}", output)]
+    size = found[0]["size"]
+    if len(found) != size:
+        raise ValueError(f"{len(found)} of {size} processes reported")
+    return batch * size * (steps - warmup) / max(f["timed_s"] for f in found)
+
+
+if __name__ == "__main__":
+    main()
