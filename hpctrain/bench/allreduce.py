@@ -1,5 +1,6 @@
-"""`hpctrain bench allreduce`: Horovod allreduce vs plain MPI over message sizes, with algorithm and
-bus bandwidth as nccl-tests defines them, and the alpha-beta (Hockney) fit of the times."""
+"""`hpctrain bench allreduce`: Horovod allreduce, torch.distributed all_reduce (what DDP uses) and
+plain MPI over message sizes, with algorithm and bus bandwidth as nccl-tests defines them, and the
+alpha-beta (Hockney) fit of the times."""
 
 from __future__ import annotations
 
@@ -21,10 +22,16 @@ def allreduce_argv(
     mpirun_prefix: list[str], python: str, out: Path, max_bytes: int, min_bytes: int = 1024
 ) -> list[str]:
     """The worker under an mpirun prefix (the local launcher's)."""
+    from ..facts import free_tcp_port
+
     return [
         *mpirun_prefix,
         "-x",
         "OMP_NUM_THREADS=1",
+        "-x",
+        "MASTER_ADDR=127.0.0.1",
+        "-x",
+        f"MASTER_PORT={free_tcp_port()}",
         python,
         "-m",
         "hpctrain.bench.allreduce_worker",
@@ -47,20 +54,17 @@ def _human(b: float) -> str:
 
 def table(result: records.AllreduceResult) -> Table:
     n = result.n
-    t = Table(title=f"allreduce over {n} ranks: Horovod vs plain MPI ({result.mpi_library})")
-    for col in ("size", "hvd time", "hvd busbw", "MPI time", "MPI busbw", "hvd / MPI time"):
+    t = Table(
+        title=f"allreduce over {n} ranks: Horovod, torch.distributed and plain MPI ({result.mpi_library})"
+    )
+    for col in ("size", "hvd time", "hvd busbw", "torch time", "torch busbw", "MPI time", "MPI busbw"):
         t.add_column(col, justify="right")
     for row in result.rows:
-        _, hb = allreduce_bandwidths(row.bytes, row.hvd_s, n)
-        _, mb = allreduce_bandwidths(row.bytes, row.mpi_s, n)
-        t.add_row(
-            _human(row.bytes),
-            f"{1e6 * row.hvd_s:.0f} µs",
-            f"{hb / 1e9:.2f} GB/s",
-            f"{1e6 * row.mpi_s:.0f} µs",
-            f"{mb / 1e9:.2f} GB/s",
-            f"{row.hvd_s / row.mpi_s:.2f}",
-        )
+        cells = [_human(row.bytes)]
+        for seconds in (row.hvd_s, row.torch_s, row.mpi_s):
+            _, bus = allreduce_bandwidths(row.bytes, seconds, n)
+            cells += [f"{1e6 * seconds:.0f} µs", f"{bus / 1e9:.2f} GB/s"]
+        t.add_row(*cells)
     return t
 
 

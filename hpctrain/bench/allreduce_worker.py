@@ -1,5 +1,6 @@
-"""Runs under mpirun: times Horovod allreduce and plain MPI (mpi4py Allreduce) over message sizes,
-in the same processes, and writes one JSON file (rank 0)."""
+"""Runs under mpirun (or in srun tasks): times plain MPI (mpi4py Allreduce), torch.distributed
+all_reduce (Gloo; NCCL on GPUs) and Horovod allreduce over message sizes, in the same processes,
+one library after the other, and writes one JSON file (rank 0)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,34 @@ def _time(fn, iters: int) -> float:
     return MPI.COMM_WORLD.allreduce(local, op=MPI.MAX)  # a collective ends when its slowest rank ends
 
 
+def _torch_distributed(sizes: list[tuple[int, int]]) -> dict[int, float]:
+    """torch.distributed's all_reduce, the collective DDP uses, on its own process group."""
+    import os
+
+    import torch.distributed as dist
+
+    from hpctrain.engine.dist_env import slurm_first_node, torch_env
+
+    env = os.environ
+    first = slurm_first_node(env) if "SLURM_PROCID" in env and "OMPI_COMM_WORLD_RANK" not in env else None
+    env.update(torch_env(env, first))
+    gpu = torch.cuda.is_available()
+    dist.init_process_group("nccl" if gpu else "gloo")
+    out = {}
+    for size, iters in sizes:
+        t = torch.ones(size // 4, device="cuda" if gpu else "cpu")
+
+        def reduce() -> None:
+            dist.all_reduce(t)
+            if gpu:
+                torch.cuda.synchronize()
+
+        out[size] = _time(reduce, iters)
+    dist.barrier()
+    dist.destroy_process_group()
+    return out
+
+
 def measure(min_bytes: int, max_bytes: int, out: str) -> None:
     """Every rank calls this (under mpirun, or in srun tasks); rank 0 writes `out`."""
     comm = MPI.COMM_WORLD
@@ -39,13 +68,23 @@ def measure(min_bytes: int, max_bytes: int, out: str) -> None:
     for size, iters in sizes:
         a, b = np.ones(size // 4, np.float32), np.empty(size // 4, np.float32)
         mpi[size] = _time(lambda: comm.Allreduce(a, b, op=MPI.SUM), iters)
+    dist_s = _torch_distributed(sizes)
     hvd.init()  # reuses the MPI that mpi4py initialised
     n = hvd.size()
     rows = []
     for size, iters in sizes:
         t = torch.ones(size // 4)
         hvd_s = _time(lambda: hvd.allreduce(t, op=hvd.Sum, name=f"bench.{size}"), iters)
-        rows.append({"n": n, "bytes": size, "iters": iters, "hvd_s": hvd_s, "mpi_s": mpi[size]})
+        rows.append(
+            {
+                "n": n,
+                "bytes": size,
+                "iters": iters,
+                "hvd_s": hvd_s,
+                "mpi_s": mpi[size],
+                "torch_s": dist_s[size],
+            }
+        )
     if hvd.rank() == 0:
         records.write(
             Path(out),

@@ -216,6 +216,7 @@ class AllreduceRow:
     iters: int
     hvd_s: float
     mpi_s: float
+    torch_s: float = float("nan")  # torch.distributed all_reduce (Gloo/NCCL); NaN in older records
 
 
 @dataclass(frozen=True)

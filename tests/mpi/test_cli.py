@@ -175,7 +175,7 @@ def test_bench_allreduce_runs_end_to_end(tmp_path: Path) -> None:
     [out] = list(tmp_path.glob("*/*-allreduce/allreduce-n2.json"))
     rows = json.loads(out.read_text())["rows"]
     assert [row["bytes"] for row in rows] == [2**k for k in range(10, 21)]  # 1 KiB .. 1 MiB
-    assert all(row["hvd_s"] > 0 and row["mpi_s"] > 0 for row in rows)
+    assert all(row["hvd_s"] > 0 and row["mpi_s"] > 0 and row["torch_s"] > 0 for row in rows)
 
 
 def test_bench_overhead_runs_end_to_end(tmp_path: Path) -> None:
