@@ -17,6 +17,7 @@ from .config.schema import Config, LocalClusterConf
 from .derived import derive
 from .facts import HostFacts
 from .records import FORMAT_VERSION, Batch
+from .train.comm import horovod_gloo, torch_distributed
 from .workload import workload_env, workload_notes
 
 AT_LAUNCH = "<chosen at launch>"  # a value only the launcher knows when it starts the ranks
@@ -142,10 +143,9 @@ def plan_local(
     threads = c.threads_per_rank or max(1, facts.cpu_count // n)
     env = rank_env(cfg, threads)
     env.update(workload_env(cfg, Path(home or run_dir)))
-    torch_dist = cfg.script.path or cfg.parallelism.engine == "ddp"
-    if cfg.parallelism.backend == "gloo" and not torch_dist:
+    if horovod_gloo(cfg):
         env.update(gloo_env(rendezvous_port))  # Horovod over Gloo: the launcher's rendezvous
-    if torch_dist and "MASTER_PORT" not in env:  # torch.distributed's store: a free port at launch
+    if torch_distributed(cfg) and "MASTER_PORT" not in env:  # its store: a free port at launch
         env["MASTER_PORT"] = AT_LAUNCH
     argv, notes = mpirun_argv(c, facts, env, python, run_dir)
     notes += workload_notes(cfg)

@@ -44,7 +44,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
     def __call__(self) -> bool:
         from ..api import request_stop
         from ..rank import fail, run
-        from ..train.comm import slurm_gloo_setup
+        from ..train.comm import horovod_gloo, slurm_gloo_setup
         from ..train.loop import StopControl
 
         run_dir = Path(self.run_dir)
@@ -58,7 +58,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
                 request_stop()
 
             signal.signal(signal.SIGUSR2, stop)
-            if cfg.parallelism.backend == "gloo":
+            if horovod_gloo(cfg):
                 slurm_gloo_setup(run_dir)
             finished = run(run_dir, control)
         except BaseException as e:  # noqa: BLE001 - record it and end this task now

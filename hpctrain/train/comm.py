@@ -16,6 +16,24 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config.schema import Config
+
+
+def horovod_gloo(cfg: Config) -> bool:
+    """Horovod may run over Gloo and needs the launcher's rendezvous: the built-in trainer with
+    engine=horovod, or a user script (which may be a Horovod script) with backend=gloo."""
+    return cfg.parallelism.backend == "gloo" and (
+        bool(cfg.script.path) or cfg.parallelism.engine == "horovod"
+    )
+
+
+def torch_distributed(cfg: Config) -> bool:
+    """torch.distributed may run and needs MASTER_ADDR/MASTER_PORT: engine=ddp, or a user script."""
+    return bool(cfg.script.path) or cfg.parallelism.engine == "ddp"
+
 
 # Horovod's Gloo variables <- OpenMPI's per-process variables.
 GLOO_FROM_OMPI = {

@@ -54,9 +54,16 @@ def test_a_user_model_and_dataset_train_and_2_ranks_match_1(user_project: Path) 
     assert env["code"]["dir"] == str(user_project)  # code.dir defaults to where hpctrain started
 
 
-def test_an_unmodified_horovod_script_runs_on_every_rank(user_project: Path) -> None:
+@pytest.mark.parametrize("backend", ["mpi", "gloo"])
+def test_an_unmodified_horovod_script_runs_on_every_rank(user_project: Path, backend: str) -> None:
+    """Over Gloo too: without the launcher's rendezvous each rank would train alone as rank 0 of 1."""
     run_dir, s = run_ok(
-        user_project, "hvd", "script=scripts/hvd_train.py", "script.args=[--steps,5]", HVD_THROUGHPUT
+        user_project,
+        "hvd",
+        "script=scripts/hvd_train.py",
+        "script.args=[--steps,5]",
+        HVD_THROUGHPUT,
+        f"parallelism.backend={backend}",
     )
     logs = rank_lines(run_dir, 2)
     assert "rank 0 of 2 (local 0)" in logs[0] and "rank 1 of 2 (local 1)" in logs[1]
