@@ -58,6 +58,14 @@ def hpctrain(*args: str, timeout: float = 600, cwd: Path | None = None) -> subpr
     )
 
 
+def run_ok(tmp: Path, name: str, *overrides: str, cwd: Path | None = None) -> tuple[Path, dict]:
+    """`hpctrain run` into tmp/name, which must succeed; the run directory and its summary."""
+    run_dir = tmp / name
+    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *overrides, cwd=cwd)
+    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return run_dir, json.loads((run_dir / "summary.json").read_text())
+
+
 def start_hpctrain(*args: str) -> subprocess.Popen[str]:
     """The real CLI started in the background (output piped), for tests that signal or race it."""
     return subprocess.Popen(

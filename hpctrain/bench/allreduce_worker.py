@@ -29,15 +29,11 @@ def _time(fn, iters: int) -> float:
 
 def _torch_distributed(sizes: list[tuple[int, int]]) -> dict[int, float]:
     """torch.distributed's all_reduce, the collective DDP uses, on its own process group."""
-    import os
-
     import torch.distributed as dist
 
-    from hpctrain.engine.dist_env import slurm_first_node, torch_env
+    from hpctrain.engine.dist_env import export_torch_env
 
-    env = os.environ
-    first = slurm_first_node(env) if "SLURM_PROCID" in env and "OMPI_COMM_WORLD_RANK" not in env else None
-    env.update(torch_env(env, first))
+    export_torch_env()
     gpu = torch.cuda.is_available()
     dist.init_process_group("nccl" if gpu else "gloo")
     out = {}

@@ -26,8 +26,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..config.schema import Config
 from ..train.comm import CommError, RankInfo
+from ..train.loop import wants_cuda
 from .base import Engine, step_optimizer
-from .dist_env import slurm_first_node, torch_env
+from .dist_env import export_torch_env
 
 HOOKS = {
     "none": default_hooks.allreduce_hook,
@@ -54,13 +55,8 @@ class DdpEngine(Engine):
 
     def init(self, cfg: Config, expected_size: int) -> RankInfo:
         env = os.environ
-        first = slurm_first_node(env) if "SLURM_PROCID" in env and "OMPI_COMM_WORLD_RANK" not in env else None
-        env.update(torch_env(env, first))
-        self.device_type = (
-            "cuda"
-            if cfg.train.device == "cuda" or (cfg.train.device == "auto" and torch.cuda.is_available())
-            else "cpu"
-        )
+        export_torch_env(env)
+        self.device_type = "cuda" if wants_cuda(cfg.train.device) else "cpu"
         backend = "nccl" if self.device_type == "cuda" else "gloo"
         dist.init_process_group(backend, timeout=timedelta(minutes=30))
         size = dist.get_world_size()

@@ -8,8 +8,9 @@ Values the user set (cluster.env) are kept.
 
 from __future__ import annotations
 
+import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
 from ..train.comm import CommError
 
@@ -61,3 +62,10 @@ def slurm_first_node(environ: Mapping[str, str]) -> str | None:
         return None
     hosts = r.stdout.split()
     return hosts[0] if r.returncode == 0 and hosts else None
+
+
+def export_torch_env(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Set this process's torch.distributed variables (under srun, the store is on the
+    allocation's first node; under mpirun, on this host)."""
+    under_srun = "SLURM_PROCID" in environ and "OMPI_COMM_WORLD_RANK" not in environ
+    environ.update(torch_env(environ, slurm_first_node(environ) if under_srun else None))

@@ -119,6 +119,9 @@ class Launcher(ABC):
     sequential: ClassVar[bool] = False  # runs of a sweep go one after another (not at once)
     study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
     cancel_on_interrupt: ClassVar[bool] = False  # ^C while waiting ends the runs (else they go on)
+    # jobs may start, or restart, long after submission: user code is copied at submission so an
+    # edit meanwhile changes nothing (code.snapshot=null follows this)
+    snapshots_code: ClassVar[bool] = True
 
     def __init__(self, facts: HostFacts | None = None, python: str = sys.executable) -> None:
         self.facts = facts

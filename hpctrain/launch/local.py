@@ -53,6 +53,7 @@ class LocalLauncher(Launcher):
     schema = LocalClusterConf
     sequential = True
     cancel_on_interrupt = True
+    snapshots_code = False  # the ranks start now, from the code as it is
 
     @staticmethod
     def world_size(cluster: LocalClusterConf) -> int:

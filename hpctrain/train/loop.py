@@ -54,8 +54,13 @@ class StopControl:
     checkpoint_interval: int = 0  # also checkpoint every N steps (0: only when stopping)
 
 
+def wants_cuda(choice: str) -> bool:
+    """train.device: cuda, or auto on a machine where torch sees a GPU."""
+    return choice == "cuda" or (choice == "auto" and torch.cuda.is_available())
+
+
 def pick_device(choice: str, local_rank: int) -> torch.device:
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+    if wants_cuda(choice):
         torch.cuda.set_device(local_rank % torch.cuda.device_count())  # one GPU per local rank
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

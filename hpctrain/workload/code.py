@@ -29,7 +29,9 @@ def snapshot_on(cfg: Config) -> bool:
         return False
     if cfg.code.snapshot is not None:
         return cfg.code.snapshot
-    return str(cfg.cluster.name) != "local"
+    from ..launch.registry import launcher_class
+
+    return launcher_class(str(cfg.cluster.name)).snapshots_code
 
 
 def code_location(cfg: Config, home: Path) -> str | None:

@@ -8,6 +8,7 @@ directory, not a collective, because the script may already have shut its framew
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import re
@@ -20,7 +21,7 @@ from typing import IO
 
 from .. import api, records
 from ..config.schema import Config
-from ..engine.dist_env import launcher_world, slurm_first_node, torch_env
+from ..engine.dist_env import export_torch_env, launcher_world
 from ..train.comm import CommError, gloo_env
 from ..train.stats import rank_stats, summarize
 from .code import CODE_DIR_VAR
@@ -75,8 +76,7 @@ def prepare_environment(cfg: Config, run_dir: Path, plan: records.PlanRecord) ->
             f"the launcher started {world} rank(s) but the plan has {plan.world_size}; "
             "the launcher and the plan disagree"
         )
-    first = slurm_first_node(env) if "SLURM_PROCID" in env and "OMPI_COMM_WORLD_RANK" not in env else None
-    env.update(torch_env(env, first))
+    export_torch_env(env)
     if cfg.parallelism.backend == "gloo" and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env:
         env.update(gloo_env(env))  # Horovod's identity; the rendezvous is the launcher's (or slurm_job's)
     env.update(
@@ -109,7 +109,7 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
         return False
     result = rank_stats(steps, rank, socket.gethostname(), _peak_memory(), 0)
     if not steps:  # no api.step calls: the wall time of the whole script
-        result = records.RankSummary(**{**result.__dict__, "wall_s": finished - started})
+        result = dataclasses.replace(result, wall_s=finished - started)
     records.write(run_dir / records.script_result_file(rank), result)
     if rank == 0:
         everyone = _gather(run_dir, plan.world_size)
@@ -167,14 +167,9 @@ def _gather(run_dir: Path, world: int) -> list[records.RankSummary]:
 def _from_printed(summary: records.RunSummary, value: float | None) -> records.RunSummary:
     """A script that reports no steps: throughput is what it printed (script.throughput_regex),
     or unknown (NaN)."""
-    nan = float("nan")
-    throughput = value if value is not None else nan
-    return records.RunSummary(
-        **{
-            **summary.__dict__,
-            "throughput_samples_per_s": throughput,
-            "throughput_per_rank": throughput / summary.world_size,
-        }
+    throughput = value if value is not None else float("nan")
+    return dataclasses.replace(
+        summary, throughput_samples_per_s=throughput, throughput_per_rank=throughput / summary.world_size
     )
 
 
@@ -194,6 +189,9 @@ def environment(cfg: Config) -> dict[str, object]:
 
 
 def _peak_memory() -> int:
-    import resource
+    """The process's peak resident memory, as the built-in trainer reports it on the CPU."""
+    import torch
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    from ..train.loop import peak_memory_bytes
+
+    return peak_memory_bytes(torch.device("cpu"))

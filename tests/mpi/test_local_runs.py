@@ -14,19 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import hpctrain
+from tests.conftest import hpctrain, run_ok
 
 pytestmark = pytest.mark.mpi
 
 # Real data (scikit-learn's digits), fp32, no shuffle surprises: a deterministic small run.
 BASE = ["data=digits", "model=cnn", "train.steps=12", "train.warmup_steps=2", "train.log_interval=4"]
-
-
-def run_ok(tmp: Path, name: str, *overrides: str) -> tuple[Path, dict]:
-    run_dir = tmp / name
-    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *overrides)
-    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    return run_dir, json.loads((run_dir / "summary.json").read_text())
 
 
 def weights(run_dir: Path) -> dict[str, torch.Tensor]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import conftest
 from tests.conftest import hpctrain
 from tests.mpi.test_local_runs import assert_same_weights
 
@@ -34,9 +35,8 @@ def run(project: Path, name: str, *overrides: str) -> tuple[int, str, Path]:
 
 
 def run_ok(project: Path, name: str, *overrides: str) -> tuple[Path, dict]:
-    code, out, run_dir = run(project, name, *overrides)
-    assert code == 0, out
-    return run_dir, json.loads((run_dir / "summary.json").read_text())
+    """A run of the user's project, started from its directory (code.dir's default)."""
+    return conftest.run_ok(project.parent, name, *overrides, cwd=project)
 
 
 def rank_lines(run_dir: Path, world: int) -> list[str]:

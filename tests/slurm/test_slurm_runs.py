@@ -10,20 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import hpctrain, sacct_state, signal_at_step
+from tests.conftest import hpctrain, run_ok, sacct_state, signal_at_step
 from tests.mpi.test_local_runs import assert_same_weights, weights
 from tests.mpi.test_study import check_report_against_the_run_records
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 BASE = ["data=digits", "model=cnn", "train.steps=12", "train.warmup_steps=2", "train.log_interval=4"]
-
-
-def run_ok(tmp: Path, name: str, *overrides: str) -> tuple[Path, dict]:
-    run_dir = tmp / name
-    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *overrides, timeout=600)
-    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-    return run_dir, json.loads((run_dir / "summary.json").read_text())
 
 
 def test_two_nodes_two_ranks_each_match_the_local_run(tmp_path: Path) -> None:
