@@ -52,7 +52,7 @@ def run_dir() -> Path | None:
 
 
 def rank() -> int:
-    from .rank import launcher_rank
+    from .engine.dist_env import launcher_rank
 
     return launcher_rank(os.environ) or 0
 

@@ -66,3 +66,10 @@ def free_tcp_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wants_cuda(choice: str) -> bool:
+    """train.device: cuda, or auto on a machine where torch sees a GPU."""
+    import torch
+
+    return choice == "cuda" or (choice == "auto" and torch.cuda.is_available())

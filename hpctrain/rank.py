@@ -26,18 +26,9 @@ if TYPE_CHECKING:
 from . import records
 from .config.load import config_from_yaml
 from .derived import Derived
+from .engine.dist_env import launcher_rank
 from .events import format_event
 from .lifeline import die_with_parent
-
-RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "HOROVOD_RANK")
-
-
-def launcher_rank(environ: dict[str, str] | os._Environ[str]) -> int | None:
-    """This process's rank as its launcher set it, known even before Horovod starts."""
-    for var in RANK_VARS:
-        if environ.get(var, "").isdigit():
-            return int(environ[var])
-    return None
 
 
 def base_environment() -> dict[str, Any]:
@@ -77,8 +68,10 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
     plan = records.read(run_dir / records.PLAN, records.PlanRecord)
     activate()  # the user's code (if any) on sys.path and PYTHONPATH
     if cfg.script.path:
-        from .workload.script import run_script
+        from .workload.script import run_script, script_environment
 
+        if launcher_rank(os.environ) in (0, None):
+            records.write_json(run_dir / records.ENV, {**base_environment(), **script_environment(cfg)})
         return run_script(cfg, run_dir, plan)
     return train_builtin(cfg, plan, run_dir, control)
 

@@ -11,7 +11,10 @@ exposed communication), each in the way its library allows (see the README). The
 
 from __future__ import annotations
 
-from .base import Engine
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importing the package stays light: rank.py reads dist_env before torch loads
+    from .base import Engine
 
 
 def engine_for(name: str) -> Engine:
@@ -22,6 +25,3 @@ def engine_for(name: str) -> Engine:
     from .horovod import HorovodEngine
 
     return HorovodEngine()
-
-
-__all__ = ["Engine", "engine_for"]

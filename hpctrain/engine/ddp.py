@@ -25,8 +25,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from ..config.schema import Config
+from ..facts import wants_cuda
 from ..train.comm import CommError, RankInfo
-from ..train.loop import wants_cuda
 from .base import Engine, step_optimizer
 from .dist_env import export_torch_env
 

@@ -24,6 +24,17 @@ SLURM = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE
 PORT_BASE, PORT_SPAN = 20000, 20000  # SLURM jobs: the master port follows the job id
 
 
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID", "HOROVOD_RANK")
+
+
+def launcher_rank(environ: Mapping[str, str]) -> int | None:
+    """This process's rank as its launcher set it, known even before Horovod starts."""
+    for var in RANK_VARS:
+        if environ.get(var, "").isdigit():
+            return int(environ[var])
+    return None
+
+
 def launcher_world(environ: Mapping[str, str]) -> int | None:
     """The world size the launcher started, where it says (for the world-size check)."""
     for var in ("OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"):

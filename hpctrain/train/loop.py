@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -20,8 +21,8 @@ from torch import nn
 from .. import records
 from ..config.schema import Config
 from ..derived import Derived
-from ..engine import Engine
 from ..events import format_event
+from ..facts import wants_cuda
 from ..workload.targets import probe
 from . import checkpoint
 from .comm import RankInfo
@@ -32,6 +33,9 @@ from .schedule import lr_at
 from .stats import rank_stats
 from .step import Trainer, sync, train_step
 from .watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from ..engine.base import Engine
 
 
 class NonFiniteLoss(RuntimeError):
@@ -52,11 +56,6 @@ class StopControl:
 
     requested: bool = False
     checkpoint_interval: int = 0  # also checkpoint every N steps (0: only when stopping)
-
-
-def wants_cuda(choice: str) -> bool:
-    """train.device: cuda, or auto on a machine where torch sees a GPU."""
-    return choice == "cuda" or (choice == "auto" and torch.cuda.is_available())
 
 
 def pick_device(choice: str, local_rank: int) -> torch.device:

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ..config.schema import Config
-from ..engine import Engine
 from .precision import autocast
 from .watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from ..engine.base import Engine
 
 
 @dataclass

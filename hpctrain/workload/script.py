@@ -96,8 +96,6 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
     prepare_environment(cfg, run_dir, plan)
     script = Path(os.environ.get(SCRIPT_VAR) or str(cfg.script.path))
     rank = int(os.environ.get("RANK", "0"))
-    if rank == 0:
-        records.write_json(run_dir / records.ENV, environment(cfg))
     tee = None
     if rank == 0 and cfg.script.throughput_regex:
         tee = Tee(sys.stdout, re.compile(cfg.script.throughput_regex))
@@ -173,11 +171,10 @@ def _from_printed(summary: records.RunSummary, value: float | None) -> records.R
     )
 
 
-def environment(cfg: Config) -> dict[str, object]:
-    """env.json of a script run: what the rank process can tell without the script's framework."""
-    from ..rank import base_environment
-
-    rec = base_environment()
+def script_environment(cfg: Config) -> dict[str, object]:
+    """env.json's part for a script run: the script, and what the rank process can tell of the
+    frameworks without starting them."""
+    rec: dict[str, object] = {}
     rec["script"] = {"path": os.environ.get(SCRIPT_VAR) or cfg.script.path, "args": list(cfg.script.args)}
     try:
         import horovod
