@@ -14,10 +14,11 @@ class StudyPoint:
     scale: int  # ranks (local) or nodes (SLURM)
     rep: int
     overrides: tuple[str, ...]  # added after the user's own overrides
+    engine: str | None = None  # set when the study compares engines (study.engines)
 
     @property
     def name(self) -> str:
-        return f"n{self.scale}-r{self.rep}"
+        return f"{self.engine + '-' if self.engine else ''}n{self.scale}-r{self.rep}"
 
 
 def study_problems(s: StudyConf, scale: str) -> list[Problem]:
@@ -31,11 +32,19 @@ def study_problems(s: StudyConf, scale: str) -> list[Problem]:
         p.append(Problem("study.repetitions", "must be >= 1", "set study.repetitions=3"))
     if s.warmup_steps >= s.steps:
         p.append(Problem("study.warmup_steps", "leaves no timed step", "set it below study.steps"))
+    if len(set(s.engines)) != len(s.engines):
+        p.append(
+            Problem(
+                "study.engines",
+                f"{[str(e) for e in s.engines]} names an engine twice",
+                "e.g. study.engines=[horovod,ddp]",
+            )
+        )
     return p
 
 
 def expand_study(cfg: Config) -> list[StudyPoint]:
-    """One point per scale and repetition, smallest scale first."""
+    """One point per scale, repetition and compared engine, smallest scale first."""
     s = cfg.study
     if s is None:
         raise ConfigError.one("study", "no study selected", "use hpctrain study strong|weak")
@@ -43,6 +52,14 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
 
     scale = launcher_class(cfg.cluster.name).study_scale
     problems = study_problems(s, scale)
+    if s.engines and cfg.script.path:
+        problems.append(
+            Problem(
+                "study.engines",
+                "a script chooses its own engine; hpctrain cannot switch it",
+                "drop study.engines, or pass the engine to the script in a sweep of script.args",
+            )
+        )
     if problems:
         raise ConfigError(problems)
     if s.kind == "strong":
@@ -55,8 +72,17 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
         f"optim.lr_scaling={s.lr_scaling}",
         *batch,
     )
+    # engines innermost: the runs they are compared on are taken close together in time, so a
+    # noisy neighbour shifts both series alike
+    engines: list[str | None] = [str(e) for e in s.engines] or [None]
     return [
-        StudyPoint(n, r, (f"cluster.{scale}={n}", *common))
+        StudyPoint(
+            n,
+            r,
+            (f"cluster.{scale}={n}", *common, *([f"parallelism.engine={e}"] if e else [])),
+            e,
+        )
         for n in sorted(getattr(s, scale))
         for r in range(s.repetitions)
+        for e in engines
     ]

@@ -4,6 +4,7 @@ failed or missing runs are listed, never fatal."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ class Run:
     data_s: float
     parameters: int
     grad_bytes_per_param: int
+    engine: str = "horovod"
 
 
 @dataclass
@@ -51,23 +53,47 @@ class Point:
     model_step_s: float = float("nan")
 
 
+# The allreduce benchmark's column that times the collective each engine uses (bench/allreduce_worker.py).
+# Other engines (a script's own) are modelled with Horovod's.
+ALLREDUCE_S = {"horovod": "hvd_s", "ddp": "torch_s"}
+
+
 @dataclass
-class Analysis:
+class Series:
+    """One engine's points and the fits made from them."""
+
+    engine: str
     kind: str  # strong | weak
     points: list[Point]
-    missing: list[str]  # run directories without a summary (failed, cancelled, not run)
     amdahl_serial_fraction: float  # NaN when the runs show no speedup to fit
     alpha_beta: AlphaBeta | None = None
     step_model: StepModel | None = None
     predictions: list[dict[str, float]] = field(default_factory=list)
-    allreduce: list[dict[str, Any]] = field(default_factory=list)  # bench rows, all world sizes
-    corrupt: list[str] = field(default_factory=list)  # "<file>: what is wrong", for unreadable records
 
     @property
     def no_speedup(self) -> bool:
         """Amdahl's law cannot describe runs that got slower with more ranks (fitted s >= 1)."""
         multi = [p for p in self.points if p.n > self.points[0].n] if self.points else []
         return bool(multi) and (not self.amdahl_serial_fraction < 1 or any(p.speedup < 1 for p in multi))
+
+
+@dataclass
+class Analysis:
+    """A study: one series per engine (one unless study.engines compares them)."""
+
+    kind: str  # strong | weak
+    series: list[Series]
+    missing: list[str]  # run directories without a summary (failed, cancelled, not run)
+    allreduce: list[dict[str, Any]] = field(default_factory=list)  # bench rows, all world sizes
+    corrupt: list[str] = field(default_factory=list)  # "<file>: what is wrong", for unreadable records
+
+    @property
+    def points(self) -> list[Point]:
+        return [p for s in self.series for p in s.points]
+
+    @property
+    def compares_engines(self) -> bool:
+        return len(self.series) > 1
 
 
 def run_from_records(run_dir: Path, rep: int = 0) -> Run:
@@ -85,6 +111,7 @@ def run_from_records(run_dir: Path, rep: int = 0) -> Run:
         data_s=s.data_s,
         parameters=s.parameters,
         grad_bytes_per_param=s.grad_bytes_per_param,
+        engine=s.engine,
     )
 
 
@@ -125,13 +152,10 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
     return points
 
 
-def analyze_runs(
-    kind: str,
-    runs: list[Run],
-    missing: list[str],
-    allreduce: list[dict[str, Any]] | None = None,
-    corrupt: list[str] | None = None,
-) -> Analysis:
+def analyze_series(
+    kind: str, runs: list[Run], allreduce: list[dict[str, Any]] | None = None, engine: str = "horovod"
+) -> Series:
+    """The figures of one engine's runs; `allreduce`: benchmark rows for the alpha-beta fit."""
     points = aggregate(kind, runs)
     multi = [p for p in points if p.n > points[0].n] if points else []
     if kind == "strong":
@@ -142,18 +166,35 @@ def analyze_runs(
         )
     else:
         amdahl = float("nan")
-    a = Analysis(kind, points, missing, amdahl, allreduce=list(allreduce or []), corrupt=list(corrupt or []))
-    samples = [(r["n"], r["bytes"], r["hvd_s"]) for r in a.allreduce]
-    if points and len([s for s in samples if s[0] > 1]) >= 2 and runs:
-        a.alpha_beta = fit_alpha_beta(samples)
+    s = Series(engine, kind, points, amdahl)
+    column = ALLREDUCE_S.get(engine, "hvd_s")
+    # older benchmark records have no torch.distributed timing (NaN)
+    samples = [
+        (r["n"], r["bytes"], r[column]) for r in allreduce or [] if math.isfinite(r.get(column, math.nan))
+    ]
+    if points and len([x for x in samples if x[0] > 1]) >= 2 and runs:
+        s.alpha_beta = fit_alpha_beta(samples)
         grad_bytes = float(runs[0].parameters * runs[0].grad_bytes_per_param)
-        a.step_model = fit_step_model(
-            a.alpha_beta, [(p.n, p.batch_per_rank, p.compute_s, p.comm_s) for p in points], grad_bytes
+        s.step_model = fit_step_model(
+            s.alpha_beta, [(p.n, p.batch_per_rank, p.compute_s, p.comm_s) for p in points], grad_bytes
         )
         for p in points:
-            p.model_step_s = a.step_model.step_s(p.n, p.batch_per_rank)
-        a.predictions = predict(kind, a.step_model, points)
-    return a
+            p.model_step_s = s.step_model.step_s(p.n, p.batch_per_rank)
+        s.predictions = predict(kind, s.step_model, points)
+    return s
+
+
+def analyze_runs(
+    kind: str,
+    runs: list[Run],
+    missing: list[str],
+    allreduce: list[dict[str, Any]] | None = None,
+    corrupt: list[str] | None = None,
+) -> Analysis:
+    """One series per engine, in the order the engines first appear among the runs."""
+    engines = list(dict.fromkeys(r.engine for r in runs))
+    series = [analyze_series(kind, [r for r in runs if r.engine == e], allreduce, e) for e in engines]
+    return Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))
 
 
 def predict(kind: str, model: StepModel, points: list[Point]) -> list[dict[str, float]]:

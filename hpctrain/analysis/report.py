@@ -10,10 +10,11 @@ from pathlib import Path
 
 from rich.table import Table
 
-from .analyze import Analysis
+from .analyze import Analysis, Series
 from .plots import write_plots
 
 COLUMNS = (
+    "engine",
     "N",
     "reps",
     "samples/s",
@@ -35,10 +36,11 @@ def _f(x: float, fmt: str) -> str:
 
 def rows(a: Analysis) -> list[list[str]]:
     out = []
-    for p in a.points:
+    for engine, p in ((s.engine, p) for s in a.series for p in s.points):
         err = (p.model_step_s - p.step_s) / p.step_s if p.model_step_s == p.model_step_s else float("nan")
         out.append(
             [
+                engine,
                 str(p.n),
                 str(p.reps),
                 _f(p.throughput, ".1f"),
@@ -66,27 +68,39 @@ def terminal_table(a: Analysis) -> Table:
 
 
 def model_lines(a: Analysis) -> list[str]:
+    """The Amdahl and alpha-beta fits of each series (named by engine when a study compares them)."""
     lines = []
-    if a.kind == "strong" and a.no_speedup:
+    for s in a.series:
+        lines += [f"{s.engine}: {x}" if a.compares_engines else x for x in _fit_lines(s)]
+    return lines
+
+
+def _fit_lines(s: Series) -> list[str]:
+    lines = []
+    if s.kind == "strong" and s.no_speedup:
         lines.append(
             "Amdahl fit: no speedup at this scale (the runs got slower with more ranks; "
             "no serial fraction or speedup limit can be fitted)"
         )
-    elif a.kind == "strong" and a.amdahl_serial_fraction == a.amdahl_serial_fraction:
+    elif s.kind == "strong" and s.amdahl_serial_fraction == s.amdahl_serial_fraction:
         lines.append(
-            f"Amdahl fit: serial fraction s = {a.amdahl_serial_fraction:.4f} "
-            f"(speedup limit 1/s = {1 / a.amdahl_serial_fraction:.1f}x)"
-            if a.amdahl_serial_fraction > 0
-            else f"Amdahl fit: serial fraction s = {a.amdahl_serial_fraction:.4f}"
+            f"Amdahl fit: serial fraction s = {s.amdahl_serial_fraction:.4f} "
+            f"(speedup limit 1/s = {1 / s.amdahl_serial_fraction:.1f}x)"
+            if s.amdahl_serial_fraction > 0
+            else f"Amdahl fit: serial fraction s = {s.amdahl_serial_fraction:.4f}"
         )
-    if a.alpha_beta and a.step_model:
-        ab, m = a.alpha_beta, a.step_model
+    if s.alpha_beta and s.step_model:
+        ab, m = s.alpha_beta, s.step_model
         lines.append(
             f"α–β fit of the allreduce: α = {1e6 * ab.alpha_s:.1f} µs, "
             f"bandwidth 1/β = {ab.bandwidth_bytes_per_s / 1e9:.2f} GB/s; gradients "
             f"{m.gradient_bytes / 2**20:.2f} MiB; exposed share of the allreduce f = {m.exposed_fraction:.2f}"
         )
     return lines
+
+
+def predictions(a: Analysis) -> list[tuple[str, dict[str, float]]]:
+    return [(s.engine, q) for s in a.series for q in s.predictions]
 
 
 def markdown(a: Analysis, images: list[Path]) -> str:
@@ -98,18 +112,18 @@ def markdown(a: Analysis, images: list[Path]) -> str:
     ]
     md += ["| " + " | ".join(r) + " |" for r in rows(a)]
     md += [""] + [f"- {line}" for line in model_lines(a)]
-    if a.predictions:
+    if predictions(a):
         md += [
             "",
             "## Prediction beyond the measured scales (α–β model + measured compute)",
             "",
-            "| ranks | batch per rank | step ms | samples/s | efficiency |",
-            "|---|---|---|---|---|",
+            "| engine | ranks | batch per rank | step ms | samples/s | efficiency |",
+            "|---|---|---|---|---|---|",
         ]
         md += [
-            f"| {q['n']} | {q['batch_per_rank']:.1f} | {1e3 * q['step_s']:.2f} | {q['throughput']:.1f} | "
+            f"| {e} | {q['n']} | {q['batch_per_rank']:.1f} | {1e3 * q['step_s']:.2f} | {q['throughput']:.1f} | "
             f"{100 * q['efficiency']:.1f}% |"
-            for q in a.predictions
+            for e, q in predictions(a)
         ]
     if a.missing:
         md += ["", f"## Missing or failed runs ({len(a.missing)})", ""] + [f"- `{m}`" for m in a.missing]
@@ -133,14 +147,14 @@ def html_page(a: Analysis, md_text: str, images: list[Path]) -> str:
     ]
     body += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows(a)]
     body.append("</table><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in model_lines(a)) + "</ul>")
-    if a.predictions:
+    if predictions(a):
         body.append(
             "<h2>Prediction beyond the measured scales</h2><table border=1 cellpadding=4>"
-            "<tr><th>ranks</th><th>step ms</th><th>samples/s</th><th>efficiency</th></tr>"
+            "<tr><th>engine</th><th>ranks</th><th>step ms</th><th>samples/s</th><th>efficiency</th></tr>"
             + "".join(
-                f"<tr><td>{q['n']}</td><td>{1e3 * q['step_s']:.2f}</td><td>{q['throughput']:.1f}"
-                f"</td><td>{100 * q['efficiency']:.1f}%</td></tr>"
-                for q in a.predictions
+                f"<tr><td>{html.escape(e)}</td><td>{q['n']}</td><td>{1e3 * q['step_s']:.2f}</td>"
+                f"<td>{q['throughput']:.1f}</td><td>{100 * q['efficiency']:.1f}%</td></tr>"
+                for e, q in predictions(a)
             )
             + "</table>"
         )

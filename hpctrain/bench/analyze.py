@@ -29,6 +29,7 @@ def synthetic_summary(
     comm: float,
     data: float,
     parameters: int = 1_000_000,
+    engine: str = "horovod",
 ) -> records.RunSummary:
     """A run summary with the given timings (every rank alike), as a real run would write it."""
     rank = records.RankSummary(
@@ -56,6 +57,7 @@ def synthetic_summary(
         precision="fp32",
         backend="mpi",
         compression="none",
+        engine=engine,
     )
 
 
@@ -96,6 +98,6 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     verdict = "[green]meets[/]" if t2 - t0 < TARGET_S else "[red]misses[/]"
     console.print(
         f"{args.runs} runs analyzed and reported in {t2 - t0:.2f} s ({verdict} the {TARGET_S:.0f} s target); "
-        f"serial fraction fitted {a.amdahl_serial_fraction:.3f} (generated with 0.05)"
+        f"serial fraction fitted {a.series[0].amdahl_serial_fraction:.3f} (generated with 0.05)"
     )
     return 0

@@ -68,10 +68,28 @@ def compose_config(
             return compose(config_name=config_name, overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as e:
             raise _translate(e, overrides) from e
+        except AssertionError as e:  # OmegaConf.update of a key under a null section
+            if "Unexpected type for root" not in str(e):
+                raise
+            raise _unselected(overrides, config_groups(d)) from e
         except yaml.YAMLError as e:  # a broken YAML file in the config directory
             raise ConfigError.one(
                 "--config-dir", f"a YAML file does not parse: {' '.join(str(e).split())}", "fix that file"
             ) from e
+
+
+def _unselected(overrides: Sequence[str], groups: set[str]) -> ConfigError:
+    """A key of a section that this command leaves empty (`study.ranks=[1]` on `hpctrain run`)."""
+    chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    keys = [k for k in chosen if "." in k and k.split(".")[0] in groups and k.split(".")[0] not in chosen]
+    key = sorted(keys)[0] if keys else "?"
+    section = key.split(".")[0]
+    fix = (
+        "run a study with hpctrain study strong|weak"
+        if section == "study"
+        else f"select the section first ({section}=...), or drop {key}"
+    )
+    return ConfigError.one(key, f"{section} is not selected in this command, so {key} sets nothing", fix)
 
 
 def config_groups(d: Path) -> set[str]:
@@ -235,7 +253,15 @@ def to_yaml(cfg: Config) -> str:
 
 
 def _plain(items: list[tuple[str, Any]]) -> dict[str, Any]:
-    return {k: v.value if isinstance(v, Enum) else v for k, v in items}
+    return {k: _value(v) for k, v in items}
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, Enum):
+        return v.value
+    if isinstance(v, list):  # a list of enum members (study.engines)
+        return [_value(x) for x in v]
+    return v
 
 
 def _valid_keys(schema: type | None) -> str:

@@ -278,6 +278,9 @@ class StudyConf:
     global_batch: int = 64  # strong scaling: samples per step over all ranks
     batch_per_rank: int = 32  # weak scaling: samples per step per rank
     lr_scaling: LrScaling = LrScaling.none  # learning-rate rule for every run
+    # each engine at every scale, interleaved (one series each on every plot and table);
+    # empty: only parallelism.engine
+    engines: List[EngineName] = field(default_factory=list)
     allreduce_bench: bool = True  # measure allreduce once per world size (local studies)
     allreduce_max_mb: int = 256  # largest allreduce message of that benchmark
 

@@ -100,7 +100,7 @@ def check_report_against_the_run_records(study: Path, terminal: str, kind: str =
     assert ("Amdahl fit:" in terminal) == (kind == "strong")  # Amdahl's law is about a fixed problem
 
 
-def test_analyze_lists_failed_runs(tmp_path: Path) -> None:
+def test_a_study_compares_engines_and_analyze_lists_failed_runs(tmp_path: Path) -> None:
     r = hpctrain(
         "study",
         "weak",
@@ -111,6 +111,7 @@ def test_analyze_lists_failed_runs(tmp_path: Path) -> None:
         "study.warmup_steps=1",
         "study.batch_per_rank=16",
         "study.allreduce_bench=false",
+        "study.engines=[horovod,ddp]",
         "data=digits",
         f"run.output_root={tmp_path}",
         "run.name=wk",
@@ -118,8 +119,30 @@ def test_analyze_lists_failed_runs(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stdout + r.stderr
     [study] = list(tmp_path.glob("*/*-wk-weak"))
-    shutil.rmtree(study / "n2-r0")
+    names = [e["name"] for e in json.loads((study / "study.json").read_text())["runs"]]
+    assert names == ["horovod-n1-r0", "ddp-n1-r0", "horovod-n2-r0", "ddp-n2-r0"]
+    for name in names:  # each run trained with the engine it is named after
+        assert json.loads((study / name / "summary.json").read_text())["engine"] == name.split("-")[0]
+    rows = list(csv.DictReader((study / "report" / "points.csv").open()))
+    assert [(row["engine"], row["N"]) for row in rows] == [
+        ("horovod", "1"),
+        ("horovod", "2"),
+        ("ddp", "1"),
+        ("ddp", "2"),
+    ]
+    for row in rows:  # each engine's efficiency against its own 1-rank run: X_2 / (2 X_1)
+        x = {
+            n: json.loads((study / f"{row['engine']}-n{n}-r0" / "summary.json").read_text())[
+                "throughput_samples_per_s"
+            ]
+            for n in (1, 2)
+        }
+        eff = x[int(row["N"])] / (int(row["N"]) * x[1])
+        assert float(row["effic."].rstrip("%")) == pytest.approx(100 * eff, abs=0.051)
+
+    shutil.rmtree(study / "ddp-n2-r0")
     r = hpctrain("analyze", str(study))
     assert r.returncode == 0, r.stderr
-    assert "1 run(s) missing or failed: n2-r0" in r.stdout
-    assert "n2-r0" in (study / "report" / "report.md").read_text()
+    assert "1 run(s) missing or failed: ddp-n2-r0" in r.stdout
+    md = (study / "report" / "report.md").read_text()
+    assert "ddp-n2-r0" in md and "| ddp | 1 |" in md and "| horovod | 2 |" in md

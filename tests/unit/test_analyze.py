@@ -12,7 +12,9 @@ from hpctrain.analysis.report import write_report
 from hpctrain.bench.analyze import synthetic_summary
 
 
-def _run(n: int, step_ms: float, batch: int, rep: int = 0, comm_ms: float = 0.0) -> Run:
+def _run(
+    n: int, step_ms: float, batch: int, rep: int = 0, comm_ms: float = 0.0, engine: str = "horovod"
+) -> Run:
     return Run(
         n=n,
         rep=rep,
@@ -25,6 +27,7 @@ def _run(n: int, step_ms: float, batch: int, rep: int = 0, comm_ms: float = 0.0)
         data_s=0.0,
         parameters=250_000,
         grad_bytes_per_param=4,
+        engine=engine,
     )
 
 
@@ -39,7 +42,7 @@ def test_strong_study_by_hand() -> None:
     assert p2.karp_flatt == pytest.approx(0.2)
     assert p4.comm_share == pytest.approx(15 / 40)
     # Karp-Flatt is 0.2 at both scales ((1/2.5 - 1/4) / (1 - 1/4) = 0.2 at 4): Amdahl fits s = 0.2 exactly
-    assert a.amdahl_serial_fraction == pytest.approx(0.2)
+    assert a.series[0].amdahl_serial_fraction == pytest.approx(0.2)
 
 
 def test_weak_study_uses_throughput_form() -> None:
@@ -60,7 +63,7 @@ def test_model_prediction_and_error_with_allreduce_data() -> None:
         {"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "mpi_s": 1e-5 + b / 2e9}
         for b in (2**10, 2**16, 2**20, 2**24)
     ]
-    a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10)], [], bench)
+    a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10)], [], bench).series[0]
     # n = 2: T = 2 alpha + m beta, so the fit is exact: alpha = 50 us, beta = 1 ns/B
     assert a.alpha_beta is not None
     assert (a.alpha_beta.alpha_s, a.alpha_beta.beta_s_per_byte) == pytest.approx((5e-5, 1e-9))
@@ -85,7 +88,9 @@ def _write_study(root: Path, kind: str, runs: list[Run], broken: int = 0) -> Pat
         d = root / f"n{r.n}-r{r.rep}-{i}"
         records.write(
             d / records.SUMMARY,
-            synthetic_summary(r.n, r.global_batch, r.step_s, r.compute_s, r.comm_s, 0.0, r.parameters),
+            synthetic_summary(
+                r.n, r.global_batch, r.step_s, r.compute_s, r.comm_s, 0.0, r.parameters, engine=r.engine
+            ),
         )
         entries.append(records.StudyRun(d.name, r.n, r.rep, r.n, [], str(d)))
     for j in range(broken):
@@ -112,11 +117,58 @@ def test_no_speedup_is_reported_as_such_not_as_a_limit_below_one() -> None:
     # 2 ranks take longer per step than 1 for the same global batch: speedup 100/150 < 1
     a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 150, 32, comm_ms=60)], [])
     assert a.points[1].speedup == pytest.approx(2 / 3)
-    assert a.amdahl_serial_fraction == pytest.approx(2.0)  # (1/S - 1/N) / (1 - 1/N) = (1.5 - 0.5) / 0.5
-    assert a.no_speedup
+    assert a.series[0].amdahl_serial_fraction == pytest.approx(
+        2.0
+    )  # (1/S - 1/N) / (1 - 1/N) = (1.5 - 0.5) / 0.5
+    assert a.series[0].no_speedup
     from hpctrain.analysis.report import markdown
 
     md = markdown(a, [])
     assert "no speedup at this scale" in md and "speedup limit 1/s" not in md
     good = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32)], [])
-    assert not good.no_speedup and "speedup limit 1/s = 5.0x" in markdown(good, [])
+    assert not good.series[0].no_speedup and "speedup limit 1/s = 5.0x" in markdown(good, [])
+
+
+def test_two_engines_are_two_series_each_with_its_own_baseline_and_allreduce_fit(tmp_path: Path) -> None:
+    # Horovod: 100 ms at 1 rank, 60 ms at 2; DDP: 90 ms and 50 ms (global batch 64)
+    runs = [
+        _run(1, 100, 64),
+        _run(1, 90, 64, engine="ddp"),
+        _run(2, 60, 32, comm_ms=10),
+        _run(2, 50, 32, comm_ms=4, engine="ddp"),
+    ]
+    # Horovod's allreduce: 50 us + 1 ns/B; torch.distributed's: 20 us + 2 ns/B (exact at n = 2)
+    bench = [
+        {"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "torch_s": 4e-5 + 2 * b / 1e9, "mpi_s": 1e-5}
+        for b in (2**10, 2**16, 2**20)
+    ]
+    a = analyze_runs("strong", runs, [], bench)
+    hvd, ddp = a.series
+    assert (hvd.engine, ddp.engine) == ("horovod", "ddp") and a.compares_engines
+    # each engine's speedup is against its own 1-rank run
+    assert (hvd.points[1].speedup, ddp.points[1].speedup) == pytest.approx((100 / 60, 90 / 50))
+    assert ddp.points[1].efficiency == pytest.approx(90 / 100)
+    assert hvd.alpha_beta is not None and ddp.alpha_beta is not None
+    assert (hvd.alpha_beta.alpha_s, hvd.alpha_beta.beta_s_per_byte) == pytest.approx((5e-5, 1e-9))
+    assert (ddp.alpha_beta.alpha_s, ddp.alpha_beta.beta_s_per_byte) == pytest.approx((2e-5, 2e-9))
+    # DDP's exposed share: 4 ms of an allreduce of 1 MB at n = 2 (2 x 20 us + 1e6 x 2 ns = 2.04 ms)
+    assert ddp.step_model is not None and ddp.step_model.exposed_fraction == pytest.approx(0.004 / 2.04e-3)
+
+    from hpctrain.analysis.report import markdown, model_lines, rows
+
+    assert [(r[0], r[1]) for r in rows(a)] == [("horovod", "1"), ("horovod", "2"), ("ddp", "1"), ("ddp", "2")]
+    assert [r[5] for r in rows(a)] == ["1.00", "1.67", "1.00", "1.80"]
+    lines = model_lines(a)
+    assert sum(x.startswith("horovod: ") for x in lines) == sum(x.startswith("ddp: ") for x in lines) == 2
+    md = markdown(a, [])
+    assert "| ddp | 4 |" in md and "| horovod | 4 |" in md  # predictions per engine
+
+
+def test_an_engine_comparison_study_is_reported_with_both_series(tmp_path: Path) -> None:
+    runs = [_run(1, 100, 64), _run(1, 90, 64, engine="ddp"), _run(2, 60, 32), _run(2, 50, 32, engine="ddp")]
+    a = analyze_dir(_write_study(tmp_path / "s", "strong", runs))
+    assert [s.engine for s in a.series] == ["horovod", "ddp"]
+    paths = write_report(a, tmp_path / "s" / "report")
+    csv_rows = paths["csv"].read_text().splitlines()
+    assert csv_rows[0].startswith("engine,N,") and len(csv_rows) == 5
+    assert {line.split(",")[0] for line in csv_rows[1:]} == {"horovod", "ddp"}

@@ -265,3 +265,12 @@ def test_many_ranks_per_core_need_an_explicit_oversubscribe() -> None:
         load_config(["cluster.ranks=40", "cluster.oversubscribe=true", "data.num_samples=100000"]),
         HostFacts.example(),
     )
+
+
+@pytest.mark.parametrize("override", ["study.ranks=[1,2]", "study.engines=[horovod,ddp]"])
+def test_a_study_key_outside_a_study_names_the_key_and_the_command(override: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config([override])
+    [problem] = e.value.problems
+    assert problem.key == override.split("=")[0]
+    assert "study is not selected" in problem.rule and "hpctrain study strong|weak" in problem.fix

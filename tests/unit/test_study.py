@@ -9,6 +9,7 @@ import pytest
 
 from hpctrain.config import load_config
 from hpctrain.derived import derive
+from hpctrain.errors import ConfigError
 from hpctrain.study_run import create_study
 
 COMMON = [
@@ -54,3 +55,45 @@ def test_strong_keeps_the_global_batch_weak_the_per_rank_batch(kind: str, batche
 def test_without_lr_scaling_every_point_keeps_the_configured_lr() -> None:
     _, manifest, _ = create_study("weak", [*COMMON, "study.lr_scaling=none"])
     assert {derive(load_config(r.overrides)).lr for r in manifest.runs} == {0.1}
+
+
+def test_engines_are_compared_at_every_scale_interleaved() -> None:
+    _, manifest, _ = create_study("strong", [*COMMON, "study.engines=[horovod,ddp]"])
+    # engines innermost: each repetition of a scale runs both engines back to back
+    assert [r.name for r in manifest.runs][:4] == ["horovod-n1-r0", "ddp-n1-r0", "horovod-n1-r1", "ddp-n1-r1"]
+    assert len(manifest.runs) == 3 * 2 * 2
+    for run in manifest.runs:
+        cfg = load_config(run.overrides)
+        assert str(cfg.parallelism.engine) == run.name.split("-")[0]
+        assert derive(cfg).batch.global_ == 64  # same work for both engines
+
+
+@pytest.mark.parametrize(
+    "override,key,rule",
+    [
+        ("study.engines=[ddp,ddp]", "study.engines", "names an engine twice"),
+        ("study.engines=[horovod,mxnet]", "study.engines[1]", "not one of horovod, ddp"),
+    ],
+)
+def test_bad_engine_lists_are_refused(override: str, key: str, rule: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        create_study("strong", [*COMMON, override])
+    assert key in str(e.value) and rule in str(e.value)
+
+
+def test_an_engine_comparison_checks_each_engines_rules_before_anything_runs() -> None:
+    # bf16 gradient compression is a DDP hook only: the Horovod half of the study is refused
+    with pytest.raises(ConfigError) as e:
+        create_study("strong", [*COMMON, "study.engines=[horovod,ddp]", "parallelism.compression=bf16"])
+    assert "parallelism.compression" in str(e.value) and "horovod-n1-r0" in str(e.value)
+    assert "ddp-n1-r0" not in str(e.value)
+
+
+def test_a_script_study_cannot_switch_engines(tmp_path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    with pytest.raises(ConfigError) as e:
+        create_study(
+            "strong", [*COMMON, "study.engines=[horovod,ddp]", f"script={script}", f"code.dir={tmp_path}"]
+        )
+    assert "a script chooses its own engine" in str(e.value)
