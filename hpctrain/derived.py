@@ -16,13 +16,24 @@ def world_size(cfg: Config) -> int:
     return launcher_class(cfg.cluster.name).world_size(cfg.cluster)
 
 
+def replicas(cfg: Config, world: int | None = None) -> int:
+    """Data-parallel copies of the model: the world size, or world / stages for a pipeline."""
+    from .parallel import layout_for
+
+    return layout_for(cfg, world_size(cfg) if world is None else world).replicas
+
+
 def resolve_batch(cfg: Config, world: int | None = None) -> Batch:
-    """Per-rank and global batch from whichever of the two the user set (validated first)."""
-    n = world_size(cfg) if world is None else world
+    """Per-replica and global batch from whichever of the two the user set (validated first). A
+    replica is a rank in data parallelism, a whole pipeline otherwise; its batch is cut into
+    backward_passes_per_step (data) or microbatches (pipeline) micro-batches."""
+    n = replicas(cfg, world)
     per = cfg.train.batch_per_rank
     if per is None:
         per = (cfg.train.global_batch or 0) // max(n, 1)
-    return Batch(per, per * n, per // max(cfg.parallelism.backward_passes_per_step, 1))
+    par = cfg.parallelism
+    cuts = par.backward_passes_per_step if par.name == "data" else par.microbatches
+    return Batch(per, per * n, per // max(cuts, 1))
 
 
 def target_lr(cfg: OptimConf, global_batch: int, per_rank_batch: int) -> float:

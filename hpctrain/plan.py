@@ -16,6 +16,7 @@ from typing import Any
 from .config.schema import Config, LocalClusterConf
 from .derived import derive
 from .facts import HostFacts
+from .parallel import parallel_notes
 from .records import FORMAT_VERSION, Batch
 from .train.comm import horovod_gloo, torch_distributed
 from .workload import workload_env, workload_notes
@@ -149,6 +150,7 @@ def plan_local(
         env["MASTER_PORT"] = AT_LAUNCH
     argv, notes = mpirun_argv(c, facts, env, python, run_dir)
     notes += workload_notes(cfg)
+    notes += parallel_notes(cfg, n, n)
     return JobPlan(
         run_dir=run_dir,
         world_size=n,

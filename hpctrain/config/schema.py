@@ -39,7 +39,18 @@ class Precision(StrEnum):
 
 
 class Parallelism(StrEnum):
-    data = "data"
+    data = "data"  # every rank holds the whole model
+    pipeline = "pipeline"  # the model cut into stages, one per rank
+    hybrid = "hybrid"  # stages x data-parallel replicas
+
+
+# Pipeline schedules: gpipe, all forwards then all backwards (Huang et al. 2019); 1f1b, one
+# forward and one backward in the steady state (PipeDream-Flush, Narayanan et al. 2021);
+# interleaved_1f1b, several model pieces per rank (Narayanan et al. 2021). The functional form
+# because OmegaConf parses enums by member name and "1f1b" is no identifier.
+Schedule = StrEnum(
+    "Schedule", [("gpipe", "gpipe"), ("1f1b", "1f1b"), ("interleaved_1f1b", "interleaved_1f1b")]
+)
 
 
 class EngineName(StrEnum):
@@ -105,6 +116,11 @@ class ModelConf:
     depth: int = 2  # hidden layers (mlp), encoder layers (transformer); cnn/resnet ignore it
     heads: int = 4  # attention heads (transformer); width must be divisible by it
     channels_last: bool = False  # NHWC memory format for conv models (tensor cores on GPUs)
+    # recompute each block's activations in the backward pass instead of keeping them
+    # (torch.utils.checkpoint): less memory, about one more forward pass of compute
+    activation_checkpointing: bool = False
+    # the blocks that checkpointing wraps, by module name (user models; built-in models declare theirs)
+    checkpoint_blocks: List[str] = field(default_factory=list)
     # Your own model instead of `name`: a class or factory by import path (Hydra's instantiate),
     # e.g. model._target_=mypkg.nets.Net +model.hidden=64 (extra keys are its keyword arguments)
     _target_: Optional[str] = None
@@ -180,6 +196,14 @@ class ParallelismConf:
     bucket_mb: float = 25.0  # ddp: gradient bucket size (DDP's bucket_cap_mb)
     gradient_as_bucket_view: bool = False  # ddp: gradients alias the buckets (saves a copy and memory)
     static_graph: bool = False  # ddp: the graph never changes between steps (lets DDP skip some work)
+    # pipeline | hybrid: the world is stages x replicas (hybrid: replicas >= 2, pipeline: 1)
+    stages: int = 1  # pipeline ranks one sample goes through
+    microbatches: int = 1  # micro-batches each replica's batch is cut into, in flight at once
+    schedule: Schedule = Schedule.gpipe  # type: ignore[attr-defined]
+    virtual_stages: int = 1  # interleaved_1f1b: model pieces per pipeline rank (2 or more)
+    # where a new stage begins: module names (model.named_modules()); empty = the model's declared
+    # split points (built-in models), spread evenly
+    split_at: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..derived import resolve_batch, world_size
+from ..derived import replicas, resolve_batch, world_size
 from ..errors import ConfigError, Problem
 from ..facts import HostFacts
+from ..parallel.rules import parallelism_problems
 from ..workload.rules import workload_problems
 from . import schema as S
 from .schema import Config
@@ -132,6 +133,7 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
     p += _batch_problems(cfg)
     p += _model_data_problems(cfg)
     p += workload_problems(cfg)
+    p += parallelism_problems(cfg, world_size(cfg))
     if cfg.debug.fail_rank is not None:
         n = world_size(cfg)
         if n >= 1 and not 0 <= cfg.debug.fail_rank < n:
@@ -258,13 +260,14 @@ def _batch_problems(cfg: Config) -> list[Problem]:
         return at_least("train.global_batch", t.global_batch, 1)
     if world_size(cfg) < 1 or acc < 1:
         return []  # reported by the cluster / parallelism checks
-    n = world_size(cfg)
+    n = replicas(cfg)
     if t.global_batch is not None and t.global_batch % n:
         lo, hi = (t.global_batch // n) * n, (t.global_batch // n + 1) * n
+        what = "the world size" if cfg.parallelism.name == "data" else "the number of replicas"
         return [
             Problem(
                 "train.global_batch",
-                f"{t.global_batch} is not divisible by the world size {n}",
+                f"{t.global_batch} is not divisible by {what} {n}",
                 f"use a multiple of {n} (e.g. {lo or hi} or {hi}), or set train.batch_per_rank",
             )
         ]

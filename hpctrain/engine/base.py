@@ -25,6 +25,14 @@ class Engine(ABC):
         """The model to call and the optimizer to step, with gradient averaging attached."""
 
     @abstractmethod
+    def wrap_stage(
+        self, cfg: Config, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
+    ) -> tuple[list[nn.Module], Any]:
+        """Hybrid parallelism: this rank's pipeline pieces (to run) and optimizer (to step), with
+        their gradients averaged over the stage's replicas (`group`: their torch process group)
+        after the last micro-batch's backward pass."""
+
+    @abstractmethod
     def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
         """A fresh start: every rank takes rank 0's weights and optimizer state."""
 

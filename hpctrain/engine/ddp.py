@@ -40,14 +40,26 @@ HOOKS = {
 class _Stamp:
     """The communication hook's state: when the latest bucket became ready."""
 
-    def __init__(self, hook: Any) -> None:
+    def __init__(self, hook: Any, group: Any = None) -> None:
         self.hook = hook
+        self.group = group  # None: the default (world) process group
         self.ready = 0.0
 
 
 def _timed_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks real annotations; ours are strings
     state.ready = time.perf_counter()
-    return state.hook(None, bucket)  # None: the default process group
+    return state.hook(state.group, bucket)
+
+
+class StageDDP(DistributedDataParallel):
+    """DDP for a pipeline stage: forward passes never arm the gradient sync (each micro-batch's
+    would, and DDP's first-iteration bucket rebuild would then count every parameter once per
+    micro-batch); torch.distributed.pipelining arms it explicitly before the last micro-batch's
+    backward pass (PipelineStage.backward_maybe_with_nosync)."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with self.no_sync():
+            return super().forward(*args, **kwargs)
 
 
 class DdpEngine(Engine):
@@ -77,17 +89,34 @@ class DdpEngine(Engine):
         )
 
     def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
+        self.stamp = _Stamp(HOOKS[str(cfg.parallelism.compression)])
+        return self._ddp(cfg, model, None), optimizer
+
+    def wrap_stage(
+        self, cfg: Config, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
+    ) -> tuple[list[nn.Module], Any]:
+        # torch.distributed.pipelining sees the DDP wrapper and syncs on the last micro-batch only
+        self.stamp = _Stamp(HOOKS[str(cfg.parallelism.compression)], group)
+        return [self._ddp(cfg, p, group, StageDDP) for p in pieces], optimizer
+
+    def _ddp(
+        self,
+        cfg: Config,
+        model: nn.Module,
+        group: Any,
+        cls: type[DistributedDataParallel] = DistributedDataParallel,
+    ) -> DistributedDataParallel:
         p = cfg.parallelism
-        ddp = DistributedDataParallel(
+        ddp = cls(
             model,
             device_ids=[torch.cuda.current_device()] if self.device_type == "cuda" else None,
             bucket_cap_mb=p.bucket_mb,
             gradient_as_bucket_view=p.gradient_as_bucket_view,
             static_graph=p.static_graph,
+            process_group=group,
         )
-        self.stamp = _Stamp(HOOKS[str(p.compression)])
         ddp.register_comm_hook(self.stamp, _timed_hook)
-        return ddp, optimizer
+        return ddp
 
     def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
         pass  # DistributedDataParallel broadcast rank 0's parameters and buffers when it wrapped them

@@ -20,9 +20,36 @@ class HorovodEngine(Engine):
     name = "horovod"
 
     def init(self, cfg: Config, expected_size: int) -> RankInfo:
+        from ..parallel import layout_for
+
         self.backend = str(cfg.parallelism.backend)
-        self.hvd = init_horovod(self.backend, expected_size=expected_size)
+        # hybrid: one process set per pipeline stage, holding its replicas (registered at init)
+        layout = layout_for(cfg, expected_size)
+        groups = [layout.replica_ranks(s) for s in range(layout.stages)] if layout.pipelined else []
+        import horovod.torch as hvd
+
+        sets = [hvd.ProcessSet(g) for g in groups]
+        self.hvd = init_horovod(self.backend, expected_size=expected_size, process_sets=sets)
+        rank = self.hvd.rank()
+        self.process_set = next((ps for ps, g in zip(sets, groups) if rank in g), None)
         return rank_info(self.hvd)
+
+    def wrap_stage(
+        self, cfg: Config, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
+    ) -> tuple[list[nn.Module], Any]:
+        hvd = self.hvd
+        compression = hvd.Compression.fp16 if cfg.parallelism.compression == "fp16" else hvd.Compression.none
+        named = [(f"{i}.{n}", p) for i, piece in enumerate(pieces) for n, p in piece.named_parameters()]
+        wrapped = hvd.DistributedOptimizer(
+            optimizer,
+            named_parameters=named,
+            compression=compression,
+            # every micro-batch's backward pass accumulates into the gradients; the last one sends
+            backward_passes_per_step=cfg.parallelism.microbatches,
+            op=hvd.Average,
+            process_set=self.process_set,
+        )
+        return pieces, wrapped
 
     def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
         hvd = self.hvd

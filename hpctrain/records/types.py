@@ -24,6 +24,7 @@ class StepRecord:
     samples: int  # samples this rank processed in the step
     samples_per_s: float  # global samples per second of this step
     timed: bool  # False for warm-up steps, which timing statistics leave out
+    bubble_s: float = 0.0  # pipelines: waiting for the neighbouring stages (0 in data parallelism)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class RankSummary:
     last_loss: float
     peak_memory_bytes: int
     parameters: int
+    bubble_s: float = 0.0
+    stage: int = 0  # the pipeline stage this rank holds (0 in data parallelism)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,12 @@ class RunSummary:
     compression: str
     per_rank: list[RankSummary]
     engine: str = "horovod"  # what averaged the gradients: horovod | ddp
+    parallelism: str = "data"  # data | pipeline | hybrid
+    stages: int = 1  # pipeline stages (1: data parallelism)
+    microbatches: int = 1
+    schedule: str = ""  # the pipeline schedule ("" in data parallelism)
+    bubble_s: float = 0.0  # mean over ranks of the time a stage waited for its neighbours per step
+    bubble_share: float = 0.0
 
     @property
     def grad_bytes_per_param(self) -> int:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..config.schema import Config
@@ -31,8 +31,9 @@ def horovod_gloo(cfg: Config) -> bool:
 
 
 def torch_distributed(cfg: Config) -> bool:
-    """torch.distributed may run and needs MASTER_ADDR/MASTER_PORT: engine=ddp, or a user script."""
-    return bool(cfg.script.path) or cfg.parallelism.engine == "ddp"
+    """torch.distributed may run and needs MASTER_ADDR/MASTER_PORT: engine=ddp, a user script, or
+    a pipeline (its stages talk point to point over torch.distributed whatever the engine)."""
+    return bool(cfg.script.path) or cfg.parallelism.engine == "ddp" or cfg.parallelism.name != "data"
 
 
 # Horovod's Gloo variables <- OpenMPI's per-process variables.
@@ -148,13 +149,16 @@ class RankInfo:
     hostname: str
 
 
-def init_horovod(backend: str, expected_size: int | None = None):  # -> horovod.torch module
-    """hvd.init() for the chosen backend; checks the world size the launcher promised."""
+def init_horovod(  # -> horovod.torch module
+    backend: str, expected_size: int | None = None, process_sets: list[Any] | None = None
+):
+    """hvd.init() for the chosen backend; checks the world size the launcher promised.
+    `process_sets`: hvd.ProcessSet objects to register (hybrid parallelism's stage replicas)."""
     if backend == "gloo" and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in os.environ:
         os.environ.update(gloo_env(os.environ))
     import horovod.torch as hvd
 
-    hvd.init()
+    hvd.init(process_sets=process_sets or None)
     if backend == "mpi" and not hvd.mpi_enabled():
         raise CommError("backend=mpi, but Horovod did not initialise MPI (was it built with MPI?)")
     if backend == "gloo" and not hvd.gloo_enabled():

@@ -7,13 +7,12 @@ from __future__ import annotations
 import io
 import math
 import os
-import resource
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -23,10 +22,15 @@ from ..config.schema import Config
 from ..derived import Derived
 from ..events import format_event
 from ..facts import wants_cuda
+from ..parallel import layout_for
+from ..parallel.pipeline import checkpoint_blocks
+from ..parallel.pipeline_step import pipeline_step
+from ..parallel.split import declared_checkpoint_blocks
 from ..workload.targets import probe
 from . import checkpoint
 from .comm import RankInfo
 from .data import GlobalBatchSampler, build_loader
+from .memory import peak_bytes, reset_peak
 from .parts import make_criterion, make_dataset, make_model, workload_label
 from .precision import make_scaler
 from .schedule import lr_at
@@ -96,37 +100,80 @@ def build_trainer(
     device = pick_device(cfg.train.device, info.local_rank)
     torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
     module = place_model(cfg, make_model(cfg), device)
-    model, optimizer = engine.wrap(cfg, module, make_optimizer(cfg, module, cfg.optim.lr))
-    scaler = make_scaler(cfg.precision, device.type)
-    # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
-    # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
-    restored = checkpoint.restore(run_dir, module, optimizer, scaler)
-    start = restored.step
-    if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
-        engine.broadcast_initial(module, optimizer)
-    dataset = make_dataset(cfg, d.batch.global_)
+    layout = layout_for(cfg, d.world_size)
     criterion = make_criterion(cfg)
-    if cfg.user_code:
-        probe(module, criterion, dataset, device, workload_label(cfg))
+    scaler = make_scaler(cfg.precision, device.type)
+    parameters = sum(p.numel() for p in module.parameters())
+    if layout.pipelined:
+        dataset = make_dataset(cfg, d.batch.global_)
+        if cfg.user_code:
+            probe(module, criterion, dataset, device, workload_label(cfg))
+        t, restored = _pipeline_trainer(cfg, engine, info, d, run_dir, module, dataset, device, criterion)
+    else:
+        if cfg.model.activation_checkpointing:
+            checkpoint_blocks(module, declared_checkpoint_blocks(cfg.model))
+        model, optimizer = engine.wrap(cfg, module, make_optimizer(cfg, module, cfg.optim.lr))
+        # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
+        # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
+        restored = checkpoint.restore(run_dir, module, optimizer, scaler)
+        if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
+            engine.broadcast_initial(module, optimizer)
+        dataset = make_dataset(cfg, d.batch.global_)
+        if cfg.user_code:
+            probe(module, criterion, dataset, device, workload_label(cfg))
+        t = Trainer(model, optimizer, scaler, None, device, criterion, module=module)  # type: ignore[arg-type]
     sampler = GlobalBatchSampler(
         len(dataset),  # type: ignore[arg-type]
         d.batch.global_,
-        info.rank,
+        layout.replica_of(info.rank),  # a pipeline's stages all read their replica's batches
         d.batch.per_rank,
         cfg.train.steps,
         cfg.train.seed,
         cfg.data.shuffle,
-        start_step=start,
+        start_step=restored.step,
     )
-    loader = build_loader(cfg.data, dataset, sampler)
-    delay = cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0
-    return Trainer(model, optimizer, scaler, loader, device, criterion, delay, module=module), restored
+    t.loader = build_loader(cfg.data, dataset, sampler)
+    t.delay_s = cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0
+    t.parameters = parameters
+    return t, restored
 
 
-def peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+def _pipeline_trainer(
+    cfg: Config,
+    engine: Engine,
+    info: RankInfo,
+    d: Derived,
+    run_dir: Path,
+    module: nn.Module,
+    dataset: Any,
+    device: torch.device,
+    criterion: nn.Module,
+) -> tuple[Trainer, checkpoint.Restored]:
+    """This rank's stages of the model under the schedule; the stage's replicas average their
+    gradients through the engine. Checkpoints hold the whole model (gathered at save)."""
+    from ..parallel.pipeline import (
+        StageOptimizer,
+        StageWeights,
+        build_pipe,
+        ensure_process_group,
+        make_groups,
+        pieces_for,
+    )
+
+    layout = layout_for(cfg, d.world_size)
+    ensure_process_group(device)
+    pp_group, dp_group = make_groups(layout, info.rank)
+    x0 = dataset[0][0]
+    example = x0.unsqueeze(0).expand(d.batch.micro, *x0.shape).contiguous().to(device)
+    pieces = pieces_for(cfg, module, layout, info.rank, example, device)
+    del module  # this rank keeps its pieces only
+    base = make_optimizer(cfg, nn.ModuleList(pieces), cfg.optim.lr)
+    run, optimizer = engine.wrap_stage(cfg, pieces, base, dp_group) if layout.replicas > 1 else (pieces, base)
+    stage = layout.stage_of(info.rank)
+    restored = checkpoint.restore(run_dir, StageWeights(pieces), StageOptimizer(optimizer, stage), None)  # type: ignore[arg-type]
+    pipe = build_pipe(cfg, run, layout, info.rank, device, pp_group, criterion)
+    t = Trainer(None, optimizer, None, None, device, criterion, module=StageWeights(pieces), pipe=pipe)  # type: ignore[arg-type]
+    return t, restored
 
 
 def train(
@@ -152,7 +199,9 @@ def train(
         if restored.path is not None:
             emit(f"resuming from {restored.path} at step {start}")
     last_event = 0.0
-    t.model.train()
+    if t.model is not None:  # pipeline pieces were traced in training mode
+        t.model.train()
+    reset_peak(t.device)  # the peak of training, not of building (a pipeline traces the whole model)
     t.watch = Watchdog(run_dir, info.rank, d.world_size, cfg.train.stall_timeout_s).start()
     t.watch.phase("data", start)
     with open(steps_path, "w", buffering=1) as steps_file:  # line by line: status sees progress
@@ -168,9 +217,11 @@ def train(
             sync(t.device)
             t_data = time.perf_counter()
             lr = lr_at(step, cfg.optim, d.lr)
-            r = train_step(
-                t, engine, cfg, x, y, lr, step, control.requested if control is not None else None, t_data
-            )
+            vote = control.requested if control is not None else None
+            if t.pipe is not None:
+                r = pipeline_step(t, t.pipe, engine, cfg, x, y, lr, step, vote, t_data)
+            else:
+                r = train_step(t, engine, cfg, x, y, lr, step, vote, t_data)
             rec = records.StepRecord(
                 step=step,
                 rank=info.rank,
@@ -183,6 +234,7 @@ def train(
                 samples=d.batch.per_rank,
                 samples_per_s=d.batch.global_ / (r.end - t_prev),
                 timed=step >= cfg.train.warmup_steps,
+                bubble_s=r.bubble_s,
             )
             t_prev = r.end
             out.append(rec)
@@ -200,24 +252,55 @@ def train(
                 every = control.checkpoint_interval
                 if r.stop or (every and (step + 1) % every == 0 and step + 1 < cfg.train.steps):
                     steps_file.flush()
-                    if master:
-                        path = checkpoint.save(run_dir, step + 1, t.weights, t.optimizer, t.scaler)
+                    path = _save_checkpoint(run_dir, step + 1, t, engine, master)
+                    if path is not None:
                         emit(f"checkpoint {path.name} written after step {step + 1}")
                     engine.barrier(f"hpctrain.ckpt.{step}")  # all wait for it
                 if r.stop:
                     t.watch.stop()
                     return None
     t.watch.stop()
-    if master and cfg.train.save_model:
-        buf = io.BytesIO()
-        torch.save(t.weights.state_dict(), buf)
-        records.write_atomic(run_dir / records.MODEL, buf.getvalue())
+    if cfg.train.save_model:
+        weights = _whole_model_state(t, engine)
+        if master:
+            buf = io.BytesIO()
+            torch.save(weights, buf)
+            records.write_atomic(run_dir / records.MODEL, buf.getvalue())
     return rank_stats(
         out,
         info.rank,
         info.hostname,
-        peak_memory_bytes(t.device),
-        sum(p.numel() for p in t.weights.parameters()),
+        peak_bytes(t.device),
+        t.parameters,
+        stage=t.pipe.stage if t.pipe is not None else 0,
+    )
+
+
+def _gathered(t: Trainer, engine: Engine, optimizer: bool) -> dict[str, Any]:
+    """A pipeline's whole model (and every stage's optimizer) from replica 0 of each stage.
+    Collective: every rank calls it."""
+    from ..parallel.pipeline import StageOptimizer, merge_states
+
+    mine: dict[str, Any] = {}  # one type on every rank: Horovod names the allgather by it
+    if t.pipe.replica == 0:
+        opt = StageOptimizer(t.optimizer, t.pipe.stage).state_dict() if optimizer else {"stages": {}}
+        mine = {"model": t.weights.state_dict(), "optimizer": opt}
+    return merge_states([s for s in engine.allgather_object(mine) if s])
+
+
+def _whole_model_state(t: Trainer, engine: Engine) -> dict[str, Any]:
+    return t.weights.state_dict() if t.pipe is None else _gathered(t, engine, optimizer=False)["model"]
+
+
+def _save_checkpoint(run_dir: Path, step: int, t: Trainer, engine: Engine, master: bool) -> Path | None:
+    """Rank 0 writes the checkpoint (of the whole model, also for a pipeline)."""
+    if t.pipe is None:
+        return checkpoint.save(run_dir, step, t.weights, t.optimizer, t.scaler) if master else None
+    state = _gathered(t, engine, optimizer=True)
+    if not master:
+        return None
+    return checkpoint.write(
+        run_dir, step, {"step": step, **state, "scaler": None, "torch_rng": torch.get_rng_state()}
     )
 
 

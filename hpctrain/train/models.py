@@ -60,8 +60,10 @@ class MLP(nn.Module):
         super().__init__()
         layers: list[nn.Module] = [nn.Flatten()]
         fan_in = spec.channels * spec.image_size * spec.image_size
-        for _ in range(depth):
-            layers += [nn.Linear(fan_in, width), nn.ReLU()]
+        for _ in range(
+            depth
+        ):  # one block per hidden layer: where pipelines cut, what checkpointing recomputes
+            layers.append(nn.Sequential(nn.Linear(fan_in, width), nn.ReLU()))
             fan_in = width
         layers.append(nn.Linear(fan_in, spec.num_classes))
         self.net = nn.Sequential(*layers)

@@ -25,7 +25,12 @@ def share(part_s: float, step_s: float) -> float:
 
 
 def rank_stats(
-    steps: Sequence[StepRecord], rank: int, host: str, peak_memory_bytes: int, parameters: int
+    steps: Sequence[StepRecord],
+    rank: int,
+    host: str,
+    peak_memory_bytes: int,
+    parameters: int,
+    stage: int = 0,
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
@@ -50,6 +55,8 @@ def rank_stats(
         last_loss=statistics.fmean(r.loss for r in last) if last else float("nan"),
         peak_memory_bytes=int(peak_memory_bytes),
         parameters=parameters,
+        bubble_s=mean("bubble_s"),
+        stage=stage,
     )
 
 
@@ -65,6 +72,7 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: objec
         return statistics.fmean(getattr(r, k) for r in per_rank)
 
     step = avg("step_s")
+    bubble = avg("bubble_s")
     throughput = global_batch * steps / wall if wall > 0 else float("nan")
     return RunSummary(
         format_version=FORMAT_VERSION,
@@ -83,6 +91,8 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: objec
         compute_share=share(avg("compute_s"), step),
         comm_share=share(avg("comm_s"), step),
         data_share=share(avg("data_s"), step),
+        bubble_s=bubble,
+        bubble_share=share(bubble, step),
         first_loss=avg("first_loss"),
         last_loss=avg("last_loss"),
         peak_memory_bytes=[r.peak_memory_bytes for r in per_rank],

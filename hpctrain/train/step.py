@@ -35,10 +35,12 @@ class Trainer:
     criterion: nn.Module
     delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
     watch: Watchdog | None = None  # told the phase of each step (stall detection)
-    module: nn.Module | None = None  # the model without the engine's wrapper (weights, checkpoints)
+    module: Any = None  # the model without the engine's wrapper (weights, checkpoints)
+    pipe: Any = None  # parallel.pipeline.Pipe: this rank's stages and schedule (pipelines)
+    parameters: int = 0  # of the whole model (a pipeline rank holds only its stage's)
 
     @property
-    def weights(self) -> nn.Module:
+    def weights(self) -> Any:
         return self.module if self.module is not None else self.model
 
 
@@ -49,6 +51,7 @@ class StepResult:
     comm_s: float
     end: float  # perf_counter() when the step ended
     stop: bool  # every rank agreed to stop after this step
+    bubble_s: float = 0.0  # pipelines: waiting for the neighbouring stages
 
 
 def sync(device: torch.device) -> None:

@@ -189,6 +189,6 @@ def _peak_memory() -> int:
     """The process's peak resident memory, as the built-in trainer reports it on the CPU."""
     import torch
 
-    from ..train.loop import peak_memory_bytes
+    from ..train.memory import peak_bytes
 
-    return peak_memory_bytes(torch.device("cpu"))
+    return peak_bytes(torch.device("cpu"))

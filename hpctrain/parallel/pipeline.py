@@ -1,0 +1,264 @@
+"""Pipeline and hybrid parallelism on the ranks, with torch.distributed.pipelining: the model is
+traced and cut at the split points (pipeline()), each rank runs its pieces as PipelineStages, and
+a library schedule (GPipe, 1F1B, interleaved 1F1B) moves micro-batch activations and gradients
+between neighbours point to point. The replicas of a stage average its gradients through the
+engine (Horovod process sets, or DDP over the stage's process group).
+
+Timing: the stages' forward_one_chunk / backward_one_chunk calls are this rank's compute; the
+rest of the schedule's wall time is the bubble, the time the stage waits for its neighbours
+(including the point-to-point transfers it cannot hide).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..config.schema import Config
+from ..engine.dist_env import export_torch_env
+from ..errors import HpctrainError
+from .layout import Layout
+from .split import split_points
+
+
+class SplitError(HpctrainError):
+    """The model cannot be cut where the config says."""
+
+
+@dataclass
+class Clock:
+    """This rank's compute within the current step, summed over its pieces and micro-batches."""
+
+    compute_s: float = 0.0
+    backward_end: float = 0.0  # when the latest backward chunk returned
+
+
+@dataclass
+class Pipe:
+    schedule: Any
+    layout: Layout
+    rank: int
+    group: Any  # this replica's pipeline (torch.distributed process group)
+    last_rank: int  # global rank of this pipeline's last stage: it computes the loss
+    clock: Clock = field(default_factory=Clock)
+
+    @property
+    def stage(self) -> int:
+        return self.layout.stage_of(self.rank)
+
+    @property
+    def replica(self) -> int:
+        return self.layout.replica_of(self.rank)
+
+    @property
+    def first(self) -> bool:
+        return self.layout.stage_of(self.rank) == 0
+
+    @property
+    def last(self) -> bool:
+        return self.rank == self.last_rank
+
+
+def ensure_process_group(device: torch.device) -> None:
+    """Point-to-point transfers go over torch.distributed whatever the engine (Horovod has none)."""
+    if not dist.is_initialized():
+        export_torch_env()
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+
+def make_groups(layout: Layout, rank: int) -> tuple[Any, Any]:
+    """(this rank's pipeline group, its stage's replica group). Every rank creates every group in
+    the same order, as torch.distributed.new_group requires."""
+    pp = dp = None
+    for r in range(layout.replicas):
+        g = dist.new_group(layout.pipeline_ranks(r))
+        if rank in layout.pipeline_ranks(r):
+            pp = g
+    for s in range(layout.stages):
+        g = dist.new_group(layout.replica_ranks(s))
+        if rank in layout.replica_ranks(s):
+            dp = g
+    return pp, dp
+
+
+def cut(cfg: Config, module: nn.Module, layout: Layout, example: torch.Tensor) -> list[nn.Module]:
+    """Every piece of the model, traced on one micro-batch of the real shape (the traced graph is
+    specialised to it). Parameters keep their names in the whole model (checkpoints match)."""
+    from torch.distributed.pipelining import SplitPoint, pipeline
+
+    names = split_points(cfg, layout.pieces)
+    known = {n for n, _ in module.named_modules()}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        some = ", ".join(n for n, _ in list(module.named_modules())[1:12])
+        raise SplitError(
+            f"parallelism.split_at: {unknown} are not modules of the model; its modules include {some}, ..."
+        )
+    try:
+        pipe = pipeline(module, mb_args=(example,), split_spec={n: SplitPoint.BEGINNING for n in names})
+    except Exception as e:  # noqa: BLE001 - tracing fails in many ways; all mean "cannot cut here"
+        raise SplitError(
+            f"the model cannot be traced for a pipeline (torch.export): {type(e).__name__}: {str(e)[:500]}"
+        ) from e
+    if pipe.num_stages != layout.pieces:
+        raise SplitError(
+            f"cutting at {names} gave {pipe.num_stages} pieces, not {layout.pieces}: list the split "
+            "points in forward order, each where a module is first called"
+        )
+    return [pipe.get_stage_module(k) for k in range(layout.pieces)]
+
+
+def _timed(fn: Callable[..., Any], clock: Clock, backward: bool) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            t1 = time.perf_counter()
+            clock.compute_s += t1 - t0
+            if backward:
+                clock.backward_end = t1
+
+    return call
+
+
+def build_pipe(
+    cfg: Config,
+    pieces: list[nn.Module],
+    layout: Layout,
+    rank: int,
+    device: torch.device,
+    group: Any,
+    criterion: nn.Module,
+) -> Pipe:
+    """This rank's stages (its pieces, engine-wrapped) under the configured schedule."""
+    from torch.distributed.pipelining import (
+        PipelineStage,
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+    )
+
+    replica = layout.replica_of(rank)
+    last_rank = layout.pipeline_ranks(replica)[-1]
+    pipe = Pipe(None, layout, rank, group, last_rank)
+    stages: list[Any] = []
+    for module, k in zip(pieces, layout.pieces_of(rank)):
+        stage = PipelineStage(module, k, layout.pieces, device, group=group)
+        stage.forward_one_chunk = _timed(stage.forward_one_chunk, pipe.clock, backward=False)  # type: ignore[method-assign]
+        stage.backward_one_chunk = _timed(stage.backward_one_chunk, pipe.clock, backward=True)  # type: ignore[method-assign]
+        stages.append(stage)
+    m = cfg.parallelism.microbatches
+
+    # The loss of a micro-batch is divided by their number here, not by the schedule after the
+    # backward passes (scale_grads): Horovod may already be averaging those gradients by then.
+    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return criterion(out, target) / m
+
+    kind = str(cfg.parallelism.schedule)
+    if kind == "interleaved_1f1b":
+        pipe.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn, scale_grads=False)
+    else:
+        cls = Schedule1F1B if kind == "1f1b" else ScheduleGPipe
+        pipe.schedule = cls(stages[0], m, loss_fn=loss_fn, scale_grads=False)
+    return pipe
+
+
+def pieces_for(
+    cfg: Config,
+    module: nn.Module,
+    layout: Layout,
+    rank: int,
+    example: torch.Tensor,
+    device: torch.device,
+) -> list[nn.Module]:
+    """This rank's pieces of the model, on the device, with activation checkpointing if asked."""
+    every = cut(cfg, module, layout, example)  # once: tracing a module twice fails
+    mine = [every[k] for k in layout.pieces_of(rank)]
+    mine = [p.to(device) for p in mine]
+    if cfg.model.activation_checkpointing:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+        mine = [checkpoint_wrapper(p) for p in mine]  # the piece keeps only its input per micro-batch
+    return mine
+
+
+def checkpoint_blocks(module: nn.Module, names: list[str]) -> None:
+    """Activation checkpointing of the named blocks (torch's checkpoint_wrapper, non-reentrant):
+    each keeps only its input and recomputes the rest in the backward pass. State dicts keep
+    their keys (the wrapper strips its own prefix)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing,
+    )
+
+    known = dict(module.named_modules())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise SplitError(f"model.checkpoint_blocks: {unknown} are not modules of the model")
+    blocks = {id(known[n]) for n in names}
+    apply_activation_checkpointing(module, check_fn=lambda m: id(m) in blocks)
+
+
+class StageWeights:
+    """This rank's pieces as checkpoints see them: a state dict keyed by the whole model's
+    parameter names (a pipeline checkpoint holds the whole model, gathered from the stages)."""
+
+    def __init__(self, pieces: list[nn.Module]) -> None:
+        self.pieces = pieces
+
+    def state_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for p in self.pieces:
+            out.update(_unwrapped(p).state_dict())
+        return out
+
+    def load_state_dict(self, full: dict[str, Any]) -> None:
+        for p in self.pieces:
+            m = _unwrapped(p)
+            missing = [k for k in m.state_dict() if k not in full]
+            if missing:
+                raise KeyError(f"the checkpoint has no {missing[:3]}")
+            m.load_state_dict({k: full[k] for k in m.state_dict()})
+
+    def parameters(self) -> list[nn.Parameter]:
+        return [q for p in self.pieces for q in p.parameters()]
+
+
+class StageOptimizer:
+    """The optimizer of this rank's stage as checkpoints see it: the checkpoint holds every
+    stage's optimizer state, keyed by stage (replicas of a stage hold the same state)."""
+
+    def __init__(self, optimizer: Any, stage: int) -> None:
+        self.optimizer, self.stage = optimizer, stage
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"stages": {self.stage: self.optimizer.state_dict()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        stages = state.get("stages", {}) if isinstance(state, dict) else {}
+        if self.stage not in stages:
+            raise KeyError(
+                f"no optimizer state for pipeline stage {self.stage} (a checkpoint of another layout?)"
+            )
+        self.optimizer.load_state_dict(stages[self.stage])
+
+
+def _unwrapped(p: nn.Module) -> nn.Module:
+    """Without DDP's wrapper (checkpoint_wrapper strips its own prefix from state dicts)."""
+    return p.module if isinstance(p, nn.parallel.DistributedDataParallel) else p
+
+
+def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rank 0's checkpoint from every rank's {"model", "optimizer"} states (allgathered)."""
+    model: dict[str, Any] = {}
+    stages: dict[int, Any] = {}
+    for s in states:
+        model.update(s["model"])
+        stages.update(s["optimizer"]["stages"])
+    return {"model": model, "optimizer": {"stages": stages}}

@@ -1,0 +1,224 @@
+"""Config rules of the parallelism axis: the world must be stages x replicas, micro-batches must
+divide each replica's batch and suit the schedule, the model must have enough split points.
+Each problem names the key, the rule and the fix."""
+
+from __future__ import annotations
+
+from ..config.schema import Config
+from ..errors import Problem
+from . import layout_for
+from .split import declared_checkpoint_blocks, declared_split_points
+
+PIPELINE_KEYS = ("stages", "microbatches", "virtual_stages", "split_at", "schedule")
+NEUTRAL = {"stages": 1, "microbatches": 1, "virtual_stages": 1, "split_at": [], "schedule": "gpipe"}
+
+
+def parallelism_problems(cfg: Config, world: int) -> list[Problem]:
+    par = cfg.parallelism
+    p = _checkpointing_problems(cfg)
+    if par.name == "data":
+        return p + [
+            Problem(
+                f"parallelism.{k}",
+                "is a pipeline setting; with parallelism=data it would do nothing",
+                f"use parallelism=pipeline (or hybrid), or drop parallelism.{k}",
+            )
+            for k in PIPELINE_KEYS
+            if _plain(getattr(par, k)) != NEUTRAL[k]
+        ]
+    if par.stages < 2:
+        return p + [
+            Problem(
+                "parallelism.stages",
+                f"a pipeline needs at least 2 stages (got {par.stages})",
+                "set parallelism.stages=2 or more, or use parallelism=data",
+            )
+        ]
+    p += _world_problems(cfg, world)
+    p += _schedule_problems(cfg)
+    p += _split_problems(cfg)
+    if par.backward_passes_per_step != 1:
+        p.append(
+            Problem(
+                "parallelism.backward_passes_per_step",
+                "a pipeline already accumulates its micro-batches' gradients",
+                "use parallelism.microbatches instead, and set backward_passes_per_step=1",
+            )
+        )
+    if cfg.script.path:
+        p.append(
+            Problem(
+                "parallelism.name",
+                f"parallelism={par.name} cuts hpctrain's model into stages; a script runs its own training",
+                "use parallelism=data with script=..., or a model._target_ with the built-in trainer",
+            )
+        )
+    if cfg.precision.name == "fp16":
+        p.append(
+            Problem(
+                "precision.name",
+                "fp16 needs one loss-scale decision across all stages, which pipelines do not make yet",
+                "use precision=bf16 (no loss scaling needed) or fp32",
+            )
+        )
+    return p
+
+
+def _plain(v: object) -> object:
+    return [str(x) for x in v] if isinstance(v, list) else str(v) if not isinstance(v, int) else v
+
+
+def _world_problems(cfg: Config, world: int) -> list[Problem]:
+    par = cfg.parallelism
+    if world < 1:
+        return []  # the cluster checks report it
+    if world % par.stages:
+        return [
+            Problem(
+                "parallelism.stages",
+                f"stages x replicas must equal the world size: {world} ranks are not a multiple of "
+                f"{par.stages} stages",
+                f"use a world size that is a multiple of {par.stages}, or stages that divide {world}",
+            )
+        ]
+    reps = world // par.stages
+    if par.name == "pipeline" and reps != 1:
+        return [
+            Problem(
+                "parallelism.stages",
+                f"parallelism=pipeline needs one rank per stage: {world} ranks for {par.stages} stages "
+                f"would make {reps} replicas",
+                f"use parallelism=hybrid for {par.stages} stages x {reps} replicas, or set the world "
+                f"size to {par.stages}",
+            )
+        ]
+    if par.name == "hybrid" and reps < 2:
+        return [
+            Problem(
+                "parallelism.stages",
+                f"parallelism=hybrid needs at least 2 replicas of each stage ({world} ranks / {par.stages} "
+                "stages = 1)",
+                f"use {2 * par.stages} or more ranks, or parallelism=pipeline",
+            )
+        ]
+    return []
+
+
+def _schedule_problems(cfg: Config) -> list[Problem]:
+    par = cfg.parallelism
+    p = []
+    if par.microbatches < 1:
+        return [Problem("parallelism.microbatches", f"must be >= 1 (got {par.microbatches})", "e.g. 4")]
+    from ..derived import resolve_batch
+
+    b = resolve_batch(cfg)
+    if b.per_rank >= 1 and b.per_rank % par.microbatches:
+        p.append(
+            Problem(
+                "parallelism.microbatches",
+                f"{par.microbatches} micro-batches do not divide each replica's batch of {b.per_rank}",
+                "choose microbatches that divide train.batch_per_rank (or global batch / replicas)",
+            )
+        )
+    interleaved = par.schedule == "interleaved_1f1b"
+    if par.schedule == "1f1b" and par.microbatches < par.stages:
+        p.append(
+            Problem(
+                "parallelism.microbatches",
+                f"1F1B keeps one micro-batch in flight per stage: it needs microbatches >= stages "
+                f"({par.microbatches} < {par.stages})",
+                f"set parallelism.microbatches={par.stages} or more, or schedule=gpipe",
+            )
+        )
+    if interleaved and par.virtual_stages < 2:
+        p.append(
+            Problem(
+                "parallelism.virtual_stages",
+                f"interleaved_1f1b gives each rank several model pieces (got {par.virtual_stages})",
+                "set parallelism.virtual_stages=2 or more, or use schedule=1f1b",
+            )
+        )
+    rounds = max(1, par.microbatches // par.stages)
+    if interleaved and par.microbatches % rounds:
+        p.append(
+            Problem(
+                "parallelism.microbatches",
+                f"interleaved_1f1b runs micro-batches in {rounds} equal rounds of about one per stage: "
+                f"{par.microbatches} is not a multiple of {rounds}",
+                f"set parallelism.microbatches to a multiple of {par.stages}",
+            )
+        )
+    if not interleaved and par.virtual_stages != 1:
+        p.append(
+            Problem(
+                "parallelism.virtual_stages",
+                f"only interleaved_1f1b puts several pieces on a rank (schedule={par.schedule})",
+                "set parallelism.virtual_stages=1, or schedule=interleaved_1f1b",
+            )
+        )
+    return p
+
+
+def _split_problems(cfg: Config) -> list[Problem]:
+    par = cfg.parallelism
+    pieces = layout_for(cfg, par.stages).pieces  # replicas do not change the cut
+    given = list(par.split_at)
+    if given:
+        if len(given) != pieces - 1:
+            return [
+                Problem(
+                    "parallelism.split_at",
+                    f"{len(given)} split point(s) make {len(given) + 1} pieces, the schedule needs "
+                    f"{pieces} ({par.stages} stages x {max(par.virtual_stages, 1) if par.schedule == 'interleaved_1f1b' else 1})",
+                    f"name {pieces - 1} module(s) where a piece begins, in forward order",
+                )
+            ]
+        if len(set(given)) != len(given) or any(not n for n in given):
+            return [
+                Problem(
+                    "parallelism.split_at",
+                    f"{given} has an empty or repeated name",
+                    "name distinct modules, in forward order",
+                )
+            ]
+        return []
+    declared = declared_split_points(cfg.model)
+    if cfg.model._target_:
+        return [
+            Problem(
+                "parallelism.split_at",
+                "your model does not declare where it may be cut",
+                f"name {pieces - 1} module(s) where a stage begins, e.g. parallelism.split_at=[layer3]",
+            )
+        ]
+    if len(declared) < pieces - 1:
+        return [
+            Problem(
+                "parallelism.stages",
+                f"model {cfg.model.name} can be cut in at most {len(declared) + 1} pieces "
+                f"({', '.join(declared)}); {pieces} were asked for",
+                "use fewer stages (or virtual_stages), or a deeper model (model.depth)",
+            )
+        ]
+    return []
+
+
+def _checkpointing_problems(cfg: Config) -> list[Problem]:
+    m = cfg.model
+    if m.checkpoint_blocks and not m._target_:
+        return [
+            Problem(
+                "model.checkpoint_blocks",
+                f"built-in model {m.name} declares its own blocks",
+                "drop model.checkpoint_blocks (it is for model._target_)",
+            )
+        ]
+    if m.activation_checkpointing and not declared_checkpoint_blocks(m):
+        return [
+            Problem(
+                "model.checkpoint_blocks",
+                "activation checkpointing needs the blocks to recompute",
+                "name them, e.g. model.checkpoint_blocks=[layer1,layer2]",
+            )
+        ]
+    return []

@@ -1,0 +1,58 @@
+"""Where the built-in models may be cut into pipeline stages, and which of their blocks activation
+checkpointing recomputes. Pure: names follow from the model config, no model is built.
+
+A split point is the name of a module (as in model.named_modules()) where a new stage begins;
+torch.distributed.pipelining traces the model and cuts it there, whatever its forward does in
+between. User models (_target_) name theirs in parallelism.split_at and model.checkpoint_blocks.
+"""
+
+from __future__ import annotations
+
+from ..config.schema import Config, ModelConf
+
+# ResNet blocks per stage (models.py builds the same lists)
+RESNET_BLOCKS = {"resnet18": 8, "resnet50": 16}
+
+
+def declared_split_points(m: ModelConf) -> list[str]:
+    """Every place a built-in model can be cut, in forward order (empty for user models)."""
+    if m._target_:
+        return []
+    if m.name == "cnn":
+        return ["features.3", "head"]  # conv block 2, the classifier
+    if m.name == "mlp":
+        return [f"net.{i}" for i in range(2, m.depth + 2)]  # hidden blocks 2.., the output layer
+    if m.name in RESNET_BLOCKS:
+        return [f"stages.{i}" for i in range(1, RESNET_BLOCKS[m.name])] + ["head"]
+    if m.name == "transformer":
+        return [f"blocks.layers.{i}" for i in range(1, m.depth)] + ["norm"]
+    return []
+
+
+def declared_checkpoint_blocks(m: ModelConf) -> list[str]:
+    """The blocks activation checkpointing wraps: each keeps only its input for the backward pass."""
+    if m._target_:
+        return list(m.checkpoint_blocks)
+    if m.name == "cnn":
+        return ["features"]
+    if m.name == "mlp":
+        return [f"net.{i}" for i in range(1, m.depth + 1)]
+    if m.name in RESNET_BLOCKS:
+        return [f"stages.{i}" for i in range(RESNET_BLOCKS[m.name])]
+    if m.name == "transformer":
+        return [f"blocks.layers.{i}" for i in range(m.depth)]
+    return []
+
+
+def evenly(points: list[str], pieces: int) -> list[str]:
+    """pieces - 1 of the candidate points, spread evenly over them (K candidates make K + 1
+    segments; piece j ends after segment floor(j (K + 1) / pieces))."""
+    k = len(points)
+    return [points[j * (k + 1) // pieces - 1] for j in range(1, pieces)]
+
+
+def split_points(cfg: Config, pieces: int) -> list[str]:
+    """The split points used: parallelism.split_at as given, else the model's declared ones spread
+    evenly. Validation has checked that there are enough."""
+    given = list(cfg.parallelism.split_at)
+    return given if given else evenly(declared_split_points(cfg.model), pieces)
