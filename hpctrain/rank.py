@@ -76,6 +76,13 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
     return train_builtin(cfg, plan, run_dir, control)
 
 
+def pipeline_about(cfg: Config) -> dict[str, object]:
+    par = cfg.parallelism
+    if par.name == "data":
+        return {}
+    return {"stages": par.stages, "microbatches": par.microbatches, "schedule": str(par.schedule)}
+
+
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
     """The built-in trainer (on built-in or user models and data) under the configured engine."""
     from .engine import engine_for
@@ -106,6 +113,8 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         backend=cfg.parallelism.backend,
         compression=cfg.parallelism.compression,
         engine=cfg.parallelism.engine,
+        parallelism=str(cfg.parallelism.name),
+        **pipeline_about(cfg),
     )
     if info.rank == 0:
         records.write(run_dir / records.SUMMARY, summary)

@@ -1,0 +1,108 @@
+"""Pipeline and hybrid parallelism on real mpirun: 2 stages (GPipe, 1F1B, interleaved 1F1B) and
+2 stages x 2 replicas (each engine) give the weights of one rank with the whole batch; every
+rank of a pipeline logs the loss its last stage computed; the summary carries stages and bubble;
+activation checkpointing gives the same weights with a lower peak memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hpctrain
+from tests.mpi.test_local_runs import assert_same_weights, run_ok, steps_of
+
+pytestmark = pytest.mark.mpi
+
+# an MLP of 4 hidden blocks on the digits: cut between blocks 2 and 3 (net.3)
+MLP = ["model=mlp", "model.depth=4", "model.width=32", "data=digits", "train.steps=8", "train.warmup_steps=2"]
+PIPE = ["parallelism=pipeline", "cluster.ranks=2", "train.batch_per_rank=32"]
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run, _ = run_ok(tmp_path_factory.mktemp("one"), "one", *MLP, "cluster.ranks=1", "train.batch_per_rank=32")
+    return run
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        ["parallelism.schedule=gpipe"],
+        ["parallelism.schedule=1f1b", "model.activation_checkpointing=true"],  # whole pieces recomputed
+        ["parallelism.schedule=interleaved_1f1b", "parallelism.virtual_stages=2"],
+    ],
+    ids=["gpipe", "1f1b-checkpointed", "interleaved_1f1b"],
+)
+def test_two_stages_equal_one_rank(tmp_path: Path, one_rank: Path, schedule: list[str]) -> None:
+    run, s = run_ok(tmp_path, "pipe", *MLP, *PIPE, *schedule)
+    assert_same_weights(one_rank, run, rtol=1e-5, atol=1e-6)
+    assert (s["parallelism"], s["stages"], s["microbatches"], s["world_size"]) == ("pipeline", 2, 4, 2)
+    assert s["global_batch"] == 32 and [r["stage"] for r in s["per_rank"]] == [0, 1]
+    assert s["bubble_s"] > 0 and 0 < s["bubble_share"] < 1
+    # both stages log the loss the last stage computed: the one rank's, step by step
+    ref = [r["loss"] for r in steps_of(one_rank, 0)]
+    for rank in (0, 1):
+        got = [r["loss"] for r in steps_of(run, rank)]
+        assert got == pytest.approx(ref, rel=1e-5), rank
+        assert all("bubble_s" in r for r in steps_of(run, rank))
+
+
+@pytest.mark.parametrize("engine", ["horovod", "ddp"])
+def test_two_stages_by_two_replicas_equal_one_rank(tmp_path: Path, one_rank: Path, engine: str) -> None:
+    run, s = run_ok(
+        tmp_path,
+        "hybrid",
+        *MLP,
+        "parallelism=hybrid",
+        f"parallelism.engine={engine}",
+        "cluster.ranks=4",
+        "train.batch_per_rank=16",  # per replica: 2 x 16 = the one rank's 32
+    )
+    assert_same_weights(one_rank, run, rtol=1e-5, atol=1e-6)
+    assert s["engine"] == engine and s["parallelism"] == "hybrid" and s["global_batch"] == 32
+    assert [r["stage"] for r in s["per_rank"]] == [0, 0, 1, 1]  # a stage's replicas are neighbours
+
+
+def test_the_plan_shows_which_rank_holds_which_stage(tmp_path: Path) -> None:
+    r = hpctrain("run", "--dry-run", *MLP, "parallelism=hybrid", "cluster.ranks=4", "train.batch_per_rank=16")
+    assert r.returncode == 0, r.stderr
+    assert (
+        "hybrid: 2 stages x 2 replica(s), 4 micro-batches, schedule gpipe; the model is cut at net.3"
+        in r.stdout
+    )
+    assert (
+        "node 0: rank 0: stage 0 replica 0, rank 1: stage 0 replica 1, rank 2: stage 1 replica 0" in r.stdout
+    )
+
+
+def test_a_split_point_that_is_no_module_fails_naming_it(tmp_path: Path) -> None:
+    r = hpctrain(
+        "run", "--no-progress", f"run.dir={tmp_path / 'run'}", *MLP, *PIPE, "parallelism.split_at=[net.33]"
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "parallelism.split_at: ['net.33'] are not modules of the model" in r.stderr
+
+
+def test_activation_checkpointing_same_weights_lower_peak_memory(tmp_path: Path) -> None:
+    # 8 transformer layers on 128 x 64 tokens: each layer keeps its attention and feed-forward
+    # intermediates for the backward pass (~130 MB measured here); checkpointed, only its input
+    deep = [
+        "model=transformer",
+        "model.depth=8",
+        "model.width=64",
+        "data=tokens",
+        "data.seq_len=64",
+        "data.num_samples=256",
+        "train.batch_per_rank=128",
+        "train.steps=3",
+        "train.warmup_steps=1",
+        "cluster.ranks=1",
+    ]
+    plain, s0 = run_ok(tmp_path, "plain", *deep)
+    ckpt, s1 = run_ok(tmp_path, "ckpt", *deep, "model.activation_checkpointing=true")
+    assert_same_weights(plain, ckpt, rtol=1e-5, atol=1e-6)
+    saved = s0["peak_memory_bytes"][0] - s1["peak_memory_bytes"][0]
+    assert saved > 64 * 2**20, (s0["peak_memory_bytes"], s1["peak_memory_bytes"])
+    assert json.loads((ckpt / "summary.json").read_text())["parameters"] == s0["parameters"]
