@@ -29,6 +29,7 @@ EPILOG = """examples:
   hpctrain doctor                                what this environment can do
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
   hpctrain bench submit                          256-point sweep: submit time, sbatch calls
+  hpctrain bench pipeline                        pipeline bubble vs theory at 1..8 micro-batches
 """
 
 
@@ -165,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sb.add_argument("--points", type=positive_int, default=256)
     sb.add_argument("--out", default="outputs/bench")
+    pp = bsub.add_parser("pipeline", help="measured pipeline bubble vs (p-1)/(m+p-1) at m = 1, 2, 4, 8")
+    pp.add_argument("--stages", type=positive_int, default=2)
+    pp.add_argument("--batch", type=positive_int, default=256, help="samples per step")
+    pp.add_argument("--steps", type=positive_int, default=20)
+    pp.add_argument("--out", default="outputs/bench")
     return parser
 
 
@@ -218,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .bench.analyze import run_bench as run_analyze_bench
 
             return run_analyze_bench(args, console)
+        if args.command == "bench" and args.bench == "pipeline":
+            from .bench.pipeline import run_pipeline_bench
+
+            return run_pipeline_bench(args, console)
         if args.command == "bench" and args.bench == "submit":
             from .bench.submit import run_submit
 

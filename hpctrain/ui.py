@@ -103,6 +103,8 @@ def summary_table(s: RunSummary) -> Table:
     steps, or no split of them) are left out rather than shown as NaN."""
     known = math.isfinite
     title = f"{s.model} · {s.precision} · {s.world_size} ranks"
+    if s.stages > 1:
+        title += f" · {s.stages} stages x {s.world_size // s.stages} replica(s)"
     t = Table(title=title + (f" · global batch {s.global_batch}" if s.timed_steps else ""), show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -121,9 +123,21 @@ def summary_table(s: RunSummary) -> Table:
     ):
         if known(part):
             t.add_row(label, f"{1e3 * part:.2f} ms", f"{100 * sh:.1f}%")
+    if s.stages > 1:
+        from .analysis.metrics import pipeline_bubble
+
+        theory = pipeline_bubble(s.stages, s.microbatches)
+        t.add_row(
+            f"  pipeline bubble ({s.schedule}, m={s.microbatches})",
+            f"{1e3 * s.bubble_s:.2f} ms",
+            f"{100 * s.bubble_share:.1f}% (theory {100 * theory:.1f}%)",
+        )
     if known(s.step_p50_s):
         t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
     t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")
+    if s.stages > 1:
+        per_stage = [max(r.peak_memory_bytes for r in s.per_rank if r.stage == k) for k in range(s.stages)]
+        t.add_row("  per stage", " / ".join(f"{b / 2**20:.0f}" for b in per_stage) + " MiB", "")
     if known(s.first_loss):
         t.add_row("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}", "")
     t.add_row("timed steps", str(s.timed_steps), "")

@@ -32,6 +32,10 @@ class Run:
     parameters: int
     grad_bytes_per_param: int
     engine: str = "horovod"
+    bubble_s: float = 0.0
+    stages: int = 1
+    microbatches: int = 1
+    peak_by_stage: tuple[int, ...] = ()  # peak memory of the rank holding most, per stage
 
 
 @dataclass
@@ -51,6 +55,9 @@ class Point:
     comm_share: float = float("nan")
     data_share: float = float("nan")
     model_step_s: float = float("nan")
+    bubble_share: float = float("nan")  # pipelines only
+    bubble_theory: float = float("nan")  # (p - 1) / (m + p - 1)
+    peak_by_stage: tuple[float, ...] = ()  # bytes, mean over repetitions
 
 
 # The allreduce benchmark's column that times the collective each engine uses (bench/allreduce_worker.py).
@@ -112,6 +119,13 @@ def run_from_records(run_dir: Path, rep: int = 0) -> Run:
         parameters=s.parameters,
         grad_bytes_per_param=s.grad_bytes_per_param,
         engine=s.engine,
+        bubble_s=s.bubble_s,
+        stages=s.stages,
+        microbatches=s.microbatches,
+        peak_by_stage=tuple(
+            max(r.peak_memory_bytes for r in s.per_rank if r.stage == k)
+            for k in sorted({r.stage for r in s.per_rank})
+        ),
     )
 
 
@@ -136,6 +150,11 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
             avg("batch_per_rank"),
         )
         p.comm_share, p.data_share = share(p.comm_s, p.step_s), share(p.data_s, p.step_s)
+        if rs[0].stages > 1:
+            p.bubble_share = share(avg("bubble_s"), p.step_s)
+            p.bubble_theory = metrics.pipeline_bubble(rs[0].stages, rs[0].microbatches)
+        if all(len(r.peak_by_stage) == len(rs[0].peak_by_stage) for r in rs):
+            p.peak_by_stage = tuple(statistics.fmean(col) for col in zip(*(r.peak_by_stage for r in rs)))
         points.append(p)
     if not points:
         return points

@@ -101,3 +101,9 @@ def allreduce_bandwidths(size_bytes: float, seconds: float, n: int) -> tuple[flo
     algbw = S / t, busbw = algbw * 2(n-1)/n (nccl-tests, doc/PERFORMANCE.md)."""
     algbw = size_bytes / seconds
     return algbw, algbw * 2.0 * (n - 1) / n
+
+
+def pipeline_bubble(stages: int, microbatches: int) -> float:
+    """Idle share of a GPipe or 1F1B step with equal stages: (p - 1) / (m + p - 1)
+    (Huang et al. 2019, GPipe; Narayanan et al. 2021, section 2.2)."""
+    return (stages - 1) / (microbatches + stages - 1)

@@ -23,6 +23,9 @@ COLUMNS = (
     "effic.",
     "comm",
     "data",
+    "bubble",
+    "bubble theory",
+    "peak MiB",
     "K–F e",
     "step ms",
     "model ms",
@@ -32,6 +35,21 @@ COLUMNS = (
 
 def _f(x: float, fmt: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def memory_lines(a: Analysis) -> list[str]:
+    """Peak memory per pipeline stage (the rank of each stage that used most), per point."""
+    return [
+        f"{s.engine} N={p.n}: "
+        + ", ".join(f"stage {k} {b / 2**20:.0f} MiB" for k, b in enumerate(p.peak_by_stage))
+        for s in a.series
+        for p in s.points
+        if len(p.peak_by_stage) > 1
+    ]
 
 
 def rows(a: Analysis) -> list[list[str]]:
@@ -49,6 +67,9 @@ def rows(a: Analysis) -> list[list[str]]:
                 _f(100 * p.efficiency, ".1f") + "%",
                 _f(100 * p.comm_share, ".1f") + "%",
                 _f(100 * p.data_share, ".1f") + "%",
+                _pct(p.bubble_share),
+                _pct(p.bubble_theory),
+                _f(max(p.peak_by_stage) / 2**20 if p.peak_by_stage else float("nan"), ".0f"),
                 _f(p.karp_flatt, ".3f"),
                 _f(1e3 * p.step_s, ".2f"),
                 _f(1e3 * p.model_step_s, ".2f"),
@@ -125,6 +146,8 @@ def markdown(a: Analysis, images: list[Path]) -> str:
             f"{100 * q['efficiency']:.1f}% |"
             for e, q in predictions(a)
         ]
+    if memory_lines(a):
+        md += ["", "## Peak memory per pipeline stage", ""] + [f"- {x}" for x in memory_lines(a)]
     if a.missing:
         md += ["", f"## Missing or failed runs ({len(a.missing)})", ""] + [f"- `{m}`" for m in a.missing]
     if a.corrupt:
@@ -133,6 +156,7 @@ def markdown(a: Analysis, images: list[Path]) -> str:
     md += [
         "",
         "Formulas: efficiency strong T1/(N·TN), weak X_N/(N·X_1); Karp–Flatt e = (1/S − 1/N)/(1 − 1/N); "
+        "pipeline bubble (p − 1)/(m + p − 1) (GPipe, 1F1B); "
         "busbw = algbw·2(n−1)/n (nccl-tests); ring allreduce 2(n−1)α + 2(n−1)/n·m·β (Hockney).",
     ]
     return "\n".join(md) + "\n"
@@ -147,6 +171,12 @@ def html_page(a: Analysis, md_text: str, images: list[Path]) -> str:
     ]
     body += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows(a)]
     body.append("</table><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in model_lines(a)) + "</ul>")
+    if memory_lines(a):
+        body.append(
+            "<h2>Peak memory per pipeline stage</h2><ul>"
+            + "".join(f"<li>{html.escape(x)}</li>" for x in memory_lines(a))
+            + "</ul>"
+        )
     if predictions(a):
         body.append(
             "<h2>Prediction beyond the measured scales</h2><table border=1 cellpadding=4>"

@@ -92,15 +92,6 @@ def _world_problems(cfg: Config, world: int) -> list[Problem]:
                 f"size to {par.stages}",
             )
         ]
-    if par.name == "hybrid" and reps < 2:
-        return [
-            Problem(
-                "parallelism.stages",
-                f"parallelism=hybrid needs at least 2 replicas of each stage ({world} ranks / {par.stages} "
-                "stages = 1)",
-                f"use {2 * par.stages} or more ranks, or parallelism=pipeline",
-            )
-        ]
     return []
 
 

@@ -172,3 +172,31 @@ def test_an_engine_comparison_study_is_reported_with_both_series(tmp_path: Path)
     csv_rows = paths["csv"].read_text().splitlines()
     assert csv_rows[0].startswith("engine,N,") and len(csv_rows) == 5
     assert {line.split(",")[0] for line in csv_rows[1:]} == {"horovod", "ddp"}
+
+
+def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage() -> None:
+    import dataclasses
+
+    from hpctrain.analysis.metrics import pipeline_bubble
+    from hpctrain.analysis.report import memory_lines, rows
+
+    assert pipeline_bubble(2, 4) == pytest.approx(1 / 5) and pipeline_bubble(4, 1) == pytest.approx(3 / 4)
+    runs = [
+        dataclasses.replace(
+            _run(2, 50, 32, rep=k),
+            stages=2,
+            microbatches=4,
+            bubble_s=0.010 + 0.002 * k,  # 10 and 12 ms of a 50 ms step
+            peak_by_stage=(300 * 2**20, (400 + 100 * k) * 2**20),
+        )
+        for k in (0, 1)
+    ]
+    a = analyze_runs("strong", runs, [])
+    [p] = a.points
+    assert p.bubble_share == pytest.approx(0.011 / 0.050) and p.bubble_theory == pytest.approx(0.2)
+    assert p.peak_by_stage == pytest.approx((300 * 2**20, 450 * 2**20))
+    [row] = rows(a)
+    assert row[9:12] == ["22.0%", "20.0%", "450"]  # bubble, theory, peak MiB of the fullest stage
+    assert memory_lines(a) == ["horovod N=2: stage 0 300 MiB, stage 1 450 MiB"]
+    # data parallelism has no bubble to compare
+    assert rows(analyze_runs("strong", [_run(1, 100, 64)], []))[0][9:11] == ["-", "-"]

@@ -57,6 +57,7 @@ def test_a_pipelines_batch_is_per_replica() -> None:
 VALID = [
     ["parallelism=pipeline", "cluster.ranks=2"],
     ["parallelism=hybrid", "cluster.ranks=4", "parallelism.engine=ddp"],
+    ["parallelism=hybrid", "cluster.ranks=2"],  # 1 replica: a study over replicas may start there
     ["parallelism=pipeline", "cluster.ranks=2", "parallelism.schedule=1f1b"],
     [
         "parallelism=pipeline",
@@ -79,7 +80,6 @@ INVALID = [
     # (overrides, key, words of the rule)
     (["parallelism=pipeline", "cluster.ranks=3"], "parallelism.stages", "not a multiple of 2 stages"),
     (["parallelism=pipeline", "cluster.ranks=4"], "parallelism.stages", "one rank per stage"),
-    (["parallelism=hybrid", "cluster.ranks=2"], "parallelism.stages", "at least 2 replicas"),
     (
         ["parallelism=pipeline", "cluster.ranks=2", "parallelism.stages=1", "cluster.ranks=1"],
         "parallelism.stages",
