@@ -66,6 +66,29 @@ def run_ok(tmp: Path, name: str, *overrides: str, cwd: Path | None = None) -> tu
     return run_dir, json.loads((run_dir / "summary.json").read_text())
 
 
+FAILURE_SAID = {
+    "exception": "InjectedFailure: injected failure on rank 1 at step 3",
+    "kill": "killed by signal 9",
+}
+
+
+def assert_rank_1_failure_named(tmp: Path, mode: str, *overrides: str) -> None:
+    """Rank 1 raises or is killed at step 3: the run ends (no survivor waits for Gloo's 30-minute
+    timeout) with exit 4, naming rank 1 and what happened to it."""
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={tmp / 'run'}",
+        *overrides,
+        "debug.fail_rank=1",
+        "debug.fail_step=3",
+        f"debug.fail_mode={mode}",
+        timeout=180,
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "rank 1 failed" in r.stderr and FAILURE_SAID[mode] in r.stderr, r.stderr
+
+
 def start_hpctrain(*args: str) -> subprocess.Popen[str]:
     """The real CLI started in the background (output piped), for tests that signal or race it."""
     return subprocess.Popen(

@@ -22,6 +22,7 @@ from .. import records
 from ..errors import ConfigError, LaunchError
 from ..facts import free_tcp_port
 from ..plan import mpirun_prefix
+from . import hpctrain_run
 from .minimal import throughput
 
 TARGET_OWN = 0.97  # each hpctrain engine against its own hand-written script
@@ -54,13 +55,8 @@ def _minimal_argv(engine: str, ranks: int, threads: int, batch: int, steps: int,
 
 
 def _hpctrain_argv(engine: str, run_dir: Path, ranks: int, batch: int, steps: int, warmup: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "hpctrain.cli",
-        "run",
-        "--no-progress",
-        f"run.dir={run_dir}",
+    return hpctrain_run(
+        run_dir,
         "model=cnn",
         "data=synthetic",
         "data.num_samples=4096",
@@ -71,7 +67,7 @@ def _hpctrain_argv(engine: str, run_dir: Path, ranks: int, batch: int, steps: in
         "train.save_model=false",
         "train.log_interval=1000",
         f"parallelism.engine={engine}",
-    ]
+    )
 
 
 def _run(argv: list[str]) -> str:

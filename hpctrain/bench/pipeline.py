@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -18,18 +17,14 @@ from rich.table import Table
 from .. import records
 from ..analysis.metrics import pipeline_bubble
 from ..errors import LaunchError
+from . import hpctrain_run
 
 MICROBATCHES = (1, 2, 4, 8)
 
 
 def _argv(run_dir: Path, stages: int, schedule: str, m: int, batch: int, steps: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "hpctrain.cli",
-        "run",
-        "--no-progress",
-        f"run.dir={run_dir}",
+    return hpctrain_run(
+        run_dir,
         # 6 blocks of 512 on 256 inputs: two stages of three blocks each (the head is small)
         "model=mlp",
         "model.depth=6",
@@ -48,7 +43,7 @@ def _argv(run_dir: Path, stages: int, schedule: str, m: int, batch: int, steps: 
         f"train.warmup_steps={max(1, steps // 5)}",
         "train.save_model=false",
         "train.log_interval=1000",
-    ]
+    )
 
 
 def run_pipeline_bench(args: argparse.Namespace, console: Console) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import hpctrain
+from tests.conftest import assert_rank_1_failure_named, hpctrain
 from tests.mpi.test_local_runs import BASE, assert_same_weights, reference, run_ok, weights
 
 pytestmark = pytest.mark.mpi
@@ -52,23 +52,7 @@ def test_ddp_compression_hooks_round_the_gradients_within_their_precision(
 
 @pytest.mark.parametrize("mode", ["exception", "kill"])
 def test_a_failing_ddp_rank_ends_the_run_and_is_named(tmp_path: Path, mode: str) -> None:
-    r = hpctrain(
-        "run",
-        "--no-progress",
-        f"run.dir={tmp_path / 'run'}",
-        *BASE,
-        *DDP,
-        "debug.fail_rank=1",
-        "debug.fail_step=3",
-        f"debug.fail_mode={mode}",
-        timeout=180,  # Gloo must not leave rank 0 waiting in an allreduce for its 30-minute timeout
-    )
-    assert r.returncode == 4, r.stdout + r.stderr
-    said = {
-        "exception": "InjectedFailure: injected failure on rank 1 at step 3",
-        "kill": "killed by signal 9",
-    }
-    assert "rank 1 failed" in r.stderr and said[mode] in r.stderr, r.stderr
+    assert_rank_1_failure_named(tmp_path, mode, *BASE, *DDP)
 
 
 @pytest.mark.parametrize(

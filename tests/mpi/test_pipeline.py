@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain
+from tests.conftest import assert_rank_1_failure_named, hpctrain
 from tests.mpi.test_local_runs import assert_same_weights, run_ok, steps_of
 
 pytestmark = pytest.mark.mpi
@@ -87,23 +87,7 @@ def test_a_split_point_that_is_no_module_fails_naming_it(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("mode", ["exception", "kill"])
 def test_a_failing_stage_ends_the_run_and_is_named(tmp_path: Path, mode: str) -> None:
-    r = hpctrain(
-        "run",
-        "--no-progress",
-        f"run.dir={tmp_path / 'run'}",
-        *MLP,
-        *PIPE,
-        "debug.fail_rank=1",
-        "debug.fail_step=3",
-        f"debug.fail_mode={mode}",
-        timeout=180,  # stage 0 must not wait for its neighbour's activations for Gloo's 30 minutes
-    )
-    assert r.returncode == 4, r.stdout + r.stderr
-    said = {
-        "exception": "InjectedFailure: injected failure on rank 1 at step 3",
-        "kill": "killed by signal 9",
-    }
-    assert "rank 1 failed" in r.stderr and said[mode] in r.stderr, r.stderr
+    assert_rank_1_failure_named(tmp_path, mode, *MLP, *PIPE)
 
 
 def test_activation_checkpointing_same_weights_lower_peak_memory(tmp_path: Path) -> None:
