@@ -3,6 +3,7 @@ directory names; running them is study_run.py's job."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .config.schema import Config, StudyConf
@@ -15,10 +16,13 @@ class StudyPoint:
     rep: int
     overrides: tuple[str, ...]  # added after the user's own overrides
     engine: str | None = None  # set when the study compares engines (study.engines)
+    microbatches: int | None = None  # set when it compares micro-batch counts (study.microbatches)
 
     @property
     def name(self) -> str:
-        return f"{self.engine + '-' if self.engine else ''}n{self.scale}-r{self.rep}"
+        engine = f"{self.engine}-" if self.engine else ""
+        m = f"m{self.microbatches}-" if self.microbatches else ""
+        return f"{engine}{m}n{self.scale}-r{self.rep}"
 
 
 def study_problems(s: StudyConf, scale: str) -> list[Problem]:
@@ -32,6 +36,14 @@ def study_problems(s: StudyConf, scale: str) -> list[Problem]:
         p.append(Problem("study.repetitions", "must be >= 1", "set study.repetitions=3"))
     if s.warmup_steps >= s.steps:
         p.append(Problem("study.warmup_steps", "leaves no timed step", "set it below study.steps"))
+    if len(set(s.microbatches)) != len(s.microbatches) or any(m < 1 for m in s.microbatches):
+        p.append(
+            Problem(
+                "study.microbatches",
+                f"{list(s.microbatches)} must be distinct positive counts",
+                "e.g. study.microbatches=[2,4,8]",
+            )
+        )
     if len(set(s.engines)) != len(s.engines):
         p.append(
             Problem(
@@ -60,6 +72,15 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
                 "drop study.engines, or pass the engine to the script in a sweep of script.args",
             )
         )
+    pipeline = cfg.parallelism.name == "pipeline"
+    if s.microbatches and cfg.parallelism.name == "data":
+        problems.append(
+            Problem(
+                "study.microbatches",
+                "micro-batches are a pipeline setting",
+                "use parallelism=pipeline or hybrid, or drop study.microbatches",
+            )
+        )
     if problems:
         raise ConfigError(problems)
     if s.kind == "strong":
@@ -75,14 +96,31 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
     # engines innermost: the runs they are compared on are taken close together in time, so a
     # noisy neighbour shifts both series alike
     engines: list[str | None] = [str(e) for e in s.engines] or [None]
+    ms: list[int | None] = list(s.microbatches) or [None]
     return [
         StudyPoint(
             n,
             r,
-            (f"cluster.{scale}={n}", *common, *([f"parallelism.engine={e}"] if e else [])),
+            (
+                f"cluster.{scale}={n}",
+                *common,
+                # a pipeline (one replica) has one stage per rank: its stages grow with the scale
+                *([f"parallelism.stages={_world(cfg, scale, n)}"] if pipeline else []),
+                *([f"parallelism.microbatches={m}"] if m else []),
+                *([f"parallelism.engine={e}"] if e else []),
+            ),
             e,
+            m,
         )
         for n in sorted(getattr(s, scale))
         for r in range(s.repetitions)
+        for m in ms
         for e in engines
     ]
+
+
+def _world(cfg: Config, scale: str, n: int) -> int:
+    """The world size at `cluster.<scale>=n`, as the launcher counts it."""
+    from .launch.registry import launcher_class
+
+    return launcher_class(cfg.cluster.name).world_size(dataclasses.replace(cfg.cluster, **{scale: n}))

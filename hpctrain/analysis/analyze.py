@@ -76,6 +76,7 @@ class Series:
     alpha_beta: AlphaBeta | None = None
     step_model: StepModel | None = None
     predictions: list[dict[str, float]] = field(default_factory=list)
+    label: str = ""  # how tables and plots name it: the engine, and the micro-batches if they vary
 
     @property
     def no_speedup(self) -> bool:
@@ -86,7 +87,8 @@ class Series:
 
 @dataclass
 class Analysis:
-    """A study: one series per engine (one unless study.engines compares them)."""
+    """A study: one series per engine and micro-batch count (one unless study.engines or
+    study.microbatches compares them)."""
 
     kind: str  # strong | weak
     series: list[Series]
@@ -99,7 +101,7 @@ class Analysis:
         return [p for s in self.series for p in s.points]
 
     @property
-    def compares_engines(self) -> bool:
+    def compares(self) -> bool:
         return len(self.series) > 1
 
 
@@ -185,7 +187,7 @@ def analyze_series(
         )
     else:
         amdahl = float("nan")
-    s = Series(engine, kind, points, amdahl)
+    s = Series(engine, kind, points, amdahl, label=engine)
     column = ALLREDUCE_S.get(engine, "hvd_s")
     # older benchmark records have no torch.distributed timing (NaN)
     samples = [
@@ -210,9 +212,16 @@ def analyze_runs(
     allreduce: list[dict[str, Any]] | None = None,
     corrupt: list[str] | None = None,
 ) -> Analysis:
-    """One series per engine, in the order the engines first appear among the runs."""
-    engines = list(dict.fromkeys(r.engine for r in runs))
-    series = [analyze_series(kind, [r for r in runs if r.engine == e], allreduce, e) for e in engines]
+    """One series per engine and micro-batch count, in the order they first appear among the runs."""
+    keys = list(dict.fromkeys((r.engine, r.microbatches) for r in runs))
+    several_m = len({m for _, m in keys}) > 1
+    series = []
+    for engine, m in keys:
+        s = analyze_series(
+            kind, [r for r in runs if (r.engine, r.microbatches) == (engine, m)], allreduce, engine
+        )
+        s.label = f"{engine} m={m}" if several_m else engine
+        series.append(s)
     return Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))
 
 

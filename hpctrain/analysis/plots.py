@@ -22,7 +22,7 @@ def _save(fig: plt.Figure, path: Path) -> Path:
 
 
 def _label(a: Analysis, s: Series, what: str) -> str:
-    return f"{s.engine}: {what}" if a.compares_engines else what
+    return f"{s.label}: {what}" if a.compares else what
 
 
 def throughput(a: Analysis, path: Path) -> Path:
@@ -43,7 +43,7 @@ def throughput(a: Analysis, path: Path) -> Path:
             ns,
             [base.throughput * n / base.n for n in ns],
             "--",
-            color=color if a.compares_engines else "grey",
+            color=color if a.compares else "grey",
             alpha=0.6,
             label=_label(a, s, "ideal (linear)"),
         )
@@ -87,12 +87,12 @@ def efficiency(a: Analysis, path: Path) -> Path:
 
 
 def breakdown(a: Analysis, path: Path) -> Path:
-    """Stacked bars per scale; with several engines, their bars side by side at each scale."""
+    """Stacked bars per scale; with several series, their bars side by side at each scale."""
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(a.points)), 4))
     bars = sorted(
-        ((p.n, i, s.engine, p) for i, s in enumerate(a.series) for p in s.points), key=lambda b: b[:2]
+        ((p.n, i, s.label, p) for i, s in enumerate(a.series) for p in s.points), key=lambda b: b[:2]
     )
-    labels = [f"{n}\n{engine}" if a.compares_engines else str(n) for n, _, engine, _ in bars]
+    labels = [f"{n}\n{label}" if a.compares else str(n) for n, _, label, _ in bars]
     compute = [1e3 * p.compute_s for *_, p in bars]
     comm = [1e3 * p.comm_s for *_, p in bars]
     data = [1e3 * p.data_s for *_, p in bars]

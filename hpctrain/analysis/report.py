@@ -14,7 +14,7 @@ from .analyze import Analysis, Series
 from .plots import write_plots
 
 COLUMNS = (
-    "engine",
+    "series",
     "N",
     "reps",
     "samples/s",
@@ -44,7 +44,7 @@ def _pct(x: float) -> str:
 def memory_lines(a: Analysis) -> list[str]:
     """Peak memory per pipeline stage (the rank of each stage that used most), per point."""
     return [
-        f"{s.engine} N={p.n}: "
+        f"{s.label} N={p.n}: "
         + ", ".join(f"stage {k} {b / 2**20:.0f} MiB" for k, b in enumerate(p.peak_by_stage))
         for s in a.series
         for p in s.points
@@ -54,11 +54,11 @@ def memory_lines(a: Analysis) -> list[str]:
 
 def rows(a: Analysis) -> list[list[str]]:
     out = []
-    for engine, p in ((s.engine, p) for s in a.series for p in s.points):
+    for label, p in ((s.label, p) for s in a.series for p in s.points):
         err = (p.model_step_s - p.step_s) / p.step_s if p.model_step_s == p.model_step_s else float("nan")
         out.append(
             [
-                engine,
+                label,
                 str(p.n),
                 str(p.reps),
                 _f(p.throughput, ".1f"),
@@ -89,10 +89,10 @@ def terminal_table(a: Analysis) -> Table:
 
 
 def model_lines(a: Analysis) -> list[str]:
-    """The Amdahl and alpha-beta fits of each series (named by engine when a study compares them)."""
+    """The Amdahl and alpha-beta fits of each series (named when a study compares several)."""
     lines = []
     for s in a.series:
-        lines += [f"{s.engine}: {x}" if a.compares_engines else x for x in _fit_lines(s)]
+        lines += [f"{s.label}: {x}" if a.compares else x for x in _fit_lines(s)]
     return lines
 
 
@@ -121,7 +121,7 @@ def _fit_lines(s: Series) -> list[str]:
 
 
 def predictions(a: Analysis) -> list[tuple[str, dict[str, float]]]:
-    return [(s.engine, q) for s in a.series for q in s.predictions]
+    return [(s.label, q) for s in a.series for q in s.predictions]
 
 
 def markdown(a: Analysis, images: list[Path]) -> str:
@@ -138,7 +138,7 @@ def markdown(a: Analysis, images: list[Path]) -> str:
             "",
             "## Prediction beyond the measured scales (α–β model + measured compute)",
             "",
-            "| engine | ranks | batch per rank | step ms | samples/s | efficiency |",
+            "| series | ranks | batch per rank | step ms | samples/s | efficiency |",
             "|---|---|---|---|---|---|",
         ]
         md += [
@@ -180,7 +180,7 @@ def html_page(a: Analysis, md_text: str, images: list[Path]) -> str:
     if predictions(a):
         body.append(
             "<h2>Prediction beyond the measured scales</h2><table border=1 cellpadding=4>"
-            "<tr><th>engine</th><th>ranks</th><th>step ms</th><th>samples/s</th><th>efficiency</th></tr>"
+            "<tr><th>series</th><th>ranks</th><th>step ms</th><th>samples/s</th><th>efficiency</th></tr>"
             + "".join(
                 f"<tr><td>{html.escape(e)}</td><td>{q['n']}</td><td>{1e3 * q['step_s']:.2f}</td>"
                 f"<td>{q['throughput']:.1f}</td><td>{100 * q['efficiency']:.1f}%</td></tr>"

@@ -305,6 +305,8 @@ class StudyConf:
     # each engine at every scale, interleaved (one series each on every plot and table);
     # empty: only parallelism.engine
     engines: List[EngineName] = field(default_factory=list)
+    # pipeline | hybrid: each micro-batch count at every scale, one series each (empty: the config's)
+    microbatches: List[int] = field(default_factory=list)
     allreduce_bench: bool = True  # measure allreduce once per world size (local studies)
     allreduce_max_mb: int = 256  # largest allreduce message of that benchmark
 

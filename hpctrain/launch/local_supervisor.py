@@ -31,7 +31,7 @@ from .. import records
 from ..facts import free_tcp_port
 from ..lifeline import with_lifeline
 from ..plan import AT_LAUNCH
-from .output import mpirun_failure, split_tag
+from .output import Demux, mpirun_failure
 
 TERM_GRACE_S = 10.0
 PARENT_POLL_S = 0.5
@@ -190,18 +190,21 @@ class Supervisor:
             for t in threads:
                 t.start()
             open_streams = len(threads)
+            demux = Demux()
             while open_streams:
                 item = q.get()
                 if item is None:
                     open_streams -= 1
-                    continue
-                line = split_tag(item[1], item[0])
-                if line.rank is None or line.rank not in logs:
-                    mpirun_text.append(line.text)
-                    own.write(line.text + "\n")
-                    continue
-                logs[line.rank].write(line.text + "\n")
-                tails[line.rank].append(line.text)
+                    lines = demux.rest() if not open_streams else []
+                else:
+                    lines = demux.feed(item[1], item[0])
+                for line in lines:
+                    if line.rank is None or line.rank not in logs:
+                        mpirun_text.append(line.text)
+                        own.write(line.text + "\n")
+                        continue
+                    logs[line.rank].write(line.text + "\n")
+                    tails[line.rank].append(line.text)
             code = self.proc.wait()
         return code, tails, "\n".join(mpirun_text)
 

@@ -6,10 +6,11 @@ import re
 import signal
 from dataclasses import dataclass
 
-# `mpirun --tag-output` prefixes every line a rank prints: "[1,3]<stderr>:text" (jobid, rank).
-TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>:(.*)$")
-# A write split by the pipe comes back as two tagged fragments on one line; drop the inner tag.
-INNER_TAG = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:")
+# `mpirun --tag-output` prefixes every write a rank makes: "[1,3]<stderr>:text" (jobid, rank).
+# A write without its newline (an unbuffered print writes text and "\n" apart) is forwarded at
+# once, so one output line can hold fragments of several ranks: "[1,1]<stdout>:rank 1[1,0]<stdout>:
+# rank 0[1,1]<stdout>:" ends rank 1's line; rank 0's ends on a later one.
+TAG = re.compile(r"\[(\d+),(\d+)\]<(stdout|stderr)>:")
 # mpirun's report when a rank dies by a signal, e.g. after SIGKILL or a segfault.
 SIGNALLED = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+) \(([^)]*)\)")
 # mpirun's report when a rank exits non-zero (older and newer wordings).
@@ -30,11 +31,31 @@ class Line:
     text: str
 
 
-def split_tag(raw: str, stream: str) -> Line:
-    m = TAG.match(raw)
-    if m:
-        return Line(int(m.group(2)), m.group(3), INNER_TAG.sub("", m.group(4)))
-    return Line(None, stream, raw)
+class Demux:
+    """mpirun's tagged output back into each rank's lines: fragments are kept per rank and
+    stream until the fragment that ends an output line (the last one on it) completes them."""
+
+    def __init__(self) -> None:
+        self.partial: dict[tuple[int, str], str] = {}
+
+    def feed(self, raw: str, stream: str) -> list[Line]:
+        tags = list(TAG.finditer(raw))
+        if not tags or tags[0].start() != 0:  # mpirun's own text
+            return [Line(None, stream, raw)]
+        out = []
+        for i, m in enumerate(tags):
+            key = (int(m.group(2)), m.group(3))
+            end = tags[i + 1].start() if i + 1 < len(tags) else len(raw)
+            self.partial[key] = self.partial.get(key, "") + raw[m.end() : end]
+            if i + 1 == len(tags):  # the newline after the last fragment ends its line
+                out.append(Line(key[0], key[1], self.partial.pop(key)))
+        return out
+
+    def rest(self) -> list[Line]:
+        """Fragments never ended by a newline (a rank's last write), at the end of the output."""
+        out = [Line(rank, stream, text) for (rank, stream), text in self.partial.items()]
+        self.partial.clear()
+        return out
 
 
 def mpirun_failure(text: str) -> tuple[int | None, str] | None:

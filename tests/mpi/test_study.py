@@ -124,7 +124,7 @@ def test_a_study_compares_engines_and_analyze_lists_failed_runs(tmp_path: Path) 
     for name in names:  # each run trained with the engine it is named after
         assert json.loads((study / name / "summary.json").read_text())["engine"] == name.split("-")[0]
     rows = list(csv.DictReader((study / "report" / "points.csv").open()))
-    assert [(row["engine"], row["N"]) for row in rows] == [
+    assert [(row["series"], row["N"]) for row in rows] == [
         ("horovod", "1"),
         ("horovod", "2"),
         ("ddp", "1"),
@@ -132,7 +132,7 @@ def test_a_study_compares_engines_and_analyze_lists_failed_runs(tmp_path: Path) 
     ]
     for row in rows:  # each engine's efficiency against its own 1-rank run: X_2 / (2 X_1)
         x = {
-            n: json.loads((study / f"{row['engine']}-n{n}-r0" / "summary.json").read_text())[
+            n: json.loads((study / f"{row['series']}-n{n}-r0" / "summary.json").read_text())[
                 "throughput_samples_per_s"
             ]
             for n in (1, 2)
@@ -146,3 +146,44 @@ def test_a_study_compares_engines_and_analyze_lists_failed_runs(tmp_path: Path) 
     assert "1 run(s) missing or failed: ddp-n2-r0" in r.stdout
     md = (study / "report" / "report.md").read_text()
     assert "ddp-n2-r0" in md and "| ddp | 1 |" in md and "| horovod | 2 |" in md
+
+
+def test_a_pipeline_study_compares_micro_batches_and_reports_the_bubble(tmp_path: Path) -> None:
+    r = hpctrain(
+        "study",
+        "strong",
+        "--no-progress",
+        "parallelism=pipeline",
+        "model=mlp",
+        "model.depth=4",
+        "study.ranks=[2,3]",  # 2 then 3 stages
+        "study.microbatches=[2,4]",
+        "study.repetitions=1",
+        "study.steps=6",
+        "study.warmup_steps=1",
+        "study.global_batch=48",
+        "study.allreduce_bench=false",
+        "data=digits",
+        f"run.output_root={tmp_path}",
+        "run.name=pp",
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    [study] = list(tmp_path.glob("*/*-pp-strong"))
+    for name, stages in (("m2-n2-r0", 2), ("m4-n3-r0", 3)):
+        s = json.loads((study / name / "summary.json").read_text())
+        assert (s["stages"], s["world_size"], s["parallelism"]) == (stages, stages, "pipeline")
+    rows = list(csv.DictReader((study / "report" / "points.csv").open()))
+    assert [(row["series"], row["N"]) for row in rows] == [
+        ("horovod m=2", "2"),
+        ("horovod m=2", "3"),
+        ("horovod m=4", "2"),
+        ("horovod m=4", "3"),
+    ]
+    for row in rows:  # theory (p - 1) / (m + p - 1) beside each measured bubble
+        p, m = int(row["N"]), int(row["series"][-1])
+        assert float(row["bubble theory"].rstrip("%")) == pytest.approx(
+            100 * (p - 1) / (m + p - 1), abs=0.051
+        )
+        assert row["bubble"].endswith("%")
+    assert "## Peak memory per pipeline stage" in (study / "report" / "report.md").read_text()

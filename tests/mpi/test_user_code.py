@@ -54,6 +54,21 @@ def test_a_user_model_and_dataset_train_and_2_ranks_match_1(user_project: Path) 
     assert env["code"]["dir"] == str(user_project)  # code.dir defaults to where hpctrain started
 
 
+def test_a_user_model_cut_where_the_user_says_matches_1_rank(user_project: Path) -> None:
+    one, _ = run_ok(user_project, "one", *USER_MODEL, "cluster.ranks=1", "train.batch_per_rank=32")
+    pipe, s = run_ok(
+        user_project,
+        "pipe",
+        *USER_MODEL,
+        "parallelism=pipeline",
+        "parallelism.split_at=[net.2]",  # the second Linear starts stage 1
+        "cluster.ranks=2",
+        "train.batch_per_rank=32",
+    )
+    assert_same_weights(one, pipe, rtol=1e-5, atol=1e-6)
+    assert s["stages"] == 2 and s["parameters"] == (8 * 32 + 32) + (32 * 3 + 3)  # the whole model's
+
+
 @pytest.mark.parametrize("backend", ["mpi", "gloo"])
 def test_an_unmodified_horovod_script_runs_on_every_rank(user_project: Path, backend: str) -> None:
     """Over Gloo too: without the launcher's rendezvous each rank would train alone as rank 0 of 1."""
@@ -133,6 +148,10 @@ def test_an_api_script_gets_records_summary_and_a_study(user_project: Path) -> N
     [
         (["model._target_=mypkg.nope.Net"], "'mypkg.nope.Net' does not import: ModuleNotFoundError"),
         (["model._target_=mypkg.nets.TwoLayer", "+model.hiddn=3"], "unexpected keyword argument 'hiddn'"),
+        (
+            ["model._target_=mypkg.nets.TwoLayer", "parallelism=pipeline", "cluster.ranks=2"],
+            "parallelism.split_at: your model does not declare where it may be cut",
+        ),
         (["data._target_=mypkg.nets"], "is not callable"),
         (["script=scripts/nothere.py"], "does not exist or is not a file"),
         (["script=scripts/hvd_train.py", "script.throughput_regex=no-group"], "has no group"),

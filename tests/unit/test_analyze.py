@@ -144,7 +144,7 @@ def test_two_engines_are_two_series_each_with_its_own_baseline_and_allreduce_fit
     ]
     a = analyze_runs("strong", runs, [], bench)
     hvd, ddp = a.series
-    assert (hvd.engine, ddp.engine) == ("horovod", "ddp") and a.compares_engines
+    assert (hvd.engine, ddp.engine) == ("horovod", "ddp") and a.compares
     # each engine's speedup is against its own 1-rank run
     assert (hvd.points[1].speedup, ddp.points[1].speedup) == pytest.approx((100 / 60, 90 / 50))
     assert ddp.points[1].efficiency == pytest.approx(90 / 100)
@@ -170,7 +170,7 @@ def test_an_engine_comparison_study_is_reported_with_both_series(tmp_path: Path)
     assert [s.engine for s in a.series] == ["horovod", "ddp"]
     paths = write_report(a, tmp_path / "s" / "report")
     csv_rows = paths["csv"].read_text().splitlines()
-    assert csv_rows[0].startswith("engine,N,") and len(csv_rows) == 5
+    assert csv_rows[0].startswith("series,N,") and len(csv_rows) == 5
     assert {line.split(",")[0] for line in csv_rows[1:]} == {"horovod", "ddp"}
 
 
@@ -200,3 +200,18 @@ def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage
     assert memory_lines(a) == ["horovod N=2: stage 0 300 MiB, stage 1 450 MiB"]
     # data parallelism has no bubble to compare
     assert rows(analyze_runs("strong", [_run(1, 100, 64)], []))[0][9:11] == ["-", "-"]
+
+
+def test_micro_batch_counts_are_series_of_their_own() -> None:
+    import dataclasses
+
+    from hpctrain.analysis.report import rows
+
+    runs = [
+        dataclasses.replace(_run(n, step, 64 // n), stages=n, microbatches=m)
+        for n, m, step in [(2, 4, 100), (2, 8, 90), (4, 4, 60), (4, 8, 50)]
+    ]
+    a = analyze_runs("strong", runs, [])
+    assert [s.label for s in a.series] == ["horovod m=4", "horovod m=8"]
+    assert [r[0] for r in rows(a)] == ["horovod m=4", "horovod m=4", "horovod m=8", "horovod m=8"]
+    assert a.series[1].points[1].speedup == pytest.approx(90 / 50)  # against its own smallest scale

@@ -7,17 +7,41 @@ from pathlib import Path
 import pytest
 
 from hpctrain.events import format_event, parse_event
-from hpctrain.launch.output import mpirun_failure, split_tag
+from hpctrain.launch.output import Demux, mpirun_failure
 
 
-def test_split_tag() -> None:
-    line = split_tag("[1,3]<stderr>:Traceback (most recent call last):", "stderr")
+def test_tagged_lines_go_back_to_their_ranks() -> None:
+    d = Demux()
+    [line] = d.feed("[1,3]<stderr>:Traceback (most recent call last):", "stderr")
     assert (line.rank, line.stream, line.text) == (3, "stderr", "Traceback (most recent call last):")
-    plain = split_tag("mpirun noticed that ...", "stderr")
+    [plain] = d.feed("mpirun noticed that ...", "stderr")
     assert plain.rank is None and plain.text == "mpirun noticed that ..."
-    assert split_tag("[1,0]<stdout>:", "stdout").text == ""
-    # an unbuffered print arrives as "text" and "\n", each tagged: the inner tag is dropped
-    assert split_tag("[1,0]<stdout>:step 3/10[1,0]<stdout>:", "stdout").text == "step 3/10"
+    assert [x.text for x in d.feed("[1,0]<stdout>:", "stdout")] == [""]
+    # an unbuffered print arrives as "text" and "\n", each tagged: one line
+    assert [x.text for x in d.feed("[1,0]<stdout>:step 3/10[1,0]<stdout>:", "stdout")] == ["step 3/10"]
+
+
+def test_fragments_of_two_ranks_on_one_line_are_not_mixed() -> None:
+    """What OpenMPI 4.1 printed here when two ranks wrote "rank R text" and "\n" apart."""
+    d = Demux()
+    got = []
+    for raw in (
+        "[1,1]<stdout>:rank 1 text[1,0]<stdout>:rank 0 text[1,1]<stdout>:",
+        "[1,1]<stdout>:second 1",
+        "[1,0]<stdout>:",
+        "[1,0]<stdout>:second 0",
+        "[1,0]<stdout>:no newline at the end[1,1]<stderr>:warning",
+    ):
+        got += [(x.rank, x.stream, x.text) for x in d.feed(raw, "stdout")]
+    got += [(x.rank, x.stream, x.text) for x in d.rest()]
+    assert got == [
+        (1, "stdout", "rank 1 text"),
+        (1, "stdout", "second 1"),
+        (0, "stdout", "rank 0 text"),
+        (0, "stdout", "second 0"),
+        (1, "stderr", "warning"),
+        (0, "stdout", "no newline at the end"),
+    ]
 
 
 def test_events_round_trip_and_ignore_other_lines() -> None:

@@ -97,3 +97,21 @@ def test_a_script_study_cannot_switch_engines(tmp_path) -> None:
             "strong", [*COMMON, "study.engines=[horovod,ddp]", f"script={script}", f"code.dir={tmp_path}"]
         )
     assert "a script chooses its own engine" in str(e.value)
+
+
+def test_a_pipeline_study_grows_the_stages_with_the_ranks_and_compares_micro_batches() -> None:
+    pipe = ["parallelism=pipeline", "model=mlp", "model.depth=4", "study.ranks=[2,4]", "study.repetitions=1"]
+    _, manifest, _ = create_study("strong", [*pipe, "study.microbatches=[4,8]", "study.global_batch=64"])
+    assert [r.name for r in manifest.runs] == ["m4-n2-r0", "m8-n2-r0", "m4-n4-r0", "m8-n4-r0"]
+    for run in manifest.runs:
+        par = load_config(run.overrides).parallelism
+        assert (par.stages, par.microbatches) == (run.world_size, int(run.name[1]))
+    with pytest.raises(ConfigError) as e:  # a 1-rank pipeline has no second stage
+        create_study("strong", [*pipe, "study.ranks=[1,2]"])
+    assert "parallelism.stages" in str(e.value) and "n1-r0" in str(e.value)
+
+
+def test_micro_batches_are_refused_in_a_data_parallel_study() -> None:
+    with pytest.raises(ConfigError) as e:
+        create_study("strong", [*COMMON, "study.microbatches=[2,4]"])
+    assert "study.microbatches" in str(e.value) and "pipeline setting" in str(e.value)
