@@ -1,6 +1,7 @@
 """The parallelism axis: data (every rank holds the whole model), pipeline (stages across ranks)
 and hybrid (stages x data-parallel replicas). layout.py says which rank holds what (pure),
-split.py where models are cut (pure), rules.py what is valid; pipeline.py runs on the ranks."""
+split.py where models are cut (pure), rules.py what is valid. What runs on the ranks is in
+train/: pipeline.py (stages, schedules, checkpoints of the whole model) and pipeline_step.py."""
 
 from __future__ import annotations
 

@@ -23,8 +23,6 @@ from ..derived import Derived
 from ..events import format_event
 from ..facts import wants_cuda
 from ..parallel import layout_for
-from ..parallel.pipeline import checkpoint_blocks
-from ..parallel.pipeline_step import pipeline_step
 from ..parallel.split import declared_checkpoint_blocks
 from ..workload.targets import probe
 from . import checkpoint
@@ -32,6 +30,8 @@ from .comm import RankInfo
 from .data import GlobalBatchSampler, build_loader
 from .memory import peak_bytes, reset_peak
 from .parts import make_criterion, make_dataset, make_model, workload_label
+from .pipeline import checkpoint_blocks
+from .pipeline_step import pipeline_step
 from .precision import make_scaler
 from .schedule import lr_at
 from .stats import rank_stats
@@ -151,7 +151,7 @@ def _pipeline_trainer(
 ) -> tuple[Trainer, checkpoint.Restored]:
     """This rank's stages of the model under the schedule; the stage's replicas average their
     gradients through the engine. Checkpoints hold the whole model (gathered at save)."""
-    from ..parallel.pipeline import (
+    from .pipeline import (
         StageOptimizer,
         StageWeights,
         build_pipe,
@@ -279,7 +279,7 @@ def train(
 def _gathered(t: Trainer, engine: Engine, optimizer: bool) -> dict[str, Any]:
     """A pipeline's whole model (and every stage's optimizer) from replica 0 of each stage.
     Collective: every rank calls it."""
-    from ..parallel.pipeline import StageOptimizer, merge_states
+    from .pipeline import StageOptimizer, merge_states
 
     mine: dict[str, Any] = {}  # one type on every rank: Horovod names the allgather by it
     if t.pipe.replica == 0:

@@ -36,7 +36,7 @@ class Trainer:
     delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
     watch: Watchdog | None = None  # told the phase of each step (stall detection)
     module: Any = None  # the model without the engine's wrapper (weights, checkpoints)
-    pipe: Any = None  # parallel.pipeline.Pipe: this rank's stages and schedule (pipelines)
+    pipe: Any = None  # train.pipeline.Pipe: this rank's stages and schedule (pipelines)
     parameters: int = 0  # of the whole model (a pipeline rank holds only its stage's)
 
     @property

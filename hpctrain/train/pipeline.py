@@ -23,8 +23,8 @@ from torch import nn
 from ..config.schema import Config
 from ..engine.dist_env import export_torch_env
 from ..errors import HpctrainError
-from .layout import Layout
-from .split import split_points
+from ..parallel.layout import Layout
+from ..parallel.split import split_points
 
 
 class SplitError(HpctrainError):

@@ -17,9 +17,9 @@ import torch.distributed as dist
 
 from ..config.schema import Config
 from ..engine.base import step_optimizer
-from ..train.precision import autocast
-from ..train.step import StepResult, Trainer, sync
 from .pipeline import Pipe
+from .precision import autocast
+from .step import StepResult, Trainer, sync
 
 if TYPE_CHECKING:
     from ..engine.base import Engine
