@@ -10,7 +10,7 @@ from rich.console import Console
 
 from . import records
 from .analysis.analyze import analyze_dir
-from .analysis.report import model_lines, terminal_table, write_report
+from .analysis.report import model_lines, roofline_lines, terminal_table, write_report
 from .errors import HpctrainError
 from .study_run import create_study, load_study, run_study, write_study
 from .ui import RichReporter
@@ -46,8 +46,10 @@ def analyze_and_report(study_dir: Path, console: Console, out: Path | None = Non
         raise HpctrainError(f"no finished run in {study_dir} (missing: {len(a.missing)})")
     paths = write_report(a, out or study_dir / records.REPORT)
     console.print(terminal_table(a))
-    for line in model_lines(a):  # the Amdahl and alpha-beta fits, as in the Markdown report
+    for line in model_lines(a):  # the fits and their validation, as in the Markdown report
         console.print(line, highlight=False)
+    for line in roofline_lines(a):
+        console.print(f"roofline {line}", highlight=False)
     if a.missing:
         console.print(
             f"[yellow]{len(a.missing)} run(s) missing or failed:[/] "

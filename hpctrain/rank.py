@@ -76,6 +76,17 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
     return train_builtin(cfg, plan, run_dir, control)
 
 
+def grad_bucket_bytes(cfg: Config) -> int:
+    """How the engine groups gradients into collectives: DDP's bucket size, Horovod's fusion
+    threshold (its default when unset; 0 disables fusion)."""
+    from .analysis.roofline import HOROVOD_FUSION_BYTES
+
+    par = cfg.parallelism
+    if par.engine == "ddp":
+        return int(par.bucket_mb * 2**20)
+    return HOROVOD_FUSION_BYTES if par.fusion_threshold_mb is None else int(par.fusion_threshold_mb * 2**20)
+
+
 def pipeline_about(cfg: Config) -> dict[str, object]:
     par = cfg.parallelism
     if par.name == "data":
@@ -114,6 +125,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         compression=cfg.parallelism.compression,
         engine=cfg.parallelism.engine,
         parallelism=str(cfg.parallelism.name),
+        grad_bucket_bytes=grad_bucket_bytes(cfg),
         **pipeline_about(cfg),
     )
     if info.rank == 0:

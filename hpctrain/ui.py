@@ -18,6 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from .analysis.roofline import for_run
 from .records import RunSummary
 
 NOT_A_TERMINAL_WIDTH = 100_000  # pipes, SLURM log files, CI: never cut a table or wrap a line
@@ -132,6 +133,16 @@ def summary_table(s: RunSummary) -> Table:
             f"{1e3 * s.bubble_s:.2f} ms",
             f"{100 * s.bubble_share:.1f}% (theory {100 * theory:.1f}%)",
         )
+    roof = for_run(s)
+    if roof is not None:
+        t.add_row(
+            f"  roofline ({roof.messages} message(s), {roof.grad_bytes / 2**20:.2f} MiB)",
+            f"expected {1e3 * roof.expected_s:.2f} ms",
+            f"{roof.bound}-bound, waits {roof.exposed_s / roof.expected_s:.2f}x that"
+            if roof.exposed_s > roof.expected_s
+            else f"{roof.bound}-bound, {100 * roof.overlap:.0f}% hidden",
+        )
+        t.add_row("  to communicate faster", roof.knob, "")
     if known(s.step_p50_s):
         t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
     t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")

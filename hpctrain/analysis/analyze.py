@@ -4,7 +4,6 @@ failed or missing runs are listed, never fatal."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -15,7 +14,10 @@ from .. import records
 from ..errors import RecordError
 from ..train.stats import share
 from . import metrics
-from .model import AlphaBeta, StepModel, fit_alpha_beta, fit_step_model
+from .model import CommModel, fit_comm_model
+from .roofline import Roofline, roofline
+from .stepmodel import Scale, StepModel, fit_step_model
+from .uncertainty import Interval, positive_interval, ratio_interval
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,17 @@ class Run:
     stages: int = 1
     microbatches: int = 1
     peak_by_stage: tuple[int, ...] = ()  # peak memory of the rank holding most, per stage
+    threads: int = 0  # torch threads per rank (0: not recorded)
+    grad_tensors: int = 0
+    grad_bucket_bytes: int = 0
+    compression: str = "none"
+
+    @property
+    def grad_bytes(self) -> float:
+        return float(self.parameters * self.grad_bytes_per_param)
+
+
+NO_INTERVAL = Interval(float("nan"), float("nan"), "none (one run)")
 
 
 @dataclass
@@ -43,7 +56,7 @@ class Point:
     n: int
     reps: int
     throughput: float
-    throughput_ci95: float
+    throughput_ci: Interval
     step_s: float
     compute_s: float
     comm_s: float
@@ -58,11 +71,31 @@ class Point:
     bubble_share: float = float("nan")  # pipelines only
     bubble_theory: float = float("nan")  # (p - 1) / (m + p - 1)
     peak_by_stage: tuple[float, ...] = ()  # bytes, mean over repetitions
+    speedup_ci: Interval = NO_INTERVAL
+    efficiency_ci: Interval = NO_INTERVAL
+    threads: int = 0
+    bubble_s: float = 0.0
+    loo_step_s: float = float("nan")  # predicted from the other scales (leave-one-out)
+    roofline: Roofline | None = None
 
 
 # The allreduce benchmark's column that times the collective each engine uses (bench/allreduce_worker.py).
 # Other engines (a script's own) are modelled with Horovod's.
 ALLREDUCE_S = {"horovod": "hvd_s", "ddp": "torch_s"}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    n: int
+    batch_per_rank: float
+    step_s: float
+    throughput: float
+    efficiency: float
+    band: float  # relative: the truth is expected within step x / (1 + band) .. x (1 + band)
+
+    def throughput_range(self) -> tuple[float, float]:
+        """Throughput at the band's edges (log-symmetric, so never below zero)."""
+        return self.throughput / (1 + self.band), self.throughput * (1 + self.band)
 
 
 @dataclass
@@ -73,16 +106,18 @@ class Series:
     kind: str  # strong | weak
     points: list[Point]
     amdahl_serial_fraction: float  # NaN when the runs show no speedup to fit
-    alpha_beta: AlphaBeta | None = None
+    comm: CommModel | None = None
     step_model: StepModel | None = None
-    predictions: list[dict[str, float]] = field(default_factory=list)
+    predictions: list[Prediction] = field(default_factory=list)
     label: str = ""  # how tables and plots name it: the engine, and the micro-batches if they vary
 
     @property
     def no_speedup(self) -> bool:
-        """Amdahl's law cannot describe runs that got slower with more ranks (fitted s >= 1)."""
+        """Amdahl's law cannot describe runs that got slower with more ranks or with a serial
+        fraction outside [0, 1]."""
         multi = [p for p in self.points if p.n > self.points[0].n] if self.points else []
-        return bool(multi) and (not self.amdahl_serial_fraction < 1 or any(p.speedup < 1 for p in multi))
+        s = self.amdahl_serial_fraction
+        return bool(multi) and (not 0 <= s < 1 or any(p.speedup < 1 for p in multi))
 
 
 @dataclass
@@ -103,6 +138,11 @@ class Analysis:
     @property
     def compares(self) -> bool:
         return len(self.series) > 1
+
+
+def interval_note(a: Analysis) -> str:
+    """Which intervals the tables and plots show: t-based ones need 3 repetitions."""
+    return "ranges: " + "; ".join(sorted({p.throughput_ci.method for p in a.points}))
 
 
 def run_from_records(run_dir: Path, rep: int = 0) -> Run:
@@ -128,6 +168,10 @@ def run_from_records(run_dir: Path, rep: int = 0) -> Run:
             max(r.peak_memory_bytes for r in s.per_rank if r.stage == k)
             for k in sorted({r.stage for r in s.per_rank})
         ),
+        threads=s.threads_per_rank,
+        grad_tensors=s.grad_tensors,
+        grad_bucket_bytes=s.grad_bucket_bytes,
+        compression=s.compression,
     )
 
 
@@ -138,13 +182,13 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
     points = []
     for n in sorted(by_n):
         rs = by_n[n]
-        mean, ci = metrics.mean_ci95([r.throughput for r in rs])
+        values = [r.throughput for r in rs]
         avg = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
         p = Point(
             n,
             len(rs),
-            mean,
-            ci,
+            statistics.fmean(values),
+            positive_interval(values),
             avg("step_s"),
             avg("compute_s"),
             avg("comm_s"),
@@ -152,6 +196,7 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
             avg("batch_per_rank"),
         )
         p.comm_share, p.data_share = share(p.comm_s, p.step_s), share(p.data_s, p.step_s)
+        p.threads, p.bubble_s = rs[0].threads, avg("bubble_s")
         if rs[0].stages > 1:
             p.bubble_share = share(avg("bubble_s"), p.step_s)
             p.bubble_theory = metrics.pipeline_bubble(rs[0].stages, rs[0].microbatches)
@@ -170,6 +215,9 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
             else metrics.weak_efficiency(p.throughput, base.throughput, rel)
         )
         p.karp_flatt = metrics.karp_flatt(p.speedup, rel) if kind == "strong" else float("nan")
+        if p is not base:  # efficiency = speedup / relative scale, in both kinds (throughput form)
+            p.speedup_ci = ratio_interval(p.throughput, p.throughput_ci, base.throughput, base.throughput_ci)
+            p.efficiency_ci = p.speedup_ci.scaled(1 / rel)
     return points
 
 
@@ -188,21 +236,34 @@ def analyze_series(
     else:
         amdahl = float("nan")
     s = Series(engine, kind, points, amdahl, label=engine)
-    column = ALLREDUCE_S.get(engine, "hvd_s")
-    # older benchmark records have no torch.distributed timing (NaN)
-    samples = [
-        (r["n"], r["bytes"], r[column]) for r in allreduce or [] if math.isfinite(r.get(column, math.nan))
-    ]
-    if points and len([x for x in samples if x[0] > 1]) >= 2 and runs:
-        s.alpha_beta = fit_alpha_beta(samples)
-        grad_bytes = float(runs[0].parameters * runs[0].grad_bytes_per_param)
-        s.step_model = fit_step_model(
-            s.alpha_beta, [(p.n, p.batch_per_rank, p.compute_s, p.comm_s) for p in points], grad_bytes
+    s.comm = fit_comm_model(allreduce or [], ALLREDUCE_S.get(engine, "hvd_s")) if points else None
+    if s.comm is None:
+        return s
+    first = runs[0]
+    for p in points:
+        p.roofline = roofline(
+            engine,
+            p.n,
+            first.grad_bytes,
+            first.grad_bucket_bytes,
+            first.grad_tensors,
+            s.comm,
+            p.comm_s,
+            first.compression,
         )
-        for p in points:
-            p.model_step_s = s.step_model.step_s(p.n, p.batch_per_rank)
+    k = next((p.roofline.messages for p in points if p.roofline), 1)
+    s.step_model = fit_step_model(s.comm, first.grad_bytes, k, [scale_of(p) for p in points])
+    for p, check in zip(points, s.step_model.checks):
+        p.model_step_s = check.in_sample.step_s
+        p.loo_step_s = check.held_out.step_s if check.held_out else float("nan")
+    if s.step_model.described:
         s.predictions = predict(kind, s.step_model, points)
     return s
+
+
+def scale_of(p: Point) -> Scale:
+    other = p.step_s - p.compute_s - p.comm_s - p.bubble_s  # data wait and anything unnamed
+    return Scale(p.n, p.batch_per_rank, p.threads, p.compute_s, p.comm_s, other, p.bubble_s, p.step_s)
 
 
 def analyze_runs(
@@ -225,25 +286,19 @@ def analyze_runs(
     return Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))
 
 
-def predict(kind: str, model: StepModel, points: list[Point]) -> list[dict[str, float]]:
-    """Step time and efficiency at 2x, 4x, 8x the largest measured scale."""
+def predict(kind: str, model: StepModel, points: list[Point]) -> list[Prediction]:
+    """Step time and efficiency (against the measured smallest scale) at 2x, 4x, 8x the largest
+    measured scale, banded by the largest leave-one-out error."""
     base, top = points[0], points[-1]
     global_batch = top.batch_per_rank * top.n
+    base_x = base.batch_per_rank * base.n / base.step_s  # measured, as the efficiency column
     out = []
-    base_step = model.step_s(base.n, base.batch_per_rank)
     for factor in (2, 4, 8):
         n = top.n * factor
         b = global_batch / n if kind == "strong" else top.batch_per_rank
-        step = model.step_s(n, b)
-        rel = n / base.n
-        eff = (
-            base_step / (rel * step)
-            if kind == "strong"
-            else (b * n / step) / (rel * base.batch_per_rank * base.n / base_step)
-        )
-        out.append(
-            {"n": n, "batch_per_rank": b, "step_s": step, "efficiency": eff, "throughput": b * n / step}
-        )
+        step = model.estimate(n, b, top.threads).step_s
+        x = b * n / step
+        out.append(Prediction(n, b, step, x, x / (n / base.n * base_x), model.loo_band))
     return out
 
 
@@ -253,8 +308,11 @@ def analyze_dir(study_dir: Path) -> Analysis:
     manifest = records.read_study(study_dir)
     runs, missing, corrupt = [], [], []
     for entry in manifest.runs:
+        run_dir = Path(entry.run_dir)
+        if not run_dir.exists() and (study_dir / run_dir.name).is_dir():
+            run_dir = study_dir / run_dir.name  # a study directory copied or moved as a whole
         try:
-            runs.append(run_from_records(Path(entry.run_dir), entry.rep))
+            runs.append(run_from_records(run_dir, entry.rep))
         except records.RecordMissing:
             missing.append(entry.run_dir)
         except RecordError as e:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .analyze import Analysis, Series  # noqa: E402
+from .analyze import ALLREDUCE_S, Analysis, Series, interval_note  # noqa: E402
 from .metrics import allreduce_bandwidths  # noqa: E402
+from .uncertainty import Interval  # noqa: E402
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -25,61 +27,92 @@ def _label(a: Analysis, s: Series, what: str) -> str:
     return f"{s.label}: {what}" if a.compares else what
 
 
+def _span(s: Series) -> list[int]:
+    """Every scale the series shows, measured and predicted: the ideal line spans them all."""
+    return sorted({p.n for p in s.points} | {q.n for q in s.predictions})
+
+
+def _yerr(values: list[float], intervals: list[Interval]) -> list[list[float]]:
+    """Asymmetric error bars; a point without an interval gets none."""
+    return [
+        [v - i.lo if i.known else 0.0 for v, i in zip(values, intervals)],
+        [i.hi - v if i.known else 0.0 for v, i in zip(values, intervals)],
+    ]
+
+
 def throughput(a: Analysis, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, s in enumerate(a.series):
         color, ns = f"C{i}", [p.n for p in s.points]
+        values = [p.throughput for p in s.points]
         ax.errorbar(
             ns,
-            [p.throughput for p in s.points],
-            yerr=[0 if math.isnan(p.throughput_ci95) else p.throughput_ci95 for p in s.points],
+            values,
+            yerr=_yerr(values, [p.throughput_ci for p in s.points]),
             marker="o",
             capsize=4,
             color=color,
-            label=_label(a, s, "measured (95% CI)"),
+            label=_label(a, s, "measured (" + interval_note(a).removeprefix("ranges: ") + ")"),
         )
         base = s.points[0]
         ax.plot(
-            ns,
-            [base.throughput * n / base.n for n in ns],
+            _span(s),
+            [base.throughput * n / base.n for n in _span(s)],
             "--",
             color=color if a.compares else "grey",
             alpha=0.6,
             label=_label(a, s, "ideal (linear)"),
         )
-        if s.predictions:
-            ax.plot(
-                [q["n"] for q in s.predictions],
-                [q["throughput"] for q in s.predictions],
-                "x:",
-                color=color,
-                label=_label(a, s, "α–β model prediction"),
-            )
+        _predicted(
+            ax, s, color, [q.throughput for q in s.predictions], [q.throughput_range() for q in s.predictions]
+        )
     ax.set(xlabel="ranks", ylabel="samples / s", title=f"{a.kind} scaling: throughput")
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")  # the ideal line grows N-fold; a linear axis would flatten the measurements
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def _predicted(
+    ax: Any, s: Series, color: str, values: list[float], ranges: list[tuple[float, float]]
+) -> None:
+    """The model's predictions as a line, with their band when leave-one-out could check them."""
+    if not s.predictions:
+        return
+    ns = [q.n for q in s.predictions]
+    ax.plot(ns, values, "x:", color=color, label=f"{s.label}: model prediction")
+    if all(math.isfinite(q.band) for q in s.predictions):
+        ax.fill_between(
+            ns,
+            [r[0] for r in ranges],
+            [r[1] for r in ranges],
+            color=color,
+            alpha=0.15,
+            label=f"{s.label}: ± largest leave-one-out error",
+        )
 
 
 def efficiency(a: Analysis, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, s in enumerate(a.series):
-        ax.plot(
+        values = [100 * p.efficiency for p in s.points]
+        ax.errorbar(
             [p.n for p in s.points],
-            [100 * p.efficiency for p in s.points],
-            "o-",
+            values,
+            yerr=_yerr(values, [p.efficiency_ci.scaled(100) for p in s.points]),
+            marker="o",
+            capsize=4,
             color=f"C{i}",
             label=_label(a, s, "measured"),
         )
-        if s.predictions:
-            ax.plot(
-                [q["n"] for q in s.predictions],
-                [100 * q["efficiency"] for q in s.predictions],
-                "x:",
-                color=f"C{i}",
-                label=_label(a, s, "α–β model prediction"),
-            )
-    ax.axhline(100, ls="--", color="grey")
+        _predicted(
+            ax,
+            s,
+            f"C{i}",
+            [100 * q.efficiency for q in s.predictions],
+            [(100 * q.efficiency / (1 + q.band), 100 * q.efficiency * (1 + q.band)) for q in s.predictions],
+        )
+    ax.axhline(100, ls="--", color="grey", label="ideal")
     ax.set(xlabel="ranks", ylabel="efficiency (%)", title=f"{a.kind} scaling efficiency", ylim=(0, 110))
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=8)
@@ -138,11 +171,57 @@ def bus_bandwidth(a: Analysis, path: Path) -> Path:
     return _save(fig, path)
 
 
+def roofline(a: Analysis, path: Path) -> Path:
+    """Time against bytes: each engine's allreduce model at each world size (lines), the
+    benchmark's timings (dots), and each run's gradients: expected (circle) and exposed (cross)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = False
+    for i, s in enumerate(a.series):
+        if s.comm is None:
+            continue
+        column = ALLREDUCE_S.get(s.engine, "hvd_s")
+        for n in sorted({r["n"] for r in a.allreduce if r["n"] > 1}):
+            rows = sorted(
+                (r for r in a.allreduce if r["n"] == n and math.isfinite(r.get(column, math.nan))),
+                key=lambda r: r["bytes"],
+            )
+            if not rows:
+                continue
+            sizes = [r["bytes"] for r in rows]
+            ax.plot(sizes, [1e3 * r[column] for r in rows], ".", color=f"C{i}", alpha=0.5)
+            ax.plot(
+                sizes,
+                [1e3 * s.comm.allreduce_s(n, b) for b in sizes],
+                "-",
+                color=f"C{i}",
+                alpha=0.6,
+                label=f"{s.label}: model, {n} ranks",
+            )
+            drawn = True
+        for p in s.points:
+            if p.roofline is not None:
+                r = p.roofline
+                ax.plot([r.grad_bytes], [1e3 * r.expected_s], "o", color=f"C{i}", mfc="none")
+                ax.plot([r.grad_bytes], [1e3 * max(r.exposed_s, 1e-6)], "x", color=f"C{i}")
+                ax.annotate(f"N={p.n}", (r.grad_bytes, 1e3 * r.expected_s), fontsize=7)
+    if drawn:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.plot([], [], "ko", mfc="none", label="a run's gradients: expected")
+        ax.plot([], [], "kx", label="a run's gradients: exposed (measured)")
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no allreduce benchmark in this study", ha="center", transform=ax.transAxes)
+    ax.set(xlabel="bytes reduced", ylabel="ms", title="communication roofline")
+    return _save(fig, path)
+
+
 PLOTS = {
     "throughput.png": throughput,
     "efficiency.png": efficiency,
     "breakdown.png": breakdown,
     "busbw.png": bus_bandwidth,
+    "roofline.png": roofline,
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from .analyze import Analysis, Series
+from .analyze import Analysis, Prediction, Series, interval_note
 from .plots import write_plots
 
 COLUMNS = (
@@ -18,9 +18,10 @@ COLUMNS = (
     "N",
     "reps",
     "samples/s",
-    "±CI95",
+    "samples/s range",
     "speedup",
     "effic.",
+    "effic. range",
     "comm",
     "data",
     "bubble",
@@ -30,6 +31,7 @@ COLUMNS = (
     "step ms",
     "model ms",
     "model err",
+    "LOO err",
 )
 
 
@@ -39,6 +41,10 @@ def _f(x: float, fmt: str) -> str:
 
 def _pct(x: float) -> str:
     return "-" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _err(model: float, measured: float) -> str:
+    return "-" if math.isnan(model) else f"{100 * (model / measured - 1):+.1f}%"
 
 
 def memory_lines(a: Analysis) -> list[str]:
@@ -55,16 +61,17 @@ def memory_lines(a: Analysis) -> list[str]:
 def rows(a: Analysis) -> list[list[str]]:
     out = []
     for label, p in ((s.label, p) for s in a.series for p in s.points):
-        err = (p.model_step_s - p.step_s) / p.step_s if p.model_step_s == p.model_step_s else float("nan")
+        eff = p.efficiency_ci
         out.append(
             [
                 label,
                 str(p.n),
                 str(p.reps),
                 _f(p.throughput, ".1f"),
-                _f(p.throughput_ci95, ".1f"),
+                p.throughput_ci.text(".1f"),
                 _f(p.speedup, ".2f"),
                 _f(100 * p.efficiency, ".1f") + "%",
+                f"{100 * eff.lo:.1f}–{100 * eff.hi:.1f}%" if eff.known else "-",
                 _f(100 * p.comm_share, ".1f") + "%",
                 _f(100 * p.data_share, ".1f") + "%",
                 _pct(p.bubble_share),
@@ -73,17 +80,26 @@ def rows(a: Analysis) -> list[list[str]]:
                 _f(p.karp_flatt, ".3f"),
                 _f(1e3 * p.step_s, ".2f"),
                 _f(1e3 * p.model_step_s, ".2f"),
-                _f(100 * err, "+.1f") + "%" if err == err else "-",
+                _err(p.model_step_s, p.step_s),
+                _err(p.loo_step_s, p.step_s),
             ]
         )
     return out
 
 
+def shown(a: Analysis) -> tuple[list[str], list[list[str]]]:
+    """The columns with something in them (a data-parallel study has no bubble or stage memory)."""
+    table = rows(a)
+    keep = [i for i, c in enumerate(COLUMNS) if any(r[i] not in ("-", "-%") for r in table) or not table]
+    return [COLUMNS[i] for i in keep], [[r[i] for i in keep] for r in table]
+
+
 def terminal_table(a: Analysis) -> Table:
-    t = Table(title=f"{a.kind} scaling")
-    for c in COLUMNS:
+    columns, table = shown(a)
+    t = Table(title=f"{a.kind} scaling", caption=interval_note(a))
+    for c in columns:
         t.add_column(c, justify="right")
-    for r in rows(a):
+    for r in table:
         t.add_row(*r)
     return t
 
@@ -96,12 +112,20 @@ def model_lines(a: Analysis) -> list[str]:
     return lines
 
 
+def _pm(value: float, se: float, scale: float, fmt: str) -> str:
+    return (
+        f"{format(scale * value, fmt)} ± {format(scale * se, fmt)}"
+        if math.isfinite(se)
+        else format(scale * value, fmt)
+    )
+
+
 def _fit_lines(s: Series) -> list[str]:
     lines = []
     if s.kind == "strong" and s.no_speedup:
         lines.append(
-            "Amdahl fit: no speedup at this scale (the runs got slower with more ranks; "
-            "no serial fraction or speedup limit can be fitted)"
+            f"Amdahl fit: Amdahl's law does not describe these measurements (fitted serial fraction "
+            f"{s.amdahl_serial_fraction:.2f}, outside [0, 1), or a scale got slower with more ranks)"
         )
     elif s.kind == "strong" and s.amdahl_serial_fraction == s.amdahl_serial_fraction:
         lines.append(
@@ -110,94 +134,142 @@ def _fit_lines(s: Series) -> list[str]:
             if s.amdahl_serial_fraction > 0
             else f"Amdahl fit: serial fraction s = {s.amdahl_serial_fraction:.4f}"
         )
-    if s.alpha_beta and s.step_model:
-        ab, m = s.alpha_beta, s.step_model
+    if s.comm and s.step_model:
+        c, m = s.comm, s.step_model
         lines.append(
-            f"α–β fit of the allreduce: α = {1e6 * ab.alpha_s:.1f} µs, "
-            f"bandwidth 1/β = {ab.bandwidth_bytes_per_s / 1e9:.2f} GB/s; gradients "
-            f"{m.gradient_bytes / 2**20:.2f} MiB; exposed share of the allreduce f = {m.exposed_fraction:.2f}"
+            f"allreduce fit (± standard error): α = {_pm(c.alpha_s, c.alpha_se, 1e6, '.1f')} µs, "
+            f"engine latency L = {_pm(c.latency_s, c.latency_se, 1e3, '.2f')} ms, "
+            f"bandwidth 1/β = {c.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
         )
+        lines.append(
+            f"step model: gradients {m.grad_bytes / 2**20:.2f} MiB in {m.messages} message(s); exposed share "
+            f"of the allreduce f = {_pm(m.exposed_raw, m.exposed_se, 1, '.2f')}"
+            + ("" if math.isfinite(m.exposed_se) else " (one multi-rank scale: no uncertainty)")
+        )
+        for c_ in m.checks:
+            if c_.held_out is None:
+                why = f": {c_.why}" if c_.why else ""
+                lines.append(f"leave-one-out N={c_.scale.n}: not possible{why}")
+            else:
+                lines.append(
+                    f"leave-one-out N={c_.scale.n}: {100 * c_.loo_err:+.1f}% "
+                    f"(in-sample {100 * c_.in_sample_err:+.1f}%); most of it in {c_.term}: {c_.why}"
+                )
+        if not m.described:
+            lines.append(
+                "the model does not describe these measurements, so it predicts nothing: "
+                + "; ".join(m.problems)
+            )
     return lines
 
 
-def predictions(a: Analysis) -> list[tuple[str, dict[str, float]]]:
+def predictions(a: Analysis) -> list[tuple[str, Prediction]]:
     return [(s.label, q) for s in a.series for q in s.predictions]
 
 
+def _range(q: Prediction) -> str:
+    if not math.isfinite(q.band):
+        return "unchecked"
+    lo, hi = q.throughput_range()
+    return f"{lo:.1f}–{hi:.1f}"
+
+
+def roofline_lines(a: Analysis) -> list[str]:
+    return [
+        (f"{s.label} " if a.compares else "") + f"N={p.n}: {p.roofline.line()}"
+        for s in a.series
+        for p in s.points
+        if p.roofline is not None
+    ]
+
+
+PREDICTION_COLUMNS = (
+    "series",
+    "ranks",
+    "batch per rank",
+    "step ms",
+    "samples/s",
+    "samples/s range",
+    "efficiency",
+)
+FORMULAS = (
+    "Formulas: efficiency strong T1/(N·TN), weak X_N/(N·X_1); Karp–Flatt e = (1/S − 1/N)/(1 − 1/N); "
+    "pipeline bubble (p − 1)/(m + p − 1) (GPipe, 1F1B); busbw = algbw·2(n−1)/n (nccl-tests); "
+    "ring allreduce L + 2(n−1)α + 2(n−1)/n·m·β (Hockney, plus the engine's latency L); "
+    "95% ranges from Student's t on log throughput (3+ repetitions), else min–max; "
+    "leave-one-out: each scale predicted from the others."
+)
+
+
+def prediction_rows(a: Analysis) -> list[list[str]]:
+    return [
+        [
+            e,
+            str(q.n),
+            f"{q.batch_per_rank:.1f}",
+            f"{1e3 * q.step_s:.2f}",
+            f"{q.throughput:.1f}",
+            _range(q),
+            f"{100 * q.efficiency:.1f}%",
+        ]
+        for e, q in predictions(a)
+    ]
+
+
+def sections(a: Analysis) -> list[tuple[str, list[str]]]:
+    """The report's headed lists after the main table (empty ones left out)."""
+    out = [
+        ("Fits and their validation", model_lines(a)),
+        ("Communication roofline (gradients on the measured allreduce curve)", roofline_lines(a)),
+        ("Peak memory per pipeline stage", memory_lines(a)),
+        (f"Missing or failed runs ({len(a.missing)})", [f"`{m}`" for m in a.missing]),
+        (f"Unreadable records ({len(a.corrupt)})", list(a.corrupt)),
+    ]
+    return [(title, lines) for title, lines in out if lines]
+
+
+def _md_table(head: list[str] | tuple[str, ...], body: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+        "| " + " | ".join(r) + " |" for r in body
+    ]
+
+
 def markdown(a: Analysis, images: list[Path]) -> str:
-    md = [
-        f"# {a.kind.capitalize()} scaling report",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
-    ]
-    md += ["| " + " | ".join(r) + " |" for r in rows(a)]
-    md += [""] + [f"- {line}" for line in model_lines(a)]
+    columns, table = shown(a)
+    md = [f"# {a.kind.capitalize()} scaling report", ""] + _md_table(columns, table)
+    md += ["", interval_note(a)]
     if predictions(a):
-        md += [
-            "",
-            "## Prediction beyond the measured scales (α–β model + measured compute)",
-            "",
-            "| series | ranks | batch per rank | step ms | samples/s | efficiency |",
-            "|---|---|---|---|---|---|",
-        ]
-        md += [
-            f"| {e} | {q['n']} | {q['batch_per_rank']:.1f} | {1e3 * q['step_s']:.2f} | {q['throughput']:.1f} | "
-            f"{100 * q['efficiency']:.1f}% |"
-            for e, q in predictions(a)
-        ]
-    if memory_lines(a):
-        md += ["", "## Peak memory per pipeline stage", ""] + [f"- {x}" for x in memory_lines(a)]
-    if a.missing:
-        md += ["", f"## Missing or failed runs ({len(a.missing)})", ""] + [f"- `{m}`" for m in a.missing]
-    if a.corrupt:
-        md += ["", f"## Unreadable records ({len(a.corrupt)})", ""] + [f"- {c}" for c in a.corrupt]
+        md += ["", "## Prediction beyond the measured scales (band: the largest leave-one-out error)", ""]
+        md += _md_table(PREDICTION_COLUMNS, prediction_rows(a))
+    for title, lines in sections(a):
+        md += ["", f"## {title}", ""] + [f"- {x}" for x in lines]
     md += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in images]
-    md += [
-        "",
-        "Formulas: efficiency strong T1/(N·TN), weak X_N/(N·X_1); Karp–Flatt e = (1/S − 1/N)/(1 − 1/N); "
-        "pipeline bubble (p − 1)/(m + p − 1) (GPipe, 1F1B); "
-        "busbw = algbw·2(n−1)/n (nccl-tests); ring allreduce 2(n−1)α + 2(n−1)/n·m·β (Hockney).",
-    ]
+    md += ["", FORMULAS]
     return "\n".join(md) + "\n"
+
+
+def _html_table(head: list[str] | tuple[str, ...], body: list[list[str]]) -> str:
+    return (
+        "<table border=1 cellpadding=4><tr>"
+        + "".join(f"<th>{html.escape(c)}</th>" for c in head)
+        + "</tr>"
+        + "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in body)
+        + "</table>"
+    )
 
 
 def html_page(a: Analysis, md_text: str, images: list[Path]) -> str:
     """Self-contained: the plots are embedded as data URIs."""
-    body = [
-        f"<h1>{html.escape(a.kind.capitalize())} scaling report</h1>",
-        "<table border=1 cellpadding=4>",
-        "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS) + "</tr>",
-    ]
-    body += ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in rows(a)]
-    body.append("</table><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in model_lines(a)) + "</ul>")
-    if memory_lines(a):
-        body.append(
-            "<h2>Peak memory per pipeline stage</h2><ul>"
-            + "".join(f"<li>{html.escape(x)}</li>" for x in memory_lines(a))
-            + "</ul>"
-        )
+    columns, table = shown(a)
+    body = [f"<h1>{html.escape(a.kind.capitalize())} scaling report</h1>", _html_table(columns, table)]
+    body.append(f"<p>{html.escape(interval_note(a))}</p>")
     if predictions(a):
+        body.append("<h2>Prediction beyond the measured scales</h2>")
+        body.append(_html_table(PREDICTION_COLUMNS, prediction_rows(a)))
+    for title, lines in sections(a):
         body.append(
-            "<h2>Prediction beyond the measured scales</h2><table border=1 cellpadding=4>"
-            "<tr><th>series</th><th>ranks</th><th>step ms</th><th>samples/s</th><th>efficiency</th></tr>"
-            + "".join(
-                f"<tr><td>{html.escape(e)}</td><td>{q['n']}</td><td>{1e3 * q['step_s']:.2f}</td>"
-                f"<td>{q['throughput']:.1f}</td><td>{100 * q['efficiency']:.1f}%</td></tr>"
-                for e, q in predictions(a)
-            )
-            + "</table>"
-        )
-    if a.missing:
-        body.append(
-            "<h2>Missing or failed runs</h2><ul>"
-            + "".join(f"<li>{html.escape(m)}</li>" for m in a.missing)
-            + "</ul>"
-        )
-    if a.corrupt:
-        body.append(
-            "<h2>Unreadable records</h2><ul>"
-            + "".join(f"<li>{html.escape(c)}</li>" for c in a.corrupt)
+            f"<h2>{html.escape(title)}</h2><ul>"
+            + "".join(f"<li>{html.escape(x)}</li>" for x in lines)
             + "</ul>"
         )
     for p in images:
@@ -205,6 +277,7 @@ def html_page(a: Analysis, md_text: str, images: list[Path]) -> str:
         body.append(
             f'<h3>{html.escape(p.stem)}</h3><img alt="{html.escape(p.stem)}" src="data:image/png;base64,{data}">'
         )
+    body.append(f"<p>{html.escape(FORMULAS)}</p>")
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>hpctrain scaling report</title></head><body>"
         + "\n".join(body)

@@ -60,6 +60,10 @@ class Engine(ABC):
     def barrier(self, name: str) -> None: ...
 
     @abstractmethod
+    def allreduce_now(self, t: torch.Tensor, name: str) -> None:
+        """A blocking sum over every rank, with the collective the engine averages gradients with."""
+
+    @abstractmethod
     def allgather_object(self, obj: Any) -> list[Any]: ...
 
     @abstractmethod

@@ -143,6 +143,9 @@ class DdpEngine(Engine):
     def barrier(self, name: str) -> None:
         dist.barrier()
 
+    def allreduce_now(self, t: torch.Tensor, name: str) -> None:
+        dist.all_reduce(t)
+
     def allgather_object(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(out, obj)

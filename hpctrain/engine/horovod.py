@@ -91,6 +91,9 @@ class HorovodEngine(Engine):
     def barrier(self, name: str) -> None:
         self.hvd.allreduce(torch.zeros(1), name=name)
 
+    def allreduce_now(self, t: torch.Tensor, name: str) -> None:
+        self.hvd.allreduce(t, op=self.hvd.Sum, name=name)
+
     def allgather_object(self, obj: Any) -> list[Any]:
         return list(self.hvd.allgather_object(obj))
 

@@ -47,6 +47,12 @@ class RankSummary:
     parameters: int
     bubble_s: float = 0.0
     stage: int = 0  # the pipeline stage this rank holds (0 in data parallelism)
+    threads: int = 0  # torch threads of this rank (0: not recorded)
+    grad_tensors: int = 0  # parameter tensors with gradients
+    # after training: median seconds of an allreduce of one value and of the gradients' size
+    # (the run's own bandwidth curve for the communication roofline; 0: not measured)
+    probe_small_s: float = 0.0
+    probe_full_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,10 +93,19 @@ class RunSummary:
     schedule: str = ""  # the pipeline schedule ("" in data parallelism)
     bubble_s: float = 0.0  # mean over ranks of the time a stage waited for its neighbours per step
     bubble_share: float = 0.0
+    threads_per_rank: int = 0  # torch threads per rank (0: not recorded)
+    grad_tensors: int = 0
+    grad_bucket_bytes: int = 0  # Horovod's fusion threshold or DDP's bucket size (0: no fusion)
+    probe_small_s: float = 0.0  # see RankSummary
+    probe_full_s: float = 0.0
 
     @property
     def grad_bytes_per_param(self) -> int:
-        return 2 if self.compression == "fp16" else 4
+        return 2 if self.compression in ("fp16", "bf16") else 4
+
+    @property
+    def grad_bytes(self) -> int:
+        return self.parameters * self.grad_bytes_per_param
 
 
 @dataclass(frozen=True)

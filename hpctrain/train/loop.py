@@ -27,6 +27,7 @@ from ..parallel.split import declared_checkpoint_blocks
 from ..workload.targets import probe
 from . import checkpoint
 from .comm import RankInfo
+from .comm_probe import probe_allreduce
 from .data import GlobalBatchSampler, build_loader
 from .memory import peak_bytes, reset_peak
 from .parts import make_criterion, make_dataset, make_model, workload_label
@@ -260,6 +261,9 @@ def train(
                     t.watch.stop()
                     return None
     t.watch.stop()
+    probe = (0.0, 0.0)
+    if t.pipe is None and d.world_size > 1:
+        probe = probe_allreduce(engine, t.parameters, t.device, str(cfg.parallelism.compression))
     if cfg.train.save_model:
         weights = _whole_model_state(t, engine)
         if master:
@@ -273,6 +277,9 @@ def train(
         peak_bytes(t.device),
         t.parameters,
         stage=t.pipe.stage if t.pipe is not None else 0,
+        threads=torch.get_num_threads(),
+        grad_tensors=sum(1 for p in t.weights.parameters() if p.requires_grad) if t.pipe is None else 0,
+        probe=probe,
     )
 
 

@@ -31,6 +31,9 @@ def rank_stats(
     peak_memory_bytes: int,
     parameters: int,
     stage: int = 0,
+    threads: int = 0,
+    grad_tensors: int = 0,
+    probe: tuple[float, float] = (0.0, 0.0),
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
@@ -57,6 +60,10 @@ def rank_stats(
         parameters=parameters,
         bubble_s=mean("bubble_s"),
         stage=stage,
+        threads=threads,
+        grad_tensors=grad_tensors,
+        probe_small_s=probe[0],
+        probe_full_s=probe[1],
     )
 
 
@@ -98,5 +105,9 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: objec
         peak_memory_bytes=[r.peak_memory_bytes for r in per_rank],
         parameters=per_rank[0].parameters,
         per_rank=list(per_rank),
+        threads_per_rank=per_rank[0].threads,
+        grad_tensors=per_rank[0].grad_tensors,
+        probe_small_s=avg("probe_small_s"),
+        probe_full_s=avg("probe_full_s"),
         **about,  # type: ignore[arg-type]
     )

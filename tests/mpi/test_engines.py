@@ -26,6 +26,8 @@ def test_ddp_two_ranks_equal_horovod_two_ranks_and_one_rank(tmp_path: Path, refe
     assert_same_weights(reference[0], ddp, rtol=1e-5, atol=1e-6)
     assert_same_weights(one, ddp, rtol=1e-5, atol=1e-6)
     assert s["engine"] == "ddp" and s["world_size"] == 2 and s["comm_s"] > 0
+    # DDP's buckets (25 MiB) and its own all_reduce timed after training, for the roofline
+    assert s["grad_bucket_bytes"] == 25 * 2**20 and s["probe_small_s"] > 0 and s["probe_full_s"] > 0
     env = json.loads((ddp / "env.json").read_text())
     assert env["engine"] == "ddp" and env["backend"] == "gloo"  # what torch.distributed runs on
     assert json.loads((reference[0] / "env.json").read_text())["engine"] == "horovod"

@@ -194,6 +194,15 @@ def test_records_are_complete(reference) -> None:
     assert s["comm_s"] == pytest.approx(statistics.fmean(x["comm_s"] for x in every), rel=1e-9)
     wall = max(sum(x["step_s"] for x in timed[r]) for r in (0, 1))
     assert s["throughput_samples_per_s"] == pytest.approx(32 * 10 / wall, rel=1e-9)
+    # the run's own allreduce probe (one value, and the gradients' size) places it on a roofline
+    from hpctrain.analysis.roofline import for_run
+    from hpctrain.records import RunSummary, read
+
+    assert s["grad_tensors"] == len(weights(run_dir)) and s["grad_bucket_bytes"] == 64 * 2**20
+    assert s["probe_small_s"] > 0 and s["probe_full_s"] > 0 and s["threads_per_rank"] >= 1
+    roof = for_run(read(run_dir / "summary.json", RunSummary))
+    assert roof is not None and roof.messages == 1 and roof.grad_bytes == 4 * s["parameters"]
+    assert roof.latency_s == pytest.approx(s["probe_small_s"]) and roof.exposed_s == s["comm_s"]
 
 
 def test_a_failing_rank_is_named_with_its_traceback_and_the_run_stops_at_that_step(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -46,6 +47,7 @@ def test_local_study_produces_the_full_report_and_resumes(tmp_path: Path) -> Non
         "efficiency.png",
         "breakdown.png",
         "busbw.png",
+        "roofline.png",
     ):
         assert (report / name).stat().st_size > 0, name
     check_report_against_the_run_records(study, r.stdout)
@@ -77,9 +79,9 @@ def check_report_against_the_run_records(study: Path, terminal: str, kind: str =
     for row in rows:
         n = int(row["N"])
         pair = [v["throughput_samples_per_s"] for v in s[n]]
-        half = 12.7062 * abs(pair[0] - pair[1]) / 2  # t(0.975, 1) * sd / sqrt(2), sd = |a - b| / sqrt(2)
+        # two repetitions: min-max, not a t interval (t(0.975, 1) = 12.7 would reach below zero)
+        assert row["samples/s range"] == f"{min(pair):.1f}–{max(pair):.1f}"
         assert float(row["samples/s"]) == pytest.approx(x[n], abs=0.051)
-        assert float(row["±CI95"]) == pytest.approx(half, abs=0.051)
         assert float(row["speedup"]) == pytest.approx(x[n] / x[1], abs=0.0051)
         # strong: T1 / (N TN) from step times; weak: X_N / (N X_1) from throughputs
         eff = t[1] / (n * t[n]) if kind == "strong" else x[n] / (n * x[1])
@@ -87,16 +89,34 @@ def check_report_against_the_run_records(study: Path, terminal: str, kind: str =
         assert float(row["comm"].rstrip("%")) == pytest.approx(100 * mean(n, "comm_s") / t[n], abs=0.051)
         assert float(row["step ms"]) == pytest.approx(1e3 * t[n], abs=0.0051)
         assert row["model ms"] != "-" and row["model err"].endswith("%")
+    # leave-one-out: N=1 (no communication) is predicted from N=2's compute; N=2 has no other
+    # multi-rank scale to fit its overlap from
+    assert rows[0]["LOO err"].endswith("%") and rows[1]["LOO err"] == "-"
+    # the efficiency range of N=2 propagates from both throughput ranges (min-max: extreme ratios)
+    lo, hi = (float(v) for v in rows[1]["effic. range"].rstrip("%").split("–"))
+    x_lo, x_hi = min(pair := [v["throughput_samples_per_s"] for v in s[2]]), max(pair)
+    b_lo, b_hi = min(b := [v["throughput_samples_per_s"] for v in s[1]]), max(b)
+    assert (lo, hi) == pytest.approx((100 * x_lo / b_hi / 2, 100 * x_hi / b_lo / 2), abs=0.051)
     md = (report / "report.md").read_text()
+    # the Markdown table leaves out the columns empty at every point (bubble, theory: no pipeline)
+    header = md.splitlines()[2].strip("| ").split(" | ")
+    assert "bubble" not in header and set(header) < set(rows[0])
     for row in rows:
-        assert "| " + " | ".join(row.values()) + " |" in md
-    assert "Prediction beyond the measured scales" in md and "| 4 |" in md and "| 8 |" in md
+        assert "| " + " | ".join(row[c] for c in header) + " |" in md
+    # predictions only from a model that describes the runs; either way the report says which
+    assert ("Prediction beyond the measured scales" in md and "| 8 |" in md) != (
+        "the model does not describe these measurements" in md
+    )
     page = (report / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 4
-    for plot in ("throughput", "efficiency", "breakdown", "busbw"):
+    assert page.count("data:image/png;base64,") == 5
+    for plot in ("throughput", "efficiency", "breakdown", "busbw", "roofline"):
         assert f'alt="{plot}"' in page
-    assert "model err" in terminal and "samples/s" in terminal
-    assert "α–β fit of the allreduce" in terminal
+    assert "model err" in terminal and "LOO err" in terminal and "samples/s" in terminal
+    assert "allreduce fit (± standard error)" in terminal and "leave-one-out N=1:" in terminal
+    # the roofline of the 2-rank point: the gradients' bytes, expected vs exposed, and a verdict
+    assert re.search(
+        r"roofline N=2: [0-9.]+ MiB of gradients in 1 message\(s\).*(latency|bandwidth)-bound", terminal
+    )
     assert ("Amdahl fit:" in terminal) == (kind == "strong")  # Amdahl's law is about a fixed problem
 
 

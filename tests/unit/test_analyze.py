@@ -54,32 +54,61 @@ def test_repetitions_give_mean_and_interval() -> None:
     runs = [_run(1, 100, 64, rep=0), _run(1, 80, 64, rep=1), _run(2, 60, 32, rep=0), _run(2, 60, 32, rep=1)]
     p1 = analyze_runs("strong", runs, []).points[0]
     assert p1.reps == 2 and p1.throughput == pytest.approx((640 + 800) / 2)
-    # s = |800 - 640| / sqrt(2) = 113.14; half-width = t(0.975, 1) * s / sqrt(2) = 12.7062 * 80 = 1016.5
-    assert p1.throughput_ci95 == pytest.approx(1016.5, rel=1e-4)
+    # two repetitions: a t interval would be 720 +- 1016.5 (t = 12.7), reaching below zero; min-max instead
+    assert (p1.throughput_ci.lo, p1.throughput_ci.hi) == (640, 800) and "min–max" in p1.throughput_ci.method
+    # speedup 1066.7 / 720 from 2 ranks (exact 1066.7, min-max) over 1 rank (640..800): 1.333 .. 1.667
+    p2 = analyze_runs("strong", runs, []).points[1]
+    assert (p2.speedup_ci.lo, p2.speedup_ci.hi) == pytest.approx((1066.67 / 800, 1066.67 / 640), rel=1e-4)
+    assert (p2.efficiency_ci.lo, p2.efficiency_ci.hi) == pytest.approx(
+        (1066.67 / 1600, 1066.67 / 1280), rel=1e-4
+    )
 
 
 def test_model_prediction_and_error_with_allreduce_data() -> None:
+    # Horovod's allreduce: L = 90 us over a wire (MPI) of alpha = 5 us, beta = 1 ns/B (exact at n = 2)
     bench = [
-        {"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "mpi_s": 1e-5 + b / 2e9}
+        {"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "mpi_s": 1e-5 + b / 1e9}
         for b in (2**10, 2**16, 2**20, 2**24)
     ]
-    a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10)], [], bench).series[0]
-    # n = 2: T = 2 alpha + m beta, so the fit is exact: alpha = 50 us, beta = 1 ns/B
-    assert a.alpha_beta is not None
-    assert (a.alpha_beta.alpha_s, a.alpha_beta.beta_s_per_byte) == pytest.approx((5e-5, 1e-9))
-    # compute 100 ms / 64 = 1.5625 ms per sample; gradients 250k x 4 B = 1 MB: allreduce(2) = 1.1 ms,
-    # exposed 10 ms of it => f = 10 / 1.1 = 9.09 (a "share" above 1: issue 13 deals with that)
-    assert a.step_model is not None and a.step_model.exposed_fraction == pytest.approx(0.01 / 1.1e-3)
-    assert [p.model_step_s for p in a.points] == pytest.approx([0.100, 0.060])
-    # 4 ranks x 16: 1.5625 ms x 16 + f x (6 x 50 us + 1.5 x 1 MB x 1 ns) = 25 ms + 9.09 x 1.8 ms
-    # 8 ranks x 8:  12.5 ms + 9.09 x (14 x 50 us + 1.75 ms) = 12.5 ms + 9.09 x 2.45 ms
-    step4, step8 = 0.025 + 0.018 / 1.1, 0.0125 + 0.0245 / 1.1
-    assert [q["n"] for q in a.predictions] == [4, 8, 16]
-    assert [q["batch_per_rank"] for q in a.predictions] == [16, 8, 4]  # strong: the global batch is shared
-    assert [q["step_s"] for q in a.predictions[:2]] == pytest.approx([step4, step8])
-    assert [q["efficiency"] for q in a.predictions[:2]] == pytest.approx(
-        [0.1 / (4 * step4), 0.1 / (8 * step8)]
+    runs = [_run(1, 100, 64), _run(2, 60, 32, comm_ms=0.55), _run(4, 40, 16, comm_ms=0.9)]
+    a = analyze_runs("strong", runs, [], bench).series[0]
+    assert a.comm is not None
+    assert (a.comm.alpha_s, a.comm.latency_s, a.comm.beta_s_per_byte) == pytest.approx((5e-6, 9e-5, 1e-9))
+    # gradients 250k x 4 B = 1 MB in one message: n = 2: 90 + 10 us + 1 ms = 1.1 ms; n = 4: 90 + 30 us
+    # + 1.5 ms = 1.62 ms. Exposed 0.55 and 0.9 ms: f = (0.55 x 1.1 + 0.9 x 1.62) / (1.1^2 + 1.62^2)
+    f = (0.55 * 1.1 + 0.9 * 1.62) / (1.1**2 + 1.62**2)
+    m = a.step_model
+    assert m is not None and m.described and m.exposed == pytest.approx(f)
+    # in-sample: measured compute + f x expected
+    assert [p.model_step_s for p in a.points] == pytest.approx(
+        [0.1, 0.05945 + f * 1.1e-3, 0.0391 + f * 1.62e-3]
     )
+    # leave N=4 out: f from N=2 alone = 0.55 / 1.1 = 0.5; compute on the line through (64, 100 ms)
+    # and (32, 59.45 ms): 40.55 / 32 = 1.2671875 ms per sample + 18.9 ms per step
+    assert a.points[2].loo_step_s == pytest.approx(18.9e-3 + 16 * 1.2671875e-3 + 0.5 * 1.62e-3)
+    assert m.checks[2].term == "communication"  # 0.81 ms predicted, 0.9 measured; compute +0.075 ms
+    # predictions at 8, 16, 32 ranks: compute on the least-squares line through all three scales
+    # (c1 = Sxy / Sxx = 1515.47 / 1194.67 ms, c0 = 66.183 - c1 x 37.333 ms), f x expected allreduce
+    c1 = 1515.4667 / 1194.6667
+    step8 = (66.18333 - c1 * 37.33333 + 8 * c1) * 1e-3 + f * (9e-5 + 14 * 5e-6 + 1.75e-3)
+    q = a.predictions[0]
+    assert (q.n, q.batch_per_rank, q.step_s) == (8, 8, pytest.approx(step8))
+    assert q.efficiency == pytest.approx(0.1 / (8 * step8))
+    assert q.band == pytest.approx(max(abs(c.loo_err) for c in m.checks))
+    lo, hi = q.throughput_range()
+    assert 0 < lo < q.throughput < hi
+
+
+def test_a_model_outside_its_physical_range_predicts_nothing() -> None:
+    bench = [{"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "mpi_s": 1e-5 + b / 1e9} for b in (2**10, 2**20)]
+    # 10 ms exposed where the benchmark's allreduce of the gradients takes 1.1 ms: f = 9.1
+    a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10)], [], bench).series[0]
+    assert a.step_model is not None and not a.step_model.described and not a.predictions
+    from hpctrain.analysis.report import markdown
+
+    md = markdown(analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10)], [], bench), [])
+    assert "does not describe these measurements" in md and "9.09x the allreduce" in md
+    assert "Prediction beyond" not in md
 
 
 def _write_study(root: Path, kind: str, runs: list[Run], broken: int = 0) -> Path:
@@ -106,10 +135,10 @@ def test_missing_runs_are_listed_and_the_report_is_written(tmp_path: Path) -> No
     a = analyze_dir(study)
     assert len(a.points) == 2 and len(a.missing) == 2
     paths = write_report(a, study / "report")
-    for key in ("csv", "markdown", "html", "throughput", "efficiency", "breakdown", "busbw"):
+    for key in ("csv", "markdown", "html", "throughput", "efficiency", "breakdown", "busbw", "roofline"):
         assert paths[key].exists() and paths[key].stat().st_size > 0, key
     html = paths["html"].read_text()
-    assert html.count("data:image/png;base64,") == 4  # self-contained
+    assert html.count("data:image/png;base64,") == 5  # self-contained
     assert "failed-0" in paths["markdown"].read_text()
 
 
@@ -124,7 +153,7 @@ def test_no_speedup_is_reported_as_such_not_as_a_limit_below_one() -> None:
     from hpctrain.analysis.report import markdown
 
     md = markdown(a, [])
-    assert "no speedup at this scale" in md and "speedup limit 1/s" not in md
+    assert "Amdahl's law does not describe these measurements" in md and "speedup limit 1/s" not in md
     good = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32)], [])
     assert not good.series[0].no_speedup and "speedup limit 1/s = 5.0x" in markdown(good, [])
 
@@ -134,12 +163,13 @@ def test_two_engines_are_two_series_each_with_its_own_baseline_and_allreduce_fit
     runs = [
         _run(1, 100, 64),
         _run(1, 90, 64, engine="ddp"),
-        _run(2, 60, 32, comm_ms=10),
-        _run(2, 50, 32, comm_ms=4, engine="ddp"),
+        _run(2, 60, 32, comm_ms=1),
+        _run(2, 50, 32, comm_ms=1.5, engine="ddp"),
     ]
-    # Horovod's allreduce: 50 us + 1 ns/B; torch.distributed's: 20 us + 2 ns/B (exact at n = 2)
+    # Horovod's allreduce: 100 us + 1 ns/B; torch.distributed's: 40 us + 2 ns/B, over a wire (MPI)
+    # of 2 x 5 us + 1 ns/B (exact at n = 2)
     bench = [
-        {"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "torch_s": 4e-5 + 2 * b / 1e9, "mpi_s": 1e-5}
+        {"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "torch_s": 4e-5 + 2 * b / 1e9, "mpi_s": 1e-5 + b / 1e9}
         for b in (2**10, 2**16, 2**20)
     ]
     a = analyze_runs("strong", runs, [], bench)
@@ -148,18 +178,19 @@ def test_two_engines_are_two_series_each_with_its_own_baseline_and_allreduce_fit
     # each engine's speedup is against its own 1-rank run
     assert (hvd.points[1].speedup, ddp.points[1].speedup) == pytest.approx((100 / 60, 90 / 50))
     assert ddp.points[1].efficiency == pytest.approx(90 / 100)
-    assert hvd.alpha_beta is not None and ddp.alpha_beta is not None
-    assert (hvd.alpha_beta.alpha_s, hvd.alpha_beta.beta_s_per_byte) == pytest.approx((5e-5, 1e-9))
-    assert (ddp.alpha_beta.alpha_s, ddp.alpha_beta.beta_s_per_byte) == pytest.approx((2e-5, 2e-9))
-    # DDP's exposed share: 4 ms of an allreduce of 1 MB at n = 2 (2 x 20 us + 1e6 x 2 ns = 2.04 ms)
-    assert ddp.step_model is not None and ddp.step_model.exposed_fraction == pytest.approx(0.004 / 2.04e-3)
+    assert hvd.comm is not None and ddp.comm is not None
+    assert (hvd.comm.latency_s, hvd.comm.beta_s_per_byte) == pytest.approx((9e-5, 1e-9))
+    assert (ddp.comm.latency_s, ddp.comm.beta_s_per_byte) == pytest.approx((3e-5, 2e-9))
+    # DDP's exposed share: 1.5 ms of an allreduce of 1 MB at n = 2 in two buckets (1 MiB first bucket:
+    # 1e6 B < 1 MiB, so one): 30 + 10 us + 1e6 x 2 ns = 2.04 ms
+    assert ddp.step_model is not None and ddp.step_model.exposed == pytest.approx(1.5e-3 / 2.04e-3)
 
     from hpctrain.analysis.report import markdown, model_lines, rows
 
     assert [(r[0], r[1]) for r in rows(a)] == [("horovod", "1"), ("horovod", "2"), ("ddp", "1"), ("ddp", "2")]
     assert [r[5] for r in rows(a)] == ["1.00", "1.67", "1.00", "1.80"]
     lines = model_lines(a)
-    assert sum(x.startswith("horovod: ") for x in lines) == sum(x.startswith("ddp: ") for x in lines) == 2
+    assert sum(x.startswith("horovod: ") for x in lines) == sum(x.startswith("ddp: ") for x in lines) == 5
     md = markdown(a, [])
     assert "| ddp | 4 |" in md and "| horovod | 4 |" in md  # predictions per engine
 
@@ -196,10 +227,10 @@ def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage
     assert p.bubble_share == pytest.approx(0.011 / 0.050) and p.bubble_theory == pytest.approx(0.2)
     assert p.peak_by_stage == pytest.approx((300 * 2**20, 450 * 2**20))
     [row] = rows(a)
-    assert row[9:12] == ["22.0%", "20.0%", "450"]  # bubble, theory, peak MiB of the fullest stage
+    assert row[10:13] == ["22.0%", "20.0%", "450"]  # bubble, theory, peak MiB of the fullest stage
     assert memory_lines(a) == ["horovod N=2: stage 0 300 MiB, stage 1 450 MiB"]
     # data parallelism has no bubble to compare
-    assert rows(analyze_runs("strong", [_run(1, 100, 64)], []))[0][9:11] == ["-", "-"]
+    assert rows(analyze_runs("strong", [_run(1, 100, 64)], []))[0][10:12] == ["-", "-"]
 
 
 def test_micro_batch_counts_are_series_of_their_own() -> None:

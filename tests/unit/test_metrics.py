@@ -7,7 +7,7 @@ import math
 import pytest
 
 from hpctrain.analysis import metrics as m
-from hpctrain.analysis.model import AlphaBeta, fit_alpha_beta, fit_step_model
+from hpctrain.analysis.model import CommModel, fit_alpha_beta
 
 
 def test_horovod_published_efficiency_512_gpus() -> None:
@@ -59,7 +59,7 @@ def test_nccl_tests_bus_bandwidth() -> None:
 
 
 def test_alpha_beta_fit_recovers_the_model() -> None:
-    truth = AlphaBeta(alpha_s=20e-6, beta_s_per_byte=1 / 5e9)
+    truth = CommModel(alpha_s=20e-6, beta_s_per_byte=1 / 5e9)
     samples = [
         (n, size, truth.allreduce_s(n, size)) for n in (2, 4, 8) for size in (2**k for k in range(10, 28, 2))
     ]
@@ -70,24 +70,23 @@ def test_alpha_beta_fit_recovers_the_model() -> None:
     assert truth.allreduce_s(4, 1e6) == pytest.approx(420e-6)
 
 
-def test_step_model_fits_compute_and_exposed_share() -> None:
-    ab = AlphaBeta(0.0, 1e-9)  # 1 GB/s, no latency: allreduce(2, 1e6 B) = 1 ms, (4, ...) = 1.5 ms
-    # compute 2 us per sample; exposed comm = half of the allreduce
-    points = [(2, 1000, 2e-3, 0.5e-3), (4, 500, 1e-3, 0.75e-3)]
-    model = fit_step_model(ab, points, gradient_bytes=1e6)
-    assert model.compute_s_per_sample == pytest.approx(2e-6)
-    assert model.exposed_fraction == pytest.approx(0.5)
-    assert model.step_s(8, 250) == pytest.approx(0.5e-3 + 0.5 * 1.75e-3)  # 8 ranks: ar = 1.75 ms
-
-
 def test_t_quantiles_match_tables() -> None:
     assert m.t975(1) == 12.7062 and m.t975(30) == 2.0423
     assert m.t975(60) == pytest.approx(2.0003, abs=2e-4)  # table value
     assert m.t975(120) == pytest.approx(1.9799, abs=2e-4)
 
 
-def test_alpha_beta_fit_never_goes_negative() -> None:
+def test_alpha_beta_fit_holds_a_negative_within_its_uncertainty_at_zero() -> None:
     # bandwidth-only data (no latency at all, plus noise pulling alpha below 0)
     samples = [(2, s, s / 1e9 * 0.99 if s < 2**12 else s / 1e9) for s in (2**10, 2**12, 2**20, 2**24)]
     fit = fit_alpha_beta(samples)
-    assert fit.alpha_s >= 0 and fit.beta_s_per_byte > 0
+    assert fit.alpha_s == 0 and fit.beta_s_per_byte == pytest.approx(1e-9, rel=0.02)
+    assert not fit.problems()
+
+
+def test_a_clearly_negative_latency_is_reported_not_hidden() -> None:
+    # times that fall as messages grow at first: a line through them has a negative intercept far
+    # beyond its uncertainty, which no physical network has
+    samples = [(2, s, t) for s, t in ((2**20, 1.0e-3), (2**21, 2.5e-3), (2**22, 5.5e-3), (2**23, 11.5e-3))]
+    fit = fit_alpha_beta(samples)
+    assert fit.alpha_s < 0 and "latency α is negative" in fit.problems()[0]

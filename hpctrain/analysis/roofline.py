@@ -1,0 +1,155 @@
+"""The communication roofline of a run: its gradient bytes, grouped as its engine groups them,
+placed on the measured allreduce curve: the time the collectives should take, what the step
+actually waited for, how much was hidden behind the backward pass, and what bounds it.
+
+Latency-bound: the per-collective costs (engine coordination L plus 2(n-1) alpha per message)
+exceed the bytes' time on the wire, 2(n-1)/n m beta (Hockney's model, see model.py): fewer,
+larger collectives help. Bandwidth-bound: the other way round: fewer bytes (compression) help.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..records import RunSummary
+from .model import CommModel, from_probe
+
+MIB = 2**20
+WAIT_FACTOR = 1.5  # exposed beyond this multiple of the expected time is waiting, not transfer
+HOROVOD_FUSION_BYTES = 64 * MIB  # Horovod's default HOROVOD_FUSION_THRESHOLD (docs: tensor-fusion)
+DDP_FIRST_BUCKET_BYTES = (
+    1 * MIB
+)  # torch DDP puts the first gradients in a small bucket (_DEFAULT_FIRST_BUCKET_BYTES)
+
+
+def messages(engine: str, grad_bytes: float, bucket_bytes: float, tensors: int) -> int:
+    """Collectives per step: Horovod fuses up to its threshold per message (0 disables fusion: one
+    per tensor); DDP sends a 1 MiB first bucket, then buckets of bucket_cap_mb."""
+    if grad_bytes <= 0:
+        return 0
+    if bucket_bytes <= 0:
+        return max(tensors, 1)
+    if engine == "ddp":
+        first = min(DDP_FIRST_BUCKET_BYTES, bucket_bytes)
+        return 1 + math.ceil(max(grad_bytes - first, 0) / bucket_bytes)
+    return math.ceil(grad_bytes / bucket_bytes)
+
+
+def grouping(engine: str, bucket_bytes: float) -> str:
+    if engine == "ddp":
+        return f"DDP buckets of {bucket_bytes / MIB:g} MiB"
+    if bucket_bytes <= 0:
+        return "Horovod without fusion (one message per tensor)"
+    return f"Horovod fusion buffer of {bucket_bytes / MIB:g} MiB"
+
+
+@dataclass(frozen=True)
+class Roofline:
+    engine: str
+    n: int
+    grad_bytes: float
+    messages: int
+    grouping: str
+    latency_s: float  # expected per-collective costs
+    bandwidth_s: float  # expected time of the bytes on the wire
+    exposed_s: float  # measured: what the step waited for
+    compression: str
+
+    @property
+    def expected_s(self) -> float:
+        return self.latency_s + self.bandwidth_s
+
+    @property
+    def overlap(self) -> float:
+        """Share of the expected communication hidden behind compute (1 - exposed / expected);
+        negative when the step waited longer than the collectives should take."""
+        return 1 - self.exposed_s / self.expected_s if self.expected_s > 0 else math.nan
+
+    @property
+    def waits(self) -> bool:
+        """The step waited far longer than the transfer takes: for a slower rank or for a core
+        (stragglers, oversubscription), which no communication setting fixes."""
+        return self.exposed_s > WAIT_FACTOR * self.expected_s
+
+    @property
+    def bound(self) -> str:
+        return "latency" if self.latency_s > self.bandwidth_s else "bandwidth"
+
+    @property
+    def knob(self) -> str:
+        if self.waits:
+            return (
+                "the step waits for something other than the transfer: look for a slower rank or "
+                "ranks sharing cores before tuning communication"
+            )
+        if self.bound == "bandwidth":
+            if self.compression == "none":
+                return "parallelism.compression=fp16 halves the bytes on the wire"
+            return "the gradients are compressed already: a larger batch per rank hides more of the transfer"
+        if self.engine == "ddp":
+            if self.messages > 1:
+                return f"raise parallelism.bucket_mb for fewer buckets ({self.messages} now)"
+            return "one bucket already: a larger batch per rank amortises the latency"
+        if self.messages > 1:
+            return f"raise parallelism.fusion_threshold_mb for fewer messages ({self.messages} now)"
+        return "one fused message already: lower parallelism.cycle_time_ms to shorten Horovod's cycle"
+
+    def line(self) -> str:
+        overlap = (
+            f"nothing hidden: {self.exposed_s / self.expected_s:.2f}x the expected time"
+            if self.expected_s > 0 and self.exposed_s > self.expected_s
+            else f"{100 * self.overlap:.0f}% overlapped"
+            if math.isfinite(self.overlap)
+            else "overlap unknown"
+        )
+        return (
+            f"{self.grad_bytes / MIB:.2f} MiB of gradients in {self.messages} message(s) ({self.grouping}): "
+            f"expected {1e3 * self.expected_s:.2f} ms (latency {1e3 * self.latency_s:.2f} + bandwidth "
+            f"{1e3 * self.bandwidth_s:.2f}), exposed {1e3 * self.exposed_s:.2f} ms, {overlap}; "
+            f"{self.bound}-bound: {self.knob}"
+        )
+
+
+def roofline(
+    engine: str,
+    n: int,
+    grad_bytes: float,
+    bucket_bytes: float,
+    tensors: int,
+    comm: CommModel,
+    exposed_s: float,
+    compression: str = "none",
+) -> Roofline | None:
+    """None for a single rank (nothing to reduce) or no gradients."""
+    if n <= 1 or grad_bytes <= 0:
+        return None
+    k = messages(engine, grad_bytes, bucket_bytes, tensors)
+    return Roofline(
+        engine,
+        n,
+        grad_bytes,
+        k,
+        grouping(engine, bucket_bytes),
+        comm.latency_part(n, k),
+        comm.bandwidth_part(n, grad_bytes),
+        exposed_s,
+        compression,
+    )
+
+
+def for_run(s: RunSummary) -> Roofline | None:
+    """A run's roofline on its own probe (None: a single rank, a pipeline, or an older record)."""
+    comm = from_probe(s.world_size, s.grad_bytes, s.probe_small_s, s.probe_full_s)
+    if comm is None or not math.isfinite(s.comm_s):
+        return None
+    return roofline(
+        s.engine,
+        s.world_size,
+        s.grad_bytes,
+        s.grad_bucket_bytes,
+        s.grad_tensors,
+        comm,
+        s.comm_s,
+        s.compression,
+    )

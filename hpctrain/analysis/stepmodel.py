@@ -1,0 +1,229 @@
+"""The step-time model: step = compute + f x communication + data wait (+ pipeline bubble).
+
+Compute is measured per scale (in-sample). Elsewhere (leave-one-out, predictions) it is
+c0 + c1 x batch per rank, fitted over the measured scales with the same threads per rank: a fixed
+cost per step (the optimizer update, kernel launches) plus a cost per sample; with one batch size
+among them, compute per sample carries over from the nearest scale. Threads matter because locally
+the threads per rank change with the scale, and compute per sample with them. Data wait and bubble
+carry over per sample from the nearest scale. Communication comes from the engine's fitted allreduce (model.CommModel) for the
+run's gradient bytes and message count; f, the share of it the backward pass does not hide, is
+fitted by least squares over the multi-rank scales and must lie in [0, 1].
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from .metrics import t975
+from .model import CommModel
+
+# A fitted share may miss [0, 1] by at most this much (less when its uncertainty is smaller): a
+# share of 3 +- 2 fits nothing physical however wide its interval.
+SLACK = 0.10
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What a study measured at one world size (means over repetitions), in seconds per step."""
+
+    n: int
+    batch_per_rank: float
+    threads: int  # torch threads per rank (0: not recorded)
+    compute_s: float
+    comm_s: float  # exposed communication
+    other_s: float  # data wait and whatever else the step spent outside compute and communication
+    bubble_s: float
+    step_s: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    n: int
+    batch_per_rank: float
+    compute_s: float
+    comm_s: float
+    other_s: float
+    bubble_s: float
+    source: Scale | None  # where compute, data wait and bubble came from
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.comm_s + self.other_s + self.bubble_s
+
+
+@dataclass(frozen=True)
+class Check:
+    """One measured scale against the model: fitted with it (in-sample) and without it."""
+
+    scale: Scale
+    in_sample: Estimate
+    held_out: Estimate | None  # None: the other scales cannot fit the model
+    term: str = ""  # the term that carries most of the leave-one-out error
+    why: str = ""
+
+    @property
+    def in_sample_err(self) -> float:
+        return self.in_sample.step_s / self.scale.step_s - 1
+
+    @property
+    def loo_err(self) -> float:
+        return self.held_out.step_s / self.scale.step_s - 1 if self.held_out else math.nan
+
+
+@dataclass(frozen=True)
+class StepModel:
+    comm: CommModel
+    grad_bytes: float
+    messages: int  # collectives per step (fusion buffers, buckets)
+    exposed: float  # f, within [0, 1]
+    exposed_se: float  # NaN: fitted from one scale
+    exposed_raw: float  # the least-squares value before it was held to [0, 1]
+    scales: tuple[Scale, ...]
+    problems: tuple[str, ...] = ()  # why the model does not describe the measurements
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def described(self) -> bool:
+        return not self.problems
+
+    def expected_comm_s(self, n: int) -> float:
+        return self.comm.allreduce_s(n, self.grad_bytes, self.messages)
+
+    def estimate(self, n: int, batch_per_rank: float, threads: int, scales: Sequence[Scale] = ()) -> Estimate:
+        pool = scales or self.scales
+        src = nearest(pool, n, threads)
+        per = batch_per_rank / src.batch_per_rank  # data wait and bubble scale with the samples
+        line = compute_line([s for s in pool if s.threads == src.threads])
+        return Estimate(
+            n,
+            batch_per_rank,
+            line[0] + line[1] * batch_per_rank if line else src.compute_s * per,
+            self.exposed * self.expected_comm_s(n),
+            src.other_s * per,
+            src.bubble_s * per,
+            src,
+        )
+
+    @property
+    def loo_band(self) -> float:
+        """The largest leave-one-out error (relative): how far a prediction may be off."""
+        errs = [abs(c.loo_err) for c in self.checks if math.isfinite(c.loo_err)]
+        return max(errs) if errs else math.nan
+
+
+def nearest(scales: Sequence[Scale], n: int, threads: int) -> Scale:
+    """The measured scale closest to n in log2, among those with the same threads per rank if any."""
+    same = [s for s in scales if s.threads == threads and threads]
+    return min(same or scales, key=lambda s: (abs(math.log2(s.n / n)), -s.n))
+
+
+def compute_line(scales: Sequence[Scale]) -> tuple[float, float] | None:
+    """(c0, c1) of compute = c0 + c1 x batch by least squares; None with fewer than two batch
+    sizes, or when the line is unphysical (a negative cost)."""
+    xs = [s.batch_per_rank for s in scales]
+    if len(set(xs)) < 2:
+        return None
+    ys = [s.compute_s for s in scales]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    c1 = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    c0 = my - c1 * mx
+    return (c0, c1) if c0 >= 0 and c1 > 0 else None
+
+
+def fit_exposed(
+    comm: CommModel, grad_bytes: float, messages: int, scales: Sequence[Scale]
+) -> tuple[float, float]:
+    """f = sum(e c) / sum(c^2) over the multi-rank scales (e: measured exposed, c: expected
+    allreduce time) and its standard error; NaN without a multi-rank scale."""
+    pairs = [(s.comm_s, comm.allreduce_s(s.n, grad_bytes, messages)) for s in scales if s.n > 1]
+    pairs = [(e, c) for e, c in pairs if c > 0]
+    cc = sum(c * c for _, c in pairs)
+    if not pairs or cc <= 0:
+        return math.nan, math.nan
+    f = sum(e * c for e, c in pairs) / cc
+    if len(pairs) < 2:
+        return f, math.nan
+    resid = sum((e - f * c) ** 2 for e, c in pairs)
+    return f, math.sqrt(resid / (len(pairs) - 1) / cc)
+
+
+def _range_problem(f: float, se: float, k: int) -> str:
+    slack = min(t975(k - 1) * se, SLACK) if math.isfinite(se) else SLACK
+    if f - slack > 1:
+        return (
+            f"the exposed communication is {f:.2f}x the allreduce the benchmark predicts for these "
+            "gradients (a share above 1): inside training the collective runs slower than alone, or "
+            "waits for the slowest rank (cores shared with compute, stragglers), which the allreduce "
+            "benchmark cannot see"
+        )
+    if f + slack < 0:
+        return f"the fitted exposed share is negative ({f:.2f})"
+    return ""
+
+
+def fit_step_model(comm: CommModel, grad_bytes: float, messages: int, scales: Sequence[Scale]) -> StepModel:
+    f, se = fit_exposed(comm, grad_bytes, messages, scales)
+    k = sum(1 for s in scales if s.n > 1)
+    problems = list(comm.problems())
+    if math.isfinite(f) and (why := _range_problem(f, se, k)):
+        problems.append(why)
+    held = min(max(f, 0.0), 1.0) if math.isfinite(f) else 0.0
+    model = StepModel(comm, grad_bytes, messages, held, se, f, tuple(scales), tuple(problems))
+    model.checks.extend(_check(model, s) for s in scales)
+    return model
+
+
+def _check(model: StepModel, s: Scale) -> Check:
+    inside = replace(
+        model.estimate(s.n, s.batch_per_rank, s.threads, [s]),
+        compute_s=s.compute_s,
+        other_s=s.other_s,
+        bubble_s=s.bubble_s,
+    )
+    others = [o for o in model.scales if o is not s]
+    if not others:
+        return Check(s, inside, None)
+    f, _ = fit_exposed(model.comm, model.grad_bytes, model.messages, others)
+    if s.n > 1 and not math.isfinite(f):
+        return Check(s, inside, None, "communication", "no other multi-rank scale to fit the overlap")
+    sub = replace(model, exposed=min(max(f, 0.0), 1.0) if math.isfinite(f) else 0.0)
+    est = sub.estimate(s.n, s.batch_per_rank, s.threads, others)
+    term, why = _blame(s, est)
+    return Check(s, inside, est, term, why)
+
+
+def _blame(s: Scale, est: Estimate) -> tuple[str, str]:
+    """The term whose estimate is furthest from its measurement, and why it can be off."""
+    diffs = {
+        "compute": est.compute_s - s.compute_s,
+        "communication": est.comm_s - s.comm_s,
+        "data wait": est.other_s - s.other_s,
+        "bubble": est.bubble_s - s.bubble_s,
+    }
+    term = max(diffs, key=lambda k: abs(diffs[k]))
+    src = est.source
+    if src is None:
+        return term, ""
+    if term == "compute":
+        per = (1e3 * s.compute_s / s.batch_per_rank, 1e3 * est.compute_s / s.batch_per_rank)
+        if src.threads != s.threads and s.threads and src.threads:
+            return term, (
+                f"compute per sample taken from N={src.n} with {src.threads} thread(s) per rank; N={s.n} "
+                f"ran {s.threads} ({per[0]:.3g} vs {per[1]:.3g} ms per sample)"
+            )
+        return (
+            term,
+            f"compute per sample at N={s.n} is {per[0]:.3g} ms; from the other scales' compute "
+            f"(fixed + per sample, nearest N={src.n}) {per[1]:.3g} ms",
+        )
+    if term == "communication":
+        return term, (
+            f"exposed communication {1e3 * s.comm_s:.2f} ms measured, {1e3 * est.comm_s:.2f} ms predicted "
+            "from the other scales' overlap"
+        )
+    return term, (
+        f"{term} {1e3 * getattr(s, 'other_s' if term == 'data wait' else 'bubble_s'):.2f} ms at N={s.n}, "
+        f"{1e3 * (est.other_s if term == 'data wait' else est.bubble_s):.2f} ms carried over from N={src.n}"
+    )

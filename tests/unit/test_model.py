@@ -1,0 +1,171 @@
+"""The step-time model, the communication fit and roofline, and the intervals, against known
+parameters and hand-computed values."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpctrain.analysis.model import CommModel, fit_comm_model, from_probe
+from hpctrain.analysis.roofline import MIB, messages, roofline
+from hpctrain.analysis.stepmodel import Scale, fit_step_model
+from hpctrain.analysis.uncertainty import MINMAX, NONE, T95, positive_interval, ratio_interval
+
+TRUTH = CommModel(alpha_s=20e-6, beta_s_per_byte=1e-9, latency_s=2e-3)
+
+
+def _bench(noise: float, seed: int = 0) -> list[dict[str, float]]:
+    """Allreduce timings of an engine with latency L over a wire with alpha, beta; multiplicative noise."""
+    rng = np.random.default_rng(seed)
+    wire = CommModel(TRUTH.alpha_s, TRUTH.beta_s_per_byte)
+    return [
+        {
+            "n": n,
+            "bytes": b,
+            "hvd_s": TRUTH.allreduce_s(n, b) * (1 + noise * rng.standard_normal()),
+            "mpi_s": wire.allreduce_s(n, b) * (1 + noise * rng.standard_normal()),
+        }
+        for n in (2, 4)
+        for b in (2**k for k in range(10, 26, 2))
+    ]
+
+
+def test_comm_fit_recovers_wire_latency_bandwidth_and_engine_latency_from_noisy_timings() -> None:
+    fit = fit_comm_model(_bench(noise=0.03), "hvd_s")
+    assert fit is not None and not fit.problems()
+    assert fit.alpha_s == pytest.approx(20e-6, rel=0.15)
+    assert fit.beta_s_per_byte == pytest.approx(1e-9, rel=0.05)
+    assert fit.latency_s == pytest.approx(2e-3, rel=0.05)
+    # the engine's latency lies within three standard errors of its estimate
+    assert abs(fit.latency_s - 2e-3) < 3 * fit.latency_se
+
+
+def test_comm_fit_without_noise_is_exact_and_without_wire_timings_puts_all_latency_in_alpha() -> None:
+    exact = fit_comm_model(_bench(noise=0.0), "hvd_s")
+    assert exact is not None
+    assert (exact.alpha_s, exact.beta_s_per_byte, exact.latency_s) == pytest.approx((20e-6, 1e-9, 2e-3))
+    only = fit_comm_model([{**r, "mpi_s": math.nan} for r in _bench(0.0) if r["n"] == 2], "hvd_s")
+    # one world size, no wire: L + 2 alpha = 2.04 ms is all the fit can see
+    assert only is not None and only.latency_s == 0 and 2 * only.alpha_s == pytest.approx(2.04e-3)
+
+
+def test_a_runs_probe_gives_latency_and_bandwidth() -> None:
+    # 4 ranks, 4 MiB: small 2 ms, full 2 ms + 1.5 x 4 MiB x 1 ns = 8.29 ms
+    probe = from_probe(4, 4 * MIB, 2e-3, 2e-3 + 1.5 * 4 * MIB * 1e-9)
+    assert probe is not None
+    assert (probe.latency_s, probe.beta_s_per_byte) == pytest.approx((2e-3, 1e-9))
+    assert from_probe(1, 4 * MIB, 0.0, 0.0) is None
+
+
+def test_roofline_by_hand_on_both_sides_of_the_crossover() -> None:
+    # 4 MiB on 4 ranks in one 64 MiB fusion buffer: latency 2 ms + 6 x 20 us = 2.12 ms;
+    # bandwidth 2 x 3/4 x 4 MiB x 1 ns = 6.29 ms -> bandwidth-bound; 3 ms exposed of 8.41 ms
+    big = roofline("horovod", 4, 4 * MIB, 64 * MIB, 10, TRUTH, 3e-3)
+    assert big is not None and big.messages == 1
+    assert (big.latency_s, big.bandwidth_s) == pytest.approx((2.12e-3, 1.5 * 4 * MIB * 1e-9))
+    assert big.overlap == pytest.approx(1 - 3e-3 / (2.12e-3 + 6.291456e-3))
+    assert big.bound == "bandwidth" and "compression=fp16" in big.knob
+    # 256 KiB: bandwidth 0.39 ms < latency 2.12 ms -> latency-bound; already one message
+    small = roofline("horovod", 4, MIB / 4, 64 * MIB, 10, TRUTH, 1e-3)
+    assert small is not None and small.bound == "latency" and "cycle_time_ms" in small.knob
+    # the crossover: latency = bandwidth at m = 2.12 ms / (1.5 ns) = 1.413 MB
+    m_star = 2.12e-3 / 1.5e-9
+    below = roofline("horovod", 4, 0.99 * m_star, 64 * MIB, 10, TRUTH, 0.0)
+    above = roofline("horovod", 4, 1.01 * m_star, 64 * MIB, 10, TRUTH, 0.0)
+    assert below is not None and above is not None and (below.bound, above.bound) == ("latency", "bandwidth")
+    # DDP: 30 MiB in a 1 MiB first bucket and 25 MiB buckets: 1 + ceil(29 / 25) = 3 messages
+    ddp = roofline("ddp", 4, 30 * MIB, 25 * MIB, 10, CommModel(20e-6, 0.0, 5e-3), 0.0)
+    assert ddp is not None and ddp.messages == 3 and ddp.bound == "latency" and "bucket_mb" in ddp.knob
+    assert ddp.latency_s == pytest.approx(3 * (5e-3 + 6 * 20e-6))
+    assert messages("horovod", 30 * MIB, 0, 12) == 12  # fusion off: a message per tensor
+    assert roofline("horovod", 1, 4 * MIB, 64 * MIB, 10, TRUTH, 0.0) is None
+
+
+def _scales(f: float, noise: float = 0.0, seed: int = 1, threads: tuple[int, ...] = ()) -> list[Scale]:
+    """Weak scaling, 64 samples per rank, 2 us compute per sample, 4 MiB gradients."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, n in enumerate((1, 2, 4, 8)):
+        comm = f * TRUTH.allreduce_s(n, 4 * MIB) * (1 + noise * rng.standard_normal())
+        compute, other = 64 * 2e-6, 1e-3
+        out.append(
+            Scale(n, 64, threads[i] if threads else 1, compute, comm, other, 0.0, compute + comm + other)
+        )
+    return out
+
+
+def test_step_model_recovers_the_exposed_share_and_predicts_held_out_scales() -> None:
+    model = fit_step_model(TRUTH, 4 * MIB, 1, _scales(0.4, noise=0.05))
+    assert model.described
+    assert model.exposed == pytest.approx(0.4, abs=0.03) and abs(model.exposed - 0.4) < 3 * model.exposed_se
+    assert all(abs(c.in_sample_err) < 0.05 for c in model.checks)
+    assert all(abs(c.loo_err) < 0.10 for c in model.checks)  # 5% noise on a term that is 3/4 of a step
+    exact = fit_step_model(TRUTH, 4 * MIB, 1, _scales(0.4))
+    assert [c.loo_err for c in exact.checks] == pytest.approx([0, 0, 0, 0], abs=1e-12)
+
+
+def test_a_share_above_one_means_the_model_does_not_describe_the_runs() -> None:
+    model = fit_step_model(TRUTH, 4 * MIB, 1, _scales(1.8, noise=0.02))
+    assert not model.described and "1.80x" in model.problems[0].replace("1.79x", "1.80x").replace(
+        "1.81x", "1.80x"
+    )
+    assert model.exposed == 1.0 and model.exposed_raw == pytest.approx(1.8, abs=0.05)
+
+
+def test_leave_one_out_names_the_compute_term_when_threads_per_rank_change() -> None:
+    # locally: 1 rank has 2 threads and computes twice as fast per sample as the 2-rank runs (1 thread)
+    scales = _scales(0.5, threads=(2, 1, 1, 1))
+    fast = scales[0]
+    scales[0] = Scale(1, 64, 2, fast.compute_s / 2, 0.0, fast.other_s, 0.0, fast.compute_s / 2 + fast.other_s)
+    model = fit_step_model(TRUTH, 4 * MIB, 1, scales)
+    first = model.checks[0]
+    assert first.term == "compute" and "from N=2 with 1 thread(s) per rank; N=1 ran 2" in first.why
+    # compute from N=2 (0.128 ms) where N=1 measured 0.064 ms: +0.064 ms on a 1.064 ms step
+    # (N=1 has no communication, so the overlap fitted on the others does not enter)
+    assert first.loo_err == pytest.approx(0.064 / 1.064, rel=1e-6)
+
+
+def test_intervals_by_hand() -> None:
+    # logs of 10, 20, 40: mean ln 20, sd ln 2, half = 4.3027 x ln 2 / sqrt 3
+    i = positive_interval([10, 20, 40])
+    half = 4.3027 * math.log(2) / math.sqrt(3)
+    assert i.method == T95 and (i.lo, i.hi) == pytest.approx((20 * math.exp(-half), 20 * math.exp(half)))
+    two = positive_interval([640, 800])
+    assert (two.lo, two.hi, two.method) == (640, 800, MINMAX)
+    assert positive_interval([5.0]).method == NONE
+    # speedup of 800 (min-max 700..900) over 400 (exact): 1.75 .. 2.25
+    s = ratio_interval(800, positive_interval([700, 900]), 400, positive_interval([400]))
+    assert (s.lo, s.hi) == pytest.approx((1.75, 2.25))
+
+
+positive = st.floats(min_value=1e-6, max_value=1e9, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(positive, min_size=1, max_size=12), st.lists(positive, min_size=1, max_size=12))
+def test_no_interval_of_a_positive_quantity_reaches_below_zero(num: list[float], den: list[float]) -> None:
+    a, b = positive_interval(num), positive_interval(den)
+    s = ratio_interval(float(np.mean(num)), a, float(np.mean(den)), b)
+    for i in (a, b, s, s.scaled(0.25)):
+        assert not i.known or 0 < i.lo <= i.hi
+
+
+def test_a_synthetic_study_with_noise_gives_back_its_engine_and_overlap(tmp_path: Path) -> None:
+    from hpctrain.analysis.analyze import analyze_dir
+    from hpctrain.bench.analyze import SYNTHETIC_COMM, SYNTHETIC_EXPOSED, synthetic_study
+
+    a = analyze_dir(synthetic_study(tmp_path / "s", 32))
+    [s] = a.series
+    assert s.comm is not None and s.step_model is not None and s.step_model.described
+    assert s.comm.latency_s == pytest.approx(SYNTHETIC_COMM.latency_s, rel=0.1)
+    assert s.comm.bandwidth_bytes_per_s == pytest.approx(1e9, rel=0.05)
+    assert s.step_model.exposed == pytest.approx(SYNTHETIC_EXPOSED, abs=0.03)
+    # 5% noise on compute and communication; compute per sample carried between scales is not
+    # constant (Amdahl's serial part), so held-out scales miss by more than the noise, but < 15%
+    assert all(abs(c.loo_err) < 0.15 for c in s.step_model.checks if c.held_out)
+    assert len(s.predictions) == 3 and all(q.band == s.step_model.loo_band for q in s.predictions)
