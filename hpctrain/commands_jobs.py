@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -12,15 +13,34 @@ from . import orchestrate, records
 from .errors import LaunchError
 from .events import parse_event
 from .launch.base import Job
+from .sweep import split_common, state_rank
 
 
 def status(path: Path, console: Console) -> int:
+    """A sweep or study: counts by state first, then the failed and running points, then the
+    rest; the overrides all points share once, above, and per row only what varies."""
+    found = orchestrate.statuses(orchestrate.jobs_in(path))
+    found.sort(key=lambda f: state_rank(f[1].state))  # stable: submission order within a state
+    by_name = orchestrate.overrides_in(path)
+    common, varying = split_common([by_name.get(job.run_dir.name, []) for job, _, _ in found])
+    if len(found) > 1:
+        counts = Counter(st.state for _, st, _ in found)
+        console.print(
+            f"{len(found)} runs: "
+            + ", ".join(f"{counts[k]} {k.lower()}" for k in sorted(counts, key=state_rank)),
+            highlight=False,
+        )
+    if common and len(found) > 1:
+        console.print("common to every run: " + " ".join(common), highlight=False)
     table = Table(title=f"status of {path}")
-    for col in ("run", "job", "state", "nodes", "elapsed", "progress", "error"):
+    columns = ["run", "job", "state", "nodes", "elapsed", "progress", "error"]
+    if any(varying):
+        columns.insert(1, "varies")
+    for col in columns:
         table.add_column(col)
-    for job, st, error in orchestrate.statuses(orchestrate.jobs_in(path)):
+    for (job, st, error), own in zip(found, varying):
         color = {"COMPLETED": "green", "RUNNING": "cyan", "FAILED": "red"}.get(st.state, "yellow")
-        table.add_row(
+        row = [
             job.run_dir.name,
             job.job_id,
             f"[{color}]{st.state}[/]",
@@ -30,7 +50,10 @@ def status(path: Path, console: Console) -> int:
             (error or st.reason) + (" (it can never start as submitted: cancel it)" if st.blocked else "")
             if st.state != "COMPLETED"
             else "",
-        )
+        ]
+        if any(varying):
+            row.insert(1, " ".join(own))
+        table.add_row(*row)
     console.print(table)
     return 0
 

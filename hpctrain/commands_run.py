@@ -11,6 +11,7 @@ from rich.table import Table
 from . import orchestrate, records
 from .config import load_config, to_yaml
 from .errors import RecordError
+from .sweep import split_common
 from .ui import RichReporter, summary_table
 
 
@@ -71,11 +72,14 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def sweep_table(console: Console, sweep_dir: Path, rows: list[tuple[list[str], Path, str]]) -> int:
-    table = Table(title=f"sweep {sweep_dir}")
-    for col in ("#", "overrides", "state", "samples/s", "step ms", "comm share"):
+    common, varying = split_common([overrides for overrides, _, _ in rows])
+    table = Table(
+        title=f"sweep {sweep_dir}", caption="common to every point: " + " ".join(common) if common else None
+    )
+    for col in ("#", "varies", "state", "samples/s", "step ms", "comm share"):
         table.add_column(col)
     failed = 0
-    for overrides, run_dir, state in rows:
+    for (_, run_dir, state), overrides in zip(rows, varying):
         try:
             s: records.RunSummary | None = records.read(run_dir / records.SUMMARY, records.RunSummary)
         except RecordError:

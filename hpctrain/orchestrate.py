@@ -230,6 +230,18 @@ def jobs_in(path: Path) -> list[Job]:
     )
 
 
+def overrides_in(path: Path) -> dict[str, list[str]]:
+    """Each run's overrides by run directory name, for a sweep or study directory ({} otherwise)."""
+    manifest: records.SweepManifest | records.StudyManifest
+    if (path / records.SWEEP).exists():
+        manifest = records.read(path / records.SWEEP, records.SweepManifest)
+    elif (path / records.STUDY).exists():
+        manifest = records.read(path / records.STUDY, records.StudyManifest)
+    else:
+        return {}
+    return {Path(r.run_dir).name: list(r.overrides) for r in manifest.runs}
+
+
 def launcher_of(job: Job) -> Launcher:
     return launcher_class(job.ref.launcher)()
 

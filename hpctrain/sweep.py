@@ -49,3 +49,20 @@ def expand(overrides: Sequence[str], config_dir: str | None = None) -> list[list
             ]
         )
     return points
+
+
+def split_common(points: Sequence[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
+    """(the overrides every point shares, each point's others): tables show the shared ones once,
+    above, and per row only what varies. One point alone has nothing that varies."""
+    if not points:
+        return [], []
+    common = [o for o in points[0] if all(o in p for p in points[1:])] if len(points) > 1 else list(points[0])
+    return common, [[o for o in p if o not in common] for p in points]
+
+
+# `hpctrain status` order: what needs attention first (failed, then running), then the rest.
+STATE_ORDER = {"FAILED": 0, "TIMEOUT": 0, "OUT_OF_MEMORY": 0, "NODE_FAIL": 0, "CANCELLED": 0, "RUNNING": 1}
+
+
+def state_rank(state: str) -> int:
+    return STATE_ORDER.get(state.split()[0] if state else state, 2)

@@ -79,6 +79,12 @@ def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:
         assert summary["world_size"] == nodes
     status = hpctrain("status", str(sweep_dir))
     assert status.returncode == 0 and status.stdout.count("COMPLETED") == 6
+    # counts first; what all points share once (not in each row); per row what varies
+    lines = status.stdout.splitlines()
+    assert lines[0] == "6 runs: 6 completed"
+    common = next(line for line in lines if line.startswith("common to every run: "))
+    assert "train.steps=6" in common and "cluster.ranks_per_node=1" in common
+    assert status.stdout.count("train.steps=6") == 1 and status.stdout.count("precision=bf16") == 2
 
 
 def _wait_done(job: str, timeout_s: float = 300) -> str:

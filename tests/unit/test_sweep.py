@@ -64,3 +64,37 @@ def test_glob_over_a_config_group_lists_its_options_as_in_hydra() -> None:
         ["model=resnet50", "precision=bf16"],
         ["model=resnet50", "precision=fp32"],
     ]
+
+
+def test_tables_show_the_shared_overrides_once_and_per_row_only_what_varies() -> None:
+    from hpctrain.sweep import split_common
+
+    points = [
+        ["cluster=slurm", "cluster.nodes=1", "precision=fp32", "train.steps=50"],
+        ["cluster=slurm", "cluster.nodes=1", "precision=bf16", "train.steps=50"],
+        ["cluster=slurm", "cluster.nodes=2", "precision=fp32", "train.steps=50"],
+    ]
+    common, varying = split_common(points)
+    assert common == ["cluster=slurm", "train.steps=50"]
+    assert varying == [
+        ["cluster.nodes=1", "precision=fp32"],
+        ["cluster.nodes=1", "precision=bf16"],
+        ["cluster.nodes=2", "precision=fp32"],
+    ]
+    assert split_common([["a=1"]]) == (["a=1"], [[]])  # one point: nothing varies
+    assert split_common([]) == ([], [])
+
+
+def test_status_puts_what_needs_attention_first() -> None:
+    from hpctrain.sweep import state_rank
+
+    states = ["COMPLETED", "PENDING", "RUNNING", "FAILED", "CANCELLED by 0", "TIMEOUT", "COMPLETED"]
+    assert sorted(states, key=state_rank) == [
+        "FAILED",
+        "CANCELLED by 0",
+        "TIMEOUT",
+        "RUNNING",
+        "COMPLETED",
+        "PENDING",
+        "COMPLETED",
+    ]
