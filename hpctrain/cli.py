@@ -30,6 +30,7 @@ EPILOG = """examples:
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
   hpctrain bench submit                          256-point sweep: submit time, sbatch calls
   hpctrain bench pipeline                        pipeline bubble vs theory at 1..8 micro-batches
+  hpctrain bench predict STUDY_DIR               the step model's in-sample and leave-one-out errors
 """
 
 
@@ -171,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--batch", type=positive_int, default=256, help="samples per step")
     pp.add_argument("--steps", type=positive_int, default=20)
     pp.add_argument("--out", default="outputs/bench")
+    pr = bsub.add_parser(
+        "predict", help="the step model's in-sample and leave-one-out errors on recorded studies"
+    )
+    pr.add_argument("studies", nargs="+", metavar="STUDY_DIR", help="study directories (hpctrain study ...)")
     return parser
 
 
@@ -228,6 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .bench.pipeline import run_pipeline_bench
 
             return run_pipeline_bench(args, console)
+        if args.command == "bench" and args.bench == "predict":
+            from .bench.predict import run_predict
+
+            return run_predict(args, console)
         if args.command == "bench" and args.bench == "submit":
             from .bench.submit import run_submit
 
