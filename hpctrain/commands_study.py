@@ -46,10 +46,11 @@ def analyze_and_report(study_dir: Path, console: Console, out: Path | None = Non
         raise HpctrainError(f"no finished run in {study_dir} (missing: {len(a.missing)})")
     paths = write_report(a, out or study_dir / records.REPORT)
     console.print(terminal_table(a))
+    # one line each, never wrapped: people grep these and paste them into notes
     for line in model_lines(a):  # the fits and their validation, as in the Markdown report
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     for line in roofline_lines(a):
-        console.print(f"roofline {line}", highlight=False)
+        console.print(f"roofline {line}", highlight=False, soft_wrap=True)
     if a.missing:
         console.print(
             f"[yellow]{len(a.missing)} run(s) missing or failed:[/] "

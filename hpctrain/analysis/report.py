@@ -139,7 +139,7 @@ def _fit_lines(s: Series) -> list[str]:
         lines.append(
             f"allreduce fit (± standard error): α = {_pm(c.alpha_s, c.alpha_se, 1e6, '.1f')} µs, "
             f"engine latency L = {_pm(c.latency_s, c.latency_se, 1e3, '.2f')} ms, "
-            f"bandwidth 1/β = {c.bandwidth_bytes_per_s / 1e9:.2f} GB/s"
+            f"bandwidth 1/β = {_pm(c.bandwidth_bytes_per_s, c.beta_se * c.bandwidth_bytes_per_s**2, 1e-9, '.2f')} GB/s"
         )
         lines.append(
             f"step model: gradients {m.grad_bytes / 2**20:.2f} MiB in {m.messages} message(s); exposed share "
