@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -165,7 +166,12 @@ def test_bench_analyze_runs_end_to_end() -> None:
     r = hpctrain("bench", "analyze", "--runs", "40", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "40 runs analyzed and reported" in r.stdout, r.stdout
-    assert "serial fraction fitted 0.050 (generated with 0.05)" in r.stdout  # the analysis recovers it
+    # the analysis recovers the synthetic engine's latency (2 ms) and exposed share (0.5)
+    m = re.search(
+        r"fitted engine latency ([0-9.]+) ms and exposed share ([0-9.]+) \(generated with 2 ms and 0.5\)",
+        r.stdout,
+    )
+    assert m and abs(float(m[1]) - 2) < 0.1 and abs(float(m[2]) - 0.5) < 0.03, r.stdout
 
 
 def test_bench_allreduce_runs_end_to_end(tmp_path: Path) -> None:
