@@ -124,6 +124,13 @@ def summary_table(s: RunSummary) -> Table:
     ):
         if known(part):
             t.add_row(label, f"{1e3 * part:.2f} ms", f"{100 * sh:.1f}%")
+        if label.endswith("communication") and known(s.imbalance_s) and s.world_size > 1:
+            slowest = min(s.per_rank, key=lambda r: r.wait_s if known(r.wait_s) else math.inf)
+            t.add_row(
+                "    of which waiting for the slowest rank",
+                f"{1e3 * s.imbalance_s:.2f} ms",
+                f"{100 * s.imbalance_s / s.step_s:.1f}% (slowest: rank {slowest.rank})",
+            )
     if s.stages > 1:
         from .analysis.metrics import pipeline_bubble
 

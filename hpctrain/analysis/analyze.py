@@ -4,6 +4,7 @@ failed or missing runs are listed, never fatal."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class Run:
     grad_tensors: int = 0
     grad_bucket_bytes: int = 0
     compression: str = "none"
+    imbalance_s: float = float("nan")  # waiting for the slowest rank, part of comm_s (NaN: not measured)
 
     @property
     def grad_bytes(self) -> float:
@@ -77,6 +79,10 @@ class Point:
     bubble_s: float = 0.0
     loo_step_s: float = float("nan")  # predicted from the other scales (leave-one-out)
     roofline: Roofline | None = None
+    comm_reps: tuple[float, ...] = ()  # exposed communication of each repetition
+    throughput_reps: tuple[float, ...] = ()
+    imbalance_s: float = float("nan")  # of comm_s, the wait for the slowest rank (NaN: not measured)
+    wait_reps: tuple[float, ...] = ()
 
 
 # The allreduce benchmark's column that times the collective each engine uses (bench/allreduce_worker.py).
@@ -106,6 +112,7 @@ class Series:
     kind: str  # strong | weak
     points: list[Point]
     amdahl_serial_fraction: float  # NaN when the runs show no speedup to fit
+    amdahl_se: float = float("nan")  # its standard error (NaN: no spare degree of freedom)
     comm: CommModel | None = None
     step_model: StepModel | None = None
     predictions: list[Prediction] = field(default_factory=list)
@@ -172,6 +179,7 @@ def run_from_records(run_dir: Path, rep: int = 0) -> Run:
         grad_tensors=s.grad_tensors,
         grad_bucket_bytes=s.grad_bucket_bytes,
         compression=s.compression,
+        imbalance_s=s.imbalance_s,
     )
 
 
@@ -197,6 +205,8 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
         )
         p.comm_share, p.data_share = share(p.comm_s, p.step_s), share(p.data_s, p.step_s)
         p.threads, p.bubble_s = rs[0].threads, avg("bubble_s")
+        p.comm_reps, p.throughput_reps = tuple(r.comm_s for r in rs), tuple(values)
+        p.imbalance_s, p.wait_reps = avg("imbalance_s"), tuple(r.imbalance_s for r in rs)
         if rs[0].stages > 1:
             p.bubble_share = share(avg("bubble_s"), p.step_s)
             p.bubble_theory = metrics.pipeline_bubble(rs[0].stages, rs[0].microbatches)
@@ -227,20 +237,20 @@ def analyze_series(
     """The figures of one engine's runs; `allreduce`: benchmark rows for the alpha-beta fit."""
     points = aggregate(kind, runs)
     multi = [p for p in points if p.n > points[0].n] if points else []
-    if kind == "strong":
-        amdahl = (
-            metrics.fit_amdahl([p.n / points[0].n for p in multi], [p.speedup for p in multi])
-            if multi
-            else float("nan")
-        )
-    else:
-        amdahl = float("nan")
-    s = Series(engine, kind, points, amdahl, label=engine)
+    amdahl, amdahl_se = float("nan"), float("nan")
+    if kind == "strong" and multi:
+        # every repetition's speedup over the smallest scale's mean: the scatter gives the error
+        base = points[0].throughput
+        ns = [p.n / points[0].n for p in multi for _ in p.throughput_reps]
+        ups = [x / base for p in multi for x in p.throughput_reps]
+        amdahl, amdahl_se = metrics.fit_amdahl(ns, ups), metrics.fit_amdahl_se(ns, ups)
+    s = Series(engine, kind, points, amdahl, amdahl_se, label=engine)
     s.comm = fit_comm_model(allreduce or [], ALLREDUCE_S.get(engine, "hvd_s")) if points else None
     if s.comm is None:
         return s
     first = runs[0]
     for p in points:
+        sc = scale_of(p)
         p.roofline = roofline(
             engine,
             p.n,
@@ -248,8 +258,9 @@ def analyze_series(
             first.grad_bucket_bytes,
             first.grad_tensors,
             s.comm,
-            p.comm_s,
+            sc.comm_s,
             first.compression,
+            sc.wait_s,
         )
     k = next((p.roofline.messages for p in points if p.roofline), 1)
     s.step_model = fit_step_model(s.comm, first.grad_bytes, k, [scale_of(p) for p in points])
@@ -262,8 +273,15 @@ def analyze_series(
 
 
 def scale_of(p: Point) -> Scale:
+    """The point as the step model sees it: the wait for the slowest rank, where measured, taken
+    out of the exposed communication (it is load imbalance, not transfer)."""
     other = p.step_s - p.compute_s - p.comm_s - p.bubble_s  # data wait and anything unnamed
-    return Scale(p.n, p.batch_per_rank, p.threads, p.compute_s, p.comm_s, other, p.bubble_s, p.step_s)
+    comm, reps, wait = p.comm_s, p.comm_reps, 0.0
+    if math.isfinite(p.imbalance_s):
+        wait = p.imbalance_s
+        comm = max(p.comm_s - wait, 0.0)
+        reps = tuple(max(c - w, 0.0) for c, w in zip(p.comm_reps, p.wait_reps))
+    return Scale(p.n, p.batch_per_rank, p.threads, p.compute_s, comm, other, p.bubble_s, p.step_s, reps, wait)
 
 
 def analyze_runs(

@@ -96,6 +96,18 @@ def fit_amdahl(ns: Sequence[float], speedups: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(xs, ys)) / den if den > 0 else float("nan")
 
 
+def fit_amdahl_se(ns: Sequence[float], speedups: Sequence[float]) -> float:
+    """Standard error of fit_amdahl's s (least squares through the origin: residual variance over
+    sum x^2, k - 1 degrees of freedom); NaN with fewer than two speedups."""
+    xs = [1.0 - 1.0 / n for n in ns]
+    ys = [1.0 / s - 1.0 / n for n, s in zip(ns, speedups)]
+    den = sum(x * x for x in xs)
+    if len(xs) < 2 or den <= 0:
+        return float("nan")
+    s = sum(x * y for x, y in zip(xs, ys)) / den
+    return math.sqrt(sum((y - s * x) ** 2 for x, y in zip(xs, ys)) / (len(xs) - 1) / den)
+
+
 def allreduce_bandwidths(size_bytes: float, seconds: float, n: int) -> tuple[float, float]:
     """(algbw, busbw) in bytes/s as nccl-tests defines them for allreduce:
     algbw = S / t, busbw = algbw * 2(n-1)/n (nccl-tests, doc/PERFORMANCE.md)."""

@@ -126,12 +126,19 @@ def breakdown(a: Analysis, path: Path) -> Path:
         ((p.n, i, s.label, p) for i, s in enumerate(a.series) for p in s.points), key=lambda b: b[:2]
     )
     labels = [f"{n}\n{label}" if a.compares else str(n) for n, _, label, _ in bars]
-    compute = [1e3 * p.compute_s for *_, p in bars]
-    comm = [1e3 * p.comm_s for *_, p in bars]
-    data = [1e3 * p.data_s for *_, p in bars]
-    ax.bar(labels, compute, label="compute")
-    ax.bar(labels, comm, bottom=compute, label="exposed communication")
-    ax.bar(labels, data, bottom=[c + m for c, m in zip(compute, comm)], label="data wait")
+    wait = [1e3 * p.imbalance_s if math.isfinite(p.imbalance_s) else 0.0 for *_, p in bars]
+    parts = {
+        "compute": [1e3 * p.compute_s for *_, p in bars],
+        "exposed communication": [max(1e3 * p.comm_s - w, 0.0) for (*_, p), w in zip(bars, wait)],
+        "waiting for the slowest rank": wait,
+        "data wait": [1e3 * p.data_s for *_, p in bars],
+        "pipeline bubble": [1e3 * p.bubble_s for *_, p in bars],
+    }
+    bottom = [0.0] * len(bars)
+    for name, values in parts.items():
+        if any(values) or name in ("compute", "exposed communication"):
+            ax.bar(labels, values, bottom=bottom, label=name)
+            bottom = [b + v for b, v in zip(bottom, values)]
     ax.set(xlabel="ranks", ylabel="ms per step", title="where a step's time goes")
     ax.legend()
     return _save(fig, path)
@@ -203,12 +210,16 @@ def roofline(a: Analysis, path: Path) -> Path:
                 r = p.roofline
                 ax.plot([r.grad_bytes], [1e3 * r.expected_s], "o", color=f"C{i}", mfc="none")
                 ax.plot([r.grad_bytes], [1e3 * max(r.exposed_s, 1e-6)], "x", color=f"C{i}")
+                if r.wait_s > 0:
+                    ax.plot([r.grad_bytes], [1e3 * (r.exposed_s + r.wait_s)], "+", color=f"C{i}", ms=10)
                 ax.annotate(f"N={p.n}", (r.grad_bytes, 1e3 * r.expected_s), fontsize=7)
     if drawn:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.plot([], [], "ko", mfc="none", label="a run's gradients: expected")
         ax.plot([], [], "kx", label="a run's gradients: exposed (measured)")
+        if any(p.roofline and p.roofline.wait_s > 0 for p in a.points):
+            ax.plot([], [], "k+", ms=10, label="… plus waiting for the slowest rank")
         ax.legend(fontsize=7)
     else:
         ax.text(0.5, 0.5, "no allreduce benchmark in this study", ha="center", transform=ax.transAxes)

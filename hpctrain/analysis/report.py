@@ -23,6 +23,7 @@ COLUMNS = (
     "effic.",
     "effic. range",
     "comm",
+    "wait",
     "data",
     "bubble",
     "bubble theory",
@@ -73,6 +74,7 @@ def rows(a: Analysis) -> list[list[str]]:
                 _f(100 * p.efficiency, ".1f") + "%",
                 f"{100 * eff.lo:.1f}–{100 * eff.hi:.1f}%" if eff.known else "-",
                 _f(100 * p.comm_share, ".1f") + "%",
+                _pct(p.imbalance_s / p.step_s if p.n > 1 else math.nan),
                 _f(100 * p.data_share, ".1f") + "%",
                 _pct(p.bubble_share),
                 _pct(p.bubble_theory),
@@ -128,11 +130,10 @@ def _fit_lines(s: Series) -> list[str]:
             f"{s.amdahl_serial_fraction:.2f}, outside [0, 1), or a scale got slower with more ranks)"
         )
     elif s.kind == "strong" and s.amdahl_serial_fraction == s.amdahl_serial_fraction:
+        a = s.amdahl_serial_fraction
         lines.append(
-            f"Amdahl fit: serial fraction s = {s.amdahl_serial_fraction:.4f} "
-            f"(speedup limit 1/s = {1 / s.amdahl_serial_fraction:.1f}x)"
-            if s.amdahl_serial_fraction > 0
-            else f"Amdahl fit: serial fraction s = {s.amdahl_serial_fraction:.4f}"
+            f"Amdahl fit (± standard error): serial fraction s = {_pm(a, s.amdahl_se, 1, '.4f')}"
+            + (f" (speedup limit 1/s = {1 / a:.1f}x)" if a > 0 else "")
         )
     if s.comm and s.step_model:
         c, m = s.comm, s.step_model
@@ -144,7 +145,7 @@ def _fit_lines(s: Series) -> list[str]:
         lines.append(
             f"step model: gradients {m.grad_bytes / 2**20:.2f} MiB in {m.messages} message(s); exposed share "
             f"of the allreduce f = {_pm(m.exposed_raw, m.exposed_se, 1, '.2f')}"
-            + ("" if math.isfinite(m.exposed_se) else " (one multi-rank scale: no uncertainty)")
+            + ("" if math.isfinite(m.exposed_se) else " (one multi-rank run: no uncertainty)")
         )
         for c_ in m.checks:
             if c_.held_out is None:
@@ -193,6 +194,8 @@ PREDICTION_COLUMNS = (
     "efficiency",
 )
 FORMULAS = (
+    "Columns: comm is the exposed communication per step, wait the part of it spent waiting for the "
+    "slowest rank (load imbalance). "
     "Formulas: efficiency strong T1/(N·TN), weak X_N/(N·X_1); Karp–Flatt e = (1/S − 1/N)/(1 − 1/N); "
     "pipeline bubble (p − 1)/(m + p − 1) (GPipe, 1F1B); busbw = algbw·2(n−1)/n (nccl-tests); "
     "ring allreduce L + 2(n−1)α + 2(n−1)/n·m·β (Hockney, plus the engine's latency L); "

@@ -1,6 +1,8 @@
 """The communication roofline of a run: its gradient bytes, grouped as its engine groups them,
 placed on the measured allreduce curve: the time the collectives should take, what the step
-actually waited for, how much was hidden behind the backward pass, and what bounds it.
+actually waited for (split into the transfer and the wait for the slowest rank to arrive, which
+no communication setting shortens), how much was hidden behind the backward pass, and what
+bounds it.
 
 Latency-bound: the per-collective costs (engine coordination L plus 2(n-1) alpha per message)
 exceed the bytes' time on the wire, 2(n-1)/n m beta (Hockney's model, see model.py): fewer,
@@ -53,8 +55,9 @@ class Roofline:
     grouping: str
     latency_s: float  # expected per-collective costs
     bandwidth_s: float  # expected time of the bytes on the wire
-    exposed_s: float  # measured: what the step waited for
+    exposed_s: float  # measured: what the step waited for the collectives (less the wait below)
     compression: str
+    wait_s: float = 0.0  # measured: waiting for the slowest rank to arrive (load imbalance)
 
     @property
     def expected_s(self) -> float:
@@ -73,11 +76,22 @@ class Roofline:
         return self.exposed_s > WAIT_FACTOR * self.expected_s
 
     @property
+    def imbalanced(self) -> bool:
+        """Waiting for the slowest rank costs the step more than the collectives should."""
+        return self.wait_s > self.expected_s
+
+    @property
     def bound(self) -> str:
         return "latency" if self.latency_s > self.bandwidth_s else "bandwidth"
 
     @property
     def knob(self) -> str:
+        if self.imbalanced:
+            return (
+                f"the ranks wait {1e3 * self.wait_s:.2f} ms per step for the slowest one (load imbalance), "
+                "more than the collectives take: even out the work per rank (data loading, a slower "
+                "node, ranks sharing cores) before tuning communication"
+            )
         if self.waits:
             return (
                 "the step waits for something other than the transfer: look for a slower rank or "
@@ -106,8 +120,9 @@ class Roofline:
         return (
             f"{self.grad_bytes / MIB:.2f} MiB of gradients in {self.messages} message(s) ({self.grouping}): "
             f"expected {1e3 * self.expected_s:.2f} ms (latency {1e3 * self.latency_s:.2f} + bandwidth "
-            f"{1e3 * self.bandwidth_s:.2f}), exposed {1e3 * self.exposed_s:.2f} ms, {overlap}; "
-            f"{self.bound}-bound: {self.knob}"
+            f"{1e3 * self.bandwidth_s:.2f}), exposed {1e3 * self.exposed_s:.2f} ms, {overlap}"
+            + (f", plus {1e3 * self.wait_s:.2f} ms waiting for the slowest rank" if self.wait_s > 0 else "")
+            + f"; {self.bound}-bound: {self.knob}"
         )
 
 
@@ -120,6 +135,7 @@ def roofline(
     comm: CommModel,
     exposed_s: float,
     compression: str = "none",
+    wait_s: float = 0.0,
 ) -> Roofline | None:
     """None for a single rank (nothing to reduce) or no gradients."""
     if n <= 1 or grad_bytes <= 0:
@@ -135,6 +151,7 @@ def roofline(
         comm.bandwidth_part(n, grad_bytes),
         exposed_s,
         compression,
+        wait_s,
     )
 
 
@@ -143,6 +160,7 @@ def for_run(s: RunSummary) -> Roofline | None:
     comm = from_probe(s.world_size, s.grad_bytes, s.probe_small_s, s.probe_full_s)
     if comm is None or not math.isfinite(s.comm_s):
         return None
+    wait = s.imbalance_s if math.isfinite(s.imbalance_s) else 0.0
     return roofline(
         s.engine,
         s.world_size,
@@ -150,6 +168,7 @@ def for_run(s: RunSummary) -> Roofline | None:
         s.grad_bucket_bytes,
         s.grad_tensors,
         comm,
-        s.comm_s,
+        max(s.comm_s - wait, 0.0),
         s.compression,
+        wait,
     )

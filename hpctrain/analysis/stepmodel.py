@@ -1,4 +1,5 @@
-"""The step-time model: step = compute + f x communication + data wait (+ pipeline bubble).
+"""The step-time model: step = compute + f x communication + wait for the slowest rank + data
+wait (+ pipeline bubble).
 
 Compute is measured per scale (in-sample). Elsewhere (leave-one-out, predictions) it is
 c0 + c1 x batch per rank, fitted over the measured scales with the same threads per rank: a fixed
@@ -7,7 +8,11 @@ among them, compute per sample carries over from the nearest scale. Threads matt
 the threads per rank change with the scale, and compute per sample with them. Data wait and bubble
 carry over per sample from the nearest scale. Communication comes from the engine's fitted allreduce (model.CommModel) for the
 run's gradient bytes and message count; f, the share of it the backward pass does not hide, is
-fitted by least squares over the multi-rank scales and must lie in [0, 1].
+fitted by least squares over every repetition at the multi-rank scales (so one such scale with
+three repetitions still gives f a standard error) and must lie in [0, 1]. The wait for the
+slowest rank (load imbalance, measured step by step on the ranks) is not communication: it is
+taken out of the exposed time before f is fitted, and grows with N as the expected largest of N
+ranks' busy times (jitter relative to the busy time, from the nearest measured multi-rank scale).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 
 from .metrics import t975
 from .model import CommModel
@@ -32,10 +38,16 @@ class Scale:
     batch_per_rank: float
     threads: int  # torch threads per rank (0: not recorded)
     compute_s: float
-    comm_s: float  # exposed communication
+    comm_s: float  # exposed communication, less the wait for the slowest rank when that is known
     other_s: float  # data wait and whatever else the step spent outside compute and communication
     bubble_s: float
     step_s: float
+    comm_reps: tuple[float, ...] = ()  # comm_s of each repetition (empty: the mean only)
+    wait_s: float = 0.0  # waiting in the collective for the slowest rank (0: none or not measured)
+
+    @property
+    def comm_samples(self) -> tuple[float, ...]:
+        return self.comm_reps or (self.comm_s,)
 
 
 @dataclass(frozen=True)
@@ -47,10 +59,11 @@ class Estimate:
     other_s: float
     bubble_s: float
     source: Scale | None  # where compute, data wait and bubble came from
+    wait_s: float = 0.0
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.comm_s + self.other_s + self.bubble_s
+        return self.compute_s + self.comm_s + self.other_s + self.bubble_s + self.wait_s
 
 
 @dataclass(frozen=True)
@@ -78,7 +91,7 @@ class StepModel:
     grad_bytes: float
     messages: int  # collectives per step (fusion buffers, buckets)
     exposed: float  # f, within [0, 1]
-    exposed_se: float  # NaN: fitted from one scale
+    exposed_se: float  # NaN: fitted from one run
     exposed_raw: float  # the least-squares value before it was held to [0, 1]
     scales: tuple[Scale, ...]
     problems: tuple[str, ...] = ()  # why the model does not describe the measurements
@@ -96,14 +109,16 @@ class StepModel:
         src = nearest(pool, n, threads)
         per = batch_per_rank / src.batch_per_rank  # data wait and bubble scale with the samples
         line = compute_line([s for s in pool if s.threads == src.threads])
+        compute = line[0] + line[1] * batch_per_rank if line else src.compute_s * per
         return Estimate(
             n,
             batch_per_rank,
-            line[0] + line[1] * batch_per_rank if line else src.compute_s * per,
+            compute,
             self.exposed * self.expected_comm_s(n),
             src.other_s * per,
             src.bubble_s * per,
             src,
+            wait_at(pool, n, threads, compute + src.other_s * per),
         )
 
     @property
@@ -117,6 +132,22 @@ def nearest(scales: Sequence[Scale], n: int, threads: int) -> Scale:
     """The measured scale closest to n in log2, among those with the same threads per rank if any."""
     same = [s for s in scales if s.threads == threads and threads]
     return min(same or scales, key=lambda s: (abs(math.log2(s.n / n)), -s.n))
+
+
+def spread(n: int) -> float:
+    """E[max of n standard normals] (Blom 1958: the quantile (n - 0.375) / (n + 0.25)); 0 for one."""
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25)) if n > 1 else 0.0
+
+
+def wait_at(scales: Sequence[Scale], n: int, threads: int, busy_s: float) -> float:
+    """The wait for the slowest of n ranks whose busy time per step is busy_s: the relative jitter
+    of the nearest multi-rank scale that measured a wait, times the expected largest of n."""
+    measured = [s for s in scales if s.n > 1 and s.wait_s > 0]
+    if n <= 1 or not measured:
+        return 0.0
+    src = nearest(measured, n, threads)
+    jitter = src.wait_s / (spread(src.n) * (src.compute_s + src.other_s))
+    return jitter * spread(n) * busy_s
 
 
 def compute_line(scales: Sequence[Scale]) -> tuple[float, float] | None:
@@ -134,23 +165,29 @@ def compute_line(scales: Sequence[Scale]) -> tuple[float, float] | None:
 
 def fit_exposed(
     comm: CommModel, grad_bytes: float, messages: int, scales: Sequence[Scale]
-) -> tuple[float, float]:
-    """f = sum(e c) / sum(c^2) over the multi-rank scales (e: measured exposed, c: expected
-    allreduce time) and its standard error; NaN without a multi-rank scale."""
-    pairs = [(s.comm_s, comm.allreduce_s(s.n, grad_bytes, messages)) for s in scales if s.n > 1]
-    pairs = [(e, c) for e, c in pairs if c > 0]
+) -> tuple[float, float, int]:
+    """f = sum(e c) / sum(c^2) over every repetition at the multi-rank scales (e: its measured
+    exposed time, c: the expected allreduce time at its scale), the standard error of that
+    regression through the origin, and its degrees of freedom; NaN without a multi-rank run."""
+    pairs = [
+        (e, c)
+        for s in scales
+        if s.n > 1 and (c := comm.allreduce_s(s.n, grad_bytes, messages)) > 0
+        for e in s.comm_samples
+    ]
     cc = sum(c * c for _, c in pairs)
     if not pairs or cc <= 0:
-        return math.nan, math.nan
+        return math.nan, math.nan, 0
     f = sum(e * c for e, c in pairs) / cc
-    if len(pairs) < 2:
-        return f, math.nan
+    dof = len(pairs) - 1
+    if dof < 1:
+        return f, math.nan, 0
     resid = sum((e - f * c) ** 2 for e, c in pairs)
-    return f, math.sqrt(resid / (len(pairs) - 1) / cc)
+    return f, math.sqrt(resid / dof / cc), dof
 
 
-def _range_problem(f: float, se: float, k: int) -> str:
-    slack = min(t975(k - 1) * se, SLACK) if math.isfinite(se) else SLACK
+def _range_problem(f: float, se: float, dof: int) -> str:
+    slack = min(t975(dof) * se, SLACK) if math.isfinite(se) else SLACK
     if f - slack > 1:
         return (
             f"the exposed communication is {f:.2f}x the allreduce the benchmark predicts for these "
@@ -164,10 +201,9 @@ def _range_problem(f: float, se: float, k: int) -> str:
 
 
 def fit_step_model(comm: CommModel, grad_bytes: float, messages: int, scales: Sequence[Scale]) -> StepModel:
-    f, se = fit_exposed(comm, grad_bytes, messages, scales)
-    k = sum(1 for s in scales if s.n > 1)
+    f, se, dof = fit_exposed(comm, grad_bytes, messages, scales)
     problems = list(comm.problems())
-    if math.isfinite(f) and (why := _range_problem(f, se, k)):
+    if math.isfinite(f) and (why := _range_problem(f, se, dof)):
         problems.append(why)
     held = min(max(f, 0.0), 1.0) if math.isfinite(f) else 0.0
     model = StepModel(comm, grad_bytes, messages, held, se, f, tuple(scales), tuple(problems))
@@ -181,11 +217,12 @@ def _check(model: StepModel, s: Scale) -> Check:
         compute_s=s.compute_s,
         other_s=s.other_s,
         bubble_s=s.bubble_s,
+        wait_s=s.wait_s,
     )
     others = [o for o in model.scales if o is not s]
     if not others:
         return Check(s, inside, None)
-    f, _ = fit_exposed(model.comm, model.grad_bytes, model.messages, others)
+    f, *_ = fit_exposed(model.comm, model.grad_bytes, model.messages, others)
     if s.n > 1 and not math.isfinite(f):
         return Check(s, inside, None, "communication", "no other multi-rank scale to fit the overlap")
     sub = replace(model, exposed=min(max(f, 0.0), 1.0) if math.isfinite(f) else 0.0)
@@ -201,6 +238,7 @@ def _blame(s: Scale, est: Estimate) -> tuple[str, str]:
         "communication": est.comm_s - s.comm_s,
         "data wait": est.other_s - s.other_s,
         "bubble": est.bubble_s - s.bubble_s,
+        "load imbalance": est.wait_s - s.wait_s,
     }
     term = max(diffs, key=lambda k: abs(diffs[k]))
     src = est.source
@@ -217,6 +255,11 @@ def _blame(s: Scale, est: Estimate) -> tuple[str, str]:
             term,
             f"compute per sample at N={s.n} is {per[0]:.3g} ms; from the other scales' compute "
             f"(fixed + per sample, nearest N={src.n}) {per[1]:.3g} ms",
+        )
+    if term == "load imbalance":
+        return term, (
+            f"waiting for the slowest rank: {1e3 * s.wait_s:.2f} ms measured at N={s.n}, "
+            f"{1e3 * est.wait_s:.2f} ms from the other scales' jitter grown to N ranks"
         )
     if term == "communication":
         return term, (

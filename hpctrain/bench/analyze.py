@@ -17,6 +17,7 @@ from .. import records
 from ..analysis.analyze import analyze_dir
 from ..analysis.model import CommModel
 from ..analysis.report import write_report
+from ..analysis.stepmodel import spread
 from ..train.stats import summarize
 
 TARGET_S = 2.0
@@ -31,8 +32,10 @@ def synthetic_summary(
     data: float,
     parameters: int = 1_000_000,
     engine: str = "horovod",
+    wait: float = 0.0,
 ) -> records.RunSummary:
-    """A run summary with the given timings (every rank alike), as a real run would write it."""
+    """A run summary with the given timings (every rank alike), as a real run would write it;
+    `wait` of `comm` is the wait for the slowest rank."""
     rank = records.RankSummary(
         rank=0,
         host="host0",
@@ -48,6 +51,7 @@ def synthetic_summary(
         last_loss=1.0,
         peak_memory_bytes=2**20,
         parameters=parameters,
+        wait_s=wait if n > 1 else 0.0,
     )
     return summarize(
         [dataclasses.replace(rank, rank=r) for r in range(n)],
@@ -66,11 +70,13 @@ def synthetic_summary(
 SYNTHETIC_COMM = CommModel(alpha_s=20e-6, beta_s_per_byte=1e-9, latency_s=2e-3)
 SYNTHETIC_EXPOSED = 0.5
 SYNTHETIC_PARAMETERS = 1_000_000  # 4 MB of fp32 gradients
+SYNTHETIC_JITTER = 0.02  # busy time per step varies 2% between ranks: the wait for the slowest
 
 
 def synthetic_study(root: Path, runs: int, seed: int = 0) -> Path:
     """Compute follows Amdahl's law (s = 0.05, global batch 256), communication the synthetic
-    engine, each with 5% noise; an allreduce benchmark at each multi-rank scale."""
+    engine, each with 5% noise, plus the wait for the slowest of n ranks with 2% jitter; an
+    allreduce benchmark at each multi-rank scale."""
     rng = random.Random(seed)
     scales = [1, 2, 4, 8, 16, 32, 64, 128]
     grad = 4.0 * SYNTHETIC_PARAMETERS
@@ -80,10 +86,12 @@ def synthetic_study(root: Path, runs: int, seed: int = 0) -> Path:
         compute = 0.1 * (0.05 + 0.95 / n) * rng.uniform(0.95, 1.05)
         comm = SYNTHETIC_EXPOSED * SYNTHETIC_COMM.allreduce_s(n, grad) * rng.uniform(0.95, 1.05)
         data = 0.002 * 8 / n
+        wait = SYNTHETIC_JITTER * spread(n) * (compute + data)
         d = root / f"n{n}-r{i}"
+        step = compute + comm + wait + data
         records.write(
             d / records.SUMMARY,
-            synthetic_summary(n, 256, compute + comm + data, compute, comm, data, SYNTHETIC_PARAMETERS),
+            synthetic_summary(n, 256, step, compute, comm + wait, data, SYNTHETIC_PARAMETERS, wait=wait),
         )
         entries.append(records.StudyRun(d.name, n, i // len(scales), n, [], str(d)))
     wire = CommModel(SYNTHETIC_COMM.alpha_s, SYNTHETIC_COMM.beta_s_per_byte)

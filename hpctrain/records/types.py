@@ -53,6 +53,9 @@ class RankSummary:
     # (the run's own bandwidth curve for the communication roofline; 0: not measured)
     probe_small_s: float = 0.0
     probe_full_s: float = 0.0
+    # mean seconds per step this rank waited in the collective for the slowest rank to arrive
+    # (its data + compute against the slowest's, step by step); NaN: not measured (pipelines, older runs)
+    wait_s: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class RunSummary:
     grad_bucket_bytes: int = 0  # Horovod's fusion threshold or DDP's bucket size (0: no fusion)
     probe_small_s: float = 0.0  # see RankSummary
     probe_full_s: float = 0.0
+    # load imbalance: mean over ranks of RankSummary.wait_s, a part of comm_s (NaN: not measured)
+    imbalance_s: float = float("nan")
 
     @property
     def grad_bytes_per_param(self) -> int:

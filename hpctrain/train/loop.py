@@ -35,7 +35,7 @@ from .pipeline import checkpoint_blocks
 from .pipeline_step import pipeline_step
 from .precision import make_scaler
 from .schedule import lr_at
-from .stats import rank_stats
+from .stats import rank_stats, straggler_waits
 from .step import Trainer, sync, train_step
 from .watchdog import Watchdog
 
@@ -261,9 +261,11 @@ def train(
                     t.watch.stop()
                     return None
     t.watch.stop()
-    probe = (0.0, 0.0)
+    probe, wait = (0.0, 0.0), (0.0 if d.world_size == 1 else float("nan"))
     if t.pipe is None and d.world_size > 1:
         probe = probe_allreduce(engine, t.parameters, t.device, str(cfg.parallelism.compression))
+        busy = {r.step: r.data_s + r.compute_s for r in out if r.timed}  # one type on every rank
+        wait = straggler_waits(engine.allgather_object(busy))[info.rank]
     if cfg.train.save_model:
         weights = _whole_model_state(t, engine)
         if master:
@@ -280,6 +282,7 @@ def train(
         threads=torch.get_num_threads(),
         grad_tensors=sum(1 for p in t.weights.parameters() if p.requires_grad) if t.pipe is None else 0,
         probe=probe,
+        wait_s=wait,
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
 
@@ -24,6 +24,18 @@ def share(part_s: float, step_s: float) -> float:
     return part_s / step_s if step_s > 0 else float("nan")
 
 
+def straggler_waits(busy_by_rank: Sequence[Mapping[int, float]]) -> list[float]:
+    """Each rank's mean wait for the slowest rank, step by step: max over ranks of the busy time
+    (data + compute before the step's collective) minus its own, over the steps every rank timed.
+    Their mean is max - mean, the time load imbalance costs (POP's load-balance efficiency is
+    mean / max: Wagner et al. 2017, "A structured approach to performance analysis")."""
+    common = set.intersection(*(set(b) for b in busy_by_rank)) if busy_by_rank else set()
+    if not common:
+        return [float("nan")] * len(busy_by_rank)
+    top = {k: max(b[k] for b in busy_by_rank) for k in common}
+    return [statistics.fmean(top[k] - b[k] for k in common) for b in busy_by_rank]
+
+
 def rank_stats(
     steps: Sequence[StepRecord],
     rank: int,
@@ -34,6 +46,7 @@ def rank_stats(
     threads: int = 0,
     grad_tensors: int = 0,
     probe: tuple[float, float] = (0.0, 0.0),
+    wait_s: float = float("nan"),
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
@@ -64,6 +77,7 @@ def rank_stats(
         grad_tensors=grad_tensors,
         probe_small_s=probe[0],
         probe_full_s=probe[1],
+        wait_s=wait_s,
     )
 
 
@@ -109,5 +123,6 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: objec
         grad_tensors=per_rank[0].grad_tensors,
         probe_small_s=avg("probe_small_s"),
         probe_full_s=avg("probe_full_s"),
+        imbalance_s=avg("wait_s"),
         **about,  # type: ignore[arg-type]
     )

@@ -5,6 +5,7 @@ Nothing here is faked or skipped: a missing mpirun or Horovod fails these tests.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import socket
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from rich.console import Console
 
 from tests.conftest import hpctrain, run_ok
 
@@ -162,6 +164,26 @@ def test_the_step_time_split_puts_a_stragglers_delay_in_the_others_communication
     assert med[0, "compute_s"] < delay / 2  # ... not in the other rank's ...
     grown = med[0, "comm_s"] - med[1, "comm_s"]
     assert 0.6 * delay < grown < 1.5 * delay, med  # ... which waits for it in the allreduce
+    # the summary names that wait load imbalance: step by step, the slowest rank's data + compute
+    # minus each rank's own, as recomputed here from the step records
+    s = json.loads((run_dir / "summary.json").read_text())
+    busy = {r: {x["step"]: x["data_s"] + x["compute_s"] for x in timed[r]} for r in (0, 1)}
+    top = {k: max(busy[0][k], busy[1][k]) for k in busy[0]}
+    waits = [statistics.fmean(top[k] - busy[r][k] for k in top) for r in (0, 1)]
+    assert [x["wait_s"] for x in s["per_rank"]] == pytest.approx(waits, rel=1e-9)
+    assert waits[0] > 0.6 * delay and waits[1] < 0.1 * delay  # rank 0 waits for rank 1
+    assert s["imbalance_s"] == pytest.approx(statistics.fmean(waits), rel=1e-9)
+    from hpctrain.analysis.roofline import for_run
+    from hpctrain.records import RunSummary, read
+    from hpctrain.ui import summary_table
+
+    summary = read(run_dir / "summary.json", RunSummary)
+    roof = for_run(summary)
+    assert roof is not None and roof.imbalanced and "slowest one (load imbalance)" in roof.knob
+    assert roof.exposed_s == pytest.approx(max(s["comm_s"] - s["imbalance_s"], 0.0))
+    out = io.StringIO()
+    Console(file=out, width=200).print(summary_table(summary))
+    assert "waiting for the slowest rank" in out.getvalue() and "(slowest: rank 1)" in out.getvalue()
 
 
 def test_records_are_complete(reference) -> None:
@@ -202,7 +224,11 @@ def test_records_are_complete(reference) -> None:
     assert s["probe_small_s"] > 0 and s["probe_full_s"] > 0 and s["threads_per_rank"] >= 1
     roof = for_run(read(run_dir / "summary.json", RunSummary))
     assert roof is not None and roof.messages == 1 and roof.grad_bytes == 4 * s["parameters"]
-    assert roof.latency_s == pytest.approx(s["probe_small_s"]) and roof.exposed_s == s["comm_s"]
+    assert roof.latency_s == pytest.approx(s["probe_small_s"])
+    # the exposed time is the transfer's: the wait for the slower rank is counted apart
+    assert s["imbalance_s"] >= 0
+    assert roof.exposed_s == pytest.approx(max(s["comm_s"] - s["imbalance_s"], 0.0))
+    assert roof.wait_s == pytest.approx(s["imbalance_s"])
 
 
 def test_a_failing_rank_is_named_with_its_traceback_and_the_run_stops_at_that_step(tmp_path: Path) -> None:

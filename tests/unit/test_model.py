@@ -3,6 +3,7 @@ parameters and hand-computed values."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from hpctrain.analysis.model import CommModel, fit_comm_model, from_probe
 from hpctrain.analysis.roofline import MIB, messages, roofline
-from hpctrain.analysis.stepmodel import Scale, fit_step_model
+from hpctrain.analysis.stepmodel import Scale, fit_step_model, spread
 from hpctrain.analysis.uncertainty import MINMAX, NONE, T95, positive_interval, ratio_interval
 
 TRUTH = CommModel(alpha_s=20e-6, beta_s_per_byte=1e-9, latency_s=2e-3)
@@ -79,6 +80,10 @@ def test_roofline_by_hand_on_both_sides_of_the_crossover() -> None:
     above = roofline("horovod", 4, 1.01 * m_star, 64 * MIB, 10, TRUTH, 0.0)
     assert below is not None and above is not None and (below.bound, above.bound) == ("latency", "bandwidth")
     # DDP: 30 MiB in a 1 MiB first bucket and 25 MiB buckets: 1 + ceil(29 / 25) = 3 messages
+    # waiting 10 ms for the slowest rank, more than the 8.41 ms the collective takes: imbalance first
+    slow = roofline("horovod", 4, 4 * MIB, 64 * MIB, 10, TRUTH, 3e-3, "none", 10e-3)
+    assert slow is not None and slow.imbalanced and "slowest one (load imbalance)" in slow.knob
+    assert "plus 10.00 ms waiting for the slowest rank" in slow.line() and not big.imbalanced
     ddp = roofline("ddp", 4, 30 * MIB, 25 * MIB, 10, CommModel(20e-6, 0.0, 5e-3), 0.0)
     assert ddp is not None and ddp.messages == 3 and ddp.bound == "latency" and "bucket_mb" in ddp.knob
     assert ddp.latency_s == pytest.approx(3 * (5e-3 + 6 * 20e-6))
@@ -86,15 +91,29 @@ def test_roofline_by_hand_on_both_sides_of_the_crossover() -> None:
     assert roofline("horovod", 1, 4 * MIB, 64 * MIB, 10, TRUTH, 0.0) is None
 
 
-def _scales(f: float, noise: float = 0.0, seed: int = 1, threads: tuple[int, ...] = ()) -> list[Scale]:
-    """Weak scaling, 64 samples per rank, 2 us compute per sample, 4 MiB gradients."""
+def _scales(
+    f: float, noise: float = 0.0, seed: int = 1, threads: tuple[int, ...] = (), jitter: float = 0.0
+) -> list[Scale]:
+    """Weak scaling, 64 samples per rank, 2 us compute per sample, 4 MiB gradients; with jitter,
+    the ranks' busy times vary by that share, and each step waits for the slowest of n."""
     rng = np.random.default_rng(seed)
     out = []
     for i, n in enumerate((1, 2, 4, 8)):
         comm = f * TRUTH.allreduce_s(n, 4 * MIB) * (1 + noise * rng.standard_normal())
         compute, other = 64 * 2e-6, 1e-3
+        wait = jitter * spread(n) * (compute + other)
         out.append(
-            Scale(n, 64, threads[i] if threads else 1, compute, comm, other, 0.0, compute + comm + other)
+            Scale(
+                n,
+                64,
+                threads[i] if threads else 1,
+                compute,
+                comm,
+                other,
+                0.0,
+                compute + comm + other + wait,
+                wait_s=wait,
+            )
         )
     return out
 
@@ -107,6 +126,31 @@ def test_step_model_recovers_the_exposed_share_and_predicts_held_out_scales() ->
     assert all(abs(c.loo_err) < 0.10 for c in model.checks)  # 5% noise on a term that is 3/4 of a step
     exact = fit_step_model(TRUTH, 4 * MIB, 1, _scales(0.4))
     assert [c.loo_err for c in exact.checks] == pytest.approx([0, 0, 0, 0], abs=1e-12)
+
+
+def test_expected_largest_of_n_normals_and_the_wait_for_the_slowest_rank() -> None:
+    # exact E[max of n standard normals]: 0.5642 (n=2), 1.0294 (4), 1.4236 (8), 1.7660 (16); Blom's
+    # approximation is within 5%
+    for n, exact in ((2, 0.5642), (4, 1.0294), (8, 1.4236), (16, 1.7660)):
+        assert spread(n) == pytest.approx(exact, rel=0.05)
+    assert spread(1) == 0
+    # 10% jitter on a 1.128 ms busy step: the held-out N=4 and N=8 waits follow from N=2's
+    model = fit_step_model(TRUTH, 4 * MIB, 1, _scales(0.4, jitter=0.10))
+    assert model.described and model.exposed == pytest.approx(0.4)  # the wait is not communication
+    for c in model.checks[1:]:
+        assert c.held_out is not None
+        assert c.held_out.wait_s == pytest.approx(0.10 * spread(c.scale.n) * 1.128e-3)
+        assert c.loo_err == pytest.approx(0, abs=1e-12)
+    assert (
+        model.checks[0].held_out is not None and model.checks[0].held_out.wait_s == 0
+    )  # one rank waits for none
+    # when the other scales' jitter is off, leave-one-out names load imbalance as the term
+    scales = _scales(0.4, jitter=0.10)
+    scales[3] = dataclasses.replace(
+        scales[3], wait_s=4 * scales[3].wait_s, step_s=scales[3].step_s + 3 * scales[3].wait_s
+    )
+    last = fit_step_model(TRUTH, 4 * MIB, 1, scales).checks[3]
+    assert last.term == "load imbalance" and "waiting for the slowest rank" in last.why
 
 
 def test_a_share_above_one_means_the_model_does_not_describe_the_runs() -> None:
@@ -157,7 +201,7 @@ def test_no_interval_of_a_positive_quantity_reaches_below_zero(num: list[float],
 
 def test_a_synthetic_study_with_noise_gives_back_its_engine_and_overlap(tmp_path: Path) -> None:
     from hpctrain.analysis.analyze import analyze_dir
-    from hpctrain.bench.analyze import SYNTHETIC_COMM, SYNTHETIC_EXPOSED, synthetic_study
+    from hpctrain.bench.analyze import SYNTHETIC_COMM, SYNTHETIC_EXPOSED, SYNTHETIC_JITTER, synthetic_study
 
     a = analyze_dir(synthetic_study(tmp_path / "s", 32))
     [s] = a.series
@@ -169,3 +213,9 @@ def test_a_synthetic_study_with_noise_gives_back_its_engine_and_overlap(tmp_path
     # constant (Amdahl's serial part), so held-out scales miss by more than the noise, but < 15%
     assert all(abs(c.loo_err) < 0.15 for c in s.step_model.checks if c.held_out)
     assert len(s.predictions) == 3 and all(q.band == s.step_model.loo_band for q in s.predictions)
+    # the wait for the slowest rank is measured apart from communication and predicted for held-out
+    # scales from the others' jitter (2% of the busy time), within the 5% noise of that busy time
+    for p, c in zip(s.points[1:], s.step_model.checks[1:]):
+        truth = SYNTHETIC_JITTER * spread(p.n) * (p.compute_s + p.data_s)
+        assert p.imbalance_s == pytest.approx(truth, rel=1e-9)
+        assert c.held_out is not None and c.held_out.wait_s == pytest.approx(truth, rel=0.08)

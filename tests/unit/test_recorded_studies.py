@@ -2,6 +2,8 @@
 manifest and allreduce benchmark, copied from `hpctrain study` runs):
 
 - local-strong: `hpctrain study strong study.ranks=[1,2] study.repetitions=3` (mpirun);
+- local-strong-waits: the same study, recorded after the ranks began to measure the wait for the
+  slowest rank (the two older ones predate it: their records have no wait, as old records do);
 - slurm-weak: `hpctrain study weak cluster=slurm cluster.ranks_per_node=1 study.nodes=[1,2,4]
   study.repetitions=3` on the local SLURM cluster (one of the 4-node runs died at start-up).
 
@@ -21,7 +23,7 @@ from hpctrain.bench.predict import TARGET
 STUDIES = Path(__file__).parents[1] / "fixtures" / "studies"
 
 
-@pytest.mark.parametrize("name", ["local-strong", "slurm-weak"])
+@pytest.mark.parametrize("name", ["local-strong", "local-strong-waits", "slurm-weak"])
 def test_every_held_out_scale_is_predicted_within_the_target_or_its_error_is_explained(name: str) -> None:
     a = analyze_dir(STUDIES / name)
     [s] = a.series
@@ -50,6 +52,25 @@ def test_the_local_study_blames_threads_for_the_one_rank_error_and_refuses_to_pr
     assert all(p.throughput_ci.method.startswith("95% CI") and p.throughput_ci.lo > 0 for p in s.points)
 
 
+def test_the_wait_for_the_slowest_rank_explains_exposed_communication_beyond_the_allreduce() -> None:
+    a = analyze_dir(STUDIES / "local-strong-waits")
+    [s] = a.series
+    m, two = s.step_model, s.points[1]
+    assert m is not None and two.n == 2 and two.imbalance_s > 0
+    expected = m.expected_comm_s(2)
+    # all of the exposed time against the allreduce would be a share far above 1 ...
+    assert two.comm_s / expected > 1.3
+    # ... but two thirds of it is waiting for the slower rank; the rest is a physical share
+    assert two.imbalance_s > 0.5 * two.comm_s
+    assert m.described and 0 < m.exposed_raw < 1 and m.exposed_se > 0 and m.exposed == m.exposed_raw
+    roof = two.roofline
+    assert roof is not None and roof.wait_s == pytest.approx(two.imbalance_s) and roof.imbalanced
+    # described, so it predicts: 2x, 4x, 8x the largest scale, banded by the leave-one-out error
+    assert [q.n for q in s.predictions] == [4, 8, 16] and all(q.throughput > 0 for q in s.predictions)
+    assert all(q.band == m.loo_band and q.band > TARGET for q in s.predictions)
+    assert m.checks[0].term == "compute"  # 2 threads at N=1, 1 at N=2: that error is explained
+
+
 def test_the_slurm_study_lists_its_failed_run_and_sees_ranks_waiting_not_transferring() -> None:
     a = analyze_dir(STUDIES / "slurm-weak")
     [s] = a.series
@@ -73,9 +94,14 @@ def test_bench_predict_prints_both_errors_for_recorded_studies() -> None:
 
     out = io.StringIO()
     args = build_parser().parse_args(
-        ["bench", "predict", str(STUDIES / "local-strong"), str(STUDIES / "slurm-weak")]
+        [
+            "bench",
+            "predict",
+            *(str(STUDIES / n) for n in ("local-strong", "slurm-weak", "local-strong-waits")),
+        ]
     )
     assert run_predict(args, Console(file=out, width=200)) == 0
     text = out.getvalue()
-    assert text.count("largest error: in-sample") == 2 and "leave-one-out" in text
+    assert text.count("largest error: in-sample") == 3 and "leave-one-out" in text
+    assert "the model describes these runs" in text
     assert "does NOT describe these runs" in text and "LOO err" in text

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from hpctrain.records import RankSummary, StepRecord
-from hpctrain.train.stats import percentile, rank_stats, summarize
+from hpctrain.train.stats import percentile, rank_stats, straggler_waits, summarize
 
 
 def _rec(step: int, step_s: float, compute: float, comm: float, data: float, loss: float, timed: bool = True):
@@ -80,3 +80,19 @@ def test_summary_uses_the_slowest_rank_for_throughput() -> None:
     assert s.comm_s == pytest.approx(0.080)
     assert s.comm_share == pytest.approx(0.08 / 0.15)
     assert s.peak_memory_bytes == [100, 200]
+
+
+def test_straggler_waits_by_hand() -> None:
+    # busy (data + compute) of rank 0: 10, 14 ms; rank 1: 12, 11 ms -> slowest 12, 14
+    # rank 0 waits (12-10 + 14-14)/2 = 1 ms, rank 1 (12-12 + 14-11)/2 = 1.5 ms; step 7 only rank 0 timed
+    waits = straggler_waits([{0: 0.010, 1: 0.014, 7: 0.5}, {0: 0.012, 1: 0.011}])
+    assert waits == pytest.approx([0.001, 0.0015])
+    # their mean is max - mean, step by step: ((12 - 11) + (14 - 12.5)) / 2 = 1.25 ms
+    assert sum(waits) / 2 == pytest.approx(0.00125)
+    assert straggler_waits([{0: 0.01}, {1: 0.01}]) != straggler_waits(
+        [{0: 0.01}, {1: 0.01}]
+    )  # NaN: no common step
+    one = dataclasses.replace(rank_stats([], 0, "h", 0, 1), wait_s=0.002)
+    about = dict(started=0.0, finished=1.0, model="cnn", precision="fp32", backend="mpi", compression="none")
+    both = summarize([one, dataclasses.replace(one, rank=1, wait_s=0.0)], 64, **about)
+    assert both.imbalance_s == pytest.approx(0.001)  # the mean over ranks
