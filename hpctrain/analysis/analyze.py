@@ -249,8 +249,8 @@ def analyze_series(
     if s.comm is None:
         return s
     first = runs[0]
-    for p in points:
-        sc = scale_of(p)
+    scales = [scale_of(p) for p in points]
+    for p, sc in zip(points, scales):
         p.roofline = roofline(
             engine,
             p.n,
@@ -263,7 +263,7 @@ def analyze_series(
             sc.wait_s,
         )
     k = next((p.roofline.messages for p in points if p.roofline), 1)
-    s.step_model = fit_step_model(s.comm, first.grad_bytes, k, [scale_of(p) for p in points])
+    s.step_model = fit_step_model(s.comm, first.grad_bytes, k, scales)
     for p, check in zip(points, s.step_model.checks):
         p.model_step_s = check.in_sample.step_s
         p.loo_step_s = check.held_out.step_s if check.held_out else float("nan")
