@@ -243,7 +243,7 @@ def analyze_series(
         base = points[0].throughput
         ns = [p.n / points[0].n for p in multi for _ in p.throughput_reps]
         ups = [x / base for p in multi for x in p.throughput_reps]
-        amdahl, amdahl_se = metrics.fit_amdahl(ns, ups), metrics.fit_amdahl_se(ns, ups)
+        amdahl, amdahl_se = metrics.amdahl_with_se(ns, ups)
     s = Series(engine, kind, points, amdahl, amdahl_se, label=engine)
     s.comm = fit_comm_model(allreduce or [], ALLREDUCE_S.get(engine, "hvd_s")) if points else None
     if s.comm is None:

@@ -88,24 +88,30 @@ def amdahl_speedup(serial_fraction: float, n: float) -> float:
     return 1.0 / (serial_fraction + (1.0 - serial_fraction) / n)
 
 
+def through_origin(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, int]:
+    """Least squares y = b x without intercept: b = sum(x y) / sum(x^2), its standard error
+    sqrt(sum(residual^2) / (k - 1) / sum(x^2)) and k - 1 degrees of freedom (NaN, 0 where undefined)."""
+    den = sum(x * x for x in xs)
+    if den <= 0:
+        return float("nan"), float("nan"), 0
+    b = sum(x * y for x, y in zip(xs, ys)) / den
+    dof = len(xs) - 1
+    if dof < 1:
+        return b, float("nan"), 0
+    return b, math.sqrt(sum((y - b * x) ** 2 for x, y in zip(xs, ys)) / dof / den), dof
+
+
+def amdahl_with_se(ns: Sequence[float], speedups: Sequence[float]) -> tuple[float, float]:
+    """Least-squares serial fraction s of Amdahl's law, from 1/S - 1/N = s (1 - 1/N) (linearised),
+    and its standard error (NaN with fewer than two speedups)."""
+    xs = [1.0 - 1.0 / n for n in ns]
+    ys = [1.0 / s - 1.0 / n for n, s in zip(ns, speedups)]
+    s, se, _ = through_origin(xs, ys)
+    return s, se
+
+
 def fit_amdahl(ns: Sequence[float], speedups: Sequence[float]) -> float:
-    """Least-squares serial fraction s of Amdahl's law, from 1/S - 1/N = s (1 - 1/N) (linearised)."""
-    xs = [1.0 - 1.0 / n for n in ns]
-    ys = [1.0 / s - 1.0 / n for n, s in zip(ns, speedups)]
-    den = sum(x * x for x in xs)
-    return sum(x * y for x, y in zip(xs, ys)) / den if den > 0 else float("nan")
-
-
-def fit_amdahl_se(ns: Sequence[float], speedups: Sequence[float]) -> float:
-    """Standard error of fit_amdahl's s (least squares through the origin: residual variance over
-    sum x^2, k - 1 degrees of freedom); NaN with fewer than two speedups."""
-    xs = [1.0 - 1.0 / n for n in ns]
-    ys = [1.0 / s - 1.0 / n for n, s in zip(ns, speedups)]
-    den = sum(x * x for x in xs)
-    if len(xs) < 2 or den <= 0:
-        return float("nan")
-    s = sum(x * y for x, y in zip(xs, ys)) / den
-    return math.sqrt(sum((y - s * x) ** 2 for x, y in zip(xs, ys)) / (len(xs) - 1) / den)
+    return amdahl_with_se(ns, speedups)[0]
 
 
 def allreduce_bandwidths(size_bytes: float, seconds: float, n: int) -> tuple[float, float]:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
-from .metrics import t975
+from .metrics import t975, through_origin
 from .model import CommModel
 
 # A fitted share may miss [0, 1] by at most this much (less when its uncertainty is smaller): a
@@ -175,15 +175,7 @@ def fit_exposed(
         if s.n > 1 and (c := comm.allreduce_s(s.n, grad_bytes, messages)) > 0
         for e in s.comm_samples
     ]
-    cc = sum(c * c for _, c in pairs)
-    if not pairs or cc <= 0:
-        return math.nan, math.nan, 0
-    f = sum(e * c for e, c in pairs) / cc
-    dof = len(pairs) - 1
-    if dof < 1:
-        return f, math.nan, 0
-    resid = sum((e - f * c) ** 2 for e, c in pairs)
-    return f, math.sqrt(resid / dof / cc), dof
+    return through_origin([c for _, c in pairs], [e for e, _ in pairs])
 
 
 def _range_problem(f: float, se: float, dof: int) -> str:
