@@ -52,7 +52,7 @@ def run_dir() -> Path | None:
 
 
 def rank() -> int:
-    from .engine.dist_env import launcher_rank
+    from hpctrain.engine.world import launcher_rank
 
     return launcher_rank(os.environ) or 0
 
@@ -92,7 +92,7 @@ def step(
     d = run_dir()
     if d is None:
         return
-    from . import records
+    from hpctrain import records
 
     now = time.perf_counter()
     if _state.file is None:
@@ -121,7 +121,7 @@ def step(
 
 
 def _open(d: Path) -> None:
-    from . import records
+    from hpctrain import records
 
     path = d / records.steps_file(rank())
     _state.steps = records.resume_steps(path, _state.next_step)
@@ -167,7 +167,7 @@ def save_checkpoint(state: dict[str, Any]) -> Path | None:
     d = run_dir()
     if d is None or rank() != 0:
         return None
-    from .train import checkpoint
+    from hpctrain.train import checkpoint
 
     if not isinstance(state.get("step"), int):
         raise ValueError('api.save_checkpoint: the state needs "step" (int), the step to resume at')
@@ -180,7 +180,7 @@ def load_checkpoint() -> dict[str, Any] | None:
     d = run_dir()
     if d is None:
         return None
-    from .train import checkpoint
+    from hpctrain.train import checkpoint
 
     found = checkpoint.newest(d, ("step",))
     if found is None:

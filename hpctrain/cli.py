@@ -11,11 +11,16 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from rich.console import Console
 from rich.text import Text
 
-from .errors import HpctrainError
-from .ui import make_console
+from hpctrain.commands.ui import make_console
+from hpctrain.errors import HpctrainError
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 EPILOG = """examples:
   hpctrain run                                   2-rank local run of the default CNN
@@ -74,11 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from . import __version__
+    from hpctrain import __version__
 
     parser.add_argument("--version", action="version", version=f"hpctrain {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
+    _add_jobs(sub)
+    _add_study(sub)
+    sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
+    _add_bench(sub)
+    return parser
 
+
+def _add_run(sub: Subparsers) -> None:
     run = sub.add_parser(
         "run",
         help="train with the given config overrides",
@@ -113,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop waiting (not the run) after this many minutes",
     )
 
+
+def _add_jobs(sub: Subparsers) -> None:
     st = sub.add_parser(
         "status", help="state of a run, sweep or study (local or SLURM), with progress and errors"
     )
@@ -124,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     cn = sub.add_parser("cancel", help="cancel a run, or every run of a sweep or study (local or SLURM)")
     cn.add_argument("path", type=Path, help="a run, sweep or study directory")
 
+
+def _add_study(sub: Subparsers) -> None:
     sd = sub.add_parser(
         "study",
         help="strong/weak scaling study: expand, run (or resume), analyze",
@@ -142,8 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("path", type=Path, help="a study directory (with study.json)")
     an.add_argument("--out", help="report directory (default: STUDY_DIR/report)")
 
-    sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
 
+def _add_bench(sub: Subparsers) -> None:
     bench = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     ov = bsub.add_parser("overhead", help="hpctrain's training throughput vs a minimal Horovod script")
@@ -176,10 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
         "predict", help="the step model's in-sample and leave-one-out errors on recorded studies"
     )
     pr.add_argument("studies", nargs="+", metavar="STUDY_DIR", help="study directories (hpctrain study ...)")
-    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = build_parser()
     # Overrides may stand before or after flags (argparse alone splits positionals at a flag).
     args, extra = parser.parse_known_args(argv)
@@ -187,60 +203,69 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> int:
+    """The command's own module, imported only when it runs (so --help and status stay light)."""
+    if args.command == "run":
+        from hpctrain.commands.run import cmd_run
+
+        return cmd_run(args, console)
+    if args.command in ("study", "analyze"):
+        from hpctrain.commands.study import cmd_analyze, cmd_study
+
+        return (cmd_study if args.command == "study" else cmd_analyze)(args, console)
+    if args.command in ("status", "logs", "cancel"):
+        from hpctrain.commands import jobs
+
+        if args.command == "status":
+            return jobs.status(args.path, console)
+        if args.command == "logs":
+            return jobs.logs(args.path, args.rank, args.follow, console)
+        return jobs.cancel(args.path, console)
+    if args.command == "doctor":
+        from hpctrain.commands.doctor import run_doctor
+
+        return run_doctor(console)
+    return _bench(args, console)
+
+
+def _bench(args: argparse.Namespace, console: Console) -> int:
+    if args.bench == "overhead":
+        from hpctrain.bench.overhead import run_overhead
+
+        return run_overhead(args, console)
+    if args.bench == "allreduce":
+        from hpctrain.bench.allreduce import run_bench
+
+        return run_bench(args, console)
+    if args.bench == "analyze":
+        from hpctrain.bench.analyze import run_bench as run_analyze_bench
+
+        return run_analyze_bench(args, console)
+    if args.bench == "pipeline":
+        from hpctrain.bench.pipeline import run_pipeline_bench
+
+        return run_pipeline_bench(args, console)
+    if args.bench == "predict":
+        from hpctrain.bench.predict import run_predict
+
+        return run_predict(args, console)
+    from hpctrain.bench.submit import run_submit
+
+    return run_submit(args, console)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
     console = make_console(sys.stdout)
     err = make_console(sys.stderr)
     # SIGTERM and SIGHUP stop a command like Ctrl-C does: what it started is stopped too
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.default_int_handler)
     try:
-        if args.command == "run":
-            from .commands_run import cmd_run
-
-            return cmd_run(args, console)
-        if args.command == "study":
-            from .commands_study import cmd_study
-
-            return cmd_study(args, console)
-        if args.command == "analyze":
-            from .commands_study import cmd_analyze
-
-            return cmd_analyze(args, console)
-        if args.command in ("status", "logs", "cancel"):
-            from . import commands_jobs as jobs
-
-            if args.command == "status":
-                return jobs.status(args.path, console)
-            if args.command == "logs":
-                return jobs.logs(args.path, args.rank, args.follow, console)
-            return jobs.cancel(args.path, console)
-        if args.command == "doctor":
-            from .doctor import run_doctor
-
-            return run_doctor(console)
-        if args.command == "bench" and args.bench == "overhead":
-            from .bench.overhead import run_overhead
-
-            return run_overhead(args, console)
-        if args.command == "bench" and args.bench == "allreduce":
-            from .bench.allreduce import run_bench
-
-            return run_bench(args, console)
-        if args.command == "bench" and args.bench == "analyze":
-            from .bench.analyze import run_bench as run_analyze_bench
-
-            return run_analyze_bench(args, console)
-        if args.command == "bench" and args.bench == "pipeline":
-            from .bench.pipeline import run_pipeline_bench
-
-            return run_pipeline_bench(args, console)
-        if args.command == "bench" and args.bench == "predict":
-            from .bench.predict import run_predict
-
-            return run_predict(args, console)
-        if args.command == "bench" and args.bench == "submit":
-            from .bench.submit import run_submit
-
-            return run_submit(args, console)
+        return dispatch(args, console)
     except HpctrainError as e:
         err.print(Text("error: ", style="bold red") + Text(str(e)), soft_wrap=True)
         return e.exit_code
@@ -265,7 +290,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             soft_wrap=True,
         )
         return 1
-    return 1
 
 
 if __name__ == "__main__":

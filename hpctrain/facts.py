@@ -21,8 +21,6 @@ class HostFacts:
     def gather(cls) -> HostFacts:
         import torch
 
-        from .train.precision import autocast_supported
-
         cuda = torch.cuda.is_available()
         return cls(
             cpu_count=len(os.sched_getaffinity(0))
@@ -73,3 +71,18 @@ def wants_cuda(choice: str) -> bool:
     import torch
 
     return choice == "cuda" or (choice == "auto" and torch.cuda.is_available())
+
+
+def autocast_supported(precision: str, device_type: str) -> bool:
+    """Whether this torch build can autocast to `precision` on `device_type` (probed, not assumed)."""
+    import torch
+
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    if dtype is None:
+        return True
+    try:
+        with torch.autocast(device_type=device_type, dtype=dtype):
+            a = torch.ones(2, 2, device=device_type)
+            return (a @ a).dtype == dtype
+    except (RuntimeError, AssertionError):
+        return False

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
-    from .config.schema import Config
-    from .train.loop import StopControl
+    from hpctrain.config.schema import Config
+    from hpctrain.train.loop import StopControl
 
-from . import records
-from .config.load import config_from_yaml
-from .derived import Derived
-from .engine.dist_env import launcher_rank
-from .events import format_event
-from .lifeline import die_with_parent
+from hpctrain import records
+from hpctrain.config.derived import Derived
+from hpctrain.config.load import config_from_yaml
+from hpctrain.engine.world import launcher_rank
+from hpctrain.events import format_event
+from hpctrain.lifeline import die_with_parent
 
 
 def base_environment() -> dict[str, Any]:
@@ -36,7 +36,7 @@ def base_environment() -> dict[str, Any]:
     import numpy
     import torch
 
-    from .workload.code import CODE_DIR_VAR
+    from hpctrain.workload.code import CODE_DIR_VAR
 
     rec: dict[str, Any] = {
         "python": platform.python_version(),
@@ -62,29 +62,23 @@ def base_environment() -> dict[str, Any]:
 
 def run(run_dir: Path, control: StopControl | None = None) -> bool:
     """Run this rank's workload: True when it finished, False when it stopped to be requeued."""
-    from .workload.code import activate
+    from hpctrain.workload.code import activate
 
     cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
     plan = records.read(run_dir / records.PLAN, records.PlanRecord)
     activate()  # the user's code (if any) on sys.path and PYTHONPATH
+    if cfg.bench.allreduce:
+        from hpctrain.workload.allreduce import run_allreduce
+
+        run_allreduce(cfg, run_dir)
+        return True
     if cfg.script.path:
-        from .workload.script import run_script, script_environment
+        from hpctrain.workload.script import run_script, script_environment
 
         if launcher_rank(os.environ) in (0, None):
             records.write_json(run_dir / records.ENV, {**base_environment(), **script_environment(cfg)})
         return run_script(cfg, run_dir, plan)
     return train_builtin(cfg, plan, run_dir, control)
-
-
-def grad_bucket_bytes(cfg: Config) -> int:
-    """How the engine groups gradients into collectives: DDP's bucket size, Horovod's fusion
-    threshold (its default when unset; 0 disables fusion)."""
-    from .analysis.roofline import HOROVOD_FUSION_BYTES
-
-    par = cfg.parallelism
-    if par.engine == "ddp":
-        return int(par.bucket_mb * 2**20)
-    return HOROVOD_FUSION_BYTES if par.fusion_threshold_mb is None else int(par.fusion_threshold_mb * 2**20)
 
 
 def pipeline_about(cfg: Config) -> dict[str, object]:
@@ -96,13 +90,14 @@ def pipeline_about(cfg: Config) -> dict[str, object]:
 
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
     """The built-in trainer (on built-in or user models and data) under the configured engine."""
-    from .engine import engine_for
-    from .train.loop import train
-    from .train.stats import summarize
+    from hpctrain.engine.registry import engine_class
+    from hpctrain.train.loop import train
+    from hpctrain.train.stats import summarize
 
     # derived once, by the planner: the rank uses the plan's world size, batch and lr as they are
     derived = Derived(plan.world_size, plan.batch, plan.lr)
-    engine = engine_for(str(cfg.parallelism.engine))
+    engine_type = engine_class(str(cfg.parallelism.engine))
+    engine = engine_type()
     info = engine.init(cfg, expected_size=plan.world_size)
     hosts = engine.allgather_object(socket.gethostname())
     if info.rank == 0:
@@ -125,7 +120,9 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         compression=cfg.parallelism.compression,
         engine=cfg.parallelism.engine,
         parallelism=str(cfg.parallelism.name),
-        grad_bucket_bytes=grad_bucket_bytes(cfg),
+        grad_bucket_bytes=engine_type.grad_bucket_bytes(cfg),
+        grad_grouping=engine_type.grouping,
+        collective=engine_type.collective,
         **pipeline_about(cfg),
     )
     if info.rank == 0:

@@ -3,52 +3,21 @@ failed or missing runs are listed, never fatal."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .. import records
-from ..errors import RecordError
-from ..train.stats import share
-from . import metrics
-from .model import CommModel, fit_comm_model
-from .roofline import Roofline, roofline
-from .stepmodel import Scale, StepModel, fit_step_model
-from .uncertainty import Interval, positive_interval, ratio_interval
-
-
-@dataclass(frozen=True)
-class Run:
-    n: int  # world size
-    rep: int
-    batch_per_rank: int
-    global_batch: int
-    throughput: float
-    step_s: float
-    compute_s: float
-    comm_s: float
-    data_s: float
-    parameters: int
-    grad_bytes_per_param: int
-    engine: str = "horovod"
-    bubble_s: float = 0.0
-    stages: int = 1
-    microbatches: int = 1
-    peak_by_stage: tuple[int, ...] = ()  # peak memory of the rank holding most, per stage
-    threads: int = 0  # torch threads per rank (0: not recorded)
-    grad_tensors: int = 0
-    grad_bucket_bytes: int = 0
-    compression: str = "none"
-    imbalance_s: float = float("nan")  # waiting for the slowest rank, part of comm_s (NaN: not measured)
-
-    @property
-    def grad_bytes(self) -> float:
-        return float(self.parameters * self.grad_bytes_per_param)
-
+from hpctrain import records
+from hpctrain.analysis import metrics
+from hpctrain.analysis.metrics import share
+from hpctrain.analysis.model import CommModel, fit_comm_model
+from hpctrain.analysis.roofline import Roofline, roofline
+from hpctrain.analysis.stepmodel import Scale, StepModel, fit_step_model
+from hpctrain.analysis.uncertainty import Interval, positive_interval, ratio_interval
+from hpctrain.errors import RecordError
 
 NO_INTERVAL = Interval(float("nan"), float("nan"), "none (one run)")
 
@@ -85,11 +54,6 @@ class Point:
     wait_reps: tuple[float, ...] = ()
 
 
-# The allreduce benchmark's column that times the collective each engine uses (bench/allreduce_worker.py).
-# Other engines (a script's own) are modelled with Horovod's.
-ALLREDUCE_S = {"horovod": "hvd_s", "ddp": "torch_s"}
-
-
 @dataclass(frozen=True)
 class Prediction:
     n: int
@@ -113,6 +77,7 @@ class Series:
     points: list[Point]
     amdahl_serial_fraction: float  # NaN when the runs show no speedup to fit
     amdahl_se: float = float("nan")  # its standard error (NaN: no spare degree of freedom)
+    collective: str = "hvd_s"  # the allreduce benchmark's column that times the engine's collective
     comm: CommModel | None = None
     step_model: StepModel | None = None
     predictions: list[Prediction] = field(default_factory=list)
@@ -135,7 +100,7 @@ class Analysis:
     kind: str  # strong | weak
     series: list[Series]
     missing: list[str]  # run directories without a summary (failed, cancelled, not run)
-    allreduce: list[dict[str, Any]] = field(default_factory=list)  # bench rows, all world sizes
+    allreduce: list[records.AllreduceRow] = field(default_factory=list)  # bench rows, all world sizes
     corrupt: list[str] = field(default_factory=list)  # "<file>: what is wrong", for unreadable records
 
     @property
@@ -152,45 +117,19 @@ def interval_note(a: Analysis) -> str:
     return "ranges: " + "; ".join(sorted({p.throughput_ci.method for p in a.points}))
 
 
-def run_from_records(run_dir: Path, rep: int = 0) -> Run:
-    """A study's run from its summary.json; RecordMissing/RecordError if it has none or a bad one."""
-    s = records.read(run_dir / records.SUMMARY, records.RunSummary)
-    return Run(
-        n=s.world_size,
-        rep=rep,
-        batch_per_rank=s.batch_per_rank,
-        global_batch=s.global_batch,
-        throughput=s.throughput_samples_per_s,
-        step_s=s.step_s,
-        compute_s=s.compute_s,
-        comm_s=s.comm_s,
-        data_s=s.data_s,
-        parameters=s.parameters,
-        grad_bytes_per_param=s.grad_bytes_per_param,
-        engine=s.engine,
-        bubble_s=s.bubble_s,
-        stages=s.stages,
-        microbatches=s.microbatches,
-        peak_by_stage=tuple(
-            max(r.peak_memory_bytes for r in s.per_rank if r.stage == k)
-            for k in sorted({r.stage for r in s.per_rank})
-        ),
-        threads=s.threads_per_rank,
-        grad_tensors=s.grad_tensors,
-        grad_bucket_bytes=s.grad_bucket_bytes,
-        compression=s.compression,
-        imbalance_s=s.imbalance_s,
-    )
+def run_from_records(run_dir: Path) -> records.RunSummary:
+    """A study's run: its summary.json; RecordMissing/RecordError if it has none or a bad one."""
+    return records.read(run_dir / records.SUMMARY, records.RunSummary)
 
 
-def aggregate(kind: str, runs: list[Run]) -> list[Point]:
-    by_n: dict[int, list[Run]] = defaultdict(list)
+def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
+    by_n: dict[int, list[records.RunSummary]] = defaultdict(list)
     for r in runs:
-        by_n[r.n].append(r)
+        by_n[r.world_size].append(r)
     points = []
     for n in sorted(by_n):
         rs = by_n[n]
-        values = [r.throughput for r in rs]
+        values = [r.throughput_samples_per_s for r in rs]
         avg = lambda k: statistics.fmean(getattr(r, k) for r in rs)  # noqa: E731
         p = Point(
             n,
@@ -204,7 +143,7 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
             avg("batch_per_rank"),
         )
         p.comm_share, p.data_share = share(p.comm_s, p.step_s), share(p.data_s, p.step_s)
-        p.threads, p.bubble_s = rs[0].threads, avg("bubble_s")
+        p.threads, p.bubble_s = rs[0].threads_per_rank, avg("bubble_s")
         p.comm_reps, p.throughput_reps = tuple(r.comm_s for r in rs), tuple(values)
         p.imbalance_s, p.wait_reps = avg("imbalance_s"), tuple(r.imbalance_s for r in rs)
         if rs[0].stages > 1:
@@ -232,9 +171,10 @@ def aggregate(kind: str, runs: list[Run]) -> list[Point]:
 
 
 def analyze_series(
-    kind: str, runs: list[Run], allreduce: list[dict[str, Any]] | None = None, engine: str = "horovod"
+    kind: str, runs: list[records.RunSummary], allreduce: Sequence[records.AllreduceRow] = ()
 ) -> Series:
-    """The figures of one engine's runs; `allreduce`: benchmark rows for the alpha-beta fit."""
+    """The figures of one engine's runs; `allreduce`: benchmark rows for the alpha-beta fit of the
+    collective the engine recorded that it uses."""
     points = aggregate(kind, runs)
     multi = [p for p in points if p.n > points[0].n] if points else []
     amdahl, amdahl_se = float("nan"), float("nan")
@@ -244,15 +184,16 @@ def analyze_series(
         ns = [p.n / points[0].n for p in multi for _ in p.throughput_reps]
         ups = [x / base for p in multi for x in p.throughput_reps]
         amdahl, amdahl_se = metrics.amdahl_with_se(ns, ups)
-    s = Series(engine, kind, points, amdahl, amdahl_se, label=engine)
-    s.comm = fit_comm_model(allreduce or [], ALLREDUCE_S.get(engine, "hvd_s")) if points else None
+    first = runs[0]
+    s = Series(first.engine, kind, points, amdahl, amdahl_se, first.collective_column, label=first.engine)
+    s.comm = fit_comm_model(allreduce, s.collective) if points else None
     if s.comm is None:
         return s
-    first = runs[0]
     scales = [scale_of(p) for p in points]
     for p, sc in zip(points, scales):
         p.roofline = roofline(
-            engine,
+            first.engine,
+            first.grouping,
             p.n,
             first.grad_bytes,
             first.grad_bucket_bytes,
@@ -286,9 +227,9 @@ def scale_of(p: Point) -> Scale:
 
 def analyze_runs(
     kind: str,
-    runs: list[Run],
+    runs: list[records.RunSummary],
     missing: list[str],
-    allreduce: list[dict[str, Any]] | None = None,
+    allreduce: Sequence[records.AllreduceRow] = (),
     corrupt: list[str] | None = None,
 ) -> Analysis:
     """One series per engine and micro-batch count, in the order they first appear among the runs."""
@@ -296,9 +237,7 @@ def analyze_runs(
     several_m = len({m for _, m in keys}) > 1
     series = []
     for engine, m in keys:
-        s = analyze_series(
-            kind, [r for r in runs if (r.engine, r.microbatches) == (engine, m)], allreduce, engine
-        )
+        s = analyze_series(kind, [r for r in runs if (r.engine, r.microbatches) == (engine, m)], allreduce)
         s.label = f"{engine} m={m}" if several_m else engine
         series.append(s)
     return Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))
@@ -330,18 +269,18 @@ def analyze_dir(study_dir: Path) -> Analysis:
         if not run_dir.exists() and (study_dir / run_dir.name).is_dir():
             run_dir = study_dir / run_dir.name  # a study directory copied or moved as a whole
         try:
-            runs.append(run_from_records(run_dir, entry.rep))
+            runs.append(run_from_records(run_dir))
         except records.RecordMissing:
             missing.append(entry.run_dir)
         except RecordError as e:
             missing.append(entry.run_dir)
             corrupt.append(str(e))
-    allreduce: list[dict[str, Any]] = []
+    allreduce: list[records.AllreduceRow] = []
     for path in sorted(study_dir.glob("allreduce-n*.json")):
         try:
             result = records.read(path, records.AllreduceResult)
         except RecordError as e:
             corrupt.append(str(e))
             continue
-        allreduce.extend(dataclasses.asdict(row) for row in result.rows)
+        allreduce.extend(result.rows)
     return analyze_runs(manifest.kind, runs, missing, allreduce, corrupt)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+
+from hpctrain.records import AllreduceRow
 
 NAN = float("nan")
 
@@ -97,16 +98,13 @@ def fit_alpha_beta(samples: Sequence[tuple[int, float, float]]) -> CommModel:
     return CommModel(float(alpha), float(beta), 0.0, float(a_se), float(b_se), 0.0)
 
 
-def _column(rows: Sequence[dict[str, Any]], column: str) -> list[tuple[int, float, float]]:
+def _column(rows: Sequence[AllreduceRow], column: str) -> list[tuple[int, float, float]]:
     # older benchmark records have no torch.distributed timing (NaN)
-    return [
-        (r["n"], r["bytes"], r[column])
-        for r in rows
-        if r["n"] > 1 and math.isfinite(r.get(column, NAN)) and r[column] > 0
-    ]
+    timed = [(r.n, float(r.bytes), float(getattr(r, column, NAN))) for r in rows]
+    return [(n, b, t) for n, b, t in timed if n > 1 and math.isfinite(t) and t > 0]
 
 
-def fit_comm_model(rows: Sequence[dict[str, Any]], column: str, wire: str = "mpi_s") -> CommModel | None:
+def fit_comm_model(rows: Sequence[AllreduceRow], column: str, wire: str = "mpi_s") -> CommModel | None:
     """The engine's allreduce (benchmark column `column`) as L + alpha-beta, with alpha from the
     plain MPI timings (`wire`) of the same processes; None with fewer than two timings. Without
     wire timings, alpha and L cannot be told apart (both are constant at one world size): L = 0."""

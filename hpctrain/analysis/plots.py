@@ -11,9 +11,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .analyze import ALLREDUCE_S, Analysis, Series, interval_note  # noqa: E402
-from .metrics import allreduce_bandwidths  # noqa: E402
-from .uncertainty import Interval  # noqa: E402
+from hpctrain.analysis.analyze import Analysis, Series, interval_note
+from hpctrain.analysis.metrics import allreduce_bandwidths
+from hpctrain.analysis.uncertainty import Interval
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -146,26 +146,26 @@ def breakdown(a: Analysis, path: Path) -> Path:
 
 def bus_bandwidth(a: Analysis, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
-    for n in sorted({r["n"] for r in a.allreduce}):
-        rows = sorted((r for r in a.allreduce if r["n"] == n), key=lambda r: r["bytes"])
-        sizes = [r["bytes"] for r in rows]
+    for n in sorted({r.n for r in a.allreduce}):
+        rows = sorted((r for r in a.allreduce if r.n == n), key=lambda r: r.bytes)
+        sizes = [r.bytes for r in rows]
         ax.plot(
             sizes,
-            [allreduce_bandwidths(r["bytes"], r["hvd_s"], n)[1] / 1e9 for r in rows],
+            [allreduce_bandwidths(r.bytes, r.hvd_s, n)[1] / 1e9 for r in rows],
             "o-",
             label=f"Horovod, {n} ranks",
         )
         ax.plot(
             sizes,
-            [allreduce_bandwidths(r["bytes"], r["mpi_s"], n)[1] / 1e9 for r in rows],
+            [allreduce_bandwidths(r.bytes, r.mpi_s, n)[1] / 1e9 for r in rows],
             "s--",
             label=f"MPI, {n} ranks",
         )
-        torch_rows = [r for r in rows if math.isfinite(r.get("torch_s", math.nan))]  # NaN in older records
+        torch_rows = [r for r in rows if math.isfinite(r.torch_s)]  # NaN in older records
         if torch_rows:
             ax.plot(
-                [r["bytes"] for r in torch_rows],
-                [allreduce_bandwidths(r["bytes"], r["torch_s"], n)[1] / 1e9 for r in torch_rows],
+                [r.bytes for r in torch_rows],
+                [allreduce_bandwidths(r.bytes, r.torch_s, n)[1] / 1e9 for r in torch_rows],
                 "^-.",
                 label=f"torch.distributed, {n} ranks",
             )
@@ -186,16 +186,16 @@ def roofline(a: Analysis, path: Path) -> Path:
     for i, s in enumerate(a.series):
         if s.comm is None:
             continue
-        column = ALLREDUCE_S.get(s.engine, "hvd_s")
-        for n in sorted({r["n"] for r in a.allreduce if r["n"] > 1}):
+        column = s.collective
+        for n in sorted({r.n for r in a.allreduce if r.n > 1}):
             rows = sorted(
-                (r for r in a.allreduce if r["n"] == n and math.isfinite(r.get(column, math.nan))),
-                key=lambda r: r["bytes"],
+                (r for r in a.allreduce if r.n == n and math.isfinite(getattr(r, column, math.nan))),
+                key=lambda r: r.bytes,
             )
             if not rows:
                 continue
-            sizes = [r["bytes"] for r in rows]
-            ax.plot(sizes, [1e3 * r[column] for r in rows], ".", color=f"C{i}", alpha=0.5)
+            sizes = [r.bytes for r in rows]
+            ax.plot(sizes, [1e3 * getattr(r, column) for r in rows], ".", color=f"C{i}", alpha=0.5)
             ax.plot(
                 sizes,
                 [1e3 * s.comm.allreduce_s(n, b) for b in sizes],

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from .analyze import Analysis, Prediction, Series, interval_note
-from .plots import write_plots
+from hpctrain.analysis.analyze import Analysis, Prediction, Series, interval_note
+from hpctrain.analysis.plots import write_plots
 
 COLUMNS = (
     "series",

@@ -14,41 +14,43 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..records import RunSummary
-from .model import CommModel, from_probe
+from hpctrain.analysis.model import CommModel, from_probe
+from hpctrain.records import RunSummary
 
 MIB = 2**20
 WAIT_FACTOR = 1.5  # exposed beyond this multiple of the expected time is waiting, not transfer
-HOROVOD_FUSION_BYTES = 64 * MIB  # Horovod's default HOROVOD_FUSION_THRESHOLD (docs: tensor-fusion)
-DDP_FIRST_BUCKET_BYTES = (
-    1 * MIB
-)  # torch DDP puts the first gradients in a small bucket (_DEFAULT_FIRST_BUCKET_BYTES)
+# buckets (torch DDP): the first gradients go in a small bucket (DDP's _DEFAULT_FIRST_BUCKET_BYTES)
+FIRST_BUCKET_BYTES = 1 * MIB
+# the setting that makes the groups larger, by grouping (the engines' own keys)
+GROUP_KNOB = {"buckets": "parallelism.bucket_mb", "fusion": "parallelism.fusion_threshold_mb"}
 
 
-def messages(engine: str, grad_bytes: float, bucket_bytes: float, tensors: int) -> int:
-    """Collectives per step: Horovod fuses up to its threshold per message (0 disables fusion: one
-    per tensor); DDP sends a 1 MiB first bucket, then buckets of bucket_cap_mb."""
+def messages(grouping: str, grad_bytes: float, bucket_bytes: float, tensors: int) -> int:
+    """Collectives per step, by how the engine groups gradients (its record says): "fusion" fills
+    a buffer up to its size per message (0 disables fusion: one per tensor); "buckets" sends a
+    1 MiB first bucket, then buckets of the bucket size."""
     if grad_bytes <= 0:
         return 0
     if bucket_bytes <= 0:
         return max(tensors, 1)
-    if engine == "ddp":
-        first = min(DDP_FIRST_BUCKET_BYTES, bucket_bytes)
+    if grouping == "buckets":
+        first = min(FIRST_BUCKET_BYTES, bucket_bytes)
         return 1 + math.ceil(max(grad_bytes - first, 0) / bucket_bytes)
     return math.ceil(grad_bytes / bucket_bytes)
 
 
-def grouping(engine: str, bucket_bytes: float) -> str:
-    if engine == "ddp":
-        return f"DDP buckets of {bucket_bytes / MIB:g} MiB"
+def describe_grouping(engine: str, grouping: str, bucket_bytes: float) -> str:
+    if grouping == "buckets":
+        return f"{engine} buckets of {bucket_bytes / MIB:g} MiB"
     if bucket_bytes <= 0:
-        return "Horovod without fusion (one message per tensor)"
-    return f"Horovod fusion buffer of {bucket_bytes / MIB:g} MiB"
+        return f"{engine} without fusion (one message per tensor)"
+    return f"{engine} fusion buffer of {bucket_bytes / MIB:g} MiB"
 
 
 @dataclass(frozen=True)
 class Roofline:
     engine: str
+    group_kind: str  # fusion | buckets
     n: int
     grad_bytes: float
     messages: int
@@ -101,12 +103,13 @@ class Roofline:
             if self.compression == "none":
                 return "parallelism.compression=fp16 halves the bytes on the wire"
             return "the gradients are compressed already: a larger batch per rank hides more of the transfer"
-        if self.engine == "ddp":
+        knob = GROUP_KNOB.get(self.group_kind, GROUP_KNOB["fusion"])
+        if self.group_kind == "buckets":
             if self.messages > 1:
-                return f"raise parallelism.bucket_mb for fewer buckets ({self.messages} now)"
+                return f"raise {knob} for fewer buckets ({self.messages} now)"
             return "one bucket already: a larger batch per rank amortises the latency"
         if self.messages > 1:
-            return f"raise parallelism.fusion_threshold_mb for fewer messages ({self.messages} now)"
+            return f"raise {knob} for fewer messages ({self.messages} now)"
         return "one fused message already: lower parallelism.cycle_time_ms to shorten Horovod's cycle"
 
     def line(self) -> str:
@@ -128,6 +131,7 @@ class Roofline:
 
 def roofline(
     engine: str,
+    group_kind: str,
     n: int,
     grad_bytes: float,
     bucket_bytes: float,
@@ -140,13 +144,14 @@ def roofline(
     """None for a single rank (nothing to reduce) or no gradients."""
     if n <= 1 or grad_bytes <= 0:
         return None
-    k = messages(engine, grad_bytes, bucket_bytes, tensors)
+    k = messages(group_kind, grad_bytes, bucket_bytes, tensors)
     return Roofline(
         engine,
+        group_kind,
         n,
         grad_bytes,
         k,
-        grouping(engine, bucket_bytes),
+        describe_grouping(engine, group_kind, bucket_bytes),
         comm.latency_part(n, k),
         comm.bandwidth_part(n, grad_bytes),
         exposed_s,
@@ -163,6 +168,7 @@ def for_run(s: RunSummary) -> Roofline | None:
     wait = s.imbalance_s if math.isfinite(s.imbalance_s) else 0.0
     return roofline(
         s.engine,
+        s.grouping,
         s.world_size,
         s.grad_bytes,
         s.grad_bucket_bytes,

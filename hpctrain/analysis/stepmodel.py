@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
-from .metrics import t975, through_origin
-from .model import CommModel
+from hpctrain.analysis.metrics import t975, through_origin
+from hpctrain.analysis.model import CommModel
 
 # A fitted share may miss [0, 1] by at most this much (less when its uncertainty is smaller): a
 # share of 3 +- 2 fits nothing physical however wide its interval.

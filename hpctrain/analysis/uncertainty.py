@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .metrics import t975
+from hpctrain.analysis.metrics import t975
 
 T95 = "95% CI (t, log space)"
 MINMAX = "min–max (fewer than 3 repetitions)"

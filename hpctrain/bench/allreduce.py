@@ -11,37 +11,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .. import records
-from ..analysis.metrics import allreduce_bandwidths
-from ..analysis.model import fit_alpha_beta
-from ..config.load import load_config
-from ..launch.registry import launcher_for
-
-
-def allreduce_argv(
-    mpirun_prefix: list[str], python: str, out: Path, max_bytes: int, min_bytes: int = 1024
-) -> list[str]:
-    """The worker under an mpirun prefix (the local launcher's)."""
-    from ..facts import free_tcp_port
-
-    return [
-        *mpirun_prefix,
-        "-x",
-        "OMP_NUM_THREADS=1",
-        "-x",
-        "MASTER_ADDR=127.0.0.1",
-        "-x",
-        f"MASTER_PORT={free_tcp_port()}",
-        python,
-        "-m",
-        "hpctrain.bench.allreduce_worker",
-        "--min-bytes",
-        str(min_bytes),
-        "--max-bytes",
-        str(max_bytes),
-        "--out",
-        str(out),
-    ]
+from hpctrain import records
+from hpctrain.analysis.metrics import allreduce_bandwidths
+from hpctrain.analysis.model import fit_alpha_beta
+from hpctrain.config.load import load_config
+from hpctrain.launch.registry import launcher_for
+from hpctrain.orchestrate.probe import run_allreduce
 
 
 def _human(b: float) -> str:
@@ -73,8 +48,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     out = out_dir / records.allreduce_file(args.ranks)
     cfg = load_config([f"cluster.ranks={args.ranks}"])
     with console.status(f"allreduce benchmark on {args.ranks} ranks"):
-        launcher_for(cfg).run_allreduce(cfg, out, args.max_mb * 2**20, out_dir)  # the local launcher
-    result = records.read(out, records.AllreduceResult)
+        # an ordinary local run of the allreduce workload: supervisor, mpirun, records
+        result = run_allreduce(launcher_for(cfg), cfg, out_dir, args.max_mb)
     console.print(table(result))
     if args.ranks > 1:
         ab = fit_alpha_beta([(r.n, r.bytes, r.hvd_s) for r in result.rows])

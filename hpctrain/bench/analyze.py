@@ -13,12 +13,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .. import records
-from ..analysis.analyze import analyze_dir
-from ..analysis.model import CommModel
-from ..analysis.report import write_report
-from ..analysis.stepmodel import spread
-from ..train.stats import summarize
+from hpctrain import records
+from hpctrain.analysis.analyze import analyze_dir
+from hpctrain.analysis.model import CommModel
+from hpctrain.analysis.report import write_report
+from hpctrain.analysis.stepmodel import spread
+from hpctrain.train.stats import summarize
 
 TARGET_S = 2.0
 

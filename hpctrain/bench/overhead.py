@@ -18,12 +18,12 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from .. import records
-from ..errors import ConfigError, LaunchError
-from ..facts import free_tcp_port
-from ..plan import mpirun_prefix
-from . import hpctrain_run
-from .minimal import throughput
+from hpctrain import records
+from hpctrain.bench import hpctrain_run
+from hpctrain.bench.minimal import throughput
+from hpctrain.errors import ConfigError, LaunchError
+from hpctrain.facts import free_tcp_port
+from hpctrain.launch.local.plan import mpirun_prefix
 
 TARGET_OWN = 0.97  # each hpctrain engine against its own hand-written script
 TARGET_CEILING = 0.95  # hpctrain's faster engine against the no-communication ceiling

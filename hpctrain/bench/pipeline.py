@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from .. import records
-from ..analysis.metrics import pipeline_bubble
-from ..errors import LaunchError
-from . import hpctrain_run
+from hpctrain import records
+from hpctrain.analysis.metrics import pipeline_bubble
+from hpctrain.bench import hpctrain_run
+from hpctrain.errors import LaunchError
 
 MICROBATCHES = (1, 2, 4, 8)
 

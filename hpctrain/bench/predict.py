@@ -11,9 +11,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..analysis.analyze import analyze_dir
-from ..analysis.report import model_lines
-from ..errors import HpctrainError
+from hpctrain.analysis.analyze import analyze_dir
+from hpctrain.analysis.report import model_lines
+from hpctrain.errors import HpctrainError
 
 TARGET = 0.15  # leave-one-out error the model should stay within on this machine's studies
 

@@ -1,7 +1,7 @@
-"""Configuration: the typed schema, loading with Hydra, and cross-field validation."""
+"""Configuration: the typed schema, loading with Hydra, the quantities derived from a config and
+its own cross-field rules (the axes add theirs: orchestrate/validate.py)."""
 
-from .load import load_config, to_yaml
-from .schema import Config
-from .validate import validate, validate_points
+from hpctrain.config.load import load_config, to_yaml
+from hpctrain.config.schema import Config
 
-__all__ = ["Config", "load_config", "to_yaml", "validate", "validate_points"]
+__all__ = ["Config", "load_config", "to_yaml"]

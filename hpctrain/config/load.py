@@ -28,9 +28,9 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from ..errors import ConfigError, Problem
-from .schema import Config, register
-from .values import expand_user_paths
+from hpctrain.config.schema import Config, register
+from hpctrain.config.values import expand_user_paths
+from hpctrain.errors import ConfigError, Problem
 
 TARGETED = ("model", "data", "loss")  # sections whose _target_ takes keyword arguments as extra keys
 
@@ -229,7 +229,7 @@ def config_from_yaml(text: str) -> Config:
     if not isinstance(data, DictConfig):
         raise ConfigError.one("<config.yaml>", "is not a mapping", "write it with hpctrain (to_yaml)")
     cluster = data.get("cluster", {})
-    from .schema import CLUSTER_SCHEMAS  # local import: the mapping grows with launchers
+    from hpctrain.config.schema import CLUSTER_SCHEMAS
 
     schema = CLUSTER_SCHEMAS.get(str(cluster.get("name", "")))
     if schema is None:

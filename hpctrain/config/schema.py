@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Dict, List, Optional
+from typing import Any, ClassVar, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -51,11 +51,6 @@ class Parallelism(StrEnum):
 Schedule = StrEnum(
     "Schedule", [("gpipe", "gpipe"), ("1f1b", "1f1b"), ("interleaved_1f1b", "interleaved_1f1b")]
 )
-
-
-class EngineName(StrEnum):
-    horovod = "horovod"
-    ddp = "ddp"
 
 
 class Backend(StrEnum):
@@ -187,7 +182,7 @@ class PrecisionConf:
 @dataclass
 class ParallelismConf:
     name: Parallelism = Parallelism.data
-    engine: EngineName = EngineName.horovod  # what averages gradients: Horovod, or torch DDP
+    engine: str = "horovod"  # what averages gradients: horovod | ddp (engine/registry.py)
     backend: Backend = Backend.mpi  # horovod: controller and CPU collectives (ddp: Gloo on CPU, NCCL on GPU)
     fusion_threshold_mb: Optional[float] = None  # HOROVOD_FUSION_THRESHOLD; null = Horovod's 64 MB
     cycle_time_ms: Optional[float] = None  # HOROVOD_CYCLE_TIME; null = Horovod's default
@@ -236,10 +231,20 @@ class TrainConf:
 
 @dataclass
 class ClusterConf:
-    """Fields every launcher understands."""
+    """Fields every launcher understands, and what planning asks of any cluster (its world size,
+    what a study scales) without asking the launcher itself."""
 
     name: str = MISSING
     env: Dict[str, str] = field(default_factory=dict)  # extra environment for every rank
+    study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
+    # jobs may start, or restart, long after submission: user code is copied at submission so an
+    # edit meanwhile changes nothing (code.snapshot=null follows this)
+    snapshots_code: ClassVar[bool] = True
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the launcher starts."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -250,6 +255,11 @@ class LocalClusterConf(ClusterConf):
     oversubscribe: Optional[bool] = None  # null = only when ranks exceed this machine's cores
     threads_per_rank: Optional[int] = None  # torch/OpenMP threads; null = cores // ranks
     extra_args: List[str] = field(default_factory=list)  # extra mpirun arguments, one per item
+    snapshots_code: ClassVar[bool] = False  # the ranks start now, from the code as it is
+
+    @property
+    def world_size(self) -> int:
+        return self.ranks
 
 
 @dataclass
@@ -277,6 +287,11 @@ class SlurmClusterConf(ClusterConf):
     array_parallelism: int = 64  # array tasks of a sweep running at once
     container: Optional[str] = None  # an Apptainer image (.sif) every rank runs inside
     submitit_folder: Optional[str] = None  # submitit's pickles and logs; null = <run dir>/submitit
+    study_scale: ClassVar[str] = "nodes"
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
 
 
 @dataclass
@@ -304,11 +319,20 @@ class StudyConf:
     lr_scaling: LrScaling = LrScaling.none  # learning-rate rule for every run
     # each engine at every scale, interleaved (one series each on every plot and table);
     # empty: only parallelism.engine
-    engines: List[EngineName] = field(default_factory=list)
+    engines: List[str] = field(default_factory=list)
     # pipeline | hybrid: each micro-batch count at every scale, one series each (empty: the config's)
     microbatches: List[int] = field(default_factory=list)
     allreduce_bench: bool = True  # measure allreduce once per world size (local studies)
     allreduce_max_mb: int = 256  # largest allreduce message of that benchmark
+
+
+@dataclass
+class BenchConf:
+    """Benchmarks that run as a workload, through the launcher's normal path like any run."""
+
+    allreduce: bool = False  # every rank times the allreduces (hpctrain bench allreduce) instead of training
+    min_bytes: int = 1024  # smallest allreduce message
+    max_mb: int = 256  # largest allreduce message
 
 
 @dataclass
@@ -332,6 +356,7 @@ class Config:
     code: CodeConf = field(default_factory=CodeConf)
     script: ScriptConf = field(default_factory=ScriptConf)
     study: Optional[StudyConf] = None  # set by the `study` group (hpctrain study strong|weak)
+    bench: BenchConf = field(default_factory=BenchConf)
     run: RunConf = field(default_factory=RunConf)
 
     @property

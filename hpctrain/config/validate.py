@@ -1,45 +1,21 @@
-"""Cross-field rules. Each problem names the key, the rule and the fix; all are reported at once."""
+"""Cross-field rules of the configuration itself. Each problem names the key, the rule and the fix;
+all are reported at once. The axes above (launchers, engines, workloads, parallelism) add their
+own rules; orchestrate/validate.py gathers them all before anything is written."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..derived import replicas, resolve_batch, world_size
-from ..errors import ConfigError, Problem
-from ..facts import HostFacts
-from ..parallel.rules import parallelism_problems
-from ..workload.rules import workload_problems
-from . import schema as S
-from .schema import Config
-from .values import value_problems
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-__all__ = ["at_least", "resolve_batch", "validate", "world_size"]
+from hpctrain.config import schema as S
+from hpctrain.config.derived import replicas, resolve_batch, world_size
+from hpctrain.config.schema import Config
+from hpctrain.config.values import value_problems
+from hpctrain.errors import Problem
+from hpctrain.facts import HostFacts
 
 OVERSUBSCRIBE_LIMIT = 8  # local ranks per core beyond which an explicit cluster.oversubscribe=true is needed
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-def validate(cfg: Config, facts: HostFacts | None = None) -> None:
-    """Raise ConfigError listing every broken rule. `facts` enables checks against this host."""
-    problems = _problems(cfg, facts)
-    if problems:
-        raise ConfigError(problems)
-
-
-def validate_points(configs: Sequence[Config], labels: Sequence[str], facts: HostFacts | None) -> None:
-    """Validate every point of a sweep or study; one ConfigError lists each broken rule once, with
-    the points that break it, so nothing starts while any point is invalid."""
-    where: dict[Problem, list[str]] = {}
-    for cfg, label in zip(configs, labels):
-        for p in _problems(cfg, facts):
-            where.setdefault(p, []).append(label)
-    if where:
-        raise ConfigError([Problem(p.key, p.rule, p.fix, ", ".join(pts)) for p, pts in where.items()])
 
 
 def at_least(key: str, value: float | None, low: float) -> list[Problem]:
@@ -48,44 +24,61 @@ def at_least(key: str, value: float | None, low: float) -> list[Problem]:
     return [Problem(key, f"must be >= {low:g} (got {value:g})", f"set {key} to {low:g} or more")]
 
 
-def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
+RANGES = [  # (key, lowest value): option sets (model.name, ...) are enums, checked when loading
+    ("model.width", 1),
+    ("model.depth", 1),
+    ("model.heads", 1),
+    ("data.num_samples", 1),
+    ("data.channels", 1),
+    ("data.num_classes", 2),
+    ("data.seq_len", 1),
+    ("data.vocab_size", 2),
+    ("data.num_workers", 0),
+    ("data.prefetch_factor", 1),
+    ("precision.init_scale", 1),
+    ("precision.growth_interval", 1),
+    ("parallelism.backward_passes_per_step", 1),
+    ("optim.weight_decay", 0),
+    ("optim.warmup_steps", 0),
+    ("optim.reference_batch", 1),
+    ("train.steps", 1),
+    ("train.warmup_steps", 0),
+    ("train.log_interval", 1),
+    ("train.seed", 0),
+    ("debug.fail_step", 0),
+]
+
+
+def config_problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
+    """Every rule of the configuration itself; `facts` adds the rules of the host the ranks run on."""
     p: list[Problem] = []
-    m, d, t, par, o = cfg.model, cfg.data, cfg.train, cfg.parallelism, cfg.optim
-    # option sets (model.name, precision.name, ...) are enums in the schema: checked when loading
-    for key, value, low in [
-        ("model.width", m.width, 1),
-        ("model.depth", m.depth, 1),
-        ("model.heads", m.heads, 1),
-        ("data.num_samples", d.num_samples, 1),
-        ("data.channels", d.channels, 1),
-        ("data.num_classes", d.num_classes, 2),
-        ("data.seq_len", d.seq_len, 1),
-        ("data.vocab_size", d.vocab_size, 2),
-        ("data.num_workers", d.num_workers, 0),
-        ("data.prefetch_factor", d.prefetch_factor, 1),
-        ("precision.init_scale", cfg.precision.init_scale, 1),
-        ("precision.growth_interval", cfg.precision.growth_interval, 1),
-        ("parallelism.fusion_threshold_mb", par.fusion_threshold_mb, 0),
-        ("parallelism.backward_passes_per_step", par.backward_passes_per_step, 1),
-        ("optim.weight_decay", o.weight_decay, 0),
-        ("optim.warmup_steps", o.warmup_steps, 0),
-        ("optim.reference_batch", o.reference_batch, 1),
-        ("train.steps", t.steps, 1),
-        ("train.warmup_steps", t.warmup_steps, 0),
-        ("train.log_interval", t.log_interval, 1),
-        ("train.seed", t.seed, 0),
-        ("debug.fail_step", cfg.debug.fail_step, 0),
-    ]:
-        p += at_least(key, value, low)
-    p += _engine_problems(cfg)
-    if par.cycle_time_ms is not None and par.cycle_time_ms <= 0:
+    for key, low in RANGES:
+        section, name = key.split(".")
+        p += at_least(key, getattr(getattr(cfg, section), name), low)
+    p += _train_problems(cfg)
+    p += _optim_problems(cfg)
+    if not SAFE_NAME.match(cfg.run.name):
         p.append(
             Problem(
-                "parallelism.cycle_time_ms",
-                f"must be > 0 (got {par.cycle_time_ms:g})",
-                "set it to a positive number of milliseconds, or null for Horovod's default",
+                "run.name",
+                f"{cfg.run.name!r} may hold only letters, digits, '.', '_', '-' (at most 64)",
+                "choose a name like resnet50-bf16",
             )
         )
+    p += value_problems(cfg)
+    p += _env_problems(cfg)
+    p += _batch_problems(cfg)
+    p += _model_data_problems(cfg)
+    p += _fail_problems(cfg, world_size(cfg))
+    p += _debug_problems(cfg, world_size(cfg))
+    if facts is not None:
+        p += _host_problems(cfg, facts)
+    return p
+
+
+def _train_problems(cfg: Config) -> list[Problem]:
+    t = cfg.train
+    p = []
     if t.stall_timeout_s < 0 or 0 < t.stall_timeout_s < 5:
         p.append(
             Problem(
@@ -94,6 +87,20 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
                 "e.g. train.stall_timeout_s=300",
             )
         )
+    if t.warmup_steps >= t.steps >= 1:
+        p.append(
+            Problem(
+                "train.warmup_steps",
+                f"leaves no timed step ({t.warmup_steps} >= train.steps={t.steps})",
+                f"set train.warmup_steps below {t.steps}, or raise train.steps",
+            )
+        )
+    return p
+
+
+def _optim_problems(cfg: Config) -> list[Problem]:
+    o = cfg.optim
+    p = []
     if o.lr <= 0:  # NaN and inf: value_problems
         p.append(Problem("optim.lr", f"must be > 0 (got {o.lr:g})", "set optim.lr to a positive number"))
     if o.momentum < 0 or o.momentum >= 1:
@@ -112,91 +119,29 @@ def _problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
                 "set optim.betas=[0.9,0.999]",
             )
         )
-    if t.warmup_steps >= t.steps >= 1:
-        p.append(
-            Problem(
-                "train.warmup_steps",
-                f"leaves no timed step ({t.warmup_steps} >= train.steps={t.steps})",
-                f"set train.warmup_steps below {t.steps}, or raise train.steps",
-            )
-        )
-    if not SAFE_NAME.match(cfg.run.name):
-        p.append(
-            Problem(
-                "run.name",
-                f"{cfg.run.name!r} may hold only letters, digits, '.', '_', '-' (at most 64)",
-                "choose a name like resnet50-bf16",
-            )
-        )
-    p += value_problems(cfg)
-    p += _cluster_problems(cfg)
-    p += _batch_problems(cfg)
-    p += _model_data_problems(cfg)
-    p += workload_problems(cfg)
-    p += parallelism_problems(cfg, world_size(cfg))
-    if cfg.debug.fail_rank is not None:
-        n = world_size(cfg)
-        if n >= 1 and not 0 <= cfg.debug.fail_rank < n:
-            p.append(
-                Problem(
-                    "debug.fail_rank",
-                    f"must be a rank in [0, {n - 1}] (got {cfg.debug.fail_rank})",
-                    "pick an existing rank, or set debug.fail_rank=null",
-                )
-            )
-        if cfg.debug.fail_step >= t.steps >= 1:
-            p.append(
-                Problem(
-                    "debug.fail_step",
-                    f"is never reached ({cfg.debug.fail_step} >= train.steps={t.steps})",
-                    f"set debug.fail_step below {t.steps}",
-                )
-            )
-    p += _debug_problems(cfg, world_size(cfg))
-    if facts is not None:
-        p += _host_problems(cfg, facts)
     return p
 
 
-def _engine_problems(cfg: Config) -> list[Problem]:
-    """Settings of one engine given to the other would silently do nothing."""
-    par = cfg.parallelism
+def _fail_problems(cfg: Config, n: int) -> list[Problem]:
+    """debug.fail_rank / fail_step: the injected failure must happen."""
+    if cfg.debug.fail_rank is None:
+        return []
     p = []
-    if par.engine == "horovod":
-        if par.compression == "bf16":
-            p.append(
-                Problem(
-                    "parallelism.compression",
-                    "bf16 compression is a DDP communication hook; Horovod compresses to fp16 only",
-                    "use parallelism.compression=fp16, or parallelism.engine=ddp",
-                )
-            )
-        defaults = S.ParallelismConf()
-        for key in ("bucket_mb", "gradient_as_bucket_view", "static_graph"):
-            if getattr(par, key) != getattr(defaults, key):
-                p.append(
-                    Problem(
-                        f"parallelism.{key}",
-                        "applies to engine=ddp only",
-                        f"set parallelism.engine=ddp, or drop parallelism.{key} (Horovod: fusion_threshold_mb, cycle_time_ms)",
-                    )
-                )
-    else:
-        for key in ("fusion_threshold_mb", "cycle_time_ms"):
-            if getattr(par, key) is not None:
-                p.append(
-                    Problem(
-                        f"parallelism.{key}",
-                        "applies to engine=horovod only",
-                        "drop it for engine=ddp (DDP's own knob: parallelism.bucket_mb)",
-                    )
-                )
-    if par.bucket_mb <= 0:
+    steps = cfg.train.steps
+    if n >= 1 and not 0 <= cfg.debug.fail_rank < n:
         p.append(
             Problem(
-                "parallelism.bucket_mb",
-                f"must be > 0 (got {par.bucket_mb:g})",
-                "e.g. parallelism.bucket_mb=25",
+                "debug.fail_rank",
+                f"must be a rank in [0, {n - 1}] (got {cfg.debug.fail_rank})",
+                "pick an existing rank, or set debug.fail_rank=null",
+            )
+        )
+    if cfg.debug.fail_step >= steps >= 1:
+        p.append(
+            Problem(
+                "debug.fail_step",
+                f"is never reached ({cfg.debug.fail_step} >= train.steps={steps})",
+                f"set debug.fail_step below {steps}",
             )
         )
     return p
@@ -227,11 +172,9 @@ def _debug_problems(cfg: Config, n: int) -> list[Problem]:
     return p
 
 
-def _cluster_problems(cfg: Config) -> list[Problem]:
-    from ..launch.registry import launcher_class
-
+def _env_problems(cfg: Config) -> list[Problem]:
     c = cfg.cluster
-    p = launcher_class(c.name).problems(cfg)
+    p = []
     for k in c.env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             p.append(
@@ -307,7 +250,7 @@ def _model_data_problems(cfg: Config) -> list[Problem]:
     m, d = cfg.model, cfg.data
     p: list[Problem] = []
     if m._target_ or d._target_ or cfg.script.path:
-        return p  # the user's model or data: its own rules (workload/targets.py probes them)
+        return p  # the user's model or data: its own rules (train/targets.py probes them)
     if m.name in S.TOKEN_MODELS and d.name in S.IMAGE_DATASETS:
         p.append(Problem("data.name", f"model {m.name} needs token data, not {d.name}", "set data=tokens"))
     if m.name in S.IMAGE_MODELS and d.name in S.TOKEN_DATASETS:

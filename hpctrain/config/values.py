@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from enum import Enum
 from typing import Any
 
-from ..errors import Problem
+from hpctrain.errors import Problem
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # paths that sbatch's --output/--error and submitit's folder are built from

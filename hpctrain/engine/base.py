@@ -1,21 +1,67 @@
-"""The engine interface the training step and loop use."""
+"""The engine interface: what plan time asks an engine (class methods: no rank, no world), and
+what the training step and loop ask it on the ranks (instance methods).
+
+Only hybrid parallelism (pipeline stages with data-parallel replicas) needs an engine to average
+a stage's gradients over its replicas; that is an optional capability, StageReplicas, not a
+method every engine must have (as Lightning Fabric's strategies add capabilities as mixins).
+"""
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import nn
+from hpctrain.config.schema import Config, ParallelismConf
+from hpctrain.engine.world import RankInfo
+from hpctrain.errors import Problem
 
-from ..config.schema import Config
-from ..train.comm import RankInfo
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 class Engine(ABC):
-    name: ClassVar[str]
+    name: ClassVar[str]  # set by the registry
+    # the parallelism.* keys only this engine reads: given to another engine, they are refused
+    settings: ClassVar[tuple[str, ...]] = ()
+    # the allreduce benchmark's column that times the collective this engine averages with
+    # (records.AllreduceRow): what the alpha-beta fit and the roofline use
+    collective: ClassVar[str] = "hvd_s"
+    # how gradients are grouped into collectives: "fusion" (a buffer filled per cycle) or
+    # "buckets" (fixed-size groups, one collective each); the roofline counts messages by it
+    grouping: ClassVar[str] = "fusion"
 
+    # --- plan time ---------------------------------------------------------------------------
+    @classmethod
+    def problems(cls, cfg: Config) -> list[Problem]:
+        """This engine's rules for the config (each names the key, the rule and the fix)."""
+        return []
+
+    @classmethod
+    def rank_env(cls, cfg: Config) -> dict[str, str]:
+        """Variables every rank gets for this engine (the plan's environment table)."""
+        return {}
+
+    @classmethod
+    def grad_bucket_bytes(cls, cfg: Config) -> int:
+        """The size of one group of gradients (fusion buffer or bucket), in bytes."""
+        return 0
+
+    @classmethod
+    def needs_torch_store(cls, cfg: Config) -> bool:
+        """Does the engine meet the other ranks through torch.distributed's store
+        (MASTER_ADDR/MASTER_PORT, chosen by the launcher)?"""
+        return False
+
+    @classmethod
+    def needs_gloo_rendezvous(cls, cfg: Config) -> bool:
+        """Does the engine meet the other ranks at Horovod's Gloo rendezvous server (started by
+        the launcher)?"""
+        return False
+
+    # --- on the ranks ------------------------------------------------------------------------
     @abstractmethod
     def init(self, cfg: Config, expected_size: int) -> RankInfo:
         """Join the world the launcher started; check its size against the plan."""
@@ -24,21 +70,14 @@ class Engine(ABC):
     def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
         """The model to call and the optimizer to step, with gradient averaging attached."""
 
-    @abstractmethod
-    def wrap_stage(
-        self, cfg: Config, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
-    ) -> tuple[list[nn.Module], Any]:
-        """Hybrid parallelism: this rank's pipeline pieces (to run) and optimizer (to step), with
-        their gradients averaged over the stage's replicas (`group`: their torch process group)
-        after the last micro-batch's backward pass."""
-
-    @abstractmethod
     def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
-        """A fresh start: every rank takes rank 0's weights and optimizer state."""
+        """A fresh start: every rank takes rank 0's weights and optimizer state (default: the
+        wrapper did it already, as DDP's does)."""
+        return None
 
-    @abstractmethod
     def micro_batch(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:
         """Around one micro-batch's forward and backward (accumulation: only the last syncs)."""
+        return contextlib.nullcontext()
 
     @abstractmethod
     def vote(self, flag: bool, step: int) -> Any:
@@ -47,14 +86,14 @@ class Engine(ABC):
     @abstractmethod
     def vote_result(self, handle: Any) -> bool: ...
 
-    @abstractmethod
     def wait_gradients(self, optimizer: Any, backward_end: float) -> float:
         """Block until the averaged gradients are in place. Returns the part of the backward pass
         (ending at `backward_end`) that already waited for communication, in seconds; the caller
         times the rest of this call as exposed communication too."""
+        return 0.0
 
-    @abstractmethod
-    def optimizer_step(self, optimizer: Any, scaler: torch.amp.GradScaler | None) -> None: ...
+    def optimizer_step(self, optimizer: Any, scaler: torch.amp.GradScaler | None) -> None:
+        step_optimizer(optimizer, scaler)
 
     @abstractmethod
     def barrier(self, name: str) -> None: ...
@@ -72,6 +111,36 @@ class Engine(ABC):
 
     @abstractmethod
     def shutdown(self) -> None: ...
+
+
+class StageReplicas(ABC):
+    """The capability hybrid parallelism needs: average a pipeline stage's gradients over its
+    replicas (`group`: their torch process group) after the last micro-batch's backward pass."""
+
+    @abstractmethod
+    def wrap_stage(
+        self, cfg: Config, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
+    ) -> tuple[list[nn.Module], Any]:
+        """This rank's pipeline pieces (to run) and optimizer (to step)."""
+
+
+def foreign_settings(cfg: Config, engine: type[Engine], others: list[type[Engine]]) -> list[Problem]:
+    """Settings of another engine given to this one would silently do nothing: refuse them."""
+    defaults, par = ParallelismConf(), cfg.parallelism
+    p = []
+    for other in others:
+        for key in other.settings:
+            if key not in engine.settings and getattr(par, key) != getattr(defaults, key):
+                mine = ", ".join(f"parallelism.{k}" for k in engine.settings) or "none"
+                p.append(
+                    Problem(
+                        f"parallelism.{key}",
+                        f"applies to engine={other.name} only",
+                        f"set parallelism.engine={other.name}, or drop parallelism.{key} "
+                        f"({engine.name}'s own settings: {mine})",
+                    )
+                )
+    return p
 
 
 def step_optimizer(optimizer: Any, scaler: torch.amp.GradScaler | None) -> None:

@@ -24,11 +24,11 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from ..config.schema import Config
-from ..facts import wants_cuda
-from ..train.comm import CommError, RankInfo
-from .base import Engine, step_optimizer
-from .dist_env import export_torch_env
+from hpctrain.config.schema import Config
+from hpctrain.engine.base import Engine, StageReplicas
+from hpctrain.engine.world import CommError, RankInfo, export_torch_env
+from hpctrain.errors import Problem
+from hpctrain.facts import wants_cuda
 
 HOOKS = {
     "none": default_hooks.allreduce_hook,
@@ -62,8 +62,27 @@ class StageDDP(DistributedDataParallel):
             return super().forward(*args, **kwargs)
 
 
-class DdpEngine(Engine):
-    name = "ddp"
+class DdpEngine(Engine, StageReplicas):
+    settings = ("bucket_mb", "gradient_as_bucket_view", "static_graph")
+    collective = "torch_s"
+    grouping = "buckets"
+
+    @classmethod
+    def problems(cls, cfg: Config) -> list[Problem]:
+        mb = cfg.parallelism.bucket_mb
+        if mb > 0:
+            return []
+        return [
+            Problem("parallelism.bucket_mb", f"must be > 0 (got {mb:g})", "e.g. parallelism.bucket_mb=25")
+        ]
+
+    @classmethod
+    def grad_bucket_bytes(cls, cfg: Config) -> int:
+        return int(cfg.parallelism.bucket_mb * 2**20)
+
+    @classmethod
+    def needs_torch_store(cls, cfg: Config) -> bool:
+        return True
 
     def init(self, cfg: Config, expected_size: int) -> RankInfo:
         env = os.environ
@@ -136,9 +155,6 @@ class DdpEngine(Engine):
     def wait_gradients(self, optimizer: Any, backward_end: float) -> float:
         # backward() has waited for every bucket; what it spent after the last became ready
         return max(0.0, backward_end - self.stamp.ready)
-
-    def optimizer_step(self, optimizer: Any, scaler: torch.amp.GradScaler | None) -> None:
-        step_optimizer(optimizer, scaler)
 
     def barrier(self, name: str) -> None:
         dist.barrier()

@@ -1,26 +1,92 @@
 """Horovod: hvd.DistributedOptimizer allreduces each gradient as soon as the backward pass has
 produced it (fused into buffers of HOROVOD_FUSION_THRESHOLD bytes every HOROVOD_CYCLE_TIME).
-Exposed communication is the time optimizer.synchronize() blocks after the backward pass."""
+Exposed communication is the time optimizer.synchronize() blocks after the backward pass.
+
+With backend=mpi, Horovod learns rank and size from MPI. With backend=gloo, mpirun or srun only
+start the processes; each rank takes Horovod's identity from the launcher's variables (as
+horovodrun's gloo_run sets them) and meets the others at the launcher's rendezvous server.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..config.schema import Config
-from ..train.comm import RankInfo, init_horovod, rank_info
-from .base import Engine, step_optimizer
+from hpctrain.config.schema import Config
+from hpctrain.engine.base import Engine, StageReplicas, step_optimizer
+from hpctrain.engine.world import CommError, RankInfo, gloo_env
+from hpctrain.errors import Problem
+
+HOROVOD_FUSION_BYTES = 64 * 2**20  # Horovod's HOROVOD_FUSION_THRESHOLD default
 
 
-class HorovodEngine(Engine):
-    name = "horovod"
+class HorovodEngine(Engine, StageReplicas):
+    settings = ("fusion_threshold_mb", "cycle_time_ms")
+    collective = "hvd_s"
+    grouping = "fusion"
+
+    @classmethod
+    def problems(cls, cfg: Config) -> list[Problem]:
+        par = cfg.parallelism
+        p = []
+        if par.compression == "bf16":
+            p.append(
+                Problem(
+                    "parallelism.compression",
+                    "bf16 compression is a DDP communication hook; Horovod compresses to fp16 only",
+                    "use parallelism.compression=fp16, or parallelism.engine=ddp",
+                )
+            )
+        if par.cycle_time_ms is not None and par.cycle_time_ms <= 0:
+            p.append(
+                Problem(
+                    "parallelism.cycle_time_ms",
+                    f"must be > 0 (got {par.cycle_time_ms:g})",
+                    "set it to a positive number of milliseconds, or null for Horovod's default",
+                )
+            )
+        if par.fusion_threshold_mb is not None and par.fusion_threshold_mb < 0:
+            p.append(
+                Problem(
+                    "parallelism.fusion_threshold_mb",
+                    f"must be >= 0 (got {par.fusion_threshold_mb:g})",
+                    "set parallelism.fusion_threshold_mb to 0 or more",
+                )
+            )
+        return p
+
+    @classmethod
+    def rank_env(cls, cfg: Config) -> dict[str, str]:
+        par = cfg.parallelism
+        # the controller (coordination) and CPU tensor operations both follow the backend
+        env = {"HOROVOD_CONTROLLER": str(par.backend), "HOROVOD_CPU_OPERATIONS": str(par.backend)}
+        if par.fusion_threshold_mb is not None:
+            env["HOROVOD_FUSION_THRESHOLD"] = str(int(par.fusion_threshold_mb * 1024 * 1024))
+        if par.cycle_time_ms is not None:
+            env["HOROVOD_CYCLE_TIME"] = f"{par.cycle_time_ms:g}"
+        return env
+
+    @classmethod
+    def grad_bucket_bytes(cls, cfg: Config) -> int:
+        mb = cfg.parallelism.fusion_threshold_mb
+        return HOROVOD_FUSION_BYTES if mb is None else int(mb * 2**20)  # 0 disables fusion
+
+    @classmethod
+    def needs_gloo_rendezvous(cls, cfg: Config) -> bool:
+        return cfg.parallelism.backend == "gloo"
 
     def init(self, cfg: Config, expected_size: int) -> RankInfo:
-        from ..parallel import layout_for
+        from hpctrain.config.layout import layout_for
 
         self.backend = str(cfg.parallelism.backend)
         # hybrid: one process set per pipeline stage, holding its replicas (registered at init)
@@ -116,7 +182,7 @@ class HorovodEngine(Engine):
             },
         }
         if self.backend == "mpi":
-            from ..facts import mpi_library_version
+            from hpctrain.facts import mpi_library_version
 
             rec["mpi_library"] = mpi_library_version()
             rec["mpi4py"] = __import__("mpi4py").__version__
@@ -124,3 +190,99 @@ class HorovodEngine(Engine):
 
     def shutdown(self) -> None:
         self.hvd.shutdown()
+
+
+def init_horovod(  # -> horovod.torch module
+    backend: str, expected_size: int | None = None, process_sets: list[Any] | None = None
+):
+    """hvd.init() for the chosen backend; checks the world size the launcher promised.
+    `process_sets`: hvd.ProcessSet objects to register (hybrid parallelism's stage replicas)."""
+    if backend == "gloo" and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in os.environ:
+        os.environ.update(gloo_env(os.environ))
+    import horovod.torch as hvd
+
+    hvd.init(process_sets=process_sets or None)
+    if backend == "mpi" and not hvd.mpi_enabled():
+        raise CommError("backend=mpi, but Horovod did not initialise MPI (was it built with MPI?)")
+    if backend == "gloo" and not hvd.gloo_enabled():
+        raise CommError("backend=gloo, but Horovod did not initialise Gloo (was it built with Gloo?)")
+    if expected_size is not None and hvd.size() != expected_size:
+        # The silent trap: every process believes it is rank 0 of 1 and trains alone.
+        raise CommError(
+            f"Horovod sees a world of {hvd.size()} rank(s) but the plan has {expected_size}; "
+            "the launcher and Horovod disagree (wrong MPI, or processes not started by mpirun/srun)"
+        )
+    return hvd
+
+
+def rank_info(hvd: Any) -> RankInfo:
+    return RankInfo(
+        hvd.rank(),
+        hvd.size(),
+        hvd.local_rank(),
+        hvd.local_size(),
+        hvd.cross_rank(),
+        hvd.cross_size(),
+        socket.gethostname(),
+    )
+
+
+def _iface_for(address: str) -> str:
+    """The network interface that holds `address` (Gloo binds to an interface by name)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == address for a in addrs):
+            return name
+    return "lo"
+
+
+def slurm_gloo_setup(run_dir: Path, timeout_s: float = 120.0) -> None:
+    """Gloo inside a SLURM job: rank 0 runs Horovod's rendezvous server and publishes its address
+    in the run directory (shared by all nodes); every rank then points Horovod at it."""
+    env = os.environ
+    key = f"{env.get('SLURM_JOB_ID', '0')}-{env.get('SLURM_RESTART_COUNT', '0')}"
+    spot = run_dir / f"rendezvous-{key}.json"
+    me = gloo_env(env)
+    if me["HOROVOD_RANK"] == "0":
+        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+        from horovod.runner.http.http_server import RendezvousServer
+
+        nodes = subprocess.run(
+            ["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        per_node = int(me["HOROVOD_LOCAL_SIZE"])
+        server = RendezvousServer(verbose=0)
+        port = server.start()
+        server.init(
+            get_host_assignments(
+                parse_hosts(",".join(f"{n}:{per_node}" for n in nodes)), int(me["HOROVOD_SIZE"])
+            )
+        )
+        _SERVERS.append(server)  # lives as long as this process
+        addr = socket.gethostbyname(me["HOROVOD_HOSTNAME"])
+        tmp = spot.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"addr": addr, "port": port}))
+        tmp.replace(spot)
+    deadline = time.monotonic() + timeout_s
+    while not spot.exists():
+        if time.monotonic() > deadline:
+            raise CommError(f"no Gloo rendezvous published by rank 0 in {spot} after {timeout_s:.0f} s")
+        time.sleep(0.2)
+    where = json.loads(spot.read_text())
+    os.environ.update(me)
+    os.environ.update(
+        {
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": where["addr"],
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(where["port"]),
+            "HOROVOD_GLOO_IFACE": _iface_for(socket.gethostbyname(me["HOROVOD_HOSTNAME"])),
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+        }
+    )
+
+
+_SERVERS: list[object] = []

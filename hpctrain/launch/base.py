@@ -14,7 +14,6 @@ ReFrame's launcher registry. A launcher is chosen by the config's `cluster.name`
     follow_paths(job)         the files where rank 0's lines and progress events appear
     cancel(jobs)              stop the jobs and every rank they started
     failure(job, status)      the error that explains a run that did not complete
-    run_allreduce(...)        the allreduce benchmark on this launcher's resources
 """
 
 from __future__ import annotations
@@ -27,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from .. import records
-from ..config.schema import ClusterConf, Config
-from ..errors import HpctrainError, LaunchError, Problem
-from ..facts import HostFacts
+from hpctrain import records
+from hpctrain.config.schema import ClusterConf, Config
+from hpctrain.errors import HpctrainError, LaunchError, Problem
+from hpctrain.facts import HostFacts
 
 # A job is done in any of these states (SLURM's words; the local launcher uses a subset).
 DONE = frozenset(
@@ -87,16 +86,8 @@ class Job:
 
     @classmethod
     def load(cls, run_dir: Path) -> Job:
-        from .registry import launcher_class
-
-        ref = records.read(run_dir / records.JOB, records.JobRef)
-        try:
-            launcher_class(ref.launcher)
-        except HpctrainError:
-            raise records.RecordError(
-                f"{run_dir / records.JOB}: names no launcher hpctrain knows ({ref.launcher!r})"
-            ) from None
-        return cls(run_dir, ref)
+        """The job of a run directory (registry.job_launcher says which launcher it needs)."""
+        return cls(run_dir, records.read(run_dir / records.JOB, records.JobRef))
 
 
 @dataclass(frozen=True)
@@ -117,21 +108,13 @@ class Launcher(ABC):
     name: ClassVar[str]  # set by @register_launcher
     schema: ClassVar[type[ClusterConf]]  # the cluster config this launcher reads
     sequential: ClassVar[bool] = False  # runs of a sweep go one after another (not at once)
-    study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
     cancel_on_interrupt: ClassVar[bool] = False  # ^C while waiting ends the runs (else they go on)
-    # jobs may start, or restart, long after submission: user code is copied at submission so an
-    # edit meanwhile changes nothing (code.snapshot=null follows this)
-    snapshots_code: ClassVar[bool] = True
 
     def __init__(self, facts: HostFacts | None = None, python: str = sys.executable) -> None:
         self.facts = facts
         self.python = python
 
     # --- about the cluster config -----------------------------------------------------------
-    @staticmethod
-    @abstractmethod
-    def world_size(cluster: Any) -> int: ...
-
     @staticmethod
     def problems(cfg: Config) -> list[Problem]:
         """Rules for this launcher's cluster config (each names the key, the rule and the fix)."""
@@ -174,9 +157,6 @@ class Launcher(ABC):
 
     @abstractmethod
     def failure(self, job: Job, status: JobStatus) -> HpctrainError: ...
-
-    @abstractmethod
-    def run_allreduce(self, cfg: Config, out: Path, max_bytes: int, work_dir: Path) -> None: ...
 
     def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
         """What to tell the user once the runs are started or submitted."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
-from ..config.schema import Config
-from ..errors import ConfigError
-from .base import Launcher
+from hpctrain import records
+from hpctrain.config.schema import Config
+from hpctrain.errors import ConfigError, HpctrainError
+from hpctrain.launch.base import Job, Launcher
 
 L = TypeVar("L", bound=type[Launcher])
 _LAUNCHERS: dict[str, type[Launcher]] = {}
@@ -51,3 +53,15 @@ def launcher_for(cfg: Config) -> Launcher:
             f"select the launcher with cluster={cfg.cluster.name}",
         )
     return cls(cls.host_facts())
+
+
+def load_job(run_dir: Path) -> Job:
+    """The job a run directory holds, refused when its job.json names no launcher hpctrain knows."""
+    job = Job.load(run_dir)
+    try:
+        launcher_class(job.ref.launcher)
+    except HpctrainError:
+        raise records.RecordError(
+            f"{run_dir / records.JOB}: names no launcher hpctrain knows ({job.ref.launcher!r})"
+        ) from None
+    return job

@@ -6,10 +6,10 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from .. import records
-from ..config.load import to_yaml
-from ..config.schema import Config
-from ..errors import LaunchError
+from hpctrain import records
+from hpctrain.config.load import to_yaml
+from hpctrain.config.schema import Config
+from hpctrain.errors import LaunchError
 
 
 def prepare_run_dir(run_dir: Path) -> Path:
@@ -46,7 +46,7 @@ def claim_fresh(base: Path) -> Path:
 def write_run_files(run_dir: Path, cfg: Config, plan: Any) -> None:
     """The code snapshot (if the run takes one), config.yaml (what the ranks read) and plan.json,
     for every launcher."""
-    from ..workload.code import CODE_DIR_VAR, snapshot, snapshot_on
+    from hpctrain.workload.code import CODE_DIR_VAR, snapshot, snapshot_on
 
     if snapshot_on(cfg):
         snapshot(Path(str(cfg.code.dir)), Path(plan.env[CODE_DIR_VAR]), list(cfg.code.include))

@@ -4,10 +4,10 @@ Each problem names the key, the rule and the fix."""
 
 from __future__ import annotations
 
-from ..config.schema import Config
-from ..errors import Problem
-from . import layout_for
-from .split import declared_checkpoint_blocks, declared_split_points
+from hpctrain.config.schema import Config
+from hpctrain.errors import Problem
+from hpctrain.parallel import layout_for
+from hpctrain.parallel.split import declared_checkpoint_blocks, declared_split_points
 
 PIPELINE_KEYS = ("stages", "microbatches", "virtual_stages", "split_at", "schedule")
 NEUTRAL = {"stages": 1, "microbatches": 1, "virtual_stages": 1, "split_at": [], "schedule": "gpipe"}
@@ -100,7 +100,7 @@ def _schedule_problems(cfg: Config) -> list[Problem]:
     p = []
     if par.microbatches < 1:
         return [Problem("parallelism.microbatches", f"must be >= 1 (got {par.microbatches})", "e.g. 4")]
-    from ..derived import resolve_batch
+    from hpctrain.config.derived import resolve_batch
 
     b = resolve_batch(cfg)
     if b.per_rank >= 1 and b.per_rank % par.microbatches:

@@ -8,7 +8,7 @@ between. User models (_target_) name theirs in parallelism.split_at and model.ch
 
 from __future__ import annotations
 
-from ..config.schema import Config, ModelConf
+from hpctrain.config.schema import Config, ModelConf
 
 # ResNet blocks per stage (models.py builds the same lists)
 RESNET_BLOCKS = {"resnet18": 8, "resnet50": 16}

@@ -30,10 +30,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import RecordError, RecordMissing
-from .io import read_new_lines, write_atomic
-from .typed import FORMAT_VERSION, from_dict, to_dict
-from .types import (
+from hpctrain.errors import RecordError, RecordMissing
+from hpctrain.records.io import read_new_lines, write_atomic
+from hpctrain.records.typed import FORMAT_VERSION, from_dict, to_dict
+from hpctrain.records.types import (
     AllreduceResult,
     AllreduceRow,
     ArrayRef,
@@ -144,6 +144,11 @@ def resume_steps(path: Path, start: int) -> list[StepRecord]:
 
 def log_file(rank: int) -> str:
     return f"{LOGS}/rank{rank}.log"
+
+
+def result_written(run_dir: Path) -> bool:
+    """Rank 0 left what its workload produces: the run summary, or an allreduce benchmark."""
+    return (run_dir / SUMMARY).exists() or any(run_dir.glob("allreduce-n*.json"))
 
 
 def allreduce_file(n: int) -> str:

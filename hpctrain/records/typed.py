@@ -10,7 +10,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar, Union
 
-from ..errors import RecordError
+from hpctrain.errors import RecordError
 
 T = TypeVar("T")
 FORMAT_VERSION = 1  # of every JSON document hpctrain writes; readers refuse newer ones

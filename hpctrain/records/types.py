@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .typed import FORMAT_VERSION
+from hpctrain.records.typed import FORMAT_VERSION
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,25 @@ class RunSummary:
     probe_full_s: float = 0.0
     # load imbalance: mean over ranks of RankSummary.wait_s, a part of comm_s (NaN: not measured)
     imbalance_s: float = float("nan")
+    # as the engine says (engine/base.py): how it groups gradients, "fusion" | "buckets", and the
+    # allreduce benchmark's column that times its collective; "" in older records (see below)
+    grad_grouping: str = ""
+    collective: str = ""
+
+    @property
+    def grouping(self) -> str:
+        # records written before the engine said so came from one of the two engines of the time
+        return self.grad_grouping or ("buckets" if self.engine == "ddp" else "fusion")
+
+    @property
+    def collective_column(self) -> str:
+        return self.collective or ("torch_s" if self.engine == "ddp" else "hvd_s")
+
+    @property
+    def peak_by_stage(self) -> tuple[int, ...]:
+        """Peak memory of the rank holding most, per pipeline stage (one entry without stages)."""
+        stages = sorted({r.stage for r in self.per_rank})
+        return tuple(max(r.peak_memory_bytes for r in self.per_rank if r.stage == k) for k in stages)
 
     @property
     def grad_bytes_per_param(self) -> int:

@@ -15,16 +15,25 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from .. import records
-from ..errors import HpctrainError
+from hpctrain import records
+from hpctrain.errors import HpctrainError
 
 DIR = records.CHECKPOINTS
 KEEP = 2  # older checkpoints are removed once a newer one is complete
 STATE_KEYS = ("step", "model", "optimizer", "scaler", "torch_rng")
+
+
+class Weights(Protocol):
+    """What a checkpoint saves and restores of a model: a torch module, or a pipeline rank's
+    pieces seen as the whole model (train/pipeline.py StageWeights)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
 
 
 class CheckpointError(HpctrainError):
@@ -39,7 +48,7 @@ class Restored:
 
 
 def save(
-    run_dir: Path, step: int, model: torch.nn.Module, optimizer: Any, scaler: torch.amp.GradScaler | None
+    run_dir: Path, step: int, model: Weights, optimizer: Any, scaler: torch.amp.GradScaler | None
 ) -> Path:
     """Save the state *after* `step` steps (training resumes at step `step`)."""
     state = {
@@ -75,7 +84,7 @@ def latest(run_dir: Path) -> Path | None:
     return path if path.exists() else None
 
 
-def load(path: Path, model: torch.nn.Module, optimizer: Any, scaler: torch.amp.GradScaler | None) -> int:
+def load(path: Path, model: Weights, optimizer: Any, scaler: torch.amp.GradScaler | None) -> int:
     """Restore the states from one checkpoint; return the step to resume at."""
     return _apply(path, torch.load(path, map_location="cpu", weights_only=False), model, optimizer, scaler)
 
@@ -95,9 +104,7 @@ def candidates(run_dir: Path) -> tuple[list[Path], list[str]]:
     return found, notes
 
 
-def restore(
-    run_dir: Path, model: torch.nn.Module, optimizer: Any, scaler: torch.amp.GradScaler | None
-) -> Restored:
+def restore(run_dir: Path, model: Weights, optimizer: Any, scaler: torch.amp.GradScaler | None) -> Restored:
     """Load the newest usable checkpoint into the states; a fresh start only if there is none."""
     found = newest(run_dir, STATE_KEYS)
     if found is None:
@@ -127,7 +134,7 @@ def newest(run_dir: Path, keys: tuple[str, ...]) -> tuple[Path, dict[str, Any], 
     return None
 
 
-def _apply(path: Path, state: dict[str, Any], model: torch.nn.Module, optimizer: Any, scaler: Any) -> int:
+def _apply(path: Path, state: dict[str, Any], model: Weights, optimizer: Any, scaler: Any) -> int:
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])

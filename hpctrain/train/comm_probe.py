@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from ..engine.base import Engine
+    from hpctrain.engine.base import Engine
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -11,36 +11,37 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import torch
 from torch import nn
 
-from .. import records
-from ..config.schema import Config
-from ..derived import Derived
-from ..events import format_event
-from ..facts import wants_cuda
-from ..parallel import layout_for
-from ..parallel.split import declared_checkpoint_blocks
-from ..workload.targets import probe
-from . import checkpoint
-from .comm import RankInfo
-from .comm_probe import probe_allreduce
-from .data import GlobalBatchSampler, build_loader
-from .memory import peak_bytes, reset_peak
-from .parts import make_criterion, make_dataset, make_model, workload_label
-from .pipeline import checkpoint_blocks
-from .pipeline_step import pipeline_step
-from .precision import make_scaler
-from .schedule import lr_at
-from .stats import rank_stats, straggler_waits
-from .step import Trainer, sync, train_step
-from .watchdog import Watchdog
+from hpctrain import records
+from hpctrain.config.derived import Derived
+from hpctrain.config.layout import layout_for
+from hpctrain.config.schema import Config
+from hpctrain.engine.base import StageReplicas
+from hpctrain.engine.world import CommError, RankInfo
+from hpctrain.events import format_event
+from hpctrain.facts import wants_cuda
+from hpctrain.parallel.split import declared_checkpoint_blocks
+from hpctrain.train import checkpoint
+from hpctrain.train.data import GlobalBatchSampler, build_loader
+from hpctrain.train.memory import peak_bytes, reset_peak
+from hpctrain.train.parts import make_criterion, make_dataset, make_model, workload_label
+from hpctrain.train.pipeline import checkpoint_blocks
+from hpctrain.train.pipeline_step import PipelineTrainer
+from hpctrain.train.precision import make_scaler
+from hpctrain.train.schedule import lr_at
+from hpctrain.train.stats import rank_stats
+from hpctrain.train.step import DataParallelTrainer, StepInput, StepResult, Trainer, sync
+from hpctrain.train.targets import probe
+from hpctrain.train.watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ..engine.base import Engine
+    from hpctrain.engine.base import Engine
 
 
 class NonFiniteLoss(RuntimeError):
@@ -74,7 +75,8 @@ def place_model(cfg: Config, model: nn.Module, device: torch.device) -> nn.Modul
     """On the device, in the memory format the config asks for (NHWC for model.channels_last)."""
     model = model.to(device)
     if cfg.model.channels_last and cfg.data.name != "tokens":
-        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        # Module.to takes memory_format (torch docs); its type stubs leave the keyword out
+        model = cast(Any, model).to(memory_format=torch.channels_last)
     return model
 
 
@@ -94,6 +96,16 @@ def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Opti
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
 
 
+class Common(TypedDict):
+    """What both trainers are built with."""
+
+    device: torch.device
+    criterion: nn.Module
+    watch: Watchdog
+    parameters: int
+    delay_s: float
+
+
 def build_trainer(
     cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Path
 ) -> tuple[Trainer, checkpoint.Restored]:
@@ -103,39 +115,41 @@ def build_trainer(
     module = place_model(cfg, make_model(cfg), device)
     layout = layout_for(cfg, d.world_size)
     criterion = make_criterion(cfg)
-    scaler = make_scaler(cfg.precision, device.type)
-    parameters = sum(p.numel() for p in module.parameters())
-    if layout.pipelined:
-        dataset = make_dataset(cfg, d.batch.global_)
-        if cfg.user_code:
-            probe(module, criterion, dataset, device, workload_label(cfg))
-        t, restored = _pipeline_trainer(cfg, engine, info, d, run_dir, module, dataset, device, criterion)
-    else:
-        if cfg.model.activation_checkpointing:
-            checkpoint_blocks(module, declared_checkpoint_blocks(cfg.model))
-        model, optimizer = engine.wrap(cfg, module, make_optimizer(cfg, module, cfg.optim.lr))
-        # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
-        # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
-        restored = checkpoint.restore(run_dir, module, optimizer, scaler)
-        if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
-            engine.broadcast_initial(module, optimizer)
-        dataset = make_dataset(cfg, d.batch.global_)
-        if cfg.user_code:
-            probe(module, criterion, dataset, device, workload_label(cfg))
-        t = Trainer(model, optimizer, scaler, None, device, criterion, module=module)  # type: ignore[arg-type]
-    sampler = GlobalBatchSampler(
-        len(dataset),  # type: ignore[arg-type]
+    dataset = make_dataset(cfg, d.batch.global_)
+    if cfg.user_code:
+        probe(module, criterion, dataset, device, workload_label(cfg))
+    common = Common(
+        device=device,
+        criterion=criterion,
+        watch=Watchdog(run_dir, info.rank, d.world_size, cfg.train.stall_timeout_s),
+        parameters=sum(p.numel() for p in module.parameters()),
+        delay_s=cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0,
+    )
+    sampler = partial(
+        GlobalBatchSampler,
+        len(dataset),
         d.batch.global_,
         layout.replica_of(info.rank),  # a pipeline's stages all read their replica's batches
         d.batch.per_rank,
         cfg.train.steps,
         cfg.train.seed,
         cfg.data.shuffle,
-        start_step=restored.step,
     )
-    t.loader = build_loader(cfg.data, dataset, sampler)
-    t.delay_s = cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0
-    t.parameters = parameters
+    if layout.pipelined:
+        return _pipeline_trainer(cfg, engine, info, d, run_dir, module, dataset, sampler, common)
+    if cfg.model.activation_checkpointing:
+        checkpoint_blocks(module, declared_checkpoint_blocks(cfg.model))
+    scaler = make_scaler(cfg.precision, device.type)
+    model, optimizer = engine.wrap(cfg, module, make_optimizer(cfg, module, cfg.optim.lr))
+    # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
+    # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
+    restored = checkpoint.restore(run_dir, module, optimizer, scaler)
+    if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
+        engine.broadcast_initial(module, optimizer)
+    loader = build_loader(cfg.data, dataset, sampler(start_step=restored.step))
+    t = DataParallelTrainer(
+        model=model, optimizer=optimizer, scaler=scaler, loader=loader, weights=module, **common
+    )
     return t, restored
 
 
@@ -146,13 +160,13 @@ def _pipeline_trainer(
     d: Derived,
     run_dir: Path,
     module: nn.Module,
-    dataset: Any,
-    device: torch.device,
-    criterion: nn.Module,
+    dataset: Any,  # the built-in or the user's map-style dataset
+    sampler: Callable[..., GlobalBatchSampler],
+    common: Common,
 ) -> tuple[Trainer, checkpoint.Restored]:
     """This rank's stages of the model under the schedule; the stage's replicas average their
     gradients through the engine. Checkpoints hold the whole model (gathered at save)."""
-    from .pipeline import (
+    from hpctrain.train.pipeline import (
         StageOptimizer,
         StageWeights,
         build_pipe,
@@ -162,6 +176,7 @@ def _pipeline_trainer(
     )
 
     layout = layout_for(cfg, d.world_size)
+    device = common["device"]
     ensure_process_group(device)
     pp_group, dp_group = make_groups(layout, info.rank)
     x0 = dataset[0][0]
@@ -169,11 +184,19 @@ def _pipeline_trainer(
     pieces = pieces_for(cfg, module, layout, info.rank, example, device)
     del module  # this rank keeps its pieces only
     base = make_optimizer(cfg, nn.ModuleList(pieces), cfg.optim.lr)
-    run, optimizer = engine.wrap_stage(cfg, pieces, base, dp_group) if layout.replicas > 1 else (pieces, base)
+    run, optimizer = pieces, base
+    if layout.replicas > 1:
+        if not isinstance(engine, StageReplicas):
+            raise CommError(f"engine {engine.name} cannot average a pipeline stage over its replicas")
+        run, optimizer = engine.wrap_stage(cfg, pieces, base, dp_group)
     stage = layout.stage_of(info.rank)
-    restored = checkpoint.restore(run_dir, StageWeights(pieces), StageOptimizer(optimizer, stage), None)  # type: ignore[arg-type]
-    pipe = build_pipe(cfg, run, layout, info.rank, device, pp_group, criterion)
-    t = Trainer(None, optimizer, None, None, device, criterion, module=StageWeights(pieces), pipe=pipe)  # type: ignore[arg-type]
+    weights = StageWeights(pieces)
+    restored = checkpoint.restore(run_dir, weights, StageOptimizer(optimizer, stage), None)
+    pipe = build_pipe(cfg, run, layout, info.rank, device, pp_group, common["criterion"])
+    loader = build_loader(cfg.data, dataset, sampler(start_step=restored.step))
+    t = PipelineTrainer(
+        pipe=pipe, optimizer=optimizer, scaler=None, loader=loader, weights=weights, stage=stage, **common
+    )
     return t, restored
 
 
@@ -189,54 +212,69 @@ def train(
     """Run cfg.train.steps steps; return this rank's summary, or None if stopped by `control`
     (after a checkpoint). Rank 0 also logs and reports."""
     t, restored = build_trainer(cfg, engine, info, d, run_dir)
-    start = restored.step
     master = info.rank == 0
-    fail_here = cfg.debug.fail_rank == info.rank
-    steps_path = run_dir / records.steps_file(info.rank)
-    out = records.resume_steps(steps_path, start)
     if master:
         for note in restored.skipped:
             emit(f"checkpoint skipped: {note}")
         if restored.path is not None:
-            emit(f"resuming from {restored.path} at step {start}")
-    last_event = 0.0
-    if t.model is not None:  # pipeline pieces were traced in training mode
-        t.model.train()
+            emit(f"resuming from {restored.path} at step {restored.step}")
+    t.train_mode()
     reset_peak(t.device)  # the peak of training, not of building (a pipeline traces the whole model)
-    t.watch = Watchdog(run_dir, info.rank, d.world_size, cfg.train.stall_timeout_s).start()
+    t.watch.start()
+    out = _steps(cfg, engine, info, d, run_dir, t, restored.step, emit, control)
+    t.watch.stop()
+    if out is None:
+        return None
+    probe, wait = t.after_training(engine, out, d.world_size, info.rank, str(cfg.parallelism.compression))
+    if cfg.train.save_model:
+        weights = t.whole_model_state(engine)
+        if master:
+            buf = io.BytesIO()
+            torch.save(weights, buf)
+            records.write_atomic(run_dir / records.MODEL, buf.getvalue())
+    return rank_stats(
+        out,
+        info.rank,
+        info.hostname,
+        peak_bytes(t.device),
+        t.parameters,
+        stage=t.stage,
+        threads=torch.get_num_threads(),
+        grad_tensors=t.grad_tensors(),
+        probe=probe,
+        wait_s=wait,
+    )
+
+
+def _steps(
+    cfg: Config,
+    engine: Engine,
+    info: RankInfo,
+    d: Derived,
+    run_dir: Path,
+    t: Trainer,
+    start: int,
+    emit: Callable[[str], None],
+    control: StopControl | None,
+) -> list[records.StepRecord] | None:
+    """The steps from `start` on, each recorded as it completes; None when every rank agreed to
+    stop (after a checkpoint)."""
+    master, last_event = info.rank == 0, 0.0
+    steps_path = run_dir / records.steps_file(info.rank)
+    out = records.resume_steps(steps_path, start)
     t.watch.phase("data", start)
     with open(steps_path, "w", buffering=1) as steps_file:  # line by line: status sees progress
         steps_file.writelines(records.step_line(r) for r in out)
         t_prev = time.perf_counter()
         for step, (x, y) in enumerate(t.loader, start=start):
-            if step == cfg.debug.hold_step and start == 0 and control is not None:  # first attempt
-                t.watch.phase("hold", step)
-                _hold(control, step, emit if master else None)
-            if fail_here and step == cfg.debug.fail_step:
-                _inject_failure(cfg.debug.fail_mode, info.rank, step)
+            _debug_hooks(cfg, info.rank, step, start, t, control, emit if master else None)
             x, y = place_batch(cfg, x, t.device), y.to(t.device, non_blocking=True)
             sync(t.device)
             t_data = time.perf_counter()
             lr = lr_at(step, cfg.optim, d.lr)
             vote = control.requested if control is not None else None
-            if t.pipe is not None:
-                r = pipeline_step(t, t.pipe, engine, cfg, x, y, lr, step, vote, t_data)
-            else:
-                r = train_step(t, engine, cfg, x, y, lr, step, vote, t_data)
-            rec = records.StepRecord(
-                step=step,
-                rank=info.rank,
-                loss=r.loss,
-                lr=lr,
-                data_s=t_data - t_prev,
-                compute_s=r.compute_s,
-                comm_s=r.comm_s,
-                step_s=r.end - t_prev,
-                samples=d.batch.per_rank,
-                samples_per_s=d.batch.global_ / (r.end - t_prev),
-                timed=step >= cfg.train.warmup_steps,
-                bubble_s=r.bubble_s,
-            )
+            r = t.train_step(engine, cfg, StepInput(x, y, lr, step, vote, t_data))
+            rec = _record(cfg, d, info.rank, step, lr, r, t_data, t_prev)
             t_prev = r.end
             out.append(rec)
             steps_file.write(records.step_line(rec))
@@ -250,68 +288,57 @@ def train(
             if master:
                 last_event = _report(cfg, rec, emit, last_event)
             if control is not None:
-                every = control.checkpoint_interval
-                if r.stop or (every and (step + 1) % every == 0 and step + 1 < cfg.train.steps):
+                if _checkpoint_due(cfg, control, step, r.stop):
                     steps_file.flush()
-                    path = _save_checkpoint(run_dir, step + 1, t, engine, master)
+                    path = t.save_checkpoint(run_dir, step + 1, engine, master)
                     if path is not None:
                         emit(f"checkpoint {path.name} written after step {step + 1}")
                     engine.barrier(f"hpctrain.ckpt.{step}")  # all wait for it
                 if r.stop:
-                    t.watch.stop()
                     return None
-    t.watch.stop()
-    probe, wait = (0.0, 0.0), (0.0 if d.world_size == 1 else float("nan"))
-    if t.pipe is None and d.world_size > 1:
-        probe = probe_allreduce(engine, t.parameters, t.device, str(cfg.parallelism.compression))
-        busy = {r.step: r.data_s + r.compute_s for r in out if r.timed}  # one type on every rank
-        wait = straggler_waits(engine.allgather_object(busy))[info.rank]
-    if cfg.train.save_model:
-        weights = _whole_model_state(t, engine)
-        if master:
-            buf = io.BytesIO()
-            torch.save(weights, buf)
-            records.write_atomic(run_dir / records.MODEL, buf.getvalue())
-    return rank_stats(
-        out,
-        info.rank,
-        info.hostname,
-        peak_bytes(t.device),
-        t.parameters,
-        stage=t.pipe.stage if t.pipe is not None else 0,
-        threads=torch.get_num_threads(),
-        grad_tensors=sum(1 for p in t.weights.parameters() if p.requires_grad) if t.pipe is None else 0,
-        probe=probe,
-        wait_s=wait,
+    return out
+
+
+def _checkpoint_due(cfg: Config, control: StopControl, step: int, stop: bool) -> bool:
+    """When stopping, and every checkpoint_interval steps before the last."""
+    every = control.checkpoint_interval
+    return stop or bool(every and (step + 1) % every == 0 and step + 1 < cfg.train.steps)
+
+
+def _record(
+    cfg: Config, d: Derived, rank: int, step: int, lr: float, r: StepResult, t_data: float, t_prev: float
+) -> records.StepRecord:
+    return records.StepRecord(
+        step=step,
+        rank=rank,
+        loss=r.loss,
+        lr=lr,
+        data_s=t_data - t_prev,
+        compute_s=r.compute_s,
+        comm_s=r.comm_s,
+        step_s=r.end - t_prev,
+        samples=d.batch.per_rank,
+        samples_per_s=d.batch.global_ / (r.end - t_prev),
+        timed=step >= cfg.train.warmup_steps,
+        bubble_s=r.bubble_s,
     )
 
 
-def _gathered(t: Trainer, engine: Engine, optimizer: bool) -> dict[str, Any]:
-    """A pipeline's whole model (and every stage's optimizer) from replica 0 of each stage.
-    Collective: every rank calls it."""
-    from .pipeline import StageOptimizer, merge_states
-
-    mine: dict[str, Any] = {}  # one type on every rank: Horovod names the allgather by it
-    if t.pipe.replica == 0:
-        opt = StageOptimizer(t.optimizer, t.pipe.stage).state_dict() if optimizer else {"stages": {}}
-        mine = {"model": t.weights.state_dict(), "optimizer": opt}
-    return merge_states([s for s in engine.allgather_object(mine) if s])
-
-
-def _whole_model_state(t: Trainer, engine: Engine) -> dict[str, Any]:
-    return t.weights.state_dict() if t.pipe is None else _gathered(t, engine, optimizer=False)["model"]
-
-
-def _save_checkpoint(run_dir: Path, step: int, t: Trainer, engine: Engine, master: bool) -> Path | None:
-    """Rank 0 writes the checkpoint (of the whole model, also for a pipeline)."""
-    if t.pipe is None:
-        return checkpoint.save(run_dir, step, t.weights, t.optimizer, t.scaler) if master else None
-    state = _gathered(t, engine, optimizer=True)
-    if not master:
-        return None
-    return checkpoint.write(
-        run_dir, step, {"step": step, **state, "scaler": None, "torch_rng": torch.get_rng_state()}
-    )
+def _debug_hooks(
+    cfg: Config,
+    rank: int,
+    step: int,
+    start: int,
+    t: Trainer,
+    control: StopControl | None,
+    emit: Callable[[str], None] | None,
+) -> None:
+    """debug.hold_step (first attempt only) and debug.fail_rank/fail_step, before the step."""
+    if step == cfg.debug.hold_step and start == 0 and control is not None:
+        t.watch.phase("hold", step)
+        _hold(control, step, emit)
+    if cfg.debug.fail_rank == rank and step == cfg.debug.fail_step:
+        _inject_failure(cfg.debug.fail_mode, rank, step)
 
 
 def _report(cfg: Config, rec: records.StepRecord, emit: Callable[[str], None], last_event: float) -> float:

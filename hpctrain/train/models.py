@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..config.schema import DataConf, ModelConf
+from hpctrain.config.schema import DataConf, ModelConf
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """What the built-in trainer trains: the model, the data and the loss, built in or the user's
-own (model/data/loss _target_, built by workload/targets.py)."""
+own (model/data/loss _target_, built by train/targets.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..config.schema import Config
-from ..workload import targets
-from .data import build_dataset
-from .models import InputSpec, build_model
+from hpctrain.config.schema import Config
+from hpctrain.train import targets
+from hpctrain.train.data import build_dataset
+from hpctrain.train.models import InputSpec, build_model
 
 
 class TokenwiseCrossEntropy(nn.Module):

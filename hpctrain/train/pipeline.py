@@ -20,11 +20,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..config.schema import Config
-from ..engine.dist_env import export_torch_env
-from ..errors import HpctrainError
-from ..parallel.layout import Layout
-from ..parallel.split import split_points
+from hpctrain.config.layout import Layout
+from hpctrain.config.schema import Config
+from hpctrain.engine.world import export_torch_env
+from hpctrain.errors import HpctrainError
+from hpctrain.parallel.split import split_points
 
 
 class SplitError(HpctrainError):
@@ -151,8 +151,9 @@ def build_pipe(
     stages: list[Any] = []
     for module, k in zip(pieces, layout.pieces_of(rank)):
         stage = PipelineStage(module, k, layout.pieces, device, group=group)
-        stage.forward_one_chunk = _timed(stage.forward_one_chunk, pipe.clock, backward=False)  # type: ignore[method-assign]
-        stage.backward_one_chunk = _timed(stage.backward_one_chunk, pipe.clock, backward=True)  # type: ignore[method-assign]
+        # this stage's bound methods, timed: set on the instance (its __dict__), not the class
+        vars(stage)["forward_one_chunk"] = _timed(stage.forward_one_chunk, pipe.clock, backward=False)
+        vars(stage)["backward_one_chunk"] = _timed(stage.backward_one_chunk, pipe.clock, backward=True)
         stages.append(stage)
     m = cfg.parallelism.microbatches
 

@@ -1,88 +1,96 @@
 """One pipeline training step: the schedule runs every micro-batch through this rank's stages,
-the stage's replicas average their gradients (hybrid), the optimizer steps. Timed as the data-
-parallel step (train/step.py) plus the bubble:
+the stage's replicas average their gradients (hybrid), the optimizer steps. It opens and closes
+as the data-parallel step (train/step.py) and is timed the same way, plus the bubble:
 
   compute  this rank's forward and backward chunks, and the optimizer update
   bubble   the rest of the schedule: waiting for neighbours and the transfers it cannot hide
   comm     exposed gradient communication among the replicas (hybrid), as the engine measures it
+
+Checkpoints and model.pt hold the whole model, gathered from replica 0 of every stage.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
-from ..config.schema import Config
-from ..engine.base import step_optimizer
-from .pipeline import Pipe
-from .precision import autocast
-from .step import StepResult, Trainer, sync
+from hpctrain.config.schema import Config
+from hpctrain.train import checkpoint
+from hpctrain.train.pipeline import Pipe, StageOptimizer, merge_states
+from hpctrain.train.precision import autocast
+from hpctrain.train.step import StepInput, StepResult, Trainer, sync
 
 if TYPE_CHECKING:
-    from ..engine.base import Engine
+    from hpctrain.engine.base import Engine
 
 
-def pipeline_step(
-    t: Trainer,
-    pipe: Pipe,
-    engine: Engine,
-    cfg: Config,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    lr: float,
-    step: int,
-    stop_vote: bool | None,
-    t_start: float,
-) -> StepResult:
-    opt, dev, watch = t.optimizer, t.device, t.watch
-    if watch is not None:
-        watch.phase("compute", step)
-    vote = engine.vote(stop_vote, step) if stop_vote is not None else None
-    for group in opt.param_groups:
-        group["lr"] = lr
-    opt.zero_grad()
-    pipe.clock.compute_s, pipe.clock.backward_end = 0.0, t_start
-    losses: list[torch.Tensor] = []
-    with autocast(cfg.precision.name, dev.type):
-        if pipe.first:
-            pipe.schedule.step(x, target=y if pipe.last else None, losses=losses)
-        elif pipe.last:
-            pipe.schedule.step(target=y, losses=losses)
-        else:
-            pipe.schedule.step()
-    sync(dev)
-    t_sched = time.perf_counter()
-    # every rank of the pipeline logs the loss its last stage computed (micro-batch losses were
-    # divided by their number: their sum is the batch mean)
-    loss = torch.stack([v.detach().float() for v in losses]).sum() if losses else torch.zeros(())
-    sent = dist.broadcast(loss, src=pipe.last_rank, group=pipe.group, async_op=True)
+@dataclass(kw_only=True)
+class PipelineTrainer(Trainer):
+    """This rank's stages under the schedule; a stage's replicas average through the engine."""
 
-    if watch is not None:
-        watch.phase("comm", step)
-    replicated = pipe.layout.replicas > 1
-    waited = engine.wait_gradients(opt, pipe.clock.backward_end) if replicated else 0.0
-    stop = vote is not None and engine.vote_result(vote)
-    sent.wait()
-    sync(dev)
-    t_comm = time.perf_counter()
+    pipe: Pipe
 
-    if watch is not None:
-        watch.phase("optimizer", step)
-    if replicated:
-        engine.optimizer_step(opt, None)
-    else:
-        step_optimizer(opt, None)
-    sync(dev)
-    t_end = time.perf_counter()
-    stage_compute = pipe.clock.compute_s - waited  # DDP waits inside the last backward chunk
-    return StepResult(
-        float(loss),
-        stage_compute + (t_end - t_comm),
-        waited + (t_comm - t_sched),
-        t_end,
-        stop,
-        bubble_s=max(0.0, (t_sched - t_start) - pipe.clock.compute_s),
-    )
+    def train_step(self, engine: Engine, cfg: Config, b: StepInput) -> StepResult:
+        pipe = self.pipe
+        vote = self._open(engine, b)
+        pipe.clock.compute_s, pipe.clock.backward_end = 0.0, b.t_start
+        losses: list[torch.Tensor] = []
+        with autocast(cfg.precision.name, self.device.type):
+            if pipe.first:
+                pipe.schedule.step(b.x, target=b.y if pipe.last else None, losses=losses)
+            elif pipe.last:
+                pipe.schedule.step(target=b.y, losses=losses)
+            else:
+                pipe.schedule.step()
+        sync(self.device)
+        t_sched = time.perf_counter()
+        # every rank of the pipeline logs the loss its last stage computed (micro-batch losses
+        # were divided by their number: their sum is the batch mean)
+        loss = torch.stack([v.detach().float() for v in losses]).sum() if losses else torch.zeros(())
+        sent = dist.broadcast(loss, src=pipe.last_rank, group=pipe.group, async_op=True)
+        replicated = pipe.layout.replicas > 1
+        waited, stop = self._communicate(engine, b.step, vote, replicated, pipe.clock.backward_end)
+        sent.wait()
+        sync(self.device)
+        t_comm = time.perf_counter()
+        t_end = self._update(engine, b.step, averaged=replicated)
+        stage_compute = pipe.clock.compute_s - waited  # DDP waits inside the last backward chunk
+        return StepResult(
+            float(loss),
+            stage_compute + (t_end - t_comm),
+            waited + (t_comm - t_sched),
+            t_end,
+            stop,
+            bubble_s=max(0.0, (t_sched - b.t_start) - pipe.clock.compute_s),
+        )
+
+    def grad_tensors(self) -> int:
+        return 0  # a stage's replicas average its pieces; the roofline models data parallelism only
+
+    def _gathered(self, engine: Engine, optimizer: bool) -> dict[str, Any]:
+        """The whole model (and every stage's optimizer) from replica 0 of each stage.
+        Collective: every rank calls it."""
+        mine: dict[str, Any] = {}  # one type on every rank: Horovod names the allgather by it
+        if self.pipe.replica == 0:
+            opt = (
+                StageOptimizer(self.optimizer, self.pipe.stage).state_dict() if optimizer else {"stages": {}}
+            )
+            mine = {"model": self.weights.state_dict(), "optimizer": opt}
+        return merge_states([s for s in engine.allgather_object(mine) if s])
+
+    def whole_model_state(self, engine: Engine) -> dict[str, Any]:
+        state: dict[str, Any] = self._gathered(engine, optimizer=False)["model"]
+        return state
+
+    def save_checkpoint(self, run_dir: Path, step: int, engine: Engine, master: bool) -> Path | None:
+        state = self._gathered(engine, optimizer=True)
+        if not master:
+            return None
+        return checkpoint.write(
+            run_dir, step, {"step": step, **state, "scaler": None, "torch_rng": torch.get_rng_state()}
+        )

@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager as ContextManager
 
 import torch
 
-from ..config.schema import PrecisionConf
+from hpctrain.config.schema import PrecisionConf
 
 DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -27,16 +27,3 @@ def make_scaler(cfg: PrecisionConf, device_type: str) -> torch.amp.GradScaler | 
     if cfg.name != "fp16":
         return None
     return torch.amp.GradScaler(device_type, init_scale=cfg.init_scale, growth_interval=cfg.growth_interval)
-
-
-def autocast_supported(precision: str, device_type: str) -> bool:
-    """Whether this torch build can autocast to `precision` on `device_type` (probed, not assumed)."""
-    dtype = DTYPES[precision]
-    if dtype is None:
-        return True
-    try:
-        with torch.autocast(device_type=device_type, dtype=dtype):
-            a = torch.ones(2, 2, device=device_type)
-            return (a @ a).dtype == dtype
-    except (RuntimeError, AssertionError):
-        return False

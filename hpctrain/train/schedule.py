@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..config.schema import OptimConf
-from ..derived import target_lr
+from hpctrain.config.derived import target_lr
+from hpctrain.config.schema import OptimConf
 
 __all__ = ["lr_at", "target_lr"]
 

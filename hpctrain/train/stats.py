@@ -5,7 +5,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from ..records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
+from hpctrain.analysis.metrics import share
+from hpctrain.records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -17,11 +18,6 @@ def percentile(values: Sequence[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(s) - 1)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def share(part_s: float, step_s: float) -> float:
-    """A part's share of the step (the one definition the summary and the analysis use)."""
-    return part_s / step_s if step_s > 0 else float("nan")
 
 
 def straggler_waits(busy_by_rank: Sequence[Mapping[int, float]]) -> list[float]:

@@ -1,8 +1,10 @@
 """One training step, and the objects it works on. The driver (loop.py) owns everything around
 it: data timing, resume, cooperative stop, checkpoints and records.
 
-A step is timed in three parts after its data has arrived (wall clock; the device is
-synchronised on GPUs):
+Two trainers share the opening and closing of a step and differ in its middle: the data-parallel
+one runs forward and backward on the whole model (here), the pipeline one runs the schedule over
+this rank's stages (pipeline_step.py). A step is timed in three parts after its data has arrived
+(wall clock; the device is synchronised on GPUs):
   compute  forward + backward (+ the optimizer update); allreduces overlap the backward pass
   comm     exposed communication: time the step waits for gradient communication after its
            backward computation is done (the engine says how it measures it: engine/*.py)
@@ -11,37 +13,38 @@ synchronised on GPUs):
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from ..config.schema import Config
-from .precision import autocast
-from .watchdog import Watchdog
+from hpctrain.config.schema import Config
+from hpctrain.train import checkpoint
+from hpctrain.train.checkpoint import Weights
+from hpctrain.train.comm_probe import probe_allreduce
+from hpctrain.train.precision import autocast
+from hpctrain.train.stats import straggler_waits
+from hpctrain.train.watchdog import Watchdog
 
 if TYPE_CHECKING:
-    from ..engine.base import Engine
+    from hpctrain.engine.base import Engine
+    from hpctrain.records import StepRecord
 
 
-@dataclass
-class Trainer:
-    model: nn.Module
-    optimizer: Any  # the engine's optimizer (Horovod's DistributedOptimizer, or the plain one)
-    scaler: torch.amp.GradScaler | None
-    loader: torch.utils.data.DataLoader
-    device: torch.device
-    criterion: nn.Module
-    delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
-    watch: Watchdog | None = None  # told the phase of each step (stall detection)
-    module: Any = None  # the model without the engine's wrapper (weights, checkpoints)
-    pipe: Any = None  # train.pipeline.Pipe: this rank's stages and schedule (pipelines)
-    parameters: int = 0  # of the whole model (a pipeline rank holds only its stage's)
+@dataclass(frozen=True)
+class StepInput:
+    """One step's batch (on the device), learning rate and index; `stop_vote` (None: no vote) is
+    this rank's wish to stop; `t_start` when the batch had arrived."""
 
-    @property
-    def weights(self) -> Any:
-        return self.module if self.module is not None else self.model
+    x: torch.Tensor
+    y: torch.Tensor
+    lr: float
+    step: int
+    stop_vote: bool | None
+    t_start: float
 
 
 @dataclass(frozen=True)
@@ -59,55 +62,127 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def train_step(
-    t: Trainer,
-    engine: Engine,
-    cfg: Config,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    lr: float,
-    step: int,
-    stop_vote: bool | None,
-    t_start: float,
-) -> StepResult:
-    """Forward, backward, gradient averaging and update on one batch whose data arrived at
-    `t_start` (so data + compute + comm is the whole step). `stop_vote` (None: no vote) is this
-    rank's wish to stop, agreed on by a one-element allreduce started before the gradients', so
-    every rank stops after the same step."""
-    opt, dev, watch = t.optimizer, t.device, t.watch
-    if watch is not None:
-        watch.phase("compute", step)
-    acc = cfg.parallelism.backward_passes_per_step
-    vote = engine.vote(stop_vote, step) if stop_vote is not None else None
-    for group in opt.param_groups:
-        group["lr"] = lr
-    opt.zero_grad()
-    loss_sum = torch.zeros((), device=dev)
-    # The engine averages each gradient after the `acc`-th backward pass, so the micro-batch
-    # losses are divided by acc: the sum of their gradients is the per-rank batch mean.
-    for i, (xs, ys) in enumerate(zip(x.chunk(acc), y.chunk(acc))):
-        with engine.micro_batch(t.model, last=i == acc - 1):
-            with autocast(cfg.precision.name, dev.type):
-                logits = t.model(xs)
-                loss = t.criterion(logits, ys) / acc
-            if t.delay_s:
-                time.sleep(t.delay_s)
-            (t.scaler.scale(loss) if t.scaler else loss).backward()
-        loss_sum += loss.detach()
-    sync(dev)
-    t_backward = time.perf_counter()
+@dataclass(kw_only=True)
+class Trainer(ABC):
+    optimizer: Any  # the engine's optimizer (Horovod's DistributedOptimizer, or the plain one)
+    scaler: torch.amp.GradScaler | None  # fp16 only
+    loader: torch.utils.data.DataLoader[Any]
+    device: torch.device
+    criterion: nn.Module
+    weights: Weights  # what checkpoints and model.pt hold: the model without the engine's wrapper
+    watch: Watchdog  # told the phase of each step (stall detection)
+    parameters: int  # of the whole model (a pipeline rank holds only its stage's)
+    delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
+    stage: int = 0  # the pipeline stage this rank holds (0 in data parallelism)
 
-    if watch is not None:
-        watch.phase("comm", step)
-    waited = engine.wait_gradients(opt, t_backward)  # DDP: waited inside backward already
-    stop = vote is not None and engine.vote_result(vote)
-    sync(dev)
-    t_comm = time.perf_counter()
+    @abstractmethod
+    def train_step(self, engine: Engine, cfg: Config, b: StepInput) -> StepResult:
+        """Forward, backward, gradient averaging and update on one batch whose data arrived at
+        b.t_start (so data + compute + comm is the whole step). The stop vote is agreed on by a
+        one-element allreduce started before the gradients', so every rank stops after the same
+        step."""
 
-    if watch is not None:
-        watch.phase("optimizer", step)
-    engine.optimizer_step(opt, t.scaler)
-    sync(dev)
-    t_end = time.perf_counter()
-    compute = (t_backward - t_start - waited) + (t_end - t_comm)
-    return StepResult(float(loss_sum), compute, waited + (t_comm - t_backward), t_end, stop)
+    def train_mode(self) -> None:
+        """Before the first step (pipeline pieces are traced in training mode already)."""
+        return None
+
+    @abstractmethod
+    def grad_tensors(self) -> int:
+        """Gradient tensors the engine averages (what the roofline counts messages by)."""
+
+    def after_training(
+        self, engine: Engine, out: list[StepRecord], world: int, rank: int, compression: str
+    ) -> tuple[tuple[float, float], float]:
+        """(the run's own allreduce probe, this rank's wait for the slowest rank): collectives
+        every rank calls after its last step. Not measured here: (0, 0) and NaN."""
+        return (0.0, 0.0), (0.0 if world == 1 else float("nan"))
+
+    @abstractmethod
+    def whole_model_state(self, engine: Engine) -> dict[str, Any]:
+        """The whole model's state dict (collective: every rank calls it)."""
+
+    @abstractmethod
+    def save_checkpoint(self, run_dir: Path, step: int, engine: Engine, master: bool) -> Path | None:
+        """Rank 0 writes the checkpoint of the whole model (collective: every rank calls it)."""
+
+    # --- the opening and closing every step shares ----------------------------------------------
+    def _open(self, engine: Engine, b: StepInput) -> Any:
+        """Compute begins: start the stop vote, set the learning rate, clear the gradients."""
+        self.watch.phase("compute", b.step)
+        vote = engine.vote(b.stop_vote, b.step) if b.stop_vote is not None else None
+        for group in self.optimizer.param_groups:
+            group["lr"] = b.lr
+        self.optimizer.zero_grad()
+        return vote
+
+    def _communicate(
+        self, engine: Engine, step: int, vote: Any, wait: bool, backward_end: float
+    ) -> tuple[float, bool]:
+        """Wait for the averaged gradients (`wait`) and the stop vote: (seconds the backward pass
+        already waited for communication, whether every rank agreed to stop)."""
+        self.watch.phase("comm", step)
+        waited = engine.wait_gradients(self.optimizer, backward_end) if wait else 0.0
+        return waited, vote is not None and engine.vote_result(vote)
+
+    def _update(self, engine: Engine, step: int, averaged: bool) -> float:
+        """The optimizer step (through the engine when it averaged the gradients); its end."""
+        self.watch.phase("optimizer", step)
+        if averaged:
+            engine.optimizer_step(self.optimizer, self.scaler)
+        else:
+            from hpctrain.engine.base import step_optimizer
+
+            step_optimizer(self.optimizer, self.scaler)
+        sync(self.device)
+        return time.perf_counter()
+
+
+@dataclass(kw_only=True)
+class DataParallelTrainer(Trainer):
+    """Every rank holds the whole model; the engine averages the gradients."""
+
+    model: nn.Module  # what to call: the engine's wrapper (DDP) or the model itself (Horovod)
+
+    def train_step(self, engine: Engine, cfg: Config, b: StepInput) -> StepResult:
+        vote = self._open(engine, b)
+        acc = cfg.parallelism.backward_passes_per_step
+        loss_sum = torch.zeros((), device=self.device)
+        # The engine averages each gradient after the `acc`-th backward pass, so the micro-batch
+        # losses are divided by acc: the sum of their gradients is the per-rank batch mean.
+        for i, (xs, ys) in enumerate(zip(b.x.chunk(acc), b.y.chunk(acc))):
+            with engine.micro_batch(self.model, last=i == acc - 1):
+                with autocast(cfg.precision.name, self.device.type):
+                    loss = self.criterion(self.model(xs), ys) / acc
+                if self.delay_s:
+                    time.sleep(self.delay_s)
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            loss_sum += loss.detach()
+        sync(self.device)
+        t_backward = time.perf_counter()
+        waited, stop = self._communicate(engine, b.step, vote, True, t_backward)  # DDP: waited in backward
+        sync(self.device)
+        t_comm = time.perf_counter()
+        t_end = self._update(engine, b.step, averaged=True)
+        compute = (t_backward - b.t_start - waited) + (t_end - t_comm)
+        return StepResult(float(loss_sum), compute, waited + (t_comm - t_backward), t_end, stop)
+
+    def train_mode(self) -> None:
+        self.model.train()
+
+    def grad_tensors(self) -> int:
+        return sum(1 for p in self.model.parameters() if p.requires_grad)
+
+    def after_training(
+        self, engine: Engine, out: list[StepRecord], world: int, rank: int, compression: str
+    ) -> tuple[tuple[float, float], float]:
+        if world == 1:
+            return (0.0, 0.0), 0.0
+        probe = probe_allreduce(engine, self.parameters, self.device, compression)
+        busy = {r.step: r.data_s + r.compute_s for r in out if r.timed}  # one type on every rank
+        return probe, straggler_waits(engine.allgather_object(busy))[rank]
+
+    def whole_model_state(self, engine: Engine) -> dict[str, Any]:
+        return self.weights.state_dict()
+
+    def save_checkpoint(self, run_dir: Path, step: int, engine: Engine, master: bool) -> Path | None:
+        return checkpoint.save(run_dir, step, self.weights, self.optimizer, self.scaler) if master else None

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import records
+from hpctrain import records
 
 HEARTBEAT_S = 1.0
 STALE_S = 5.0  # a heartbeat older than this: the rank's process is not running

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import records
-from ..config.schema import Config
-from ..errors import LaunchError
+from hpctrain import records
+from hpctrain.config.schema import Config
+from hpctrain.errors import LaunchError
 
 SNAPSHOT_DIR = "code"  # in the run directory, or in the sweep directory for all its runs
 CODE_DIR_VAR = "HPCTRAIN_CODE_DIR"  # where each rank finds the user's code (the snapshot, if any)
@@ -29,9 +29,7 @@ def snapshot_on(cfg: Config) -> bool:
         return False
     if cfg.code.snapshot is not None:
         return cfg.code.snapshot
-    from ..launch.registry import launcher_class
-
-    return launcher_class(str(cfg.cluster.name)).snapshots_code
+    return bool(cfg.cluster.snapshots_code)
 
 
 def code_location(cfg: Config, home: Path) -> str | None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..config.schema import Config
-from ..errors import Problem
-from .code import snapshot_on
-from .targets import orphan_kwargs, target_problems
+from hpctrain.config.schema import Config
+from hpctrain.errors import Problem
+from hpctrain.train.targets import orphan_kwargs, target_problems
+from hpctrain.workload.code import snapshot_on
 
 
 def workload_problems(cfg: Config) -> list[Problem]:

@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 from typing import IO
 
-from .. import api, records
-from ..config.schema import Config
-from ..engine.dist_env import export_torch_env, launcher_world
-from ..train.comm import CommError, gloo_env
-from ..train.stats import rank_stats, summarize
-from .code import CODE_DIR_VAR
+from hpctrain import api, records
+from hpctrain.config.schema import Config
+from hpctrain.engine.world import CommError, export_torch_env, gloo_env, launcher_world
+from hpctrain.train.stats import rank_stats, summarize
+from hpctrain.workload.code import CODE_DIR_VAR
 
 SCRIPT_VAR = "HPCTRAIN_SCRIPT"
 GATHER_TIMEOUT_S = 120.0
@@ -189,6 +188,6 @@ def _peak_memory() -> int:
     """The process's peak resident memory, as the built-in trainer reports it on the CPU."""
     import torch
 
-    from ..train.memory import peak_bytes
+    from hpctrain.train.memory import peak_bytes
 
     return peak_bytes(torch.device("cpu"))

@@ -174,8 +174,8 @@ def test_the_step_time_split_puts_a_stragglers_delay_in_the_others_communication
     assert waits[0] > 0.6 * delay and waits[1] < 0.1 * delay  # rank 0 waits for rank 1
     assert s["imbalance_s"] == pytest.approx(statistics.fmean(waits), rel=1e-9)
     from hpctrain.analysis.roofline import for_run
+    from hpctrain.commands.ui import summary_table
     from hpctrain.records import RunSummary, read
-    from hpctrain.ui import summary_table
 
     summary = read(run_dir / "summary.json", RunSummary)
     roof = for_run(summary)

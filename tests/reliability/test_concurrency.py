@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain import orchestrate
+from hpctrain.orchestrate import runs as orchestrate
 from tests.conftest import hpctrain, start_hpctrain, wait_for
 
 pytestmark = pytest.mark.mpi

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpctrain.config import load_config, validate
+from hpctrain.config import load_config
 from hpctrain.errors import ConfigError
-from hpctrain.plan_slurm import plan_slurm
+from hpctrain.launch.slurm.plan import plan_slurm
+from hpctrain.orchestrate.validate import validate
 
 # characters that break scripts, plus ordinary ones so that some values are valid
 HOSTILE = st.text(

@@ -2,33 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from hpctrain import records
-from hpctrain.analysis.analyze import Run, analyze_dir, analyze_runs
+from hpctrain.analysis.analyze import analyze_dir, analyze_runs
 from hpctrain.analysis.report import COLUMNS, write_report
 from hpctrain.bench.analyze import synthetic_summary
 
 
 def _run(
-    n: int, step_ms: float, batch: int, rep: int = 0, comm_ms: float = 0.0, engine: str = "horovod"
-) -> Run:
-    return Run(
-        n=n,
-        rep=rep,
-        batch_per_rank=batch,
-        global_batch=batch * n,
-        throughput=batch * n / (step_ms / 1e3),
-        step_s=step_ms / 1e3,
-        compute_s=(step_ms - comm_ms) / 1e3,
-        comm_s=comm_ms / 1e3,
-        data_s=0.0,
-        parameters=250_000,
-        grad_bytes_per_param=4,
-        engine=engine,
+    n: int, step_ms: float, batch: int, comm_ms: float = 0.0, engine: str = "horovod"
+) -> records.RunSummary:
+    """A run's summary as the ranks write it (every rank alike; the wait for the slowest rank not
+    measured)."""
+    s = synthetic_summary(
+        n, batch * n, step_ms / 1e3, (step_ms - comm_ms) / 1e3, comm_ms / 1e3, 0.0, 250_000, engine
     )
+    return dataclasses.replace(s, imbalance_s=float("nan"))
+
+
+def _stage_peaks(s: records.RunSummary, peaks: tuple[int, ...]) -> records.RunSummary:
+    """The summary with rank r holding pipeline stage r and peaking at peaks[r]."""
+    per_rank = [dataclasses.replace(r, stage=k, peak_memory_bytes=peaks[k]) for k, r in enumerate(s.per_rank)]
+    return dataclasses.replace(s, per_rank=per_rank)
 
 
 def test_strong_study_by_hand() -> None:
@@ -51,7 +50,7 @@ def test_weak_study_uses_throughput_form() -> None:
 
 
 def test_repetitions_give_mean_and_interval() -> None:
-    runs = [_run(1, 100, 64, rep=0), _run(1, 80, 64, rep=1), _run(2, 60, 32, rep=0), _run(2, 60, 32, rep=1)]
+    runs = [_run(1, 100, 64), _run(1, 80, 64), _run(2, 60, 32), _run(2, 60, 32)]
     p1 = analyze_runs("strong", runs, []).points[0]
     assert p1.reps == 2 and p1.throughput == pytest.approx((640 + 800) / 2)
     # two repetitions: a t interval would be 720 +- 1016.5 (t = 12.7), reaching below zero; min-max instead
@@ -67,7 +66,7 @@ def test_repetitions_give_mean_and_interval() -> None:
 def test_model_prediction_and_error_with_allreduce_data() -> None:
     # Horovod's allreduce: L = 90 us over a wire (MPI) of alpha = 5 us, beta = 1 ns/B (exact at n = 2)
     bench = [
-        {"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "mpi_s": 1e-5 + b / 1e9}
+        records.AllreduceRow(n=2, bytes=b, iters=1, hvd_s=1e-4 + b / 1e9, mpi_s=1e-5 + b / 1e9)
         for b in (2**10, 2**16, 2**20, 2**24)
     ]
     runs = [_run(1, 100, 64), _run(2, 60, 32, comm_ms=0.55), _run(4, 40, 16, comm_ms=0.9)]
@@ -100,7 +99,10 @@ def test_model_prediction_and_error_with_allreduce_data() -> None:
 
 
 def test_a_model_outside_its_physical_range_predicts_nothing() -> None:
-    bench = [{"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "mpi_s": 1e-5 + b / 1e9} for b in (2**10, 2**20)]
+    bench = [
+        records.AllreduceRow(n=2, bytes=b, iters=1, hvd_s=1e-4 + b / 1e9, mpi_s=1e-5 + b / 1e9)
+        for b in (2**10, 2**20)
+    ]
     # 10 ms exposed where the benchmark's allreduce of the gradients takes 1.1 ms: f = 9.1
     a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10)], [], bench).series[0]
     assert a.step_model is not None and not a.step_model.described and not a.predictions
@@ -111,17 +113,14 @@ def test_a_model_outside_its_physical_range_predicts_nothing() -> None:
     assert "Prediction beyond" not in md
 
 
-def _write_study(root: Path, kind: str, runs: list[Run], broken: int = 0) -> Path:
+def _write_study(root: Path, kind: str, runs: list[records.RunSummary], broken: int = 0) -> Path:
     entries = []
     for i, r in enumerate(runs):
-        d = root / f"n{r.n}-r{r.rep}-{i}"
-        records.write(
-            d / records.SUMMARY,
-            synthetic_summary(
-                r.n, r.global_batch, r.step_s, r.compute_s, r.comm_s, 0.0, r.parameters, engine=r.engine
-            ),
-        )
-        entries.append(records.StudyRun(d.name, r.n, r.rep, r.n, [], str(d)))
+        n = r.world_size
+        rep = sum(1 for earlier in runs[:i] if earlier.world_size == n)
+        d = root / f"n{n}-r{rep}-{i}"
+        records.write(d / records.SUMMARY, r)
+        entries.append(records.StudyRun(d.name, n, rep, n, [], str(d)))
     for j in range(broken):
         entries.append(records.StudyRun(f"failed-{j}", 1, 0, 1, [], str(root / f"failed-{j}")))
     records.write(
@@ -169,7 +168,9 @@ def test_two_engines_are_two_series_each_with_its_own_baseline_and_allreduce_fit
     # Horovod's allreduce: 100 us + 1 ns/B; torch.distributed's: 40 us + 2 ns/B, over a wire (MPI)
     # of 2 x 5 us + 1 ns/B (exact at n = 2)
     bench = [
-        {"n": 2, "bytes": b, "hvd_s": 1e-4 + b / 1e9, "torch_s": 4e-5 + 2 * b / 1e9, "mpi_s": 1e-5 + b / 1e9}
+        records.AllreduceRow(
+            n=2, bytes=b, iters=1, hvd_s=1e-4 + b / 1e9, torch_s=4e-5 + 2 * b / 1e9, mpi_s=1e-5 + b / 1e9
+        )
         for b in (2**10, 2**16, 2**20)
     ]
     a = analyze_runs("strong", runs, [], bench)
@@ -213,12 +214,14 @@ def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage
 
     assert pipeline_bubble(2, 4) == pytest.approx(1 / 5) and pipeline_bubble(4, 1) == pytest.approx(3 / 4)
     runs = [
-        dataclasses.replace(
-            _run(2, 50, 32, rep=k),
-            stages=2,
-            microbatches=4,
-            bubble_s=0.010 + 0.002 * k,  # 10 and 12 ms of a 50 ms step
-            peak_by_stage=(300 * 2**20, (400 + 100 * k) * 2**20),
+        _stage_peaks(
+            dataclasses.replace(
+                _run(2, 50, 32),
+                stages=2,
+                microbatches=4,
+                bubble_s=0.010 + 0.002 * k,  # 10 and 12 ms of a 50 ms step
+            ),
+            (300 * 2**20, (400 + 100 * k) * 2**20),
         )
         for k in (0, 1)
     ]

@@ -6,12 +6,13 @@ import os
 
 import pytest
 
-from hpctrain.config import load_config, validate
+from hpctrain.config import load_config
+from hpctrain.config.derived import resolve_batch
 from hpctrain.config.load import config_from_yaml, to_yaml
 from hpctrain.config.schema import LocalClusterConf
-from hpctrain.config.validate import resolve_batch
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts
+from hpctrain.orchestrate.validate import validate
 
 
 def test_defaults_compose_to_typed_config() -> None:

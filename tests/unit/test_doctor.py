@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from hpctrain import doctor
-from hpctrain.doctor import Check
+from hpctrain.commands import doctor
+from hpctrain.commands.doctor import Check
 
 
 def _run(monkeypatch, checks: list[Check]) -> tuple[int, str]:

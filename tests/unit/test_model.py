@@ -16,21 +16,23 @@ from hpctrain.analysis.model import CommModel, fit_comm_model, from_probe
 from hpctrain.analysis.roofline import MIB, messages, roofline
 from hpctrain.analysis.stepmodel import Scale, fit_step_model, spread
 from hpctrain.analysis.uncertainty import MINMAX, NONE, T95, positive_interval, ratio_interval
+from hpctrain.records import AllreduceRow
 
 TRUTH = CommModel(alpha_s=20e-6, beta_s_per_byte=1e-9, latency_s=2e-3)
 
 
-def _bench(noise: float, seed: int = 0) -> list[dict[str, float]]:
+def _bench(noise: float, seed: int = 0) -> list[AllreduceRow]:
     """Allreduce timings of an engine with latency L over a wire with alpha, beta; multiplicative noise."""
     rng = np.random.default_rng(seed)
     wire = CommModel(TRUTH.alpha_s, TRUTH.beta_s_per_byte)
     return [
-        {
-            "n": n,
-            "bytes": b,
-            "hvd_s": TRUTH.allreduce_s(n, b) * (1 + noise * rng.standard_normal()),
-            "mpi_s": wire.allreduce_s(n, b) * (1 + noise * rng.standard_normal()),
-        }
+        AllreduceRow(
+            n=n,
+            bytes=b,
+            iters=1,
+            hvd_s=TRUTH.allreduce_s(n, b) * (1 + noise * rng.standard_normal()),
+            mpi_s=wire.allreduce_s(n, b) * (1 + noise * rng.standard_normal()),
+        )
         for n in (2, 4)
         for b in (2**k for k in range(10, 26, 2))
     ]
@@ -50,7 +52,7 @@ def test_comm_fit_without_noise_is_exact_and_without_wire_timings_puts_all_laten
     exact = fit_comm_model(_bench(noise=0.0), "hvd_s")
     assert exact is not None
     assert (exact.alpha_s, exact.beta_s_per_byte, exact.latency_s) == pytest.approx((20e-6, 1e-9, 2e-3))
-    only = fit_comm_model([{**r, "mpi_s": math.nan} for r in _bench(0.0) if r["n"] == 2], "hvd_s")
+    only = fit_comm_model([dataclasses.replace(r, mpi_s=math.nan) for r in _bench(0.0) if r.n == 2], "hvd_s")
     # one world size, no wire: L + 2 alpha = 2.04 ms is all the fit can see
     assert only is not None and only.latency_s == 0 and 2 * only.alpha_s == pytest.approx(2.04e-3)
 
@@ -66,29 +68,29 @@ def test_a_runs_probe_gives_latency_and_bandwidth() -> None:
 def test_roofline_by_hand_on_both_sides_of_the_crossover() -> None:
     # 4 MiB on 4 ranks in one 64 MiB fusion buffer: latency 2 ms + 6 x 20 us = 2.12 ms;
     # bandwidth 2 x 3/4 x 4 MiB x 1 ns = 6.29 ms -> bandwidth-bound; 3 ms exposed of 8.41 ms
-    big = roofline("horovod", 4, 4 * MIB, 64 * MIB, 10, TRUTH, 3e-3)
+    big = roofline("horovod", "fusion", 4, 4 * MIB, 64 * MIB, 10, TRUTH, 3e-3)
     assert big is not None and big.messages == 1
     assert (big.latency_s, big.bandwidth_s) == pytest.approx((2.12e-3, 1.5 * 4 * MIB * 1e-9))
     assert big.overlap == pytest.approx(1 - 3e-3 / (2.12e-3 + 6.291456e-3))
     assert big.bound == "bandwidth" and "compression=fp16" in big.knob
     # 256 KiB: bandwidth 0.39 ms < latency 2.12 ms -> latency-bound; already one message
-    small = roofline("horovod", 4, MIB / 4, 64 * MIB, 10, TRUTH, 1e-3)
+    small = roofline("horovod", "fusion", 4, MIB / 4, 64 * MIB, 10, TRUTH, 1e-3)
     assert small is not None and small.bound == "latency" and "cycle_time_ms" in small.knob
     # the crossover: latency = bandwidth at m = 2.12 ms / (1.5 ns) = 1.413 MB
     m_star = 2.12e-3 / 1.5e-9
-    below = roofline("horovod", 4, 0.99 * m_star, 64 * MIB, 10, TRUTH, 0.0)
-    above = roofline("horovod", 4, 1.01 * m_star, 64 * MIB, 10, TRUTH, 0.0)
+    below = roofline("horovod", "fusion", 4, 0.99 * m_star, 64 * MIB, 10, TRUTH, 0.0)
+    above = roofline("horovod", "fusion", 4, 1.01 * m_star, 64 * MIB, 10, TRUTH, 0.0)
     assert below is not None and above is not None and (below.bound, above.bound) == ("latency", "bandwidth")
     # DDP: 30 MiB in a 1 MiB first bucket and 25 MiB buckets: 1 + ceil(29 / 25) = 3 messages
     # waiting 10 ms for the slowest rank, more than the 8.41 ms the collective takes: imbalance first
-    slow = roofline("horovod", 4, 4 * MIB, 64 * MIB, 10, TRUTH, 3e-3, "none", 10e-3)
+    slow = roofline("horovod", "fusion", 4, 4 * MIB, 64 * MIB, 10, TRUTH, 3e-3, "none", 10e-3)
     assert slow is not None and slow.imbalanced and "slowest one (load imbalance)" in slow.knob
     assert "plus 10.00 ms waiting for the slowest rank" in slow.line() and not big.imbalanced
-    ddp = roofline("ddp", 4, 30 * MIB, 25 * MIB, 10, CommModel(20e-6, 0.0, 5e-3), 0.0)
+    ddp = roofline("ddp", "buckets", 4, 30 * MIB, 25 * MIB, 10, CommModel(20e-6, 0.0, 5e-3), 0.0)
     assert ddp is not None and ddp.messages == 3 and ddp.bound == "latency" and "bucket_mb" in ddp.knob
     assert ddp.latency_s == pytest.approx(3 * (5e-3 + 6 * 20e-6))
-    assert messages("horovod", 30 * MIB, 0, 12) == 12  # fusion off: a message per tensor
-    assert roofline("horovod", 1, 4 * MIB, 64 * MIB, 10, TRUTH, 0.0) is None
+    assert messages("fusion", 30 * MIB, 0, 12) == 12  # fusion off: a message per tensor
+    assert roofline("horovod", "fusion", 1, 4 * MIB, 64 * MIB, 10, TRUTH, 0.0) is None
 
 
 def _scales(

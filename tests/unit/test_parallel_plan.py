@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.config.validate import validate
-from hpctrain.derived import resolve_batch
+from hpctrain.config.derived import resolve_batch
+from hpctrain.config.layout import Layout, describe, placements
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts
+from hpctrain.orchestrate.validate import validate
 from hpctrain.parallel import layout_for
-from hpctrain.parallel.layout import Layout, describe, placements
 from hpctrain.parallel.split import evenly, split_points
 
 

@@ -7,8 +7,10 @@ from datetime import datetime
 import pytest
 
 from hpctrain.config import load_config
+from hpctrain.config.derived import default_run_dir
 from hpctrain.facts import HostFacts
-from hpctrain.plan import default_run_dir, plan_local, rank_env
+from hpctrain.launch.local.plan import plan_local
+from hpctrain.launch.plan import rank_env
 from hpctrain.train.schedule import lr_at, target_lr
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpctrain.launch.sacct import parse_sacct
+from hpctrain.launch.slurm.sacct import parse_sacct
 
 TEXT = (Path(__file__).resolve().parents[1] / "fixtures" / "sacct-22.05.txt").read_text()
 
@@ -24,7 +24,7 @@ def test_parse_recorded_sacct_output() -> None:
 
 
 def test_a_pending_reason_is_explained_and_the_hopeless_ones_are_marked() -> None:
-    from hpctrain.launch.sacct import explain_pending
+    from hpctrain.launch.slurm.sacct import explain_pending
 
     assert explain_pending("PartitionConfig") == (
         "PartitionConfig: the job asks for more than its partition has (nodes, CPUs or GPUs)",
@@ -50,7 +50,7 @@ def test_garbage_lines_are_skipped() -> None:
 def test_array_tasks_that_never_started_take_the_arrays_state() -> None:
     """Recorded on the local cluster: a 16-task array cancelled while pending has one record,
     `1152`, and none for `1152_0`; a partly started array lists its unsplit rest as `1153_[2-15%4]`."""
-    from hpctrain.launch.sacct import with_array_tasks
+    from hpctrain.launch.slurm.sacct import with_array_tasks
 
     cancelled = parse_sacct("1152|submit|CANCELLED by 0|1|00:00:00|0:0|None assigned|None\n")
     states = with_array_tasks(["1152_0", "1152_15"], cancelled)
@@ -67,7 +67,7 @@ def test_array_tasks_that_never_started_take_the_arrays_state() -> None:
 
 
 def test_squeue_reasons_by_job_and_array_task() -> None:
-    from hpctrain.launch.sacct import parse_squeue_reasons
+    from hpctrain.launch.slurm.sacct import parse_squeue_reasons
 
     text = "1230|PartitionConfig\n1153_7|JobArrayTaskLimit\n1153_8|JobArrayTaskLimit\n1240|None\n"
     assert parse_squeue_reasons(text) == {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpctrain.errors import LaunchError
-from hpctrain.launch.slurm_limits import Limits, parse_max_array_size, parse_max_submit, ranges_text
+from hpctrain.launch.slurm.limits import Limits, parse_max_array_size, parse_max_submit, ranges_text
 
 CONFIG = """Configuration data as of 2026-11-22T15:46:40
 MailProg                = /bin/mail
@@ -46,7 +46,7 @@ def test_index_ranges_are_printed_compactly() -> None:
 
 
 def test_a_sweep_beyond_max_submit_jobs_is_refused_before_submitting() -> None:
-    from hpctrain.launch.slurm_submit import check_room
+    from hpctrain.launch.slurm.submit import check_room
 
     limits = Limits(1001, max_submit_jobs=10, queued=7, source="")
     assert limits.room() == 3

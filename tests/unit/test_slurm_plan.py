@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hpctrain.config import load_config, validate
+from hpctrain.config import load_config
 from hpctrain.errors import ConfigError
-from hpctrain.plan_slurm import plan_slurm
+from hpctrain.launch.slurm.plan import plan_slurm
+from hpctrain.orchestrate.validate import validate
 
 
 def _plan(*overrides: str, folder: str | None = None):
@@ -122,7 +123,6 @@ def test_invalid_slurm_config_is_rejected(overrides: list[str], key: str) -> Non
 
 
 def test_signal_delay_may_use_everything_but_slurms_resolution() -> None:
-    from hpctrain.config import load_config, validate
     from hpctrain.facts import HostFacts
 
     validate(

@@ -8,9 +8,9 @@ from datetime import datetime
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.derived import derive
+from hpctrain.config.derived import derive
 from hpctrain.errors import ConfigError
-from hpctrain.study_run import create_study
+from hpctrain.orchestrate.study_run import create_study
 
 COMMON = [
     "study.ranks=[1,2,4]",

@@ -7,9 +7,9 @@ import pytest
 from hpctrain.config import load_config
 from hpctrain.errors import ConfigError
 from hpctrain.launch.base import RunSpec
-from hpctrain.launch.slurm_submit import group_by_shape
-from hpctrain.plan_slurm import plan_slurm
-from hpctrain.sweep import expand
+from hpctrain.launch.slurm.plan import plan_slurm
+from hpctrain.launch.slurm.submit import group_by_shape
+from hpctrain.orchestrate.sweep import expand
 
 
 def test_cartesian_product_in_hydra_order() -> None:
@@ -42,7 +42,7 @@ def test_points_group_into_one_array_per_shape() -> None:
 
 
 def test_an_invalid_sweep_point_is_named_with_what_varies() -> None:
-    from hpctrain.orchestrate import prepare
+    from hpctrain.orchestrate.runs import prepare
 
     with pytest.raises(ConfigError) as e:
         prepare(["data=digits", "cluster.ranks=1,0", "precision=fp32,bf16"], multirun=True)
@@ -67,7 +67,7 @@ def test_glob_over_a_config_group_lists_its_options_as_in_hydra() -> None:
 
 
 def test_tables_show_the_shared_overrides_once_and_per_row_only_what_varies() -> None:
-    from hpctrain.sweep import split_common
+    from hpctrain.orchestrate.sweep import split_common
 
     points = [
         ["cluster=slurm", "cluster.nodes=1", "precision=fp32", "train.steps=50"],
@@ -86,7 +86,7 @@ def test_tables_show_the_shared_overrides_once_and_per_row_only_what_varies() ->
 
 
 def test_status_puts_what_needs_attention_first() -> None:
-    from hpctrain.sweep import state_rank
+    from hpctrain.orchestrate.sweep import state_rank
 
     states = ["COMPLETED", "PENDING", "RUNNING", "FAILED", "CANCELLED by 0", "TIMEOUT", "COMPLETED"]
     assert sorted(states, key=state_rank) == [

@@ -3,14 +3,15 @@ cut and a log line stays one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from hpctrain.bench.analyze import synthetic_study
-from hpctrain.ui import RichReporter, make_console
+from hpctrain.bench.analyze import synthetic_study, synthetic_summary
+from hpctrain.commands.ui import PROSE_WIDTH, RichReporter, make_console, print_summary
 from tests.conftest import ROOT
 
 
@@ -39,3 +40,21 @@ def test_a_long_log_line_stays_one_line_when_not_a_terminal() -> None:
     reporter.line(line)
     reporter.note("run directory " + "/very/long/path" * 20)
     assert out.getvalue().splitlines() == [line, "run directory " + "/very/long/path" * 20]
+
+
+def test_the_run_summary_stays_narrow_in_a_log_file_with_its_advice_below() -> None:
+    # 2 ranks, 1 M parameters (4 MiB of gradients), a run probe of 2 ms and 10 ms: a roofline;
+    # 30 ms exposed, 3x what the transfer takes: the advice is a long sentence
+    s = dataclasses.replace(
+        synthetic_summary(2, 64, 0.050, 0.020, 0.030, 0.0), probe_small_s=2e-3, probe_full_s=10e-3
+    )
+    out = io.StringIO()
+    print_summary(make_console(out), s)  # not a terminal: nothing is cut or wrapped by the console
+    lines = out.getvalue().splitlines()
+    advice = next(i for i, line in enumerate(lines) if line.startswith("to communicate faster: "))
+    table = lines[:advice]
+    assert any("roofline" in line for line in table) and not any("communicate faster" in x for x in table)
+    assert max(len(line) for line in table) <= 110, "\n".join(table)
+    assert all(len(line) <= PROSE_WIDTH for line in lines[advice:])
+    said = " ".join(x.strip() for x in lines[advice:])
+    assert len(lines) - advice >= 2 and said.startswith("to communicate faster: the step waits for something")

@@ -15,13 +15,14 @@ import torch
 from hpctrain import api, records
 from hpctrain.config import load_config
 from hpctrain.config.load import config_from_yaml, to_yaml
-from hpctrain.engine.dist_env import PORT_BASE, torch_env
+from hpctrain.engine.world import PORT_BASE, CommError, torch_env
 from hpctrain.errors import ConfigError, LaunchError
 from hpctrain.facts import HostFacts
-from hpctrain.plan import AT_LAUNCH, plan_local
-from hpctrain.plan_slurm import plan_slurm
-from hpctrain.train.comm import CommError
-from hpctrain.workload import code, kind, targets
+from hpctrain.launch.local.plan import plan_local
+from hpctrain.launch.plan import AT_LAUNCH
+from hpctrain.launch.slurm.plan import plan_slurm
+from hpctrain.train import targets
+from hpctrain.workload import code, kind
 from hpctrain.workload.rules import workload_problems
 from hpctrain.workload.script import Tee
 

@@ -1,0 +1,201 @@
+"""`hpctrain doctor`: what this environment can do, and the command that fixes each missing piece."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+SETUP = "bash scripts/setup.sh"
+SLURM_COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def _version_of(module: str) -> str | None:
+    try:
+        return str(getattr(importlib.import_module(module), "__version__", "?"))
+    except Exception:  # noqa: BLE001 - any import failure means "not usable"
+        return None
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        return (out.stdout or out.stderr).strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "?"
+
+
+def check_python() -> Check:
+    v = platform.python_version()
+    ok = v.startswith(("3.10", "3.11"))
+    return Check("python", ok, v, "" if ok else "use Python 3.10 or 3.11 (Horovod 0.28.1 breaks on 3.12)")
+
+
+def check_torch() -> Check:
+    v = _version_of("torch")
+    if v is None:
+        return Check("torch", False, "not importable", SETUP)
+    import torch
+
+    if torch.cuda.is_available():
+        nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "?"
+        return Check(
+            "torch", True, f"{v}; CUDA {torch.version.cuda}, {torch.cuda.device_count()} GPU(s), NCCL {nccl}"
+        )
+    return Check("torch", True, f"{v}; no CUDA device (training runs on the CPU)")
+
+
+def check_horovod() -> list[Check]:
+    v = _version_of("horovod")
+    if v is None:
+        return [Check("horovod", False, "not importable", SETUP)]
+    try:
+        import horovod.torch as hvd
+    except Exception as e:  # noqa: BLE001
+        return [
+            Check(
+                "horovod",
+                False,
+                f"{v}, but horovod.torch fails: {e}",
+                f"rebuild: rm -rf ~/.cache/hpctrain && {SETUP}",
+            )
+        ]
+    controllers = [n for n, f in (("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()]
+    ops = [
+        n
+        for n, f in (
+            ("NCCL", hvd.nccl_built),
+            ("DDL", hvd.ddl_built),
+            ("CCL", hvd.ccl_built),
+            ("MPI", hvd.mpi_built),
+            ("Gloo", hvd.gloo_built),
+        )
+        if f()
+    ]
+    checks = [
+        Check("horovod", True, f"{v}; frameworks: PyTorch"),
+        Check(
+            "horovod controllers",
+            bool(controllers),
+            ", ".join(controllers) or "none",
+            f"rebuild with HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1: {SETUP}",
+        ),
+        Check("horovod tensor operations", bool(ops), ", ".join(ops) or "none", SETUP),
+    ]
+    import torch
+
+    if torch.cuda.is_available() and not hvd.nccl_built():
+        checks.append(
+            Check(
+                "horovod NCCL",
+                False,
+                "GPUs present but Horovod has no NCCL operations",
+                f"HOROVOD_GPU_OPERATIONS=NCCL {SETUP}",
+                required=False,
+            )
+        )
+    return checks
+
+
+def check_mpi() -> list[Check]:
+    mpirun = shutil.which("mpirun")
+    out = [
+        Check(
+            "mpirun",
+            mpirun is not None,
+            _first_line(["mpirun", "--version"]) if mpirun else "not found",
+            "apt-get install openmpi-bin libopenmpi-dev",
+        )
+    ]
+    if _version_of("mpi4py") is None:
+        out.append(Check("mpi4py", False, "not importable", SETUP))
+    else:
+        import mpi4py
+
+        # Only look: importing mpi4py.MPI would call MPI_Init, and OpenMPI's singleton init aborts
+        # the whole process when it cannot start its daemon (e.g. mpirun missing from PATH).
+        mpi4py.rc.initialize = mpi4py.rc.finalize = False
+        from hpctrain.facts import mpi_library_version
+
+        library = mpi_library_version().split(",")[0]
+        out.append(Check("mpi4py", True, f"{_version_of('mpi4py')}; {library}"))
+    return out
+
+
+def check_python_packages() -> list[Check]:
+    return [
+        Check(name, (v := _version_of(mod)) is not None, v or "not importable", SETUP)
+        for name, mod in (("submitit", "submitit"), ("hydra-core", "hydra"))
+    ]
+
+
+def check_slurm() -> Check:
+    found = [c for c in SLURM_COMMANDS if shutil.which(c)]
+    missing = [c for c in SLURM_COMMANDS if c not in found]
+    detail = (_first_line(["sinfo", "--version"]) + "; " if "sinfo" in found else "") + (
+        f"missing: {', '.join(missing)}" if missing else "all client commands present"
+    )
+    return Check(
+        "slurm client",
+        not missing,
+        detail,
+        "apt-get install slurm-client (to submit to a cluster from this machine)",
+        required=False,
+    )
+
+
+def check_host() -> Check:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return Check("host", True, f"{platform.node()}, {cores} cores, {'root' if os.geteuid() == 0 else 'user'}")
+
+
+CHECKS: list[Callable[[], Check | list[Check]]] = [
+    check_host,
+    check_python,
+    check_torch,
+    check_horovod,
+    check_mpi,
+    check_python_packages,
+    check_slurm,
+]
+
+
+def gather() -> list[Check]:
+    out: list[Check] = []
+    for check in CHECKS:
+        r = check()
+        out.extend(r if isinstance(r, list) else [r])
+    return out
+
+
+def run_doctor(console: Console) -> int:
+    checks = gather()
+    table = Table(title="hpctrain doctor")
+    for col in ("component", "status", "detail", "fix"):
+        table.add_column(col)
+    for c in checks:
+        status = "[green]ok[/]" if c.ok else ("[red]missing[/]" if c.required else "[yellow]optional[/]")
+        table.add_row(c.name, status, c.detail, "" if c.ok else c.fix)
+    console.print(table)
+    broken = [c for c in checks if c.required and not c.ok]
+    if broken:
+        console.print(f"[red]{len(broken)} required component(s) missing[/]; run the fix shown for each.")
+        return 1
+    console.print("[green]ready[/] for local runs (hpctrain run)")
+    return 0

@@ -1,0 +1,99 @@
+"""`hpctrain status | logs | cancel` for runs, sweeps and studies of any launcher, by directory."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hpctrain import records
+from hpctrain.errors import LaunchError
+from hpctrain.events import parse_event
+from hpctrain.launch.registry import load_job
+from hpctrain.orchestrate import runs as orchestrate
+from hpctrain.orchestrate.sweep import split_common, state_rank
+
+
+def status(path: Path, console: Console) -> int:
+    """A sweep or study: counts by state first, then the failed and running points, then the
+    rest; the overrides all points share once, above, and per row only what varies."""
+    found = orchestrate.statuses(orchestrate.jobs_in(path))
+    found.sort(key=lambda f: state_rank(f[1].state))  # stable: submission order within a state
+    by_name = orchestrate.overrides_in(path)
+    common, varying = split_common([by_name.get(job.run_dir.name, []) for job, _, _ in found])
+    if len(found) > 1:
+        counts = Counter(st.state for _, st, _ in found)
+        console.print(
+            f"{len(found)} runs: "
+            + ", ".join(f"{counts[k]} {k.lower()}" for k in sorted(counts, key=state_rank)),
+            highlight=False,
+        )
+    if common and len(found) > 1:
+        console.print("common to every run: " + " ".join(common), highlight=False)
+    table = Table(title=f"status of {path}")
+    columns = ["run", "job", "state", "nodes", "elapsed", "progress", "error"]
+    if any(varying):
+        columns.insert(1, "varies")
+    for col in columns:
+        table.add_column(col)
+    for (job, st, error), own in zip(found, varying):
+        color = {"COMPLETED": "green", "RUNNING": "cyan", "FAILED": "red"}.get(st.state, "yellow")
+        row = [
+            job.run_dir.name,
+            job.job_id,
+            f"[{color}]{st.state}[/]",
+            str(st.nodes) if st.nodes is not None else "-",
+            st.elapsed,
+            orchestrate.progress_of(job.run_dir),
+            (error or st.reason) + (" (it can never start as submitted: cancel it)" if st.blocked else "")
+            if st.state != "COMPLETED"
+            else "",
+        ]
+        if any(varying):
+            row.insert(1, " ".join(own))
+        table.add_row(*row)
+    console.print(table)
+    return 0
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        if parse_event(line) is None:  # progress events are for the progress bar, not for people
+            print(line, flush=True)
+
+
+def logs(run_dir: Path, rank: int, follow: bool, console: Console) -> int:
+    if not (run_dir / records.JOB).exists():
+        raise LaunchError(f"{run_dir} is not a run directory (no {records.JOB})")
+    job = load_job(run_dir)
+    launcher = orchestrate.launcher_of(job)
+    if rank < 0 or rank >= job.ref.world_size:
+        raise LaunchError(f"--rank {rank} is not a rank of this run (0..{job.ref.world_size - 1})")
+    paths = launcher.log_paths(job, rank)
+    offsets = {p: 0 for p in paths}
+    if not follow and not any(p.exists() for p in paths):
+        raise LaunchError(f"no log for rank {rank} yet (looked for {', '.join(map(str, paths))})")
+    while True:
+        for p in paths:
+            lines, offsets[p] = records.read_new_lines(p, offsets[p])
+            _print_lines(lines)
+        state = launcher.status([job]).get(job.job_id)  # None: the scheduler does not list it yet
+        if not follow or (state is not None and state.done):
+            for p in paths:  # what was written between the last read and the end
+                _print_lines(records.read_new_lines(p, offsets[p])[0])
+            return 0
+        time.sleep(1.0)
+
+
+def cancel(path: Path, console: Console) -> int:
+    jobs, ended = orchestrate.cancel(path)
+    if jobs:
+        console.print(f"cancelled {len(jobs)} job(s): {' '.join(j.job_id for j in jobs)}", highlight=False)
+    if ended:
+        console.print(
+            f"already ended: {', '.join(f'{j.job_id} ({st.state})' for j, st in ended)}", highlight=False
+        )
+    return 0

@@ -1,0 +1,98 @@
+"""`hpctrain run`: parse, call orchestrate, render. One run or a sweep (-m), on any launcher."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hpctrain import records
+from hpctrain.commands.ui import RichReporter, print_summary
+from hpctrain.config import load_config, to_yaml
+from hpctrain.errors import RecordError
+from hpctrain.orchestrate import runs as orchestrate
+from hpctrain.orchestrate.sweep import split_common
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    if args.cfg:
+        print(to_yaml(load_config(args.overrides, args.config_dir)), end="")
+        return 0
+    prep = orchestrate.prepare(args.overrides, args.config_dir, args.multirun)
+    launcher = prep.launcher
+    if args.dry_run:
+        if prep.group_dir is None:
+            print("# resolved config\n" + to_yaml(prep.runs[0].cfg))
+            print(f"# run directory\n{prep.runs[0].run_dir}\n")
+        print(launcher.describe(prep.runs), end="")
+        return 0
+    jobs = orchestrate.start(prep, detach=args.no_wait)
+    where = prep.group_dir or prep.runs[0].run_dir
+    console.print(
+        launcher.started_message(prep.runs, jobs) + f"; {'sweep' if prep.group_dir else 'run'} "
+        f"directory {where}",
+        highlight=False,
+    )
+    for note in getattr(prep.runs[0].plan, "notes", []):
+        console.print(f"[yellow]note:[/] {note}")
+    if args.no_wait:
+        console.print(
+            f"follow it with: hpctrain status {where}   /   hpctrain logs {jobs[0].run_dir} --follow",
+            highlight=False,
+        )
+        return 0
+    reporter = RichReporter(console, progress=not args.no_progress)
+    labels = (
+        [f"sweep point {r.index + 1}/{len(prep.runs)}: {' '.join(r.overrides)}" for r in prep.runs]
+        if prep.group_dir is not None
+        else []
+    )
+    try:
+        states = orchestrate.follow(
+            launcher, jobs, reporter, args.timeout_min * 60, labels, [r.cfg.train.steps for r in prep.runs]
+        )
+    finally:
+        reporter.close()
+    if prep.group_dir is None:
+        summary = orchestrate.result(launcher, jobs[0], states[jobs[0].job_id])
+        print_summary(console, summary)
+        console.print(f"records: {jobs[0].run_dir}", highlight=False)
+        return 0
+    rows = []
+    for r, job in zip(prep.runs, jobs):
+        st = states[job.job_id]
+        if st.state != "COMPLETED" and launcher.sequential:
+            console.print(
+                f"[red]point {r.index} failed:[/] {str(launcher.failure(job, st)).splitlines()[0]}",
+                highlight=False,
+            )
+        rows.append((r.overrides, job.run_dir, st.state))
+    return sweep_table(console, prep.group_dir, rows)
+
+
+def sweep_table(console: Console, sweep_dir: Path, rows: list[tuple[list[str], Path, str]]) -> int:
+    common, varying = split_common([overrides for overrides, _, _ in rows])
+    table = Table(
+        title=f"sweep {sweep_dir}", caption="common to every point: " + " ".join(common) if common else None
+    )
+    for col in ("#", "varies", "state", "samples/s", "step ms", "comm share"):
+        table.add_column(col)
+    failed = 0
+    for (_, run_dir, state), overrides in zip(rows, varying):
+        try:
+            s: records.RunSummary | None = records.read(run_dir / records.SUMMARY, records.RunSummary)
+        except RecordError:
+            s = None
+        failed += state != "COMPLETED"
+        table.add_row(
+            run_dir.name,
+            " ".join(overrides),
+            state,
+            f"{s.throughput_samples_per_s:.1f}" if s else "-",
+            f"{1e3 * s.step_s:.1f}" if s else "-",
+            f"{100 * s.comm_share:.1f}%" if s else "-",
+        )
+    console.print(table)
+    return 4 if failed else 0

@@ -1,0 +1,71 @@
+"""`hpctrain study strong|weak`, `hpctrain study resume DIR` and `hpctrain analyze DIR`: parse,
+call study_run / analysis, render."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from hpctrain import records
+from hpctrain.analysis.analyze import analyze_dir
+from hpctrain.analysis.report import model_lines, roofline_lines, terminal_table, write_report
+from hpctrain.commands.ui import RichReporter
+from hpctrain.errors import HpctrainError
+from hpctrain.orchestrate.study_run import create_study, load_study, run_study, write_study
+
+
+def cmd_study(args: argparse.Namespace, console: Console) -> int:
+    if args.kind == "resume":
+        if len(args.overrides) != 1:
+            raise HpctrainError("usage: hpctrain study resume STUDY_DIR")
+        study_dir = Path(args.overrides[0]).resolve()
+        load_study(study_dir)
+    else:
+        study_dir, manifest, dated = create_study(args.kind, args.overrides, args.config_dir)
+        if args.dry_run:
+            for r in manifest.runs:
+                print(f"{r.name}: {' '.join(r.overrides)}")
+            return 0
+        study_dir, manifest = write_study(study_dir, manifest, dated)
+        console.print(
+            f"[bold]study[/] {args.kind}: {len(manifest.runs)} runs -> {study_dir}", highlight=False
+        )
+    reporter = RichReporter(console, progress=not args.no_progress)
+    try:
+        run_study(study_dir, reporter, args.timeout_min * 60)
+    finally:
+        reporter.close()
+    return analyze_and_report(study_dir, console)
+
+
+def analyze_and_report(study_dir: Path, console: Console, out: Path | None = None) -> int:
+    a = analyze_dir(study_dir)
+    if not a.points:
+        raise HpctrainError(f"no finished run in {study_dir} (missing: {len(a.missing)})")
+    paths = write_report(a, out or study_dir / records.REPORT)
+    console.print(terminal_table(a))
+    # one line each, never wrapped: people grep these and paste them into notes
+    for line in model_lines(a):  # the fits and their validation, as in the Markdown report
+        console.print(line, highlight=False, soft_wrap=True)
+    for line in roofline_lines(a):
+        console.print(f"roofline {line}", highlight=False, soft_wrap=True)
+    if a.missing:
+        console.print(
+            f"[yellow]{len(a.missing)} run(s) missing or failed:[/] "
+            + ", ".join(Path(m).name for m in a.missing),
+            highlight=False,
+        )
+    for c in a.corrupt:
+        console.print(f"[yellow]unreadable:[/] {c}", highlight=False)
+    console.print(
+        f"report: {paths['html']}  ({paths['markdown'].name}, {paths['csv'].name}, "
+        f"{', '.join(p.name for k, p in paths.items() if k not in ('csv', 'markdown', 'html'))})",
+        highlight=False,
+    )
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
+    return analyze_and_report(Path(args.path).resolve(), console, Path(args.out) if args.out else None)

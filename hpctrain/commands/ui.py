@@ -1,0 +1,179 @@
+"""Terminal presentation: the console, the progress bar fed by rank-0 events, and tables."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import textwrap
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from hpctrain.analysis.roofline import for_run
+from hpctrain.records import RunSummary
+
+NOT_A_TERMINAL_WIDTH = 100_000  # pipes, SLURM log files, CI: never cut a table or wrap a line
+PROSE_WIDTH = 100  # advice below a table is wrapped here, on a terminal and in a log file alike
+
+
+def make_console(stream: TextIO | None = None) -> Console:
+    """A console for stdout (or `stream`). Not on a terminal, nothing is wrapped or cut: a
+    table is as wide as its content and a log line stays one line."""
+    stream = stream or sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return Console(file=stream)
+    return Console(file=stream, width=NOT_A_TERMINAL_WIDTH, soft_wrap=True)
+
+
+class TrainingProgress:
+    """A progress bar over training steps, updated from `progress` events."""
+
+    def __init__(self, console: Console, total: int, enabled: bool = True) -> None:
+        self.progress = Progress(
+            TextColumn("[bold]training"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[rate]} samples/s"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not enabled,
+            transient=False,
+        )
+        self.task = self.progress.add_task("train", total=total, loss="-", rate="-")
+
+    def __enter__(self) -> TrainingProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "progress":
+            self.progress.update(
+                self.task,
+                completed=event["step"],
+                loss=f"{event['loss']:.4f}",
+                rate=f"{event['samples_per_s']:.0f}",
+            )
+
+
+class RichReporter:
+    """orchestrate.Reporter on a rich console: notes, rank-0 lines, and a progress bar per run."""
+
+    def __init__(self, console: Console, progress: bool = True) -> None:
+        self.console = console
+        self.enabled = progress and console.is_terminal
+        self.bar: TrainingProgress | None = None
+
+    def begin(self, label: str, steps: int) -> None:
+        self.close()
+        if label:
+            self.console.print(f"[bold]{label}[/]", highlight=False)
+        if self.enabled and steps:
+            self.bar = TrainingProgress(self.console, steps).__enter__()
+
+    def note(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def line(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    def event(self, event: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.on_event(event)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__()
+            self.bar = None
+
+
+def summary_table(s: RunSummary) -> Table:
+    """The run summary; rows of quantities the run did not measure (a script that reports no
+    steps, or no split of them) are left out rather than shown as NaN."""
+    known = math.isfinite
+    title = f"{s.model} · {s.precision} · {s.world_size} ranks"
+    if s.stages > 1:
+        title += f" · {s.stages} stages x {s.world_size // s.stages} replica(s)"
+    t = Table(title=title + (f" · global batch {s.global_batch}" if s.timed_steps else ""), show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_column("share of step", justify="right")
+    if known(s.throughput_samples_per_s):
+        t.add_row("throughput", f"{s.throughput_samples_per_s:.1f} samples/s", "")
+        t.add_row("  per rank", f"{s.throughput_per_rank:.1f} samples/s", "")
+    if not s.timed_steps:
+        t.add_row("wall time", f"{s.finished - s.started:.1f} s", "")
+    if known(s.step_s):
+        t.add_row("step time (mean)", f"{1e3 * s.step_s:.2f} ms", "100%")
+    for label, part, sh in (
+        ("  compute (fwd+bwd+update)", s.compute_s, s.compute_share),
+        ("  exposed communication", s.comm_s, s.comm_share),
+        ("  data wait", s.data_s, s.data_share),
+    ):
+        if known(part):
+            t.add_row(label, f"{1e3 * part:.2f} ms", f"{100 * sh:.1f}%")
+        if label.endswith("communication") and known(s.imbalance_s) and s.world_size > 1:
+            slowest = min(s.per_rank, key=lambda r: r.wait_s if known(r.wait_s) else math.inf)
+            t.add_row(
+                "    of which waiting for the slowest rank",
+                f"{1e3 * s.imbalance_s:.2f} ms",
+                f"{100 * s.imbalance_s / s.step_s:.1f}% (slowest: rank {slowest.rank})",
+            )
+    if s.stages > 1:
+        from hpctrain.analysis.metrics import pipeline_bubble
+
+        theory = pipeline_bubble(s.stages, s.microbatches)
+        t.add_row(
+            f"  pipeline bubble ({s.schedule}, m={s.microbatches})",
+            f"{1e3 * s.bubble_s:.2f} ms",
+            f"{100 * s.bubble_share:.1f}% (theory {100 * theory:.1f}%)",
+        )
+    roof = for_run(s)
+    if roof is not None:
+        t.add_row(
+            f"  roofline ({roof.messages} message(s), {roof.grad_bytes / 2**20:.2f} MiB)",
+            f"expected {1e3 * roof.expected_s:.2f} ms",
+            f"{roof.bound}-bound, waits {roof.exposed_s / roof.expected_s:.2f}x that"
+            if roof.exposed_s > roof.expected_s
+            else f"{roof.bound}-bound, {100 * roof.overlap:.0f}% hidden",
+        )
+    if known(s.step_p50_s):
+        t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
+    t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")
+    if s.stages > 1:
+        per_stage = [max(r.peak_memory_bytes for r in s.per_rank if r.stage == k) for k in range(s.stages)]
+        t.add_row("  per stage", " / ".join(f"{b / 2**20:.0f}" for b in per_stage) + " MiB", "")
+    if known(s.first_loss):
+        t.add_row("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}", "")
+    t.add_row("timed steps", str(s.timed_steps), "")
+    return t
+
+
+def summary_advice(s: RunSummary) -> list[str]:
+    """What the run summary advises, as prose for below the table (a table cell would make the
+    table as wide as the advice in a log file)."""
+    roof = for_run(s)
+    return [] if roof is None else [f"to communicate faster: {roof.knob}"]
+
+
+def print_summary(console: Console, s: RunSummary) -> None:
+    """The summary table, then its advice wrapped to PROSE_WIDTH columns."""
+    console.print(summary_table(s))
+    for advice in summary_advice(s):
+        console.print(
+            textwrap.fill(advice, PROSE_WIDTH, subsequent_indent="  "), markup=False, highlight=False
+        )

@@ -1,0 +1,105 @@
+"""Which rank holds which piece of the model: pure arithmetic, shared by the plan (and --dry-run),
+the validation and the ranks themselves.
+
+The world is `stages` x `replicas` ranks. Rank r holds pipeline stage r // replicas as replica
+r % replicas, so the replicas of a stage are consecutive ranks: with ranks placed on nodes in
+blocks (mpirun's and srun's default) they share a node, and the gradient allreduce, which moves
+the whole stage's gradients every step, stays inside it; the pipeline's point-to-point traffic
+(one activation per micro-batch) is what crosses nodes. This is Megatron-LM's order (data
+parallelism inside pipeline parallelism; Narayanan et al. 2021, section 3.3).
+
+Interleaved schedules give each pipeline rank `virtual` model pieces: piece k*stages + s lives on
+stage s (torch.distributed.pipelining's looped placement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpctrain.config.schema import Config
+
+
+@dataclass(frozen=True)
+class Layout:
+    stages: int  # pipeline depth: ranks one sample's forward pass goes through
+    replicas: int  # data-parallel copies of every stage
+    virtual: int = 1  # model pieces per pipeline rank (interleaved schedules)
+
+    @property
+    def world_size(self) -> int:
+        return self.stages * self.replicas
+
+    @property
+    def pieces(self) -> int:
+        """How many consecutive pieces the model is cut into."""
+        return self.stages * self.virtual
+
+    def stage_of(self, rank: int) -> int:
+        return rank // self.replicas
+
+    def replica_of(self, rank: int) -> int:
+        return rank % self.replicas
+
+    def pipeline_ranks(self, replica: int) -> list[int]:
+        """The ranks one pipeline of the given replica runs through, first stage first."""
+        return [s * self.replicas + replica for s in range(self.stages)]
+
+    def replica_ranks(self, stage: int) -> list[int]:
+        """The ranks holding copies of one stage: its gradients are averaged among them."""
+        return [stage * self.replicas + r for r in range(self.replicas)]
+
+    def pieces_of(self, rank: int) -> list[int]:
+        s = self.stage_of(rank)
+        return [k * self.stages + s for k in range(self.virtual)]
+
+    @property
+    def pipelined(self) -> bool:
+        return self.stages > 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    rank: int
+    node: int
+    stage: int
+    replica: int
+    pieces: tuple[int, ...]
+
+
+def placements(layout: Layout, ranks_per_node: int) -> list[Placement]:
+    """Every rank's node (block placement: ranks 0..k-1 on the first node), stage and replica."""
+    return [
+        Placement(
+            r, r // ranks_per_node, layout.stage_of(r), layout.replica_of(r), tuple(layout.pieces_of(r))
+        )
+        for r in range(layout.world_size)
+    ]
+
+
+def describe(layout: Layout, ranks_per_node: int) -> list[str]:
+    """The plan's lines: per node, which ranks hold which stage."""
+    lines = []
+    by_node: dict[int, list[Placement]] = {}
+    for p in placements(layout, ranks_per_node):
+        by_node.setdefault(p.node, []).append(p)
+    for node, ps in sorted(by_node.items()):
+        held = ", ".join(
+            f"rank {p.rank}: stage {p.stage}"
+            + (f" (pieces {', '.join(map(str, p.pieces))})" if layout.virtual > 1 else "")
+            + (f" replica {p.replica}" if layout.replicas > 1 else "")
+            for p in ps
+        )
+        lines.append(f"node {node}: {held}")
+    return lines
+
+
+def layout_for(cfg: Config, world: int) -> Layout:
+    """Data parallelism is the one-stage case: every rank a replica of the whole model."""
+    par = cfg.parallelism
+    if par.name == "data":
+        return Layout(1, world)
+    stages = max(par.stages, 1)
+    virtual = par.virtual_stages if par.schedule == "interleaved_1f1b" else 1
+    return Layout(stages, max(world // stages, 1), virtual)

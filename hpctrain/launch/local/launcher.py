@@ -1,0 +1,188 @@
+"""The local launcher: mpirun on this machine, through a detached supervisor process
+(local_supervisor.py) so that local runs have the same verbs as SLURM jobs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from hpctrain import records
+from hpctrain.config.schema import Config, LocalClusterConf
+from hpctrain.errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
+from hpctrain.facts import HostFacts
+from hpctrain.launch.base import Job, JobStatus, Launcher, RunSpec
+from hpctrain.launch.local.plan import JobPlan, plan_local
+from hpctrain.launch.local.supervisor import write_state
+from hpctrain.launch.registry import register_launcher
+from hpctrain.launch.rundir import prepare_run_dir, write_run_files
+
+CANCEL_WAIT_S = 20.0
+
+
+def process_start(pid: int) -> int | None:
+    """A process's start time in clock ticks (/proc/PID/stat field 22): with the pid, it tells
+    our supervisor from an unrelated process that reused its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent (the waiting hpctrain)
+        return None
+    return int(fields[19])
+
+
+def supervisor_alive(ref: records.JobRef) -> bool | None:
+    """True/False for a supervisor on this host; None when it runs elsewhere (cannot tell)."""
+    if ref.pid is None:
+        return False
+    if ref.host not in (None, socket.gethostname()):
+        return None
+    return process_start(ref.pid) == ref.pid_start
+
+
+@register_launcher("local")
+class LocalLauncher(Launcher):
+    schema = LocalClusterConf
+    sequential = True
+    cancel_on_interrupt = True
+
+    @staticmethod
+    def problems(cfg: Config) -> list[Problem]:
+        from hpctrain.config.validate import at_least
+
+        c: LocalClusterConf = cfg.cluster
+        p = at_least("cluster.ranks", c.ranks, 1) + at_least(
+            "cluster.threads_per_rank", c.threads_per_rank, 1
+        )
+        if not c.mpirun.strip():
+            p.append(Problem("cluster.mpirun", "is empty", "set cluster.mpirun=mpirun (or a full path)"))
+        return p
+
+    @classmethod
+    def host_facts(cls) -> HostFacts:
+        return HostFacts.gather()
+
+    def _facts(self) -> HostFacts:
+        if self.facts is None:
+            self.facts = HostFacts.gather()
+        return self.facts
+
+    def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> JobPlan:
+        home = str(group_dir) if group_dir is not None else None
+        return plan_local(cfg, self._facts(), str(run_dir), self.python, home=home)
+
+    def describe(self, runs: list[RunSpec]) -> str:
+        if len(runs) == 1:
+            plan: Any = runs[0].plan
+            notes = "".join(f"# note: {n}\n" for n in plan.notes)
+            return f"{notes}# launch command\n{plan.command_line}\n"
+        return "".join(f"# {r.index}: {' '.join(r.overrides)}\n" for r in runs)
+
+    def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
+        mpirun = runs[0].plan.argv[0]  # type: ignore[attr-defined]
+        if shutil.which(mpirun) is None:
+            raise LaunchError(
+                f"cannot start {mpirun!r}: not found; install OpenMPI "
+                "(apt-get install openmpi-bin) or set cluster.mpirun"
+            )
+        for r in runs:
+            write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
+            write_state(r.run_dir, "PENDING")
+        home = group_dir or runs[0].run_dir
+        home.mkdir(parents=True, exist_ok=True)
+        argv = [self.python, "-m", "hpctrain.launch.local.supervisor"]
+        if not detach:
+            argv += ["--parent", str(os.getpid())]
+        argv += [str(r.run_dir) for r in runs]
+        with open(home / records.SUPERVISOR_LOG, "ab") as log:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )  # its own process group: cancel ends it all
+        start = process_start(proc.pid)
+        jobs = []
+        for r in runs:
+            job_id = str(proc.pid) if len(runs) == 1 else f"{proc.pid}_{r.index}"
+            ref = records.new(
+                records.JobRef,
+                launcher=self.name,
+                job_id=job_id,
+                world_size=r.plan.world_size,
+                pid=proc.pid,
+                pid_start=start,
+                host=socket.gethostname(),
+            )
+            records.write(r.run_dir / records.JOB, ref)
+            jobs.append(Job(r.run_dir, ref))
+        return jobs
+
+    def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
+        out = {}
+        for job in jobs:
+            try:
+                st = records.read(job.run_dir / records.STATE, records.LocalState)
+            except records.RecordMissing:
+                st = None
+            state = st.state if st else "PENDING"
+            reason = ""
+            if state in ("PENDING", "RUNNING") and supervisor_alive(job.ref) is False:
+                # read again: the supervisor may have finished between the two looks
+                st = records.read(job.run_dir / records.STATE, records.LocalState)
+                if st.state in ("PENDING", "RUNNING"):
+                    state, reason = "FAILED", f"the local launcher (pid {job.ref.pid}) is gone"
+                else:
+                    state = st.state
+            elapsed = "-"
+            if st is not None and st.started is not None:
+                end = st.updated if state not in ("PENDING", "RUNNING") else time.time()
+                elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0.0, end - st.started)))
+            out[job.job_id] = JobStatus(job.job_id, state, nodes=1, elapsed=elapsed, reason=reason)
+        return out
+
+    def log_paths(self, job: Job, rank: int) -> list[Path]:
+        return [job.run_dir / records.log_file(rank)]
+
+    def follow_paths(self, job: Job) -> list[Path]:
+        return [job.run_dir / records.LAUNCHER_LOG, job.run_dir / records.log_file(0)]
+
+    def cancel(self, jobs: list[Job]) -> None:
+        """SIGTERM to each supervisor (it stops mpirun and the ranks and records CANCELLED); SIGKILL
+        to its whole process group if it has not ended after CANCEL_WAIT_S."""
+        by_pid: dict[int, list[Job]] = defaultdict(list)
+        for job in jobs:
+            if job.ref.pid is not None:
+                by_pid[job.ref.pid].append(job)
+        for pid, group in by_pid.items():
+            if supervisor_alive(group[0].ref) is None:
+                raise LaunchError(
+                    f"run {group[0].run_dir} was started on {group[0].ref.host}: cancel it there"
+                )
+            if supervisor_alive(group[0].ref):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        for pid, group in by_pid.items():
+            while supervisor_alive(group[0].ref) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if supervisor_alive(group[0].ref):
+                os.killpg(pid, signal.SIGKILL)
+            for job in group:  # a supervisor killed before it could write says nothing more
+                st = records.read(job.run_dir / records.STATE, records.LocalState)
+                if st.state in ("PENDING", "RUNNING"):
+                    write_state(job.run_dir, "CANCELLED")
+
+    def failure(self, job: Job, status: JobStatus) -> HpctrainError:
+        st = records.read(job.run_dir / records.STATE, records.LocalState)
+        if st.launch_error:
+            return LaunchError(st.launch_error)
+        if status.state == "CANCELLED":
+            return RunCancelled(f"run {job.run_dir} was cancelled")
+        if st.failure is not None:
+            return RankFailure(st.failure.rank, st.failure.cause, st.failure.tail, str(job.run_dir))
+        return RankFailure(None, status.reason or f"the run ended {status.state}", run_dir=str(job.run_dir))

@@ -1,0 +1,273 @@
+"""The local launcher's supervisor: a small detached process that runs mpirun for one run (or for
+the runs of a local sweep or study, one after another) and outlives the `hpctrain` command that
+started it, so that `hpctrain run --no-wait`, status, logs and cancel work for local runs.
+
+    python -m hpctrain.launch.local_supervisor [--parent PID] RUN_DIR [RUN_DIR ...]
+
+It splits mpirun's rank-tagged output into logs/rank{R}.log (mpirun's own lines into
+logs/launcher.log), records each run's state in state.json, and names the failed rank. It is the
+leader of its own process group, which holds mpirun and the ranks: SIGTERM, SIGINT or SIGHUP
+stops the current run (mpirun forwards the signal to the ranks; SIGKILL to the whole group after
+a grace period) and marks it and the runs still waiting as CANCELLED. With --parent it does the
+same when that process (the waiting `hpctrain run`) disappears.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict, deque
+from contextlib import ExitStack
+from pathlib import Path
+from typing import IO, Any
+
+from hpctrain import records
+from hpctrain.facts import free_tcp_port
+from hpctrain.launch.output import Demux, mpirun_failure
+from hpctrain.launch.plan import AT_LAUNCH
+from hpctrain.lifeline import with_lifeline
+
+TERM_GRACE_S = 10.0
+PARENT_POLL_S = 0.5
+
+
+class Cancelled(Exception):
+    """A stop signal arrived (or the waiting parent went away)."""
+
+
+def write_state(run_dir: Path, state: str, **extra: Any) -> None:
+    old = _read_state(run_dir)
+    started = old.started if old and old.started is not None else None
+    if state == "RUNNING":
+        started = time.time()
+    records.write(
+        run_dir / records.STATE,
+        records.new(records.LocalState, state=state, updated=time.time(), started=started, **extra),
+    )
+
+
+def _read_state(run_dir: Path) -> records.LocalState | None:
+    try:
+        return records.read(run_dir / records.STATE, records.LocalState)
+    except records.RecordError:
+        return None
+
+
+def _pump(stream: IO[str], name: str, out: queue.Queue[tuple[str, str] | None]) -> None:
+    for raw in stream:
+        out.put((name, raw.rstrip("\n")))
+    out.put(None)
+
+
+class Supervisor:
+    def __init__(self, run_dirs: list[Path], parent: int | None) -> None:
+        self.run_dirs = run_dirs
+        self.parent = parent
+        self.proc: subprocess.Popen[str] | None = None
+        self.cancelled = threading.Event()
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        self.cancelled.set()
+        self.stop_mpirun()
+
+    def watch_parent(self) -> None:
+        while not self.cancelled.is_set():
+            if os.getppid() != self.parent:  # re-parented: the waiting hpctrain is gone
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(PARENT_POLL_S)
+
+    def stop_mpirun(self) -> None:
+        """SIGTERM to mpirun (it forwards it to the ranks); SIGKILL the group if it lingers."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+
+        def reap() -> None:
+            try:
+                proc.wait(TERM_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(os.getpgid(0), signal.SIGKILL)  # ends this supervisor too: nothing is left
+
+        threading.Thread(target=reap, daemon=True).start()
+
+    def run_all(self) -> int:
+        worst = 0
+        for run_dir in self.run_dirs:
+            if self.cancelled.is_set():
+                write_state(run_dir, "CANCELLED")
+                continue
+            worst = max(worst, self.run_one(run_dir))
+        return worst
+
+    def run_one(self, run_dir: Path) -> int:
+        try:
+            plan = records.read_json(run_dir / records.PLAN)
+            argv: list[str] = plan["argv"]
+            world = int(plan["world_size"])
+        except (records.RecordError, KeyError, TypeError, ValueError) as e:
+            write_state(run_dir, "FAILED", launch_error=f"cannot read the plan: {e}")
+            return 1
+        env = dict(os.environ)
+        rendezvous = None
+        write_state(run_dir, "RUNNING")
+        try:
+            if plan.get("env", {}).get("HOROVOD_GLOO_RENDEZVOUS_PORT") == AT_LAUNCH:
+                rendezvous = _gloo_rendezvous(plan["env"].get("HPCTRAIN_GLOO_HOSTNAME", "localhost"), world)
+                env["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(rendezvous.port)
+            if plan.get("env", {}).get("MASTER_PORT") == AT_LAUNCH:  # torch.distributed scripts
+                env["MASTER_PORT"] = str(free_tcp_port())
+            code, tails, mpirun_text = self.run_mpirun(run_dir, argv, env, world)
+        except OSError as e:
+            write_state(
+                run_dir,
+                "FAILED",
+                launch_error=f"cannot start {argv[0]!r}: {e.strerror or e}; install "
+                "OpenMPI (apt-get install openmpi-bin) or set cluster.mpirun",
+            )
+            return 3
+        finally:
+            if rendezvous is not None:
+                rendezvous.close()
+        if self.cancelled.is_set():
+            write_state(run_dir, "CANCELLED", exit_code=code)
+            return 130
+        if code == 0 and records.result_written(run_dir):
+            write_state(run_dir, "COMPLETED", exit_code=0)
+            return 0
+        if code != 0 and _never_started(run_dir, tails, mpirun_text):
+            said = "\n".join(mpirun_text.strip().splitlines()[-15:]) or "(it printed nothing)"
+            write_state(
+                run_dir,
+                "FAILED",
+                exit_code=code,
+                launch_error=f"{argv[0]} failed before any rank started (exit status {code}):\n{said}\n"
+                "check cluster.mpirun and cluster.extra_args",
+            )
+            return 3
+        failure = (
+            _failure(run_dir, code, tails, mpirun_text)
+            if code != 0
+            else records.Failure(0, "mpirun exited 0 but rank 0 wrote no summary.json")
+        )
+        write_state(run_dir, "FAILED", exit_code=code, failure=failure)
+        return 4
+
+    def run_mpirun(
+        self, run_dir: Path, argv: list[str], env: dict[str, str], world: int
+    ) -> tuple[int, dict[int | None, deque[str]], str]:
+        tails: dict[int | None, deque[str]] = defaultdict(lambda: deque(maxlen=20))
+        mpirun_text: list[str] = []
+        q: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        with ExitStack() as stack:
+            logs = {
+                r: stack.enter_context(open(run_dir / records.log_file(r), "a", buffering=1))
+                for r in range(world)
+            }
+            own = stack.enter_context(open(run_dir / records.LAUNCHER_LOG, "a", buffering=1))
+            self.proc = subprocess.Popen(
+                with_lifeline(argv, "TERM"),  # mpirun stops the ranks if this supervisor is killed
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                bufsize=1,
+                env=env,
+            )
+            if self.cancelled.is_set():  # a signal that arrived while mpirun was starting
+                self.stop_mpirun()
+            threads = [
+                threading.Thread(target=_pump, args=(s, n, q), daemon=True)
+                for s, n in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr"))
+            ]
+            for t in threads:
+                t.start()
+            open_streams = len(threads)
+            demux = Demux()
+            while open_streams:
+                item = q.get()
+                if item is None:
+                    open_streams -= 1
+                    lines = demux.rest() if not open_streams else []
+                else:
+                    lines = demux.feed(item[1], item[0])
+                for line in lines:
+                    if line.rank is None or line.rank not in logs:
+                        mpirun_text.append(line.text)
+                        own.write(line.text + "\n")
+                        continue
+                    logs[line.rank].write(line.text + "\n")
+                    tails[line.rank].append(line.text)
+            code = self.proc.wait()
+        return code, tails, "\n".join(mpirun_text)
+
+
+def _gloo_rendezvous(hostname: str, ranks: int) -> Any:
+    """Horovod's HTTP rendezvous server for Gloo, run by the launcher (as horovodrun does)."""
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.http.http_server import RendezvousServer
+
+    class Rendezvous:
+        def __init__(self) -> None:
+            self._server = RendezvousServer(verbose=0)
+            self.port = self._server.start()
+            self._server.init(get_host_assignments(parse_hosts(f"{hostname}:{ranks}"), ranks))
+
+        def close(self) -> None:
+            self._server.stop()
+
+    return Rendezvous()
+
+
+def _never_started(run_dir: Path, tails: dict[int | None, deque[str]], mpirun_text: str) -> bool:
+    """No rank printed a line, wrote an error file, or was reported by mpirun as failed: mpirun
+    itself failed (a wrong path or flag, no slots), which is a launch error, not a rank failure."""
+    return (
+        not any(tails.values())
+        and records.first_error(run_dir) is None
+        and mpirun_failure(mpirun_text) is None
+    )
+
+
+def _failure(
+    run_dir: Path, code: int, tails: dict[int | None, deque[str]], mpirun_text: str
+) -> records.Failure:
+    """The first rank that failed, from its error file, else from mpirun's report (a rank killed
+    by a signal writes nothing; the survivors' "peer vanished" errors are its effect)."""
+    first = records.first_error(run_dir, causes_only=True)
+    if first is not None:
+        return records.Failure(first.rank, first.describe(), "\n".join(tails.get(first.rank, [])))
+    found = mpirun_failure(mpirun_text)
+    if found:
+        rank, cause = found
+        return records.Failure(rank, cause, "\n".join(tails.get(rank, [])))
+    first = records.first_error(run_dir)
+    if first is not None:
+        return records.Failure(first.rank, first.describe(), "\n".join(tails.get(first.rank, [])))
+    return records.Failure(
+        None, f"mpirun exited with status {code}", "\n".join(mpirun_text.splitlines()[-15:])
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hpctrain.launch.local_supervisor")
+    ap.add_argument("--parent", type=int, help="cancel the runs if this process goes away")
+    ap.add_argument("run_dirs", nargs="+", type=Path)
+    args = ap.parse_args(argv)
+    sup = Supervisor(args.run_dirs, args.parent)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, sup.on_signal)
+    if args.parent is not None:
+        threading.Thread(target=sup.watch_parent, daemon=True).start()
+    return sup.run_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

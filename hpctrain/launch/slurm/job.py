@@ -1,0 +1,81 @@
+"""What every SLURM task runs: submitit unpickles a TrainingJob and calls it, once per rank.
+
+Requeue follows submitit's checkpoint protocol, made safe for synchronous data parallelism: the
+SIGUSR2 that SLURM sends before the time limit (or `scancel -s USR2`) only sets a flag; all ranks
+agree on it at the next step boundary, rank 0 writes a checkpoint atomically, and only then does
+rank 0 hand over to submitit's own handler, which calls `checkpoint()` and requeues the job. The
+requeued job resumes every rank from that checkpoint at the same step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import submitit
+from submitit.core.utils import DelayedSubmission, UncompletedJobError
+
+from hpctrain import records
+from hpctrain.config.load import config_from_yaml
+
+
+class NotRequeued(RuntimeError):
+    """The job stopped at its time limit with a checkpoint, and submitit did not requeue it."""
+
+
+def _not_requeued(run_dir: Path, max_requeues: int, why: BaseException) -> str:
+    from hpctrain.train import checkpoint
+
+    ckpt = checkpoint.latest(run_dir)
+    where = f"{ckpt.name} holds the state to resume from" if ckpt else "no checkpoint was written"
+    return (
+        f"stopped at the time limit and not requeued: {why} (cluster.max_requeues={max_requeues}); "
+        f"{where}; raise cluster.time_min or cluster.max_requeues"
+    )
+
+
+class TrainingJob(submitit.helpers.Checkpointable):
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+
+    def __call__(self) -> bool:
+        from hpctrain.api import request_stop
+        from hpctrain.engine.horovod import slurm_gloo_setup
+        from hpctrain.engine.registry import needs_gloo_rendezvous
+        from hpctrain.rank import fail, run
+        from hpctrain.train.loop import StopControl
+
+        run_dir = Path(self.run_dir)
+        try:
+            cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
+            control = StopControl(checkpoint_interval=cfg.cluster.checkpoint_interval)  # a SLURM config
+            submitit_handler = signal.getsignal(signal.SIGUSR2)
+
+            def stop(*_: object) -> None:  # the built-in loop and hpctrain.api both see it
+                control.requested = True
+                request_stop()
+
+            signal.signal(signal.SIGUSR2, stop)
+            if needs_gloo_rendezvous(cfg):
+                slurm_gloo_setup(run_dir)
+            finished = run(run_dir, control)
+        except BaseException as e:  # noqa: BLE001 - record it and end this task now
+            fail(run_dir, e)
+        if finished:
+            return True
+        # Stopped after a checkpoint: rank 0 lets submitit requeue the job (it exits the process).
+        if int(os.environ.get("SLURM_PROCID", "0")) == 0 and callable(submitit_handler):
+            try:
+                submitit_handler(signal.SIGUSR2, None)
+            except UncompletedJobError as e:  # submitit will not requeue: max_requeues time-outs used
+                fail(run_dir, NotRequeued(_not_requeued(run_dir, cfg.cluster.max_requeues, e)))
+        time.sleep(300)  # the requeue ends this task
+        os._exit(0)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        """submitit's protocol: what to run after the requeue. The run directory holds the
+        checkpoint, so the same job resumes from it."""
+        return DelayedSubmission(TrainingJob(self.run_dir))

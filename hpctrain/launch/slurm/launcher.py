@@ -1,0 +1,149 @@
+"""The SLURM launcher: submitit writes the sbatch script, srun starts one task per rank, sacct
+tells the state. Sweeps and studies go out as one job array per resource shape."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from hpctrain import records
+from hpctrain.config.schema import Config, SlurmClusterConf
+from hpctrain.errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
+from hpctrain.facts import HostFacts
+from hpctrain.launch.base import Job, JobStatus, Launcher, RunSpec
+from hpctrain.launch.output import srun_failure
+from hpctrain.launch.registry import register_launcher
+from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
+from hpctrain.launch.slurm.plan import SlurmPlan, plan_slurm
+from hpctrain.launch.slurm.sacct import explain_pending
+from hpctrain.launch.slurm.watcher import StatusWatcher
+
+
+@register_launcher("slurm")
+class SlurmLauncher(Launcher):
+    schema = SlurmClusterConf
+    _limits: Limits | None = None
+
+    def __init__(self, facts: HostFacts | None = None, python: str = sys.executable) -> None:
+        super().__init__(facts, python)
+        self.watcher = StatusWatcher()  # every status question of this launcher goes through it
+
+    @staticmethod
+    def problems(cfg: Config) -> list[Problem]:
+        from hpctrain.launch.slurm.rules import slurm_problems
+
+        return slurm_problems(cfg, cfg.cluster)
+
+    def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> SlurmPlan:
+        folder = str(group_dir / "submitit") if group_dir is not None else None
+        return plan_slurm(cfg, str(run_dir), self.python, folder)
+
+    def limits(self, runs: list[RunSpec]) -> Limits:
+        """The scheduler's limits (read once per launcher)."""
+        if self._limits is None:
+            self._limits = read_limits(runs[0].cfg.cluster.qos)
+        return self._limits
+
+    def describe(self, runs: list[RunSpec]) -> str:
+        from hpctrain.launch.slurm.submit import group_by_shape
+
+        if len(runs) == 1:
+            script = runs[0].plan.sbatch_script()  # type: ignore[attr-defined]
+            return f"# sbatch script (submitted by submitit; nothing was submitted)\n{script}"
+        limits = self.limits(runs)
+        out = [f"# arrays of at most {limits.max_array_size} runs ({limits.source})"]
+        for group in group_by_shape(runs):
+            parts = limits.arrays(len(group))
+            for k, part in enumerate(parts):
+                indices = ranges_text([group[i].index for i in part])
+                head = (
+                    f"# array {k + 1}/{len(parts)} of this shape: {len(part)} run(s), sweep points {indices}"
+                )
+                script = group[0].plan.sbatch_script(array_size=len(part))  # type: ignore[attr-defined]
+                out.append(
+                    head
+                    + "\n"
+                    + (script if k == 0 else f"(the same script with --array=0-{len(part) - 1})\n")
+                )
+        return "\n".join(out)
+
+    def admit(self, runs: list[RunSpec]) -> None:
+        from hpctrain.launch.slurm.submit import check_room
+
+        if len(runs) > 1:
+            check_room(runs, self.limits(runs))
+
+    def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
+        from hpctrain.launch.slurm.submit import submit_runs
+
+        limits = self.limits(runs) if len(runs) > 1 else Limits(SLURM_DEFAULT_MAX_ARRAY_SIZE, None, 0, "")
+        return submit_runs(runs, limits)[0]
+
+    def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
+        if len(jobs) == 1:
+            plan: SlurmPlan = runs[0].plan  # type: ignore[assignment]
+            return (
+                f"[bold]submitted[/] job {jobs[0].job_id} ({plan.nodes} node(s) x {plan.ranks_per_node} "
+                "rank(s))"
+            )
+        arrays = sorted({j.job_id.split("_")[0] for j in jobs})
+        return f"[bold]submitted[/] {len(jobs)} runs as {len(arrays)} job array(s): {', '.join(arrays)}"
+
+    def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
+        out = {}
+        states, live = self.watcher.states([j.job_id for j in jobs])
+        for k, s in states.items():
+            why = live.get(k) or s.reason  # the controller's word first: accounting lags
+            if s.state == "PENDING" and why:
+                reason, never = explain_pending(why)
+                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, f"pending: {reason}", blocked=never)
+            else:
+                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, f"exit code {s.exit_code}")
+        return out
+
+    def log_paths(self, job: Job, rank: int) -> list[Path]:
+        folder = Path(job.ref.folder or job.run_dir / "submitit")
+        return [folder / f"{job.job_id}_{rank}_log.out", folder / f"{job.job_id}_{rank}_log.err"]
+
+    def follow_paths(self, job: Job) -> list[Path]:
+        return self.log_paths(job, 0)[:1]
+
+    def cancel(self, jobs: list[Job]) -> None:
+        ids = [j.job_id for j in jobs]
+        try:
+            r = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
+        except FileNotFoundError as e:
+            raise LaunchError("scancel not found: install slurm-client") from e
+        if r.returncode != 0:
+            raise LaunchError(f"scancel failed: {r.stderr.strip()}")
+
+    def failure(self, job: Job, status: JobStatus) -> HpctrainError:
+        """Cancelled first (ranks stopped by scancel may leave errors that are its effect), then
+        the rank's own error file, then srun's report of the task that died (signal, exit code)."""
+        if status.state == "CANCELLED":
+            return RunCancelled(f"job {job.job_id} was cancelled (run directory {job.run_dir})")
+        first = records.first_error(job.run_dir, causes_only=True)
+        if first is not None:
+            return RankFailure(
+                first.rank, f"{first.describe()}; job {job.job_id} {status.state}", run_dir=str(job.run_dir)
+            )
+        found = srun_failure(self._job_stderr(job))
+        if found is not None:
+            rank, cause = found
+            return RankFailure(rank, f"{cause}; job {job.job_id} {status.state}", run_dir=str(job.run_dir))
+        first = records.first_error(job.run_dir)  # only peers' "a rank vanished": still the best word
+        if first is not None:
+            return RankFailure(
+                first.rank, f"{first.describe()}; job {job.job_id} {status.state}", run_dir=str(job.run_dir)
+            )
+        return RankFailure(
+            None, f"job {job.job_id} ended {status.state} ({status.reason})", run_dir=str(job.run_dir)
+        )
+
+    def _job_stderr(self, job: Job) -> str:
+        """The batch script's stderr, where srun reports tasks that failed."""
+        try:
+            return self.log_paths(job, 0)[1].read_text(errors="replace")[-20000:]
+        except OSError:
+            return ""

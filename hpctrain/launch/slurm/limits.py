@@ -1,0 +1,88 @@
+"""The scheduler's limits that decide how a sweep can be submitted, read before anything is.
+
+    MaxArraySize    (scontrol show config) an array's indices run 0..MaxArraySize-1: a larger
+                    sweep goes out as several arrays (SLURM's default is 1001)
+    MaxSubmitJobs   (sacctmgr: the user's association and QOS) pending + running jobs a user may
+                    have; every array task counts, so a sweep that would exceed it is refused
+
+Parsers are pure; `read_limits` runs the commands and tolerates a cluster without accounting.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+
+from hpctrain.launch.slurm.sacct import query
+
+SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001  # slurm.conf(5) MaxArraySize
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_array_size: int
+    max_submit_jobs: int | None  # None: no limit set (or no accounting to ask)
+    queued: int  # jobs (array tasks included) the user has pending or running now
+    source: str  # where max_array_size came from, for the dry run
+
+    def arrays(self, n: int) -> list[range]:
+        """Indices of an n-run group, split into arrays the scheduler accepts."""
+        size = max(1, self.max_array_size)
+        return [range(lo, min(n, lo + size)) for lo in range(0, n, size)]
+
+    def room(self) -> int | None:
+        return None if self.max_submit_jobs is None else max(0, self.max_submit_jobs - self.queued)
+
+
+def parse_max_array_size(config_text: str) -> int | None:
+    """MaxArraySize from `scontrol show config` ("MaxArraySize            = 1001")."""
+    for line in config_text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MaxArraySize" and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def parse_max_submit(text: str) -> int | None:
+    """The smallest MaxSubmitJobs of `sacctmgr -n -P show assoc|qos format=MaxSubmit...` lines
+    (empty fields: no limit)."""
+    values = [int(v) for line in text.splitlines() for v in line.split("|") if v.strip().isdigit()]
+    return min(values) if values else None
+
+
+def ranges_text(indices: list[int]) -> str:
+    """1,2,3,7,9,10 -> "1-3,7,9-10" (what a dry run prints for a large sweep)."""
+    out: list[str] = []
+    start = prev = None
+    for i in sorted(indices):
+        if prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if start is not None:
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = i
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ",".join(out)
+
+
+def read_limits(qos: str | None = None) -> Limits:
+    """The limits for this user (and `qos`, else the association's default QOS)."""
+    config = query(["scontrol", "show", "config"])
+    size = parse_max_array_size(config or "")
+    source = "the cluster's MaxArraySize" if size else "SLURM's default MaxArraySize (no controller answered)"
+    user = getpass.getuser()
+    fields = "format=MaxSubmit,DefaultQOS,QOS"
+    assoc = query(["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", fields]) or ""
+    for line in assoc.splitlines():
+        _, default, allowed = ([*line.split("|"), "", ""])[:3]
+        qos = qos or default.strip() or allowed.split(",")[0].strip() or None
+    qos_text = (
+        (query(["sacctmgr", "-n", "-P", "show", "qos", qos, "format=MaxSubmitPU"]) or "") if qos else ""
+    )
+    limit = parse_max_submit("\n".join(line.split("|")[0] for line in assoc.splitlines()) + "\n" + qos_text)
+    queued = 0
+    if limit is not None:
+        squeue = query(["squeue", "-h", "-r", "-u", user, "-t", "PENDING,RUNNING", "-o", "%i"]) or ""
+        queued = len(squeue.split())
+    return Limits(size or SLURM_DEFAULT_MAX_ARRAY_SIZE, limit, queued, source)

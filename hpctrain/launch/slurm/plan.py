@@ -1,0 +1,119 @@
+"""SlurmPlan: submitit executor parameters, rank environment and the sbatch script, computed
+without I/O. `hpctrain run cluster=slurm --dry-run` prints the script and submits nothing."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hpctrain.config.derived import derive
+from hpctrain.config.schema import Config, SlurmClusterConf
+from hpctrain.launch.plan import rank_env
+from hpctrain.records import FORMAT_VERSION, Batch
+from hpctrain.workload import workload_env
+
+SUBMIT_MODULE = "submitit.core._submit"  # what submitit's sbatch script runs in every task
+
+
+@dataclass(frozen=True)
+class SlurmPlan:
+    run_dir: str
+    world_size: int
+    nodes: int
+    ranks_per_node: int
+    batch: Batch
+    lr: float
+    env: dict[str, str]  # exported in the sbatch script; srun passes it to every task
+    executor: dict[str, Any]  # submitit SlurmExecutor.update_parameters(**executor)
+    python: str  # the interpreter command each task runs (inside the container, if any)
+    folder: str  # submitit's folder for pickles and logs (%j = job id)
+    max_requeues: int
+
+    def shape(self) -> str:
+        """Runs with the same shape share one sbatch script and so one job array."""
+        params = {k: v for k, v in self.executor.items() if k != "job_name"}
+        return json.dumps({"executor": params, "python": self.python}, sort_keys=True)
+
+    def sbatch_script(self, array_size: int | None = None) -> str:
+        """The script submitit would submit (via its own renderer, so it is the real text)."""
+        from submitit.slurm.slurm import _make_sbatch_string
+
+        command = f"{self.python} -u -m {SUBMIT_MODULE} {shlex.quote(self.folder)}"
+        return _make_sbatch_string(command=command, folder=self.folder, map_count=array_size, **self.executor)
+
+    def to_dict(self) -> dict[str, Any]:
+        """plan.json (a records.PlanRecord plus the submitit details)."""
+        d = asdict(self)
+        d.update(format_version=FORMAT_VERSION, launcher="slurm")
+        return d
+
+
+def container_python(c: SlurmClusterConf, binds: list[str]) -> str:
+    """`apptainer exec` around the image's python: srun starts one container per rank and the
+    host's PMIx wires MPI inside (Apptainer's "hybrid" MPI model)."""
+    if c.container is None:
+        return ""
+    argv = ["apptainer", "exec"]
+    if c.gpus_per_node > 0:
+        argv.append("--nv")  # the host's NVIDIA driver libraries inside the container
+    for b in binds:
+        argv += ["--bind", b]
+    argv += [c.container, "python3"]
+    return shlex.join(argv)
+
+
+def executor_parameters(cfg: Config, env: dict[str, str]) -> dict[str, Any]:
+    """submitit SlurmExecutor parameters for this config (names as submitit spells them)."""
+    c: SlurmClusterConf = cfg.cluster
+    params: dict[str, Any] = {
+        "job_name": cfg.run.name,
+        "time": c.time_min,
+        "nodes": c.nodes,
+        "ntasks_per_node": c.ranks_per_node,
+        "cpus_per_task": c.cpus_per_rank,
+        "signal_delay_s": c.signal_delay_s,
+        "array_parallelism": c.array_parallelism,
+        # One task per rank; if any rank dies, srun ends the others instead of leaving them
+        # blocked in an allreduce.
+        "srun_args": [f"--mpi={c.mpi}", "--kill-on-bad-exit=1", *c.srun_args],
+        "setup": [*c.setup, *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()))],
+        "stderr_to_stdout": False,
+    }
+    optional = {
+        "partition": c.partition,
+        "account": c.account,
+        "qos": c.qos,
+        "constraint": c.constraint,
+        "gpus_per_node": c.gpus_per_node or None,
+        "mem": f"{c.mem_gb:g}GB" if c.mem_gb else None,
+        "exclusive": True if c.exclusive else None,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return params
+
+
+def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None) -> SlurmPlan:
+    c: SlurmClusterConf = cfg.cluster
+    env = rank_env(cfg, threads=c.cpus_per_rank)
+    home = Path(folder).parent if folder else Path(run_dir)  # a sweep's runs share its directory
+    env.update(workload_env(cfg, home))
+    folder = folder or c.submitit_folder or str(Path(run_dir) / "submitit")
+    binds = sorted({str(Path(run_dir).parent), str(Path(folder).parent)})
+    py = container_python(c, binds) or shlex.quote(python)
+    d = derive(cfg)
+    return SlurmPlan(
+        run_dir=run_dir,
+        world_size=d.world_size,
+        nodes=c.nodes,
+        ranks_per_node=c.ranks_per_node,
+        batch=d.batch,
+        lr=d.lr,
+        env=env,
+        executor=executor_parameters(cfg, env),
+        python=py,
+        folder=folder,
+        max_requeues=c.max_requeues,
+    )

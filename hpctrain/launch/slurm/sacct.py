@@ -1,0 +1,158 @@
+"""Reading SLURM's accounting and queue: small pure parsers over real `sacct -P` text, and one
+function that runs the command."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, replace
+
+from hpctrain.errors import LaunchError
+from hpctrain.launch.base import DONE
+
+SACCT_FIELDS = ("JobID", "JobName", "State", "NNodes", "Elapsed", "ExitCode", "NodeList", "Reason")
+
+# squeue(1) JOB REASON CODES: why a job is pending. True: it can never start as submitted (its
+# request exceeds a partition, QOS or association limit); False: it waits its turn.
+PENDING_REASONS: dict[str, tuple[str, bool]] = {
+    "PartitionConfig": ("the job asks for more than its partition has (nodes, CPUs or GPUs)", True),
+    "PartitionNodeLimit": ("more nodes than the partition allows per job", True),
+    "PartitionTimeLimit": ("a longer time limit than the partition allows", True),
+    "BadConstraints": ("the constraints (cluster.constraint) match no node", True),
+    "InvalidAccount": ("the account does not exist or is not yours", True),
+    "InvalidQOS": ("the QOS does not exist or is not allowed", True),
+    "QOSMaxNodePerJobLimit": ("more nodes than the QOS allows per job", True),
+    "QOSMaxWallDurationPerJobLimit": ("a longer time limit than the QOS allows", True),
+    "AssocMaxNodesPerJobLimit": ("more nodes than your association allows per job", True),
+    "AssocMaxWallDurationPerJobLimit": ("a longer time limit than your association allows", True),
+    "DependencyNeverSatisfied": ("a dependency that can never be satisfied", True),
+    "Resources": ("waiting for nodes to become free", False),
+    "Priority": ("jobs of higher priority go first", False),
+    "JobArrayTaskLimit": ("the array's cluster.array_parallelism tasks are running", False),
+    "BeginTime": ("waiting for its start time", False),
+    "ReqNodeNotAvail": ("the nodes it needs are unavailable (down, drained or reserved)", False),
+    "PartitionDown": ("the partition is down", False),
+    "QOSMaxJobsPerUserLimit": ("you have as many running jobs as the QOS allows", False),
+    "AssocMaxJobsLimit": ("you have as many running jobs as your association allows", False),
+}
+
+
+def explain_pending(reason: str) -> tuple[str, bool]:
+    """(text for the user, whether the job can never start) for sacct's Reason of a pending job."""
+    text, never = PENDING_REASONS.get(reason, ("", False))
+    return (f"{reason}: {text}" if text else reason), never
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str  # "123", or "123_4" for an array task
+    name: str
+    state: str  # first word of sacct's State ("CANCELLED by 0" -> "CANCELLED")
+    nodes: int
+    elapsed: str
+    exit_code: str
+    nodelist: str
+    reason: str = ""  # why it is pending (sacct's Reason; "None" otherwise)
+
+    @property
+    def done(self) -> bool:
+        return self.state in DONE
+
+
+def parse_sacct(text: str) -> dict[str, JobState]:
+    """`sacct -X -P -n -o <SACCT_FIELDS>` output -> states by job id (allocations only)."""
+    out: dict[str, JobState] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(SACCT_FIELDS) or "." in parts[0]:
+            continue
+        jid, name, state, nodes, elapsed, code, nodelist, reason = parts
+        out[jid] = JobState(
+            jid,
+            name,
+            state.split()[0] if state else "UNKNOWN",
+            int(nodes) if nodes.isdigit() else 0,
+            elapsed,
+            code,
+            nodelist,
+            reason if reason != "None" else "",
+        )
+    return out
+
+
+def _task_in(task: str, spec: str) -> bool:
+    """Whether array task `task` is in sacct's task list `spec`, e.g. "[0-15]", "[3-5,7%2]"."""
+    if not task.isdigit():
+        return False
+    for part in spec.strip("[]").split("%")[0].split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (hi or lo).isdigit() and int(lo) <= int(task) <= int(hi or lo):
+            return True
+    return False
+
+
+def with_array_tasks(requested: list[str], states: dict[str, JobState]) -> dict[str, JobState]:
+    """Array tasks that never started have no record of their own: sacct shows the array's
+    unsplit rest as one record, "123" (none split off yet) or "123_[4-15]". Give each such task
+    that record's state (a pending array cancelled as a whole is CANCELLED, not pending forever)."""
+    out = dict(states)
+    for jid in requested:
+        array, _, task = jid.partition("_")
+        if jid in out or not task:
+            continue
+        rest = [
+            s
+            for k, s in states.items()
+            if k == array or (k.startswith(f"{array}_[") and _task_in(task, k[len(array) + 1 :]))
+        ]
+        if rest:
+            out[jid] = replace(rest[0], job_id=jid)
+    return out
+
+
+def sacct(job_ids: list[str]) -> dict[str, JobState]:
+    """The state of each job; an array task is asked for by its array's id (sacct lists every task
+    of it, and the unsplit rest of its pending ones), so 10,000 tasks make a short command."""
+    if not job_ids:
+        return {}
+    query = ",".join(sorted({j.split("_")[0] for j in job_ids}))
+    argv = ["sacct", "-X", "-P", "-n", "-o", ",".join(SACCT_FIELDS), "-j", query]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError as e:
+        raise LaunchError(
+            "sacct not found: install slurm-client, or start the test cluster "
+            "(bash slurm/start.sh) and export SLURM_CONF"
+        ) from e
+    if r.returncode != 0:
+        raise LaunchError(f"sacct failed: {r.stderr.strip()}")
+    found = with_array_tasks(job_ids, parse_sacct(r.stdout))
+    return {j: found[j] for j in job_ids if j in found}
+
+
+def parse_squeue_reasons(text: str) -> dict[str, str]:
+    """`squeue -h -r -o %i|%r` output -> pending reason by job id (array tasks one per line)."""
+    out = {}
+    for line in text.splitlines():
+        jid, _, reason = line.strip().partition("|")
+        if jid and reason and reason != "None":
+            out[jid] = reason
+    return out
+
+
+def pending_reasons(job_ids: list[str]) -> dict[str, str]:
+    """The controller's live reason for each pending job (the accounting database records a
+    pending job's reason late or never, so sacct's Reason cannot be trusted for it)."""
+    if not job_ids:
+        return {}
+    argv = ["squeue", "-h", "-r", "-t", "PENDING", "-o", "%i|%r", "-j", ",".join(job_ids)]
+    return parse_squeue_reasons(query(argv, timeout_s=60) or "")
+
+
+def query(argv: list[str], timeout_s: float = 30) -> str | None:
+    """A scheduler query's output, or None if the command is missing, fails or hangs (callers
+    fall back to what they know without it)."""
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 else None

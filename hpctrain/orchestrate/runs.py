@@ -1,0 +1,291 @@
+"""Runs and sweeps from overrides to results, through whichever launcher the config names. No
+argparse and no printing: the CLI parses, calls these, and renders what they return; what
+happens meanwhile goes to a Reporter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from hpctrain import records
+from hpctrain.config.derived import default_run_dir
+from hpctrain.config.load import load_config, load_configs
+from hpctrain.config.schema import Config
+from hpctrain.errors import ConfigError, RecordError
+from hpctrain.events import parse_event
+from hpctrain.launch.base import Job, JobStatus, Launcher, RunSpec
+from hpctrain.launch.registry import launcher_class, launcher_for, load_job
+from hpctrain.launch.rundir import claim_fresh
+from hpctrain.orchestrate.sweep import expand
+from hpctrain.orchestrate.validate import validate_points
+
+
+class Reporter(Protocol):
+    def note(self, text: str) -> None: ...  # a message for the user
+    def line(self, text: str) -> None: ...  # an output line of rank 0 or of the launcher
+    def event(self, event: dict[str, Any]) -> None: ...  # a progress event of rank 0
+    def begin(self, label: str, steps: int) -> None: ...  # a run starts: a fresh progress bar
+
+
+@dataclass
+class Prepared:
+    launcher: Launcher
+    runs: list[RunSpec]
+    group_dir: Path | None  # the sweep directory, or None for a single run
+    dated: bool = True  # the directory is hpctrain's dated default (run.dir unset): may take a suffix
+
+
+def one_launcher(configs: Sequence[Config]) -> Launcher:
+    names = sorted({c.cluster.name for c in configs})
+    if len(names) > 1:
+        raise ConfigError.one(
+            "cluster",
+            f"a sweep must use one launcher (found {', '.join(names)})",
+            "sweep over one cluster= option at a time",
+        )
+    return launcher_for(configs[0])
+
+
+def prepare(
+    overrides: Sequence[str],
+    config_dir: str | None = None,
+    multirun: bool = False,
+    now: datetime | None = None,
+) -> Prepared:
+    """Compose, validate and plan every run (every point of a sweep) before anything starts."""
+    points = expand(overrides, config_dir) if multirun else [list(overrides)]
+    configs = load_configs(points, config_dir) if multirun else [load_config(overrides, config_dir)]
+    launcher = one_launcher(configs)
+    validate_points(configs, point_labels(points) if multirun else [""], launcher.facts)
+    base = default_run_dir(configs[0], now or datetime.now())
+    items = list(zip([list(pt) for pt in points], configs))
+    home = base if not multirun else base.parent / f"{base.name}-sweep"
+    return placed(launcher, items, home, multirun, dated=configs[0].run.dir is None)
+
+
+def placed(
+    launcher: Launcher, items: list[tuple[list[str], Config]], home: Path, sweep: bool, dated: bool
+) -> Prepared:
+    """The runs planned in `home`: the run directory, or the sweep directory with one per point."""
+    home = home.resolve()
+    if not sweep:
+        ((overrides, cfg),) = items
+        return Prepared(launcher, [RunSpec(0, overrides, cfg, launcher.plan(cfg, home))], None, dated)
+    runs = [RunSpec(i, o, c, launcher.plan(c, home / str(i), home)) for i, (o, c) in enumerate(items)]
+    return Prepared(launcher, runs, home, dated)
+
+
+def point_labels(points: Sequence[Sequence[str]]) -> list[str]:
+    """How an error names each sweep point: its number and the overrides that vary."""
+    common = set.intersection(*(set(p) for p in points)) if points else set()
+    return [f"point {i} ({' '.join(o for o in p if o not in common)})" for i, p in enumerate(points)]
+
+
+def start(p: Prepared, detach: bool) -> list[Job]:
+    """Start or submit; a sweep directory gets sweep.json (its runs, jobs and job arrays). A dated
+    default directory that another command took in the same second becomes NAME-2, NAME-3, ..."""
+    p.launcher.admit(p.runs)
+    if p.dated:
+        home = p.group_dir or p.runs[0].run_dir
+        claimed = claim_fresh(home)
+        if claimed != home:
+            items = [(r.overrides, r.cfg) for r in p.runs]
+            p = placed(p.launcher, items, claimed, p.group_dir is not None, dated=True)
+    jobs = p.launcher.submit(p.runs, p.group_dir, detach=detach)
+    if p.group_dir is not None:
+        write_sweep(p.group_dir, p.launcher.name, p.runs, jobs)
+    return jobs
+
+
+def write_sweep(
+    sweep_dir: Path, launcher: str, runs: list[RunSpec], jobs: list[Job]
+) -> records.SweepManifest:
+    arrays: dict[str, int] = {}
+    for job in jobs:
+        if "_" in job.job_id:
+            array = job.job_id.split("_")[0]
+            arrays[array] = arrays.get(array, 0) + 1
+    index = {a: i for i, a in enumerate(arrays)}
+    manifest = records.new(
+        records.SweepManifest,
+        sweep_dir=str(sweep_dir),
+        launcher=launcher,
+        runs=[
+            records.SweepRun(
+                r.index, r.overrides, str(r.run_dir), j.job_id, index.get(j.job_id.split("_")[0], 0)
+            )
+            for r, j in zip(runs, jobs)
+        ],
+        arrays=[records.ArrayRef(a, n) for a, n in arrays.items()],
+    )
+    records.write(sweep_dir / records.SWEEP, manifest)
+    return manifest
+
+
+class LogFollower:
+    """Feeds new lines of a run's output files to the reporter: progress events as events,
+    the rest as lines (submitit's own chatter left out)."""
+
+    def __init__(
+        self,
+        paths: list[Path],
+        reporter: Reporter,
+        pending: Callable[[dict[str, JobStatus]], None] | None = None,  # also told each poll's states
+    ) -> None:
+        self.offsets = {p: 0 for p in paths}
+        self.reporter = reporter
+        self.pending = pending
+
+    def __call__(self, states: dict[str, JobStatus] | None = None) -> None:
+        if self.pending is not None and states is not None:
+            self.pending(states)
+        for path, offset in self.offsets.items():
+            lines, self.offsets[path] = records.read_new_lines(path, offset)
+            for line in lines:
+                event = parse_event(line)
+                if event is not None:
+                    self.reporter.event(event)
+                elif not line.startswith("submitit "):
+                    self.reporter.line(line)
+
+
+class PendingNotes:
+    """Tells the user why jobs wait (the scheduler's pending reason), once per change."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self.reporter = reporter
+        self.last: dict[str, int] = {}
+
+    def __call__(self, states: dict[str, JobStatus]) -> None:
+        now: dict[str, int] = {}
+        for st in states.values():
+            if st.state == "PENDING" and st.reason.startswith("pending: "):
+                now[st.reason] = now.get(st.reason, 0) + 1
+        for reason, n in now.items():
+            if reason not in self.last:
+                self.reporter.note(f"{n} job(s) {reason}" if len(states) > 1 else f"job {reason}")
+        self.last = now
+
+
+def follow(
+    launcher: Launcher,
+    jobs: list[Job],
+    reporter: Reporter,
+    timeout_s: float,
+    labels: Sequence[str] = (),
+    steps: Sequence[int] = (),
+) -> dict[str, JobStatus]:
+    """Wait for the jobs, showing the output of the one running (one job, or a launcher that runs
+    a sweep's points one after another); a concurrent sweep is only polled. On an interrupt a
+    launcher that owns its jobs (local) cancels them; SLURM jobs keep running, and say so."""
+    pending = PendingNotes(reporter)
+    try:
+        if len(jobs) > 1 and not launcher.sequential:
+            return launcher.wait(jobs, timeout_s, poll_s=2.0, on_poll=pending)
+        states: dict[str, JobStatus] = {}
+        poll = 0.25 if launcher.sequential else 1.0
+        for i, job in enumerate(jobs):
+            reporter.begin(labels[i] if i < len(labels) else "", steps[i] if i < len(steps) else 0)
+            tail = LogFollower(launcher.follow_paths(job), reporter, pending)
+            states.update(launcher.wait([job], timeout_s, poll_s=poll, on_poll=tail))
+            tail()
+        return states
+    except KeyboardInterrupt:
+        if launcher.cancel_on_interrupt:
+            launcher.cancel(jobs)
+        else:
+            reporter.note(
+                f"job(s) {', '.join(j.job_id for j in jobs)} keep running: "
+                f"hpctrain cancel {jobs[0].run_dir.parent if len(jobs) > 1 else jobs[0].run_dir}"
+            )
+        raise
+
+
+def result(launcher: Launcher, job: Job, status: JobStatus) -> records.RunSummary:
+    """The run's summary, or the error that explains why there is none."""
+    if status.state != "COMPLETED":
+        raise launcher.failure(job, status)
+    return records.read(job.run_dir / records.SUMMARY, records.RunSummary)
+
+
+# --- runs already started: from their directories ---------------------------------------------
+
+
+def jobs_in(path: Path) -> list[Job]:
+    """The jobs of a run directory, a sweep directory or a study directory."""
+    if (path / records.JOB).exists():
+        return [load_job(path)]
+    if (path / records.SWEEP).exists():
+        manifest = records.read(path / records.SWEEP, records.SweepManifest)
+        return [load_job(Path(r.run_dir)) for r in manifest.runs]
+    if (path / records.STUDY).exists():
+        study = records.read(path / records.STUDY, records.StudyManifest)
+        return [load_job(Path(r.run_dir)) for r in study.runs if (Path(r.run_dir) / records.JOB).exists()]
+    raise RecordError(
+        f"{path} is not a run, sweep or study directory (no {records.JOB}, {records.SWEEP} "
+        f"or {records.STUDY})"
+    )
+
+
+def overrides_in(path: Path) -> dict[str, list[str]]:
+    """Each run's overrides by run directory name, for a sweep or study directory ({} otherwise)."""
+    manifest: records.SweepManifest | records.StudyManifest
+    if (path / records.SWEEP).exists():
+        manifest = records.read(path / records.SWEEP, records.SweepManifest)
+    elif (path / records.STUDY).exists():
+        manifest = records.read(path / records.STUDY, records.StudyManifest)
+    else:
+        return {}
+    return {Path(r.run_dir).name: list(r.overrides) for r in manifest.runs}
+
+
+def launcher_of(job: Job) -> Launcher:
+    return launcher_class(job.ref.launcher)()
+
+
+def statuses(jobs: list[Job]) -> list[tuple[Job, JobStatus, str]]:
+    """(job, status, error line) for each job, asking each launcher once."""
+    by_launcher: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_launcher.setdefault(job.ref.launcher, []).append(job)
+    found: dict[str, JobStatus] = {}
+    for name, group in by_launcher.items():
+        found.update(launcher_class(name)().status(group))
+    out = []
+    for job in jobs:
+        st = found.get(
+            job.job_id, JobStatus(job.job_id, "PENDING", reason="not in the scheduler's records yet")
+        )
+        error = ""
+        if st.done and st.state != "COMPLETED":
+            error = str(launcher_of(job).failure(job, st)).splitlines()[0]
+        out.append((job, st, error))
+    return out
+
+
+def progress_of(run_dir: Path) -> str:
+    """Latest step and throughput from rank 0's step records (a partial last line is skipped)."""
+    try:
+        steps = records.read_steps(run_dir / records.steps_file(0))
+    except RecordError:
+        return "-"
+    if not steps:
+        return "-"
+    return f"step {steps[-1].step + 1}, {steps[-1].samples_per_s:.0f} samples/s"
+
+
+def cancel(path: Path) -> tuple[list[Job], list[tuple[Job, JobStatus]]]:
+    """Cancel the jobs of a run, sweep or study that have not ended; return (cancelled, ended)."""
+    active: dict[str, list[Job]] = {}
+    ended = []
+    for job, st, _ in statuses(jobs_in(path)):
+        if st.done:
+            ended.append((job, st))
+        else:
+            active.setdefault(job.ref.launcher, []).append(job)
+    for name, group in active.items():
+        launcher_class(name)().cancel(group)
+    return [j for group in active.values() for j in group], ended

@@ -1,0 +1,124 @@
+"""Scaling studies expanded into runs. Pure: the points of a study, their overrides and run
+directory names; running them is study_run.py's job."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from hpctrain.config.schema import Config, StudyConf
+from hpctrain.engine.registry import ENGINES, unknown_engine
+from hpctrain.errors import ConfigError, Problem
+
+
+@dataclass(frozen=True)
+class StudyPoint:
+    scale: int  # ranks (local) or nodes (SLURM)
+    rep: int
+    overrides: tuple[str, ...]  # added after the user's own overrides
+    engine: str | None = None  # set when the study compares engines (study.engines)
+    microbatches: int | None = None  # set when it compares micro-batch counts (study.microbatches)
+
+    @property
+    def name(self) -> str:
+        engine = f"{self.engine}-" if self.engine else ""
+        m = f"m{self.microbatches}-" if self.microbatches else ""
+        return f"{engine}{m}n{self.scale}-r{self.rep}"
+
+
+def study_problems(s: StudyConf, scale: str) -> list[Problem]:
+    """`scale`: what the launcher scales, `ranks` (local) or `nodes` (SLURM)."""
+    p = []
+    scales = getattr(s, scale)
+    key = f"study.{scale}"
+    if not scales or any(n < 1 for n in scales) or len(set(scales)) != len(scales):
+        p.append(Problem(key, f"{list(scales)} must be distinct positive counts", f"e.g. {key}=[1,2,4]"))
+    if s.repetitions < 1:
+        p.append(Problem("study.repetitions", "must be >= 1", "set study.repetitions=3"))
+    if s.warmup_steps >= s.steps:
+        p.append(Problem("study.warmup_steps", "leaves no timed step", "set it below study.steps"))
+    if len(set(s.microbatches)) != len(s.microbatches) or any(m < 1 for m in s.microbatches):
+        p.append(
+            Problem(
+                "study.microbatches",
+                f"{list(s.microbatches)} must be distinct positive counts",
+                "e.g. study.microbatches=[2,4,8]",
+            )
+        )
+    p += [unknown_engine(f"study.engines[{i}]", str(e)) for i, e in enumerate(s.engines) if e not in ENGINES]
+    if len(set(s.engines)) != len(s.engines):
+        p.append(
+            Problem(
+                "study.engines",
+                f"{[str(e) for e in s.engines]} names an engine twice",
+                "e.g. study.engines=[horovod,ddp]",
+            )
+        )
+    return p
+
+
+def expand_study(cfg: Config) -> list[StudyPoint]:
+    """One point per scale, repetition and compared engine, smallest scale first."""
+    s = cfg.study
+    if s is None:
+        raise ConfigError.one("study", "no study selected", "use hpctrain study strong|weak")
+    scale = cfg.cluster.study_scale
+    problems = study_problems(s, scale)
+    if s.engines and cfg.script.path:
+        problems.append(
+            Problem(
+                "study.engines",
+                "a script chooses its own engine; hpctrain cannot switch it",
+                "drop study.engines, or pass the engine to the script in a sweep of script.args",
+            )
+        )
+    pipeline = cfg.parallelism.name == "pipeline"
+    if s.microbatches and cfg.parallelism.name == "data":
+        problems.append(
+            Problem(
+                "study.microbatches",
+                "micro-batches are a pipeline setting",
+                "use parallelism=pipeline or hybrid, or drop study.microbatches",
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    if s.kind == "strong":
+        batch = ("train.batch_per_rank=null", f"train.global_batch={s.global_batch}")
+    else:
+        batch = (f"train.batch_per_rank={s.batch_per_rank}", "train.global_batch=null")
+    common = (
+        f"train.steps={s.steps}",
+        f"train.warmup_steps={s.warmup_steps}",
+        f"optim.lr_scaling={s.lr_scaling}",
+        *batch,
+    )
+    # engines innermost: the runs they are compared on are taken close together in time, so a
+    # noisy neighbour shifts both series alike
+    engines: list[str | None] = [str(e) for e in s.engines] or [None]
+    ms: list[int | None] = list(s.microbatches) or [None]
+    return [
+        StudyPoint(
+            n,
+            r,
+            (
+                f"cluster.{scale}={n}",
+                *common,
+                # a pipeline (one replica) has one stage per rank: its stages grow with the scale
+                *([f"parallelism.stages={_world(cfg, scale, n)}"] if pipeline else []),
+                *([f"parallelism.microbatches={m}"] if m else []),
+                *([f"parallelism.engine={e}"] if e else []),
+            ),
+            e,
+            m,
+        )
+        for n in sorted(getattr(s, scale))
+        for r in range(s.repetitions)
+        for m in ms
+        for e in engines
+    ]
+
+
+def _world(cfg: Config, scale: str, n: int) -> int:
+    """The world size at `cluster.<scale>=n`, as the cluster config counts it."""
+    return int(dataclasses.replace(cfg.cluster, **{scale: n}).world_size)

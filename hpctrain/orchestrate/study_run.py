@@ -1,0 +1,216 @@
+"""Running a scaling study: create it (every point validated before the first starts), run the
+unfinished points through the config's launcher, measure allreduce once per world size, and
+analyze. The expansion itself is pure (study.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from hpctrain import records
+from hpctrain.config.derived import default_run_dir, world_size
+from hpctrain.config.load import load_config, load_configs
+from hpctrain.config.schema import Config
+from hpctrain.config.validate import SAFE_NAME
+from hpctrain.errors import HpctrainError, RecordError
+from hpctrain.launch.base import Job, Launcher, RunSpec
+from hpctrain.launch.rundir import claim_fresh
+from hpctrain.orchestrate.probe import run_allreduce
+from hpctrain.orchestrate.runs import Reporter, follow, one_launcher, write_sweep
+from hpctrain.orchestrate.study import expand_study
+from hpctrain.orchestrate.validate import validate_points
+
+LOCK = ".lock"  # in a study directory: held by the hpctrain running the study
+
+
+def create_study(
+    kind: str, overrides: Sequence[str], config_dir: str | None = None, now: datetime | None = None
+) -> tuple[Path, records.StudyManifest, bool]:
+    """The study's directory, its manifest (not yet written: see write_study), and whether the
+    directory is the dated default (run.dir unset), which may take a suffix when taken."""
+    user = [*overrides, f"study={kind}"]
+    base = load_config(user, config_dir)
+    points = expand_study(base)
+    configs = load_configs([[*user, *p.overrides] for p in points], config_dir)
+    launcher = one_launcher(configs)
+    validate_points(configs, [p.name for p in points], launcher.facts)  # all before the first starts
+    stem = default_run_dir(base, now or datetime.now())
+    study_dir = (stem.parent / f"{stem.name}-{kind}").resolve()
+    study = base.study
+    assert study is not None  # expand_study checked it
+    manifest = records.new(
+        records.StudyManifest,
+        kind=kind,
+        launcher=launcher.name,
+        config_dir=config_dir,
+        allreduce_bench=study.allreduce_bench,
+        allreduce_max_mb=study.allreduce_max_mb,
+        runs=[
+            records.StudyRun(
+                p.name, p.scale, p.rep, world_size(c), [*user, *p.overrides], str(study_dir / p.name)
+            )
+            for p, c in zip(points, configs)
+        ],
+    )
+    return study_dir, manifest, base.run.dir is None
+
+
+def write_study(
+    study_dir: Path, manifest: records.StudyManifest, dated: bool
+) -> tuple[Path, records.StudyManifest]:
+    """Create the study directory and its study.json. A dated default directory that another
+    command took in the same second becomes NAME-2, ...; an explicit one must not exist."""
+    if dated:
+        claimed = claim_fresh(study_dir)
+        if claimed != study_dir:
+            runs = [dataclasses.replace(r, run_dir=str(claimed / r.name)) for r in manifest.runs]
+            manifest = dataclasses.replace(manifest, runs=runs)
+            study_dir = claimed
+    else:
+        try:
+            study_dir.mkdir(parents=True)
+        except FileExistsError as e:
+            raise HpctrainError(
+                f"study directory {study_dir} already exists; resume it with hpctrain study resume {study_dir}"
+            ) from e
+        except OSError as e:
+            raise HpctrainError(f"cannot create study directory {study_dir}: {e}") from e
+    records.write(study_dir / records.STUDY, manifest)
+    return study_dir, manifest
+
+
+def pending(manifest: records.StudyManifest) -> list[records.StudyRun]:
+    return [r for r in manifest.runs if not (Path(r.run_dir) / records.SUMMARY).exists()]
+
+
+def _set_aside(run_dir: Path) -> None:
+    """A failed attempt's directory is kept, renamed, never overwritten."""
+    if run_dir.exists():
+        run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{int(time.time())}"))
+
+
+@contextmanager
+def study_lock(study_dir: Path) -> Iterator[None]:
+    """One hpctrain at a time runs a study: a second `study resume` would rename the directories
+    the first one's runs are writing to. flock: released by the kernel if the holder dies."""
+    path = study_dir / LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise HpctrainError(
+            f"study {study_dir} is being run by another hpctrain (pid {holder}); wait for it to end, "
+            f"or stop it, then: hpctrain study resume {study_dir}"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def checked_runs(study_dir: Path, manifest: records.StudyManifest) -> None:
+    """Every run of study.json lives in its own directory inside the study, whatever the file
+    says: resume renames and writes only there."""
+    seen: set[str] = set()
+    for r in manifest.runs:
+        inside = study_dir.resolve() / r.name
+        if not SAFE_NAME.match(r.name) or r.name in seen or Path(r.run_dir).resolve() != inside:
+            raise RecordError(
+                f"{study_dir / records.STUDY}: run {r.name!r} has run_dir {r.run_dir!r}; every run must be "
+                f"a distinct directory of the study ({inside}); the file was edited or the study moved"
+            )
+        seen.add(r.name)
+
+
+def run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
+    """Run the unfinished points of the study (all of them the first time)."""
+    with study_lock(study_dir):
+        _run_study(study_dir, reporter, timeout_s)
+
+
+def _in_flight(launcher: Launcher, runs: list[records.StudyRun]) -> list[str]:
+    """Runs whose job is still pending or running (e.g. SLURM jobs of an interrupted `study`)."""
+    jobs = [Job.load(Path(r.run_dir)) for r in runs if (Path(r.run_dir) / records.JOB).exists()]
+    if not jobs:
+        return []
+    states = launcher.status(jobs)
+    return [
+        f"{j.run_dir.name} (job {j.job_id} {states[j.job_id].state})"
+        for j in jobs
+        if j.job_id in states and not states[j.job_id].done
+    ]
+
+
+def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
+    manifest = records.read_study(study_dir)
+    checked_runs(study_dir, manifest)
+    todo = pending(manifest)
+    done = len(manifest.runs) - len(todo)
+    if done:
+        reporter.note(f"{done} run(s) already finished; running the other {len(todo)}")
+    # every run's config, composed once: the pending ones run, and each world size's first one
+    # gives the resources of its allreduce benchmark
+    configs: dict[str, Config] = dict(
+        zip(
+            (r.name for r in manifest.runs),
+            load_configs([r.overrides for r in manifest.runs], manifest.config_dir),
+        )
+    )
+    launcher = one_launcher(list(configs.values()))
+    # the study's configs are checked again: the code or the config directory may have changed
+    validate_points(list(configs.values()), list(configs), launcher.facts)
+    busy = _in_flight(launcher, todo)
+    if busy:
+        raise HpctrainError(
+            f"{len(busy)} run(s) of the study are still in flight: {', '.join(busy)}; wait for them "
+            f"(hpctrain status {study_dir}) or cancel them (hpctrain cancel {study_dir}), then resume"
+        )
+    runs = [
+        RunSpec(i, r.overrides, configs[r.name], launcher.plan(configs[r.name], Path(r.run_dir), study_dir))
+        for i, r in enumerate(todo)
+    ]
+    if runs:
+        launcher.admit(runs)  # before a directory is renamed
+    for r in todo:
+        _set_aside(Path(r.run_dir))
+    if runs:
+        jobs = launcher.submit(runs, study_dir, detach=False)
+        write_sweep(study_dir / f"attempt-{int(time.time())}", launcher.name, runs, jobs)
+        if not launcher.sequential:
+            reporter.note(
+                f"submitted {len(runs)} run(s) as {len({j.job_id.split('_')[0] for j in jobs})} job array(s)"
+            )
+        labels = [
+            f"study run {i + 1}/{len(todo)}: {r.name} ({r.world_size} ranks)" for i, r in enumerate(todo)
+        ]
+        states = follow(
+            launcher, jobs, reporter, timeout_s, labels, [configs[r.name].train.steps for r in todo]
+        )
+        for r, job in zip(todo, jobs):
+            st = states[job.job_id]
+            if st.state != "COMPLETED":  # one failed point does not stop the study; analyze lists it
+                reporter.note(f"{r.name} failed: {str(launcher.failure(job, st)).splitlines()[0]}")
+    if manifest.allreduce_bench:
+        first: dict[int, Config] = {}
+        for r in manifest.runs:
+            first.setdefault(r.world_size, configs[r.name])
+        for n, cfg in sorted(first.items()):
+            out = study_dir / records.allreduce_file(n)
+            if n > 1 and not out.exists():
+                reporter.note(f"allreduce benchmark on {n} ranks")
+                result = run_allreduce(launcher, cfg, study_dir / f"allreduce-{n}", manifest.allreduce_max_mb)
+                records.write(out, result)
+
+
+def load_study(study_dir: Path) -> records.StudyManifest:
+    return records.read_study(study_dir)

@@ -1,0 +1,99 @@
+"""The allreduce benchmark as a workload (bench.allreduce=true): every rank, started by mpirun or
+srun like any run, times plain MPI (mpi4py Allreduce), torch.distributed all_reduce (Gloo; NCCL on
+GPUs) and Horovod allreduce over message sizes, in the same processes, one library after the
+other; rank 0 writes allreduce-n{N}.json into the run directory."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import horovod.torch as hvd
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from hpctrain import records
+from hpctrain.config.schema import Config
+from hpctrain.engine.world import export_torch_env
+from hpctrain.facts import mpi_library_version
+
+
+def _time(fn, iters: int) -> float:
+    fn()  # warm-up: buffers, Horovod negotiation
+    MPI.COMM_WORLD.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    local = (time.perf_counter() - t0) / iters
+    return MPI.COMM_WORLD.allreduce(local, op=MPI.MAX)  # a collective ends when its slowest rank ends
+
+
+def _torch_distributed(sizes: list[tuple[int, int]]) -> dict[int, float]:
+    """torch.distributed's all_reduce, the collective DDP uses, on its own process group."""
+    import torch.distributed as dist
+
+    export_torch_env()
+    gpu = torch.cuda.is_available()
+    dist.init_process_group("nccl" if gpu else "gloo")
+    out = {}
+    for size, iters in sizes:
+        t = torch.ones(size // 4, device="cuda" if gpu else "cpu")
+
+        def reduce() -> None:
+            dist.all_reduce(t)
+            if gpu:
+                torch.cuda.synchronize()
+
+        out[size] = _time(reduce, iters)
+    dist.barrier()
+    dist.destroy_process_group()
+    return out
+
+
+def measure(min_bytes: int, max_bytes: int, out: str) -> None:
+    """Every rank calls this (under mpirun, or in srun tasks); rank 0 writes `out`."""
+    comm = MPI.COMM_WORLD
+    sizes = []
+    size = min_bytes
+    while size <= max_bytes:
+        sizes.append((size, int(max(3, min(100, 2**26 // size)))))  # ~64 MiB per size, >= 3 calls
+        size *= 2
+    # Plain MPI first, before Horovod's background thread exists to compete for the cores.
+    mpi = {}
+    for size, iters in sizes:
+        a, b = np.ones(size // 4, np.float32), np.empty(size // 4, np.float32)
+        mpi[size] = _time(lambda: comm.Allreduce(a, b, op=MPI.SUM), iters)
+    dist_s = _torch_distributed(sizes)
+    hvd.init()  # reuses the MPI that mpi4py initialised
+    n = hvd.size()
+    rows = []
+    for size, iters in sizes:
+        t = torch.ones(size // 4)
+        hvd_s = _time(lambda: hvd.allreduce(t, op=hvd.Sum, name=f"bench.{size}"), iters)
+        rows.append(
+            {
+                "n": n,
+                "bytes": size,
+                "iters": iters,
+                "hvd_s": hvd_s,
+                "mpi_s": mpi[size],
+                "torch_s": dist_s[size],
+            }
+        )
+    if hvd.rank() == 0:
+        records.write(
+            Path(out),
+            records.new(
+                records.AllreduceResult,
+                n=n,
+                mpi_library=mpi_library_version(),
+                rows=[records.AllreduceRow(**r) for r in rows],
+            ),
+        )
+
+
+def run_allreduce(cfg: Config, run_dir: Path) -> None:
+    """This rank's part of the benchmark; rank 0 writes the result into the run directory."""
+    b = cfg.bench
+    measure(b.min_bytes, b.max_mb * 2**20, str(run_dir / records.allreduce_file(cfg.cluster.world_size)))

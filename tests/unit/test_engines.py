@@ -1,0 +1,63 @@
+"""The engine axis is open: a third engine (tests/engines/solo.py, registered in one line) is
+validated with its own rules, planned with its own environment, refused where it lacks a
+capability, and trains with the built-in trainer like the shipped engines."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hpctrain.config import load_config
+from hpctrain.config.derived import derive
+from hpctrain.engine import registry
+from hpctrain.errors import ConfigError
+from hpctrain.facts import HostFacts
+from hpctrain.launch.local.plan import plan_local
+from hpctrain.orchestrate.validate import validate
+
+
+@pytest.fixture
+def solo() -> Iterator[str]:
+    before = dict(registry.ENGINES)
+    registry.register_engine("solo", "tests.engines.solo:SoloEngine")  # the one registration line
+    yield "solo"
+    registry.ENGINES.clear()
+    registry.ENGINES.update(before)
+
+
+def _cfg(*overrides: str):
+    return load_config(["parallelism.engine=solo", "cluster.ranks=1", "data=digits", *overrides])
+
+
+def test_a_registered_engine_is_validated_and_planned_with_its_own_rules_and_environment(solo: str) -> None:
+    cfg = _cfg()
+    validate(cfg, HostFacts.example())
+    plan = plan_local(cfg, HostFacts.example(), "/runs/r1", "/venv/bin/python")
+    assert plan.env["HPCTRAIN_SOLO"] == "1" and "HOROVOD_CONTROLLER" not in plan.env
+    with pytest.raises(ConfigError) as e:  # its own rule, and another engine's setting
+        validate(_cfg("cluster.ranks=2", "parallelism.bucket_mb=4"))
+    assert "cluster.ranks: the solo engine averages nothing" in str(e.value)
+    assert "parallelism.bucket_mb: applies to engine=ddp only" in str(e.value)
+    with pytest.raises(ConfigError, match="cannot average a pipeline stage over its replicas"):
+        validate(_cfg("parallelism=hybrid", "parallelism.stages=2", "cluster.ranks=4", "model=mlp"))
+
+
+def test_an_unknown_engine_names_the_registered_ones() -> None:
+    with pytest.raises(
+        ConfigError, match=r"(?s)parallelism.engine: no engine named 'nccl'.*use one of: horovod, ddp"
+    ):
+        validate(load_config(["parallelism.engine=nccl"]))
+
+
+def test_the_built_in_trainer_trains_with_the_new_engine(solo: str, tmp_path: Path) -> None:
+    from hpctrain.train.loop import train
+
+    cfg = _cfg("train.steps=4", "train.warmup_steps=1", "train.batch_per_rank=16", "train.stall_timeout_s=0")
+    engine = registry.engine_for("solo")
+    info = engine.init(cfg, expected_size=1)
+    stats = train(cfg, engine, info, derive(cfg), tmp_path, emit=lambda line: None)
+    assert stats is not None and stats.timed_steps == 3 and math.isfinite(stats.last_loss)
+    assert (tmp_path / "model.pt").exists() and (tmp_path / "steps-rank0.jsonl").read_text().count("\n") == 4
