@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Set everything up (idempotent) and run the whole test suite against real mpirun and Horovod.
-# Extra arguments go to pytest, e.g. scripts/test.sh -k equivalence -x
+# Set everything up (idempotent) and run the whole test suite against real mpirun, Horovod and a
+# real local SLURM cluster. Extra arguments go to pytest, e.g. scripts/test.sh -k equivalence -x
+#   --quick   the daily tier: the gates, then the unit and in-process tests only (no mpirun, no
+#             SLURM; about 2 minutes). CI runs everything.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+quick=()
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  quick=(-m "not mpi and not slurm")
+fi
 bash "$ROOT/scripts/setup.sh"
 VENV=${HPCTRAIN_VENV:-$ROOT/.venv}
 cd "$ROOT"
-# the type checker, the linter and the formatter are gates, like the tests
+# the type checker, the linter, the formatter and the layer contract are gates, like the tests
 "$VENV/bin/python" -m mypy hpctrain
-"$VENV/bin/python" -m ruff check hpctrain tests
-"$VENV/bin/python" -m ruff format --check hpctrain tests
-exec "$VENV/bin/python" -m pytest "$@"
+"$VENV/bin/python" -m ruff check hpctrain tests scripts
+"$VENV/bin/python" -m ruff format --check hpctrain tests scripts
+"$VENV/bin/lint-imports"
+exec "$VENV/bin/python" -m pytest "${quick[@]}" "$@"

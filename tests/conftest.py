@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,12 +59,93 @@ def hpctrain(*args: str, timeout: float = 600, cwd: Path | None = None) -> subpr
     )
 
 
+def hpctrain_here(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI's own entry point (hpctrain.cli.main) in this process, output captured, for what
+    ends before any process starts: validation, dry runs, bad arguments, records that do not
+    read. The same code as the `hpctrain` command, without a new interpreter importing torch
+    (2-3 s each); exit statuses and messages as the command gives them."""
+    import contextlib
+    import io
+    import signal
+
+    from hpctrain.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    kept = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}  # main() sets them
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "200"
+    try:
+        with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse: --help, --version, bad arguments
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+        if columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
+    return subprocess.CompletedProcess(["hpctrain", *args], code, out.getvalue(), err.getvalue())
+
+
 def run_ok(tmp: Path, name: str, *overrides: str, cwd: Path | None = None) -> tuple[Path, dict]:
     """`hpctrain run` into tmp/name, which must succeed; the run directory and its summary."""
     run_dir = tmp / name
     r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *overrides, cwd=cwd)
     assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     return run_dir, json.loads((run_dir / "summary.json").read_text())
+
+
+# Real data (scikit-learn's digits), fp32, no shuffle surprises: a deterministic small run.
+DIGITS_CNN = ["data=digits", "model=cnn", "train.steps=12", "train.warmup_steps=2", "train.log_interval=4"]
+
+
+def weights(run_dir: Path) -> dict[str, Any]:
+    import torch
+
+    return torch.load(run_dir / "model.pt", map_location="cpu")
+
+
+def assert_same_weights(a: Path, b: Path, rtol: float, atol: float) -> None:
+    import torch
+
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=rtol, atol=atol, msg=lambda m: f"{k}: {m}")
+
+
+def steps_of(run_dir: Path, rank: int) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The reference run many tests compare against: 2 ranks x 16 samples, Horovod over MPI,
+    fp32. Run once per session (it only is read)."""
+    return run_ok(
+        tmp_path_factory.mktemp("ref"), "ref", *DIGITS_CNN, "cluster.ranks=2", "train.batch_per_rank=16"
+    )
+
+
+@pytest.fixture(scope="session")
+def one_rank_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The same global batch of 32 on one rank: what every data-parallel run must equal."""
+    return run_ok(
+        tmp_path_factory.mktemp("one"), "one", *DIGITS_CNN, "cluster.ranks=1", "train.batch_per_rank=32"
+    )
+
+
+# an MLP of 4 hidden blocks on the digits: pipelines cut it between blocks 2 and 3 (net.3)
+MLP = ["model=mlp", "model.depth=4", "model.width=32", "data=digits", "train.steps=8", "train.warmup_steps=2"]
+
+
+@pytest.fixture(scope="session")
+def mlp_one_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """That MLP on one rank with the global batch of 32: what every pipeline must equal."""
+    return run_ok(tmp_path_factory.mktemp("mlp"), "one", *MLP, "cluster.ranks=1", "train.batch_per_rank=32")
 
 
 FAILURE_SAID = {

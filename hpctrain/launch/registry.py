@@ -1,7 +1,7 @@
 """Launchers by name, as ReFrame registers its launchers. The config's `cluster.name` picks one.
 
 Adding a launcher (say Flux): a schema dataclass in config/schema.py (CLUSTER_SCHEMAS), a YAML
-file conf/cluster/flux.yaml, and a module hpctrain/launch/flux.py with a class that implements
+file conf/cluster/flux.yaml, and a package hpctrain/launch/flux/ whose launcher class implements
 launch.base.Launcher and is decorated @register_launcher("flux"). Nothing else changes.
 """
 

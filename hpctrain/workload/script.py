@@ -77,7 +77,8 @@ def prepare_environment(cfg: Config, run_dir: Path, plan: records.PlanRecord) ->
         )
     export_torch_env(env)
     if cfg.parallelism.backend == "gloo" and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env:
-        env.update(gloo_env(env))  # Horovod's identity; the rendezvous is the launcher's (or slurm_job's)
+        # Horovod's identity; the rendezvous is the launcher's (or the SLURM job's: launch/slurm/job.py)
+        env.update(gloo_env(env))
     env.update(
         {
             api.RUN_DIR_VAR: str(run_dir),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, hpctrain, lines, processes_of, start_hpctrain, wait_for
+from tests.conftest import ROOT, hpctrain, hpctrain_here, lines, processes_of, start_hpctrain, wait_for
 
 pytestmark = pytest.mark.mpi
 
@@ -94,7 +94,9 @@ def test_a_sweep_with_a_failed_point_runs_the_others_and_exits_4(tmp_path: Path)
 
 
 def test_one_invalid_point_stops_the_whole_sweep_before_any_launch(tmp_path: Path) -> None:
-    r = hpctrain("run", "-m", *SMALL, "cluster.ranks=1,2,0", f"run.output_root={tmp_path}", "run.name=bad")
+    r = hpctrain_here(
+        "run", "-m", *SMALL, "cluster.ranks=1,2,0", f"run.output_root={tmp_path}", "run.name=bad"
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "cluster.ranks: must be >= 1 (got 0)" in r.stderr, r.stderr
     assert "in: point 2 (cluster.ranks=0)" in r.stderr, r.stderr  # names the point, not the others
@@ -103,7 +105,7 @@ def test_one_invalid_point_stops_the_whole_sweep_before_any_launch(tmp_path: Pat
 
 def test_one_invalid_point_stops_the_whole_study_before_any_launch(tmp_path: Path) -> None:
     # 32 samples do not split over 3 ranks: the n3 point is invalid, n1 and n2 are fine
-    r = hpctrain(
+    r = hpctrain_here(
         "study",
         "strong",
         "study.ranks=[1,2,3]",
@@ -120,7 +122,7 @@ def test_one_invalid_point_stops_the_whole_study_before_any_launch(tmp_path: Pat
 
 
 def test_cfg_prints_the_resolved_config_and_starts_nothing(tmp_path: Path) -> None:
-    r = hpctrain("run", "--cfg", f"run.dir={tmp_path / 'c'}", "cluster.ranks=3", "precision=bf16")
+    r = hpctrain_here("run", "--cfg", f"run.dir={tmp_path / 'c'}", "cluster.ranks=3", "precision=bf16")
     assert r.returncode == 0, r.stderr
     assert "ranks: 3" in r.stdout and "name: bf16" in r.stdout
     assert "mpirun" not in r.stdout.replace("mpirun: mpirun", "")  # the config only, not the plan
@@ -128,7 +130,7 @@ def test_cfg_prints_the_resolved_config_and_starts_nothing(tmp_path: Path) -> No
 
 
 def test_study_dry_run_lists_every_point_and_starts_nothing(tmp_path: Path) -> None:
-    r = hpctrain(
+    r = hpctrain_here(
         "study",
         "weak",
         "--dry-run",

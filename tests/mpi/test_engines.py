@@ -11,18 +11,26 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import assert_rank_1_failure_named, hpctrain
-from tests.mpi.test_local_runs import BASE, assert_same_weights, reference, run_ok, weights
+from tests.conftest import DIGITS_CNN as BASE
+from tests.conftest import (
+    assert_rank_1_failure_named,
+    assert_same_weights,
+    hpctrain,
+    hpctrain_here,
+    run_ok,
+    weights,
+)
 
 pytestmark = pytest.mark.mpi
-__all__ = ["reference"]  # the 2-rank Horovod run, shared with test_local_runs
 
 DDP = ["parallelism.engine=ddp", "cluster.ranks=2", "train.batch_per_rank=16"]
 
 
-def test_ddp_two_ranks_equal_horovod_two_ranks_and_one_rank(tmp_path: Path, reference) -> None:
+def test_ddp_two_ranks_equal_horovod_two_ranks_and_one_rank(
+    tmp_path: Path, reference, one_rank_reference
+) -> None:
     ddp, s = run_ok(tmp_path, "ddp", *BASE, *DDP)
-    one, _ = run_ok(tmp_path, "one", *BASE, "cluster.ranks=1", "train.batch_per_rank=32")
+    one, _ = one_rank_reference
     assert_same_weights(reference[0], ddp, rtol=1e-5, atol=1e-6)
     assert_same_weights(one, ddp, rtol=1e-5, atol=1e-6)
     assert s["engine"] == "ddp" and s["world_size"] == 2 and s["comm_s"] > 0
@@ -67,7 +75,7 @@ def test_a_failing_ddp_rank_ends_the_run_and_is_named(tmp_path: Path, mode: str)
     ],
 )
 def test_one_engines_settings_are_refused_on_the_other(overrides: list[str], rule: str) -> None:
-    r = hpctrain("run", "--dry-run", *overrides)
+    r = hpctrain_here("run", "--dry-run", *overrides)
     assert r.returncode == 2 and rule in r.stderr, r.stderr
 
 

@@ -16,38 +16,26 @@ import pytest
 import torch
 from rich.console import Console
 
-from tests.conftest import hpctrain, run_ok
+from tests.conftest import (
+    DIGITS_CNN,
+    assert_same_weights,
+    hpctrain,
+    hpctrain_here,
+    run_ok,
+    steps_of,
+    weights,
+)
 
 pytestmark = pytest.mark.mpi
 
-# Real data (scikit-learn's digits), fp32, no shuffle surprises: a deterministic small run.
-BASE = ["data=digits", "model=cnn", "train.steps=12", "train.warmup_steps=2", "train.log_interval=4"]
+BASE = DIGITS_CNN
 
 
-def weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run_dir / "model.pt", map_location="cpu")
-
-
-def assert_same_weights(a: Path, b: Path, rtol: float, atol: float) -> None:
-    wa, wb = weights(a), weights(b)
-    assert wa.keys() == wb.keys()
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=rtol, atol=atol, msg=lambda m: f"{k}: {m}")
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """The reference run several tests compare against: 2 ranks x 16 samples, MPI, fp32."""
-    return run_ok(tmp_path_factory.mktemp("ref"), "ref", *BASE, "cluster.ranks=2", "train.batch_per_rank=16")
-
-
-def steps_of(run_dir: Path, rank: int) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()]
-
-
-def test_two_ranks_half_batch_equal_one_rank_full_batch(tmp_path: Path, reference) -> None:
+def test_two_ranks_half_batch_equal_one_rank_full_batch(
+    tmp_path: Path, reference, one_rank_reference
+) -> None:
     """Gradients are averaged correctly: 2 x B/2 over Horovod == 1 x B, step for step."""
-    one, s1 = run_ok(tmp_path, "one", *BASE, "cluster.ranks=1", "train.batch_per_rank=32")
+    one, s1 = one_rank_reference
     two, s2 = reference
     assert (s1["world_size"], s2["world_size"]) == (1, 2)
     assert s1["global_batch"] == s2["global_batch"] == 32
@@ -281,7 +269,7 @@ def test_a_killed_rank_is_named_with_its_signal_and_last_output(tmp_path: Path) 
 
 def test_dry_run_starts_nothing(tmp_path: Path) -> None:
     run_dir = tmp_path / "dry"
-    r = hpctrain("run", "--dry-run", f"run.dir={run_dir}", "cluster.ranks=3")
+    r = hpctrain_here("run", "--dry-run", f"run.dir={run_dir}", "cluster.ranks=3")
     assert r.returncode == 0, r.stderr
     assert "mpirun -np 3" in r.stdout and "hpctrain.rank" in r.stdout
     assert "ranks: 3" in r.stdout  # the resolved config is printed too
@@ -289,7 +277,7 @@ def test_dry_run_starts_nothing(tmp_path: Path) -> None:
 
 
 def test_invalid_config_exits_2_before_anything_starts(tmp_path: Path) -> None:
-    r = hpctrain("run", f"run.dir={tmp_path / 'bad'}", "cluster.ranks=0", "train.global_batch=7")
+    r = hpctrain_here("run", f"run.dir={tmp_path / 'bad'}", "cluster.ranks=0", "train.global_batch=7")
     assert r.returncode == 2
     assert "cluster.ranks" in r.stderr and "fix:" in r.stderr
     assert not (tmp_path / "bad").exists()

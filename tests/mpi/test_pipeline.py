@@ -10,20 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_rank_1_failure_named, hpctrain
-from tests.mpi.test_local_runs import assert_same_weights, run_ok, steps_of
+from tests.conftest import (
+    MLP,
+    assert_rank_1_failure_named,
+    assert_same_weights,
+    hpctrain,
+    hpctrain_here,
+    run_ok,
+    steps_of,
+)
 
 pytestmark = pytest.mark.mpi
 
-# an MLP of 4 hidden blocks on the digits: cut between blocks 2 and 3 (net.3)
-MLP = ["model=mlp", "model.depth=4", "model.width=32", "data=digits", "train.steps=8", "train.warmup_steps=2"]
 PIPE = ["parallelism=pipeline", "cluster.ranks=2", "train.batch_per_rank=32"]
 
 
-@pytest.fixture(scope="module")
-def one_rank(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    run, _ = run_ok(tmp_path_factory.mktemp("one"), "one", *MLP, "cluster.ranks=1", "train.batch_per_rank=32")
-    return run
+@pytest.fixture
+def one_rank(mlp_one_rank: tuple[Path, dict]) -> Path:
+    return mlp_one_rank[0]
 
 
 @pytest.mark.parametrize(
@@ -66,7 +70,9 @@ def test_two_stages_by_two_replicas_equal_one_rank(tmp_path: Path, one_rank: Pat
 
 
 def test_the_plan_shows_which_rank_holds_which_stage(tmp_path: Path) -> None:
-    r = hpctrain("run", "--dry-run", *MLP, "parallelism=hybrid", "cluster.ranks=4", "train.batch_per_rank=16")
+    r = hpctrain_here(
+        "run", "--dry-run", *MLP, "parallelism=hybrid", "cluster.ranks=4", "train.batch_per_rank=16"
+    )
     assert r.returncode == 0, r.stderr
     assert (
         "hybrid: 2 stages x 2 replica(s), 4 micro-batches, schedule gpipe; the model is cut at net.3"

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import conftest
-from tests.conftest import hpctrain
-from tests.mpi.test_local_runs import assert_same_weights
+from tests.conftest import assert_same_weights, hpctrain
 
 pytestmark = pytest.mark.mpi
 

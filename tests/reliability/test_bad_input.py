@@ -1,5 +1,6 @@
-"""Bad input, table-driven through the real CLI: each gives its documented exit status and a
-one-line error naming the key, file or argument, never a traceback; nothing is started."""
+"""Bad input, table-driven through the CLI's entry point (in this process: nothing here starts a
+process): each gives its documented exit status and a one-line error naming the key, file or
+argument, never a traceback; nothing is started or created."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain
-
-pytestmark = pytest.mark.mpi
+from tests.conftest import hpctrain_here
 
 DIGITS = ["data=digits", "train.steps=8"]
 
@@ -62,7 +61,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(("args", "code", "said"), CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_bad_input_gets_a_clear_error(scratch: Path, args: list[str], code: int, said: str) -> None:
     before = sorted(p.name for p in scratch.iterdir())
-    r = hpctrain(*(a.replace("{tmp}", str(scratch)) for a in args), timeout=120)
+    r = hpctrain_here(*(a.replace("{tmp}", str(scratch)) for a in args))
     out = r.stdout + r.stderr
     assert r.returncode == code, out
     assert said.replace("{tmp}", str(scratch)) in out, out

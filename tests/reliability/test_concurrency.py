@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain.orchestrate import runs as orchestrate
-from tests.conftest import hpctrain, start_hpctrain, wait_for
+from tests.conftest import hpctrain, hpctrain_here, start_hpctrain, wait_for
 
 pytestmark = pytest.mark.mpi
 
@@ -92,7 +92,7 @@ def test_resume_validates_every_run_again_before_touching_anything(tmp_path: Pat
     (study / "study.json").write_text(json.dumps(manifest))
     (study / "n1-r0" / "summary.json").unlink()  # so that it is pending
     before = sorted(p.name for p in study.iterdir())
-    r = hpctrain("study", "resume", str(study), timeout=120)
+    r = hpctrain_here("study", "resume", str(study))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "train.steps: must be >= 1 (got 0)" in r.stderr and "in: n1-r0" in r.stderr, r.stderr
     assert sorted(p.name for p in study.iterdir()) == before  # nothing renamed or started

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, sacct_state, start_hpctrain, wait_for
+from tests.conftest import hpctrain, hpctrain_here, sacct_state, start_hpctrain, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -101,7 +101,7 @@ def test_a_sweep_beyond_the_users_submit_limit_is_refused_before_anything(
 
 
 def test_a_dry_run_of_a_large_sweep_prints_index_ranges_per_array() -> None:
-    r = hpctrain("run", "-m", *SMALL, "train.seed=range(1500)", "--dry-run", timeout=300)
+    r = hpctrain_here("run", "-m", *SMALL, "train.seed=range(1500)", "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "# arrays of at most 1001 runs (the cluster's MaxArraySize)" in r.stdout
     assert "# array 1/2 of this shape: 1001 run(s), sweep points 0-1000" in r.stdout

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import hpctrain, signal_at_step
-from tests.mpi.test_local_runs import assert_same_weights, weights
+from tests.conftest import assert_same_weights, hpctrain, signal_at_step, weights
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done, run_ok
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, hpctrain_here
 from tests.unit.test_slurm_plan import INVALID_SLURM
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -45,9 +45,10 @@ def _run(log: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("overrides,key", INVALID_SLURM, ids=[" ".join(o) for o, _ in INVALID_SLURM])
 def test_rejected_config_makes_no_sbatch_call(
-    sbatch_log: Path, tmp_path: Path, overrides: list[str], key: str
+    sbatch_log: Path, tmp_path: Path, overrides: list[str], key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    r = _run(sbatch_log, "cluster=slurm", f"run.dir={tmp_path / 'run'}", *overrides)
+    monkeypatch.setenv("PATH", f"{sbatch_log.parent / 'shim'}:{os.environ['PATH']}")
+    r = hpctrain_here("run", "--no-progress", "cluster=slurm", f"run.dir={tmp_path / 'run'}", *overrides)
     assert r.returncode == 2, r.stdout + r.stderr
     assert key in r.stderr
     assert sbatch_log.read_text() == ""  # nothing was submitted

@@ -9,15 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import hpctrain, signal_at_step
-from tests.mpi.test_local_runs import assert_same_weights, weights
-from tests.mpi.test_pipeline import MLP
+from tests.conftest import MLP, assert_same_weights, hpctrain, signal_at_step, weights
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done, run_ok
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 
-def test_hybrid_across_two_nodes_matches_one_local_rank(tmp_path: Path) -> None:
+def test_hybrid_across_two_nodes_matches_one_local_rank(tmp_path: Path, mlp_one_rank) -> None:
     slurm, s = run_ok(
         tmp_path,
         "slurm",
@@ -29,7 +27,7 @@ def test_hybrid_across_two_nodes_matches_one_local_rank(tmp_path: Path) -> None:
         "cluster.ranks_per_node=2",
         "train.batch_per_rank=16",
     )
-    local, _ = run_ok(tmp_path, "local", *MLP, "cluster.ranks=1", "train.batch_per_rank=32")
+    local, _ = mlp_one_rank
     assert_same_weights(slurm, local, rtol=1e-5, atol=1e-6)
     hosts = [(r["host"], r["stage"]) for r in s["per_rank"]]
     assert len({h for h, _ in hosts}) == 2

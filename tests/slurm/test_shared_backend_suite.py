@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, processes_of, wait_for
+from tests.conftest import hpctrain, hpctrain_here, processes_of, wait_for
 
 BACKENDS = {
     "local": ["cluster=local", "cluster.ranks=2"],
@@ -19,7 +19,12 @@ DRY_RUN = {"local": "mpirun -np 2", "slurm": "#SBATCH --nodes=2"}
 SMALL = ["data=digits", "train.steps=8", "train.warmup_steps=2", "train.batch_per_rank=16"]
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+pytestmark = pytest.mark.mpi  # every case starts real ranks (the slurm cases: marked slurm too)
+
+
+@pytest.fixture(
+    params=[pytest.param(b, marks=[pytest.mark.slurm] if b == "slurm" else []) for b in sorted(BACKENDS)]
+)
 def backend(request: pytest.FixtureRequest) -> list[str]:
     if request.param == "slurm":
         request.getfixturevalue("slurm_cluster")
@@ -75,7 +80,7 @@ def test_failing_rank_is_named(backend: list[str], tmp_path: Path) -> None:
 
 
 def test_dry_run_starts_nothing(backend: list[str], tmp_path: Path) -> None:
-    r = hpctrain("run", "--dry-run", f"run.dir={tmp_path / 'd'}", *backend, *SMALL)
+    r = hpctrain_here("run", "--dry-run", f"run.dir={tmp_path / 'd'}", *backend, *SMALL)
     assert r.returncode == 0, r.stderr
     assert DRY_RUN[_name(backend)] in r.stdout
     other = next(v for k, v in DRY_RUN.items() if k != _name(backend))
@@ -84,7 +89,7 @@ def test_dry_run_starts_nothing(backend: list[str], tmp_path: Path) -> None:
 
 
 def test_invalid_config_is_rejected_before_launch(backend: list[str], tmp_path: Path) -> None:
-    r = hpctrain("run", f"run.dir={tmp_path / 'bad'}", *backend, *SMALL, "optim.lr=-1")
+    r = hpctrain_here("run", f"run.dir={tmp_path / 'bad'}", *backend, *SMALL, "optim.lr=-1")
     assert r.returncode == 2 and "optim.lr" in r.stderr
     assert not (tmp_path / "bad").exists()
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import hpctrain, run_ok, sacct_state, signal_at_step
-from tests.mpi.test_local_runs import assert_same_weights, weights
+from tests.conftest import assert_same_weights, hpctrain, run_ok, sacct_state, signal_at_step, weights
 from tests.mpi.test_study import check_report_against_the_run_records
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import hpctrain, signal_at_step
-from tests.mpi.test_local_runs import assert_same_weights
+from tests.conftest import assert_same_weights, hpctrain, signal_at_step
 from tests.mpi.test_user_code import USER_MODEL, run_ok
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done
 

@@ -1,5 +1,5 @@
 """The local launcher: mpirun on this machine, through a detached supervisor process
-(local_supervisor.py) so that local runs have the same verbs as SLURM jobs."""
+(supervisor.py) so that local runs have the same verbs as SLURM jobs."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 the runs of a local sweep or study, one after another) and outlives the `hpctrain` command that
 started it, so that `hpctrain run --no-wait`, status, logs and cancel work for local runs.
 
-    python -m hpctrain.launch.local_supervisor [--parent PID] RUN_DIR [RUN_DIR ...]
+    python -m hpctrain.launch.local.supervisor [--parent PID] RUN_DIR [RUN_DIR ...]
 
 It splits mpirun's rank-tagged output into logs/rank{R}.log (mpirun's own lines into
 logs/launcher.log), records each run's state in state.json, and names the failed rank. It is the
@@ -257,7 +257,7 @@ def _failure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m hpctrain.launch.local_supervisor")
+    ap = argparse.ArgumentParser(prog="python -m hpctrain.launch.local.supervisor")
     ap.add_argument("--parent", type=int, help="cancel the runs if this process goes away")
     ap.add_argument("run_dirs", nargs="+", type=Path)
     args = ap.parse_args(argv)
