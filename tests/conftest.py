@@ -8,7 +8,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -234,11 +235,34 @@ def _stray_outputs() -> set[Path]:
     return set(ROOT.glob("slurm-*.out")) | set(Path.cwd().glob("slurm-*.out"))
 
 
+# A run stopped by SLURM's own time limit (2 minutes, SIGUSR2 60 s before it), not a hand-sent
+# signal: held at step 5 until the signal comes. Its waiting is SLURM's, about 80 s whatever the
+# machine does, so its jobs start with the cluster and wait beside the other SLURM tests.
+TIME_LIMIT = [
+    "data=digits",
+    "train.steps=20",
+    "train.warmup_steps=2",
+    "cluster=slurm",
+    "cluster.nodes=1",
+    "cluster.ranks_per_node=2",
+    "cluster.time_min=2",
+    "cluster.signal_delay_s=60",
+    "debug.hold_step=5",
+]
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    conf: str  # SLURM_CONF
+    time_limit_runs: dict[int, tuple[Path, str]]  # max_requeues -> (run directory, job id)
+
+
 @pytest.fixture(scope="session")
-def slurm_cluster():
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """Start the cluster (slurm/start.sh is idempotent); stop it afterwards only if this session
     started it, so a developer's running cluster, or another test session's, is left alone.
-    Every job hpctrain submits names its output files: none may land in the submitting directory."""
+    Every job hpctrain submits names its output files: none may land in the submitting directory.
+    The time-limit runs (TIME_LIMIT, max_requeues 0 and 1) are submitted as soon as it is up."""
     before = _stray_outputs()
     conf = str(STATE / "etc" / "slurm.conf")
     was_running = _running(conf)
@@ -248,7 +272,11 @@ def slurm_cluster():
     assert r.returncode == 0, f"local SLURM cluster did not start:\n{r.stdout}\n{r.stderr}"
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
-    yield conf
+    early = tmp_path_factory.mktemp("time-limit")
+    runs = {n: early / f"max{n}" for n in (0, 1)}
+    yield SlurmCluster(
+        conf, {n: (d, start_run(d, *TIME_LIMIT, f"cluster.max_requeues={n}")) for n, d in runs.items()}
+    )
     stray = _stray_outputs() - before
     if not was_running:
         subprocess.run(["bash", str(ROOT / "slurm" / "stop.sh")], capture_output=True, text=True, timeout=300)
@@ -259,6 +287,29 @@ def slurm_cluster():
     assert not stray, (
         f"jobs wrote SLURM's default output files into the submitting directory: {sorted(stray)}"
     )
+
+
+def start_run(run_dir: Path, *overrides: str, cwd: Path | None = None) -> str:
+    """`hpctrain run --no-wait` into run_dir: a job that runs beside what the test does next (a
+    reference run beside the one the test interrupts); its job id."""
+    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *overrides, cwd=cwd)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return str(json.loads((run_dir / "job.json").read_text())["job_id"])
+
+
+def wait_done(job: str, timeout_s: float = 300) -> str:
+    """The final state of a SLURM job, polling sacct (it lags the job's end by a second or two)."""
+    deadline = time.monotonic() + timeout_s
+    while (state := sacct_state(job)) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        assert time.monotonic() < deadline, f"job {job} did not finish: {state}"
+        time.sleep(1)
+    return state
+
+
+def recorded_steps(run_dir: Path, rank: int) -> list[int]:
+    return [
+        json.loads(line)["step"] for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()
+    ]
 
 
 def sacct_state(job_id: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import assert_same_weights, hpctrain, signal_at_step, weights
+from tests.conftest import assert_same_weights, hpctrain, signal_at_step, start_run, weights
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done, run_ok
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -31,12 +31,13 @@ def test_ddp_requeue_resumes_bit_identical(tmp_path: Path) -> None:
     run_dir = tmp_path / "interrupted"
     r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common, "debug.hold_step=20")
     assert r.returncode == 0, r.stderr
+    straight = start_run(tmp_path / "straight", *common)  # the uninterrupted run, alongside
     job = signal_at_step(run_dir, 20)  # what SLURM sends before the time limit
     assert _wait_done(job) == "COMPLETED"
     log = hpctrain("logs", str(run_dir)).stdout
     assert "checkpoint step-000021.pt written after step 21" in log, log
     for rank in (0, 1):
         assert _recorded_steps(run_dir, rank) == list(range(60))
-    straight, _ = run_ok(tmp_path, "straight", *common)
-    a, b = weights(run_dir), weights(straight)
+    assert _wait_done(straight) == "COMPLETED"
+    a, b = weights(run_dir), weights(tmp_path / "straight")
     assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import assert_same_weights, hpctrain, run_ok, sacct_state, signal_at_step, weights
+from tests.conftest import (
+    SlurmCluster,
+    assert_same_weights,
+    hpctrain,
+    recorded_steps,
+    run_ok,
+    sacct_state,
+    signal_at_step,
+    start_run,
+    wait_done,
+    weights,
+)
 from tests.mpi.test_study import check_report_against_the_run_records
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -86,18 +96,7 @@ def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:
     assert status.stdout.count("train.steps=6") == 1 and status.stdout.count("precision=bf16") == 2
 
 
-def _wait_done(job: str, timeout_s: float = 300) -> str:
-    deadline = time.monotonic() + timeout_s
-    while (state := sacct_state(job)) not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
-        assert time.monotonic() < deadline, f"job {job} did not finish: {state}"
-        time.sleep(1)
-    return state
-
-
-def _recorded_steps(run_dir: Path, rank: int) -> list[int]:
-    return [
-        json.loads(line)["step"] for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()
-    ]
+_wait_done, _recorded_steps = wait_done, recorded_steps
 
 
 def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: Path) -> None:
@@ -113,6 +112,7 @@ def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: P
     # debug.hold_step: both ranks wait at step 40 until the signal, so it is certain to arrive mid-run
     r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common, "debug.hold_step=40")
     assert r.returncode == 0, r.stderr
+    straight = start_run(tmp_path / "straight", *common)  # the uninterrupted run, alongside
     job = signal_at_step(run_dir, 40)  # what SLURM sends before the time limit
     assert _wait_done(job) == "COMPLETED"
     log = hpctrain("logs", str(run_dir)).stdout
@@ -121,31 +121,18 @@ def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: P
     assert f"resuming from {run_dir / 'checkpoints' / 'step-000041.pt'} at step 41" in log, log
     for rank in (0, 1):
         assert _recorded_steps(run_dir, rank) == list(range(150))  # no step lost, none repeated
-    straight, _ = run_ok(tmp_path, "straight", *common)
-    a, b = weights(run_dir), weights(straight)
+    assert _wait_done(straight) == "COMPLETED"
+    a, b = weights(run_dir), weights(tmp_path / "straight")
     assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"
 
 
-def test_a_real_time_limit_requeues_up_to_max_requeues(tmp_path: Path) -> None:
+def test_a_real_time_limit_requeues_up_to_max_requeues(slurm_cluster: SlurmCluster) -> None:
     """SLURM's own time limit (2 minutes, SIGUSR2 60 s before it), not a hand-sent signal. Both
     jobs hold at step 5 until the signal. With max_requeues=1 the job checkpoints, is requeued
-    and finishes; with max_requeues=0 it checkpoints and stops, and says so and how to go on."""
-    common = [
-        "data=digits",
-        "train.steps=20",
-        "train.warmup_steps=2",
-        "cluster=slurm",
-        "cluster.nodes=1",
-        "cluster.ranks_per_node=2",
-        "cluster.time_min=2",
-        "cluster.signal_delay_s=60",
-        "debug.hold_step=5",
-    ]
-    dirs = {n: tmp_path / f"max{n}" for n in (0, 1)}
-    for n, d in dirs.items():
-        r = hpctrain("run", "--no-wait", f"run.dir={d}", *common, f"cluster.max_requeues={n}")
-        assert r.returncode == 0, r.stdout + r.stderr
-    jobs = {n: json.loads((d / "job.json").read_text())["job_id"] for n, d in dirs.items()}
+    and finishes; with max_requeues=0 it checkpoints and stops, and says so and how to go on.
+    The jobs (conftest.TIME_LIMIT) were submitted when the cluster started."""
+    dirs = {n: d for n, (d, _) in slurm_cluster.time_limit_runs.items()}
+    jobs = {n: job for n, (_, job) in slurm_cluster.time_limit_runs.items()}
 
     assert _wait_done(jobs[1]) == "COMPLETED"
     log = hpctrain("logs", str(dirs[1])).stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import assert_same_weights, hpctrain, signal_at_step
+from tests.conftest import assert_same_weights, hpctrain, signal_at_step, start_run
 from tests.mpi.test_user_code import USER_MODEL, run_ok
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done
 
@@ -83,6 +83,8 @@ def test_an_api_script_requeued_mid_run_resumes_bit_identical_despite_an_edit(us
     run_dir = user_project.parent / "interrupted"
     r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common, "script.args=[60,20]", cwd=user_project)
     assert r.returncode == 0, r.stderr
+    # the uninterrupted run, alongside (submitted before the edit, as the interrupted one was)
+    straight = start_run(user_project.parent / "straight", *common, "script.args=[60]", cwd=user_project)
     # the user edits the code at once, while the job is queued or running: neither its first
     # attempt nor the requeued one may see the edit
     marker = user_project / "mypkg" / "marker.py"
@@ -97,7 +99,7 @@ def test_an_api_script_requeued_mid_run_resumes_bit_identical_despite_an_edit(us
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["timed_steps"] == 58
     marker.write_text(marker.read_text().replace('"edited"', '"original"').replace("0.5", "0.05"))
-    straight, _ = run_ok(user_project, "straight", *common, "script.args=[60]")
+    assert _wait_done(straight) == "COMPLETED"
     a = torch.load(run_dir / "weights.pt")
-    b = torch.load(straight / "weights.pt")
+    b = torch.load(user_project.parent / "straight" / "weights.pt")
     assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"
