@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import importlib.util
+import json
 import os
 import socket
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+TORCH_FACTS = ("cuda_available", "cuda_bf16", "cpu_fp16_autocast", "cpu_bf16_autocast")
 
 
 @dataclass(frozen=True)
@@ -19,19 +27,13 @@ class HostFacts:
 
     @classmethod
     def gather(cls) -> HostFacts:
-        import torch
-
-        cuda = torch.cuda.is_available()
         return cls(
             cpu_count=len(os.sched_getaffinity(0))
             if hasattr(os, "sched_getaffinity")
             else (os.cpu_count() or 1),
             is_root=os.geteuid() == 0,
             hostname=socket.gethostname(),
-            cuda_available=cuda,
-            cuda_bf16=cuda and torch.cuda.is_bf16_supported(),
-            cpu_fp16_autocast=autocast_supported("fp16", "cpu"),
-            cpu_bf16_autocast=autocast_supported("bf16", "cpu"),
+            **torch_facts(),
         )
 
     @classmethod
@@ -48,6 +50,65 @@ class HostFacts:
         )
         base.update(changes)
         return cls(**base)  # type: ignore[arg-type]
+
+
+def probe_torch() -> dict[str, bool]:
+    """What torch says of this host's devices and of its own build (imports torch: 1.5-2.5 s)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "cuda_available": cuda,
+        "cuda_bf16": bool(cuda and torch.cuda.is_bf16_supported()),
+        "cpu_fp16_autocast": autocast_supported("fp16", "cpu"),
+        "cpu_bf16_autocast": autocast_supported("bf16", "cpu"),
+    }
+
+
+def torch_facts_key() -> str:
+    """What the torch facts depend on, found without importing torch: the interpreter, the torch
+    installation (its path and modification time), the GPU device files and the devices visible
+    to this process. Any change of these makes a new key, so a cached answer is never stale."""
+    spec = importlib.util.find_spec("torch")
+    origin = spec.origin if spec is not None and spec.origin else ""
+    try:
+        stamp = os.stat(origin).st_mtime_ns if origin else 0
+    except OSError:
+        stamp = 0
+    devices = sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/kfd") + glob.glob("/dev/dri/renderD*"))
+    visible = [os.environ.get(v, "") for v in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")]
+    text = json.dumps([sys.executable, origin, stamp, devices, visible, socket.gethostname()])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """hpctrain's cache (as scripts/setup.sh keeps its wheels): $HPCTRAIN_CACHE, else
+    $XDG_CACHE_HOME/hpctrain, else ~/.cache/hpctrain."""
+    if os.environ.get("HPCTRAIN_CACHE"):
+        return Path(os.environ["HPCTRAIN_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hpctrain"
+
+
+def torch_facts() -> dict[str, bool]:
+    """probe_torch(), probed once per key (torch_facts_key) and then read from the cache: every
+    dry run and local launch would otherwise import torch only to ask it. An unreadable cache is
+    probed again; one that cannot be written is not kept."""
+    path = cache_dir() / f"host-facts-{torch_facts_key()}.json"
+    try:
+        found = json.loads(path.read_text())
+        if isinstance(found, dict) and all(isinstance(found.get(k), bool) for k in TORCH_FACTS):
+            return {k: found[k] for k in TORCH_FACTS}
+    except (OSError, ValueError):
+        pass
+    facts = probe_torch()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(facts))
+        tmp.replace(path)  # whole or not at all: a concurrent reader never sees half a file
+    except OSError:
+        pass
+    return facts
 
 
 def mpi_library_version() -> str:

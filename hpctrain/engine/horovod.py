@@ -17,15 +17,16 @@ import subprocess
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from hpctrain.config.schema import Config
 from hpctrain.engine.base import Engine, StageReplicas, step_optimizer
 from hpctrain.engine.world import CommError, RankInfo, gloo_env
 from hpctrain.errors import Problem
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 HOROVOD_FUSION_BYTES = 64 * 2**20  # Horovod's HOROVOD_FUSION_THRESHOLD default
 
@@ -138,6 +139,8 @@ class HorovodEngine(Engine, StageReplicas):
         return contextlib.nullcontext()
 
     def vote(self, flag: bool, step: int) -> Any:
+        import torch
+
         # a one-element allreduce that Horovod fuses with the gradients
         return self.hvd.allreduce_async(
             torch.tensor([float(flag)]), op=self.hvd.Max, name=f"hpctrain.stop.{step}"
@@ -155,6 +158,8 @@ class HorovodEngine(Engine, StageReplicas):
             step_optimizer(optimizer, scaler)
 
     def barrier(self, name: str) -> None:
+        import torch
+
         self.hvd.allreduce(torch.zeros(1), name=name)
 
     def allreduce_now(self, t: torch.Tensor, name: str) -> None:
