@@ -180,18 +180,26 @@ class PrecisionConf:
 
 
 @dataclass
-class ParallelismConf:
-    name: Parallelism = Parallelism.data
-    engine: str = "horovod"  # what averages gradients: horovod | ddp (engine/registry.py)
-    backend: Backend = Backend.mpi  # horovod: controller and CPU collectives (ddp: Gloo on CPU, NCCL on GPU)
+class HorovodSettings:
+    """engine=horovod's own settings (given to another engine, they are refused)."""
+
     fusion_threshold_mb: Optional[float] = None  # HOROVOD_FUSION_THRESHOLD; null = Horovod's 64 MB
     cycle_time_ms: Optional[float] = None  # HOROVOD_CYCLE_TIME; null = Horovod's default
-    compression: Compression = Compression.none  # gradient compression on the wire
-    backward_passes_per_step: int = 1  # micro-batches accumulated locally before one allreduce
-    bucket_mb: float = 25.0  # ddp: gradient bucket size (DDP's bucket_cap_mb)
-    gradient_as_bucket_view: bool = False  # ddp: gradients alias the buckets (saves a copy and memory)
-    static_graph: bool = False  # ddp: the graph never changes between steps (lets DDP skip some work)
-    # pipeline | hybrid: the world is stages x replicas (hybrid: replicas >= 2, pipeline: 1)
+
+
+@dataclass
+class DdpSettings:
+    """engine=ddp's own settings (given to another engine, they are refused)."""
+
+    bucket_mb: float = 25.0  # gradient bucket size (DDP's bucket_cap_mb)
+    gradient_as_bucket_view: bool = False  # gradients alias the buckets (saves a copy and memory)
+    static_graph: bool = False  # the graph never changes between steps (lets DDP skip some work)
+
+
+@dataclass
+class PipelineSettings:
+    """parallelism=pipeline | hybrid: the world is stages x replicas (hybrid: replicas >= 2)."""
+
     stages: int = 1  # pipeline ranks one sample goes through
     microbatches: int = 1  # micro-batches each replica's batch is cut into, in flight at once
     schedule: Schedule = Schedule.gpipe  # type: ignore[attr-defined]
@@ -199,6 +207,22 @@ class ParallelismConf:
     # where a new stage begins: module names (model.named_modules()); empty = the model's declared
     # split points (built-in models), spread evenly
     split_at: List[str] = field(default_factory=list)
+
+
+@dataclass
+class ParallelismCommon:
+    name: Parallelism = Parallelism.data
+    engine: str = "horovod"  # what averages gradients: horovod | ddp (engine/registry.py)
+    backend: Backend = Backend.mpi  # horovod and scripts: controller and CPU collectives (ddp: Gloo/NCCL)
+    compression: Compression = Compression.none  # gradient compression on the wire
+    backward_passes_per_step: int = 1  # micro-batches accumulated locally before one allreduce
+
+
+@dataclass
+class ParallelismConf(PipelineSettings, DdpSettings, HorovodSettings, ParallelismCommon):
+    """How the work is spread: the parallelism and the engine, then each engine's and the
+    pipeline's own settings, grouped in the classes above (the keys stay flat: parallelism.<key>;
+    an engine names its group, engine.base.Engine.settings)."""
 
 
 @dataclass

@@ -9,6 +9,7 @@ method every engine must have (as Lightning Fabric's strategies add capabilities
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,8 +25,9 @@ if TYPE_CHECKING:
 
 class Engine(ABC):
     name: ClassVar[str]  # set by the registry
-    # the parallelism.* keys only this engine reads: given to another engine, they are refused
-    settings: ClassVar[tuple[str, ...]] = ()
+    # the schema's group of this engine's own parallelism.* keys (config/schema.py), or None:
+    # given to another engine, they are refused
+    settings: ClassVar[type[Any] | None] = None
     # the allreduce benchmark's column that times the collective this engine averages with
     # (records.AllreduceRow): what the alpha-beta fit and the roofline use
     collective: ClassVar[str] = "hvd_s"
@@ -124,14 +126,18 @@ class StageReplicas(ABC):
         """This rank's pipeline pieces (to run) and optimizer (to step)."""
 
 
+def setting_keys(engine: type[Engine]) -> list[str]:
+    return [f.name for f in dataclasses.fields(engine.settings)] if engine.settings else []
+
+
 def foreign_settings(cfg: Config, engine: type[Engine], others: list[type[Engine]]) -> list[Problem]:
     """Settings of another engine given to this one would silently do nothing: refuse them."""
-    defaults, par = ParallelismConf(), cfg.parallelism
+    defaults, par, own = ParallelismConf(), cfg.parallelism, setting_keys(engine)
     p = []
     for other in others:
-        for key in other.settings:
-            if key not in engine.settings and getattr(par, key) != getattr(defaults, key):
-                mine = ", ".join(f"parallelism.{k}" for k in engine.settings) or "none"
+        for key in setting_keys(other):
+            if key not in own and getattr(par, key) != getattr(defaults, key):
+                mine = ", ".join(f"parallelism.{k}" for k in own) or "none"
                 p.append(
                     Problem(
                         f"parallelism.{key}",

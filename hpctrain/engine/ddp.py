@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from hpctrain.config.schema import Config
+from hpctrain.config.schema import Config, DdpSettings
 from hpctrain.engine.base import Engine, StageReplicas
 from hpctrain.engine.world import CommError, RankInfo, export_torch_env
 from hpctrain.errors import Problem
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 class DdpEngine(Engine, StageReplicas):
-    settings = ("bucket_mb", "gradient_as_bucket_view", "static_graph")
+    settings = DdpSettings
     collective = "torch_s"
     grouping = "buckets"
 

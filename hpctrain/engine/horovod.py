@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpctrain.config.schema import Config
+from hpctrain.config.schema import Config, HorovodSettings
 from hpctrain.engine.base import Engine, StageReplicas, step_optimizer
 from hpctrain.engine.world import CommError, RankInfo, gloo_env
 from hpctrain.errors import Problem
@@ -32,7 +32,7 @@ HOROVOD_FUSION_BYTES = 64 * 2**20  # Horovod's HOROVOD_FUSION_THRESHOLD default
 
 
 class HorovodEngine(Engine, StageReplicas):
-    settings = ("fusion_threshold_mb", "cycle_time_ms")
+    settings = HorovodSettings
     collective = "hvd_s"
     grouping = "fusion"
 
