@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -213,6 +214,8 @@ def test_bench_submit_sends_a_sweep_in_one_sbatch_call(tmp_path: Path) -> None:
     r = hpctrain("bench", "submit", "--points", "16", "--out", str(tmp_path), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 sbatch call(s) for 16 points" in r.stdout, r.stdout
+    # `hpctrain status` of the 16 runs asked the scheduler once: one sacct call, one squeue call
+    assert re.search(r"sacct / squeue calls \(counted\) +│ +1 / [01] ", r.stdout), r.stdout
     [sweep] = list(tmp_path.glob("*/*-submit-sweep"))
     manifest = json.loads((sweep / "sweep.json").read_text())
     assert len(manifest["runs"]) == 16 and len(manifest["arrays"]) == 1
