@@ -18,4 +18,5 @@ cd "$ROOT"
 "$VENV/bin/python" -m ruff check hpctrain tests scripts
 "$VENV/bin/python" -m ruff format --check hpctrain tests scripts
 "$VENV/bin/lint-imports"
-exec "$VENV/bin/python" -m pytest "${quick[@]}" "$@"
+# two workers: the SLURM stream and the local stream side by side (tests/conftest.py)
+exec "$VENV/bin/python" -m pytest -n 2 --dist loadgroup "${quick[@]}" "$@"

@@ -27,6 +27,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's workers are handed COLUMNS=80 LINES=24; the tests see the environment a
+    # plain pytest run has (the terminal-output tests depend on it)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for var in ("COLUMNS", "LINES"):
+            os.environ.pop(var, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Two streams side by side (scripts/test.sh runs pytest-xdist with --dist loadgroup): the
+    SLURM tests share the one local cluster and run one after another on one worker, the local
+    mpirun tests one after another on the other, and the unit tests wherever there is room. The
+    SLURM stream mostly waits (queueing, requeues, time limits, accounting), so the other stream
+    has the cores while it does; no two local trainings ever compete with each other."""
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+        elif item.get_closest_marker("mpi"):
+            item.add_marker(pytest.mark.xdist_group("local"))
+
+
 @pytest.fixture
 def snapshot(request: pytest.FixtureRequest):
     """snapshot(name, text): compare text with tests/snapshots/name (or rewrite it on request)."""

@@ -27,7 +27,7 @@ def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path) -> None:
         in r.stderr
     )
     assert "in compute of step 0" in r.stderr and "(no step completed yet)" in r.stderr, r.stderr
-    assert "time.sleep(t.delay_s)" in r.stderr  # its own Python stack, where it hangs
+    assert "time.sleep(self.delay_s)" in r.stderr  # its own Python stack, where it hangs
     assert json.loads((run_dir / "stall.json").read_text())["stalled"][0]["rank"] == 1
     assert not processes_of(run_dir)
 
