@@ -35,6 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.pop(var, None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Two streams side by side (scripts/test.sh runs pytest-xdist with --dist loadgroup): the
     SLURM tests share the one local cluster and run one after another on one worker, the local
