@@ -18,6 +18,5 @@ cd "$ROOT"
 "$VENV/bin/python" -m ruff check hpctrain tests scripts
 "$VENV/bin/python" -m ruff format --check hpctrain tests scripts
 "$VENV/bin/lint-imports"
-# one stream: with two xdist workers (-n 2 --dist loadgroup, see tests/conftest.py) the SLURM
-# time-limit test and the local study report failed under contention (2026-11-23); not yet default
-exec "$VENV/bin/python" -m pytest "${quick[@]}" "$@"
+# two workers: the SLURM stream and the local stream side by side (tests/conftest.py)
+exec "$VENV/bin/python" -m pytest -n 2 --dist loadgroup "${quick[@]}" "$@"

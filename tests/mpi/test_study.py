@@ -117,7 +117,12 @@ def check_report_against_the_run_records(study: Path, terminal: str, kind: str =
     assert re.search(
         r"roofline N=2: [0-9.]+ MiB of gradients in 1 message\(s\).*(latency|bandwidth)-bound", terminal
     )
-    assert ("Amdahl fit:" in terminal) == (kind == "strong")  # Amdahl's law is about a fixed problem
+    # Amdahl's law is about a fixed problem: a fit, or the reason none describes these timings
+    # (which of the two depends on the machine's load: 2 ranks on 2 busy cores may not speed up)
+    amdahl = re.search(
+        r"Amdahl fit( \(± standard error\): serial fraction|: Amdahl's law does not)", terminal
+    )
+    assert bool(amdahl) == (kind == "strong"), terminal
 
 
 def test_a_study_compares_engines_and_analyze_lists_failed_runs(tmp_path: Path) -> None:

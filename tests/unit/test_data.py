@@ -49,3 +49,17 @@ def test_resume_from_a_step_continues_the_same_order() -> None:
 def test_global_batch_larger_than_dataset_is_refused() -> None:
     with pytest.raises(ValueError):
         GlobalBatchSampler(8, 16, 0, 8, 1, 0, True)
+
+
+def test_digits_read_without_scikit_learn_equal_load_digits() -> None:
+    """data=digits reads the package's file itself (no sklearn import in every rank): the same
+    images and labels, bit for bit, as sklearn.datasets.load_digits, standardised."""
+    import torch
+    from sklearn.datasets import load_digits
+
+    from hpctrain.train.data import digits
+
+    d, ds = load_digits(), digits()
+    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1)
+    assert torch.equal(ds.tensors[0], (x - x.mean()) / x.std())
+    assert torch.equal(ds.tensors[1], torch.tensor(d.target, dtype=torch.long))
