@@ -355,7 +355,11 @@ USER_PROJECT = Path(__file__).parent / "user_project"
 def user_project(tmp_path: Path) -> Path:
     """A user's own project (a package and training scripts) in a fresh git repository outside
     hpctrain's tree, as a user would have it: hpctrain must find it through code.dir alone."""
-    dest = tmp_path / "project"
+    return make_user_project(tmp_path)
+
+
+def make_user_project(tmp: Path) -> Path:
+    dest = tmp / "project"
     shutil.copytree(USER_PROJECT, dest, ignore=shutil.ignore_patterns("__pycache__"))
     git = ["git", "-C", str(dest), "-c", "user.email=user@example.org", "-c", "user.name=user"]
     subprocess.run([*git, "init", "-q"], check=True)

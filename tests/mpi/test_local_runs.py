@@ -360,7 +360,7 @@ def test_local_sweep_runs_every_point_and_tabulates(tmp_path: Path) -> None:
     assert r.stdout.count("COMPLETED") == 4
 
 
-def test_logs_command_prints_a_local_rank_log(tmp_path: Path) -> None:
-    run_dir, _ = run_ok(tmp_path, "logs", *BASE)
+def test_logs_command_prints_a_local_rank_log(reference) -> None:
+    run_dir, _ = reference  # DIGITS_CNN: 12 steps
     r = hpctrain("logs", str(run_dir), "--rank", "0")
     assert r.returncode == 0 and "step 12/12" in r.stdout

@@ -42,8 +42,16 @@ def rank_lines(run_dir: Path, world: int) -> list[str]:
     return [(run_dir / "logs" / f"rank{r}.log").read_text() for r in range(world)]
 
 
-def test_a_user_model_and_dataset_train_and_2_ranks_match_1(user_project: Path) -> None:
-    one, s1 = run_ok(user_project, "one", *USER_MODEL, "cluster.ranks=1", "train.batch_per_rank=32")
+@pytest.fixture(scope="module")
+def user_model_one_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The user's model on one rank with the global batch of 32 (in a project of its own): what
+    the 2-rank and the pipelined runs of the same code must equal. Run once, only read."""
+    project = conftest.make_user_project(tmp_path_factory.mktemp("user-one"))
+    return run_ok(project, "one", *USER_MODEL, "cluster.ranks=1", "train.batch_per_rank=32")
+
+
+def test_a_user_model_and_dataset_train_and_2_ranks_match_1(user_project: Path, user_model_one_rank) -> None:
+    one, s1 = user_model_one_rank
     two, s2 = run_ok(user_project, "two", *USER_MODEL, "cluster.ranks=2", "train.batch_per_rank=16")
     assert_same_weights(one, two, rtol=1e-5, atol=1e-6)
     assert s2["model"] == "mypkg.nets.TwoLayer" and s2["world_size"] == 2
@@ -53,8 +61,8 @@ def test_a_user_model_and_dataset_train_and_2_ranks_match_1(user_project: Path) 
     assert env["code"]["dir"] == str(user_project)  # code.dir defaults to where hpctrain started
 
 
-def test_a_user_model_cut_where_the_user_says_matches_1_rank(user_project: Path) -> None:
-    one, _ = run_ok(user_project, "one", *USER_MODEL, "cluster.ranks=1", "train.batch_per_rank=32")
+def test_a_user_model_cut_where_the_user_says_matches_1_rank(user_project: Path, user_model_one_rank) -> None:
+    one, _ = user_model_one_rank
     pipe, s = run_ok(
         user_project,
         "pipe",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import assert_same_weights, hpctrain, signal_at_step, start_run, weights
+from tests.conftest import DIGITS_CNN, assert_same_weights, hpctrain, signal_at_step, start_run, weights
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done, run_ok
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -17,11 +17,11 @@ COMMON = ["data=digits", "train.warmup_steps=2", "parallelism.engine=ddp"]
 TWO_NODES = ["cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=1"]
 
 
-def test_ddp_on_two_nodes_matches_one_local_rank(tmp_path: Path) -> None:
-    slurm, s = run_ok(tmp_path, "slurm", *COMMON, *TWO_NODES, "train.steps=12", "train.batch_per_rank=16")
-    local, _ = run_ok(
-        tmp_path, "local", *COMMON, "cluster.ranks=1", "train.steps=12", "train.batch_per_rank=32"
+def test_ddp_on_two_nodes_matches_one_local_rank(tmp_path: Path, one_rank_reference) -> None:
+    slurm, s = run_ok(
+        tmp_path, "slurm", *DIGITS_CNN, *TWO_NODES, "parallelism.engine=ddp", "train.batch_per_rank=16"
     )
+    local, _ = one_rank_reference  # the global batch of 32 on one local rank (Horovod's)
     assert_same_weights(slurm, local, rtol=1e-5, atol=1e-6)
     assert s["engine"] == "ddp" and len({r["host"] for r in s["per_rank"]}) == 2
 
