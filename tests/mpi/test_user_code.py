@@ -199,3 +199,12 @@ def test_user_code_that_fails_on_a_rank_is_named(
         assert "rank 1 failed" in out, out  # the rank that failed, not the ones mpirun stopped
         assert "rank 1 starting" in out  # its last output
     assert (run_dir / "config.yaml").exists() and not (run_dir / "summary.json").exists()
+
+
+def test_output_that_is_not_utf8_is_kept_escaped_and_the_run_ends(user_project: Path) -> None:
+    """A rank's bytes need not be UTF-8 (a cut multi-byte character, raw binary): the run still
+    ends (the local supervisor once waited forever on a stream that failed to decode)."""
+    code, out, run_dir = run(user_project, "raw", "script=scripts/raw_bytes.py", "cluster.ranks=2")
+    assert code == 0, out
+    for log in rank_lines(run_dir, 2):
+        assert "raw \\xff\\xfe bytes" in log and "GLHF! \\xf0\\x9f" in log and "last line" in log, log

@@ -60,9 +60,14 @@ def _read_state(run_dir: Path) -> records.LocalState | None:
 
 
 def _pump(stream: IO[str], name: str, out: queue.Queue[tuple[str, str] | None]) -> None:
-    for raw in stream:
-        out.put((name, raw.rstrip("\n")))
-    out.put(None)
+    """Lines of one of mpirun's streams, then None: always, or the supervisor would wait forever."""
+    try:
+        for raw in stream:
+            out.put((name, raw.rstrip("\n")))
+    except (OSError, ValueError) as e:
+        out.put((name, f"hpctrain: stopped reading mpirun's {name}: {e}"))
+    finally:
+        out.put(None)
 
 
 class Supervisor:
@@ -178,6 +183,7 @@ class Supervisor:
                 stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
                 text=True,
+                errors="backslashreplace",  # a rank's bytes need not be UTF-8 (nor whole characters)
                 bufsize=1,
                 env=env,
             )
