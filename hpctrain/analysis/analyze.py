@@ -158,11 +158,7 @@ def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
     for p in points:
         rel = p.n / base.n
         p.speedup = metrics.speedup(p.throughput, base.throughput)
-        p.efficiency = (
-            metrics.strong_efficiency(base.step_s, p.step_s, rel)
-            if kind == "strong"
-            else metrics.weak_efficiency(p.throughput, base.throughput, rel)
-        )
+        p.efficiency = metrics.efficiency(p.throughput, base.throughput, rel)
         p.karp_flatt = metrics.karp_flatt(p.speedup, rel) if kind == "strong" else float("nan")
         if p is not base:  # efficiency = speedup / relative scale, in both kinds (throughput form)
             p.speedup_ci = ratio_interval(p.throughput, p.throughput_ci, base.throughput, base.throughput_ci)

@@ -70,14 +70,11 @@ def speedup(throughput_n: float, throughput_1: float) -> float:
     return throughput_n / throughput_1
 
 
-def strong_efficiency(step_time_1: float, step_time_n: float, n: float) -> float:
-    """Strong scaling efficiency E = T_1 / (N * T_N) for a fixed global problem (Amdahl's setting)."""
-    return step_time_1 / (n * step_time_n)
-
-
-def weak_efficiency(throughput_n: float, throughput_1: float, n: float) -> float:
-    """Weak scaling efficiency in throughput form E = X_N / (N * X_1) (work per rank fixed;
-    Gustafson 1988 setting, as Horovod reports its scaling efficiency)."""
+def efficiency(throughput_n: float, throughput_1: float, n: float) -> float:
+    """Scaling efficiency E = X_N / (N * X_1) = S / N, in throughput form for both kinds: weak
+    scaling (Gustafson 1988, as Horovod reports it) and strong scaling, where a fixed global batch
+    B gives X = B / T and so E = T_1 / (N * T_N) (Amdahl's setting). One form keeps E = S / N
+    and inside its interval when repetitions vary (the mean of B / T is not B / mean T)."""
     return throughput_n / (n * throughput_1)
 
 

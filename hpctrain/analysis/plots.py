@@ -32,12 +32,15 @@ def _span(s: Series) -> list[int]:
     return sorted({p.n for p in s.points} | {q.n for q in s.predictions})
 
 
-def _yerr(values: list[float], intervals: list[Interval]) -> list[list[float]]:
-    """Asymmetric error bars; a point without an interval gets none."""
-    return [
-        [v - i.lo if i.known else 0.0 for v, i in zip(values, intervals)],
-        [i.hi - v if i.known else 0.0 for v, i in zip(values, intervals)],
-    ]
+def _intervals(ax: Any, ns: list[int], intervals: list[Interval], color: str) -> None:
+    """Each point's interval as a capped vertical bar from lo to hi. Drawn as it is, not as an
+    offset from the point: a mean need not lie inside the t interval of the log mean."""
+    known = [(n, i) for n, i in zip(ns, intervals) if i.known and math.isfinite(i.lo + i.hi)]
+    if not known:
+        return
+    xs, los, his = [n for n, _ in known], [i.lo for _, i in known], [i.hi for _, i in known]
+    ax.vlines(xs, los, his, color=color)
+    ax.plot(xs + xs, los + his, "_", color=color, markersize=8)
 
 
 def throughput(a: Analysis, path: Path) -> Path:
@@ -45,15 +48,14 @@ def throughput(a: Analysis, path: Path) -> Path:
     for i, s in enumerate(a.series):
         color, ns = f"C{i}", [p.n for p in s.points]
         values = [p.throughput for p in s.points]
-        ax.errorbar(
+        ax.plot(
             ns,
             values,
-            yerr=_yerr(values, [p.throughput_ci for p in s.points]),
-            marker="o",
-            capsize=4,
+            "o-",
             color=color,
             label=_label(a, s, "measured (" + interval_note(a).removeprefix("ranges: ") + ")"),
         )
+        _intervals(ax, ns, [p.throughput_ci for p in s.points], color)
         base = s.points[0]
         ax.plot(
             _span(s),
@@ -95,16 +97,11 @@ def _predicted(
 def efficiency(a: Analysis, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for i, s in enumerate(a.series):
-        values = [100 * p.efficiency for p in s.points]
-        ax.errorbar(
-            [p.n for p in s.points],
-            values,
-            yerr=_yerr(values, [p.efficiency_ci.scaled(100) for p in s.points]),
-            marker="o",
-            capsize=4,
-            color=f"C{i}",
-            label=_label(a, s, "measured"),
+        ns = [p.n for p in s.points]
+        ax.plot(
+            ns, [100 * p.efficiency for p in s.points], "o-", color=f"C{i}", label=_label(a, s, "measured")
         )
+        _intervals(ax, ns, [p.efficiency_ci.scaled(100) for p in s.points], f"C{i}")
         _predicted(
             ax,
             s,

@@ -196,7 +196,7 @@ PREDICTION_COLUMNS = (
 FORMULAS = (
     "Columns: comm is the exposed communication per step, wait the part of it spent waiting for the "
     "slowest rank (load imbalance). "
-    "Formulas: efficiency strong T1/(N·TN), weak X_N/(N·X_1); Karp–Flatt e = (1/S − 1/N)/(1 − 1/N); "
+    "Formulas: efficiency E = X_N/(N·X_1) = S/N (strong, fixed global batch: T1/(N·TN)); Karp–Flatt e = (1/S − 1/N)/(1 − 1/N); "
     "pipeline bubble (p − 1)/(m + p − 1) (GPipe, 1F1B); busbw = algbw·2(n−1)/n (nccl-tests); "
     "ring allreduce L + 2(n−1)α + 2(n−1)/n·m·β (Hockney, plus the engine's latency L); "
     "95% ranges from Student's t on log throughput (3+ repetitions), else min–max; "

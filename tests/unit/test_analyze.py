@@ -252,3 +252,22 @@ def test_micro_batch_counts_are_series_of_their_own() -> None:
     assert [s.label for s in a.series] == ["horovod m=4", "horovod m=8"]
     assert [r[0] for r in rows(a)] == ["horovod m=4", "horovod m=4", "horovod m=8", "horovod m=8"]
     assert a.series[1].points[1].speedup == pytest.approx(90 / 50)  # against its own smallest scale
+
+
+def test_widely_scattered_repetitions_are_reported_and_plotted(tmp_path: Path) -> None:
+    """The repetitions of a loaded CI machine (1 rank: 3.0 and 73.7 ms per step; 2 ranks: 6.1 and
+    10.5 ms), and ten repetitions where one is 100 times faster: the arithmetic mean then lies
+    above the t interval of the log mean. Both are plotted as measured, with no error."""
+    runs = [_run(1, 3.0, 32), _run(1, 73.7, 32), _run(2, 6.1, 16), _run(2, 10.5, 16)]
+    p1, p2 = analyze_runs("strong", runs, []).points
+    # E = S / N: mean throughputs (32/0.0061 + 32/0.0105)/2 over (32/0.003 + 32/0.0737)/2, halved
+    x1, x2 = (32 / 0.003 + 32 / 0.0737) / 2, (32 / 0.0061 + 32 / 0.0105) / 2
+    assert p2.efficiency == pytest.approx(x2 / x1 / 2) == pytest.approx(p2.speedup / 2)
+    assert p2.efficiency_ci.lo <= p2.efficiency <= p2.efficiency_ci.hi
+    study = _write_study(tmp_path / "a", "strong", runs)
+    assert write_report(analyze_dir(study), study / "report")["efficiency"].stat().st_size > 0
+    skewed = [_run(1, 100, 64)] + [_run(2, 50, 32)] * 9 + [_run(2, 0.5, 32)]
+    p2 = analyze_runs("strong", skewed, []).points[1]
+    assert p2.throughput > p2.throughput_ci.hi  # the case a mean-centred error bar cannot draw
+    study = _write_study(tmp_path / "b", "strong", skewed)
+    assert write_report(analyze_dir(study), study / "report")["throughput"].stat().st_size > 0

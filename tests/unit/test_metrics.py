@@ -14,7 +14,7 @@ def test_horovod_published_efficiency_512_gpus() -> None:
     """Horovod's README: ~90% scaling efficiency for ResNet-101 on 512 GPUs (weak scaling).
     With X_1 = 100 img/s per GPU, 90% means X_512 = 0.9 * 512 * 100 = 46,080 img/s."""
     x1, x512 = 100.0, 46_080.0
-    assert m.weak_efficiency(x512, x1, 512) == pytest.approx(0.90)
+    assert m.efficiency(x512, x1, 512) == pytest.approx(0.90)
     s = m.speedup(x512, x1)
     assert s == pytest.approx(460.8)
     # Karp-Flatt by hand: (1/460.8 - 1/512) / (1 - 1/512) = 0.00021701 / 0.99804688 = 2.1744e-4
@@ -25,14 +25,14 @@ def test_megatron_lm_published_efficiency_512_gpus() -> None:
     """A published figure, not built from its own answer. Shoeybi et al. 2019, "Megatron-LM"
     (arXiv:1909.08053): 15.1 PFLOP/s sustained on 512 GPUs against 39 TFLOP/s on one GPU, "76%
     scaling efficiency" (weak scaling: the model grows with the GPUs)."""
-    e = m.weak_efficiency(15.1e15, 39e12, 512)
+    e = m.efficiency(15.1e15, 39e12, 512)
     assert e == pytest.approx(15.1e15 / (512 * 39e12)) and e == pytest.approx(0.7562, abs=1e-4)
     assert round(100 * e) == 76
 
 
 def test_strong_scaling_by_hand() -> None:
-    # 100 ms per step on 1 rank, 60 ms on 2: E = 100 / (2 * 60) = 0.8333, S = 1.6667
-    assert m.strong_efficiency(0.100, 0.060, 2) == pytest.approx(0.83333, rel=1e-4)
+    # global batch 64, 100 ms per step on 1 rank, 60 ms on 2: E = 100 / (2 * 60) = 0.8333, S = 1.6667
+    assert m.efficiency(64 / 0.060, 64 / 0.100, 2) == pytest.approx(0.83333, rel=1e-4)
     # Karp-Flatt: (1/1.6667 - 1/2) / (1 - 1/2) = (0.6 - 0.5) / 0.5 = 0.2
     assert m.karp_flatt(0.100 / 0.060, 2) == pytest.approx(0.2)
     assert math.isnan(m.karp_flatt(1.0, 1))
