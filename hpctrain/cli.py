@@ -34,6 +34,7 @@ EPILOG = """examples:
   hpctrain doctor                                what this environment can do
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
   hpctrain bench submit                          256-point sweep: submit time, sbatch calls
+  hpctrain bench startup                         a rank's start: torch's optimizers vs hpctrain's
   hpctrain bench pipeline                        pipeline bubble vs theory at 1..8 micro-batches
   hpctrain bench predict STUDY_DIR               the step model's in-sample and leave-one-out errors
 """
@@ -189,6 +190,10 @@ def _add_bench(sub: Subparsers) -> None:
     pp.add_argument("--batch", type=positive_int, default=256, help="samples per step")
     pp.add_argument("--steps", type=positive_int, default=20)
     pp.add_argument("--out", default="outputs/bench")
+    st = bsub.add_parser("startup", help="a rank's CPU to its first step: torch's optimizers vs hpctrain's")
+    st.add_argument(
+        "--repeats", type=positive_int, default=5, help="interleaved processes of each (default 5)"
+    )
     pr = bsub.add_parser(
         "predict", help="the step model's in-sample and leave-one-out errors on recorded studies"
     )
@@ -248,6 +253,10 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         from hpctrain.bench.pipeline import run_pipeline_bench
 
         return run_pipeline_bench(args, console)
+    if args.bench == "startup":
+        from hpctrain.bench.startup import run_startup
+
+        return run_startup(args, console)
     if args.bench == "predict":
         from hpctrain.bench.predict import run_predict
 

@@ -27,7 +27,7 @@ from hpctrain.engine.world import CommError, RankInfo
 from hpctrain.events import format_event
 from hpctrain.facts import wants_cuda
 from hpctrain.parallel.split import declared_checkpoint_blocks
-from hpctrain.train import checkpoint
+from hpctrain.train import checkpoint, optim
 from hpctrain.train.data import GlobalBatchSampler, build_loader
 from hpctrain.train.memory import peak_bytes, reset_peak
 from hpctrain.train.parts import make_criterion, make_dataset, make_model, workload_label
@@ -90,10 +90,10 @@ def place_batch(cfg: Config, x: torch.Tensor, device: torch.device) -> torch.Ten
 def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Optimizer:
     o = cfg.optim
     if o.name == "adamw":
-        return torch.optim.AdamW(
+        return optim.AdamW(
             model.parameters(), lr=lr, betas=(o.betas[0], o.betas[1]), weight_decay=o.weight_decay
         )
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    return optim.SGD(model.parameters(), lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
 
 
 class Common(TypedDict):
