@@ -279,6 +279,8 @@ def _steps(
             out.append(rec)
             steps_file.write(records.step_line(rec))
             t.watch.completed(step)
+            if step + 1 == cfg.train.warmup_steps:  # the peak of the timed steps, as their times:
+                reset_peak(t.device)  # the first step's lazy imports and kernel choice are not the model's
             t.watch.phase("data", step + 1)
             if cfg.train.stop_on_nonfinite_loss and not math.isfinite(r.loss):
                 raise NonFiniteLoss(

@@ -1,11 +1,15 @@
 """Peak memory of the training itself: reset after setup, read at the end. On GPUs the caching
 allocator's high-water mark; on CPUs the process's peak resident set (VmHWM), which Linux resets
 when "5" is written to /proc/self/clear_refs (proc(5)), so model construction and tracing (a
-pipeline traces the whole model on every rank) do not count. Without that file (other kernels),
-the process's lifetime peak (getrusage) is reported."""
+pipeline traces the whole model on every rank) do not count. Before the reset, glibc's free
+memory is handed back (malloc_trim(3)): otherwise the step's tensors can reuse pages freed after
+setup and never raise the peak. Without clear_refs (other kernels), the process's lifetime peak
+(getrusage) is reported."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import resource
 from pathlib import Path
 
@@ -19,10 +23,21 @@ def reset_peak(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return
+    _trim_free_memory()
     try:
         CLEAR_REFS.write_text("5")
     except OSError:
         pass  # the lifetime peak is reported instead
+
+
+def _trim_free_memory() -> None:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+    except OSError:
+        pass  # not glibc: the peak may include reused setup memory
 
 
 def peak_bytes(device: torch.device) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -18,6 +19,7 @@ HANG = ["debug.slow_rank=1", "debug.slow_s=100000"]  # rank 1 sleeps in its firs
 
 
 @pytest.mark.mpi
+@pytest.mark.side_stream  # mostly waits for the stall timeout
 def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path) -> None:
     run_dir = tmp_path / "hang"
     r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *STALL, "train.steps=20", *HANG, timeout=300)
@@ -27,12 +29,17 @@ def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path) -> None:
         in r.stderr
     )
     assert "in compute of step 0" in r.stderr and "(no step completed yet)" in r.stderr, r.stderr
-    assert "time.sleep(self.delay_s)" in r.stderr  # its own Python stack, where it hangs
+    # its Python stack, where it hangs: written by the rank itself, or (if its watchdog thread is
+    # too slow to answer on a loaded machine) read from outside by py-spy, in py-spy's format
+    assert re.search(
+        r'train/step\.py", line \d+, in train_step|train_step \(\S*train/step\.py:\d+\)', r.stderr
+    )
     assert json.loads((run_dir / "stall.json").read_text())["stalled"][0]["rank"] == 1
     assert not processes_of(run_dir)
 
 
 @pytest.mark.mpi
+@pytest.mark.side_stream  # mostly waits for the stall timeout
 def test_a_stopped_rank_is_named_and_its_stack_read_from_outside(tmp_path: Path) -> None:
     run_dir = tmp_path / "stopped"
     proc = start_hpctrain("run", "--no-progress", f"run.dir={run_dir}", *STALL, "train.steps=100000")
