@@ -13,8 +13,10 @@ fi
 bash "$ROOT/scripts/setup.sh"
 VENV=${HPCTRAIN_VENV:-$ROOT/.venv}
 cd "$ROOT"
-# the type checker, the linter, the formatter and the layer contract are gates, like the tests
-"$VENV/bin/python" -m mypy hpctrain
+CACHE=${HPCTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpctrain}
+# the type checker, the linter, the formatter and the layer contract are gates, like the tests;
+# mypy's cache lives beside the wheels, outside the clone (it checks files by hash: 28 s -> 1 s)
+"$VENV/bin/python" -m mypy --cache-dir "$CACHE/mypy" hpctrain
 "$VENV/bin/python" -m ruff check hpctrain tests scripts
 "$VENV/bin/python" -m ruff format --check hpctrain tests scripts
 "$VENV/bin/lint-imports"

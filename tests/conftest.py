@@ -45,9 +45,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     SLURM tests share the one local cluster and run one after another on one worker, the local
     mpirun tests one after another on the other, and the unit tests wherever there is room. The
     SLURM stream mostly waits (queueing, requeues, time limits, accounting), so the other stream
-    has the cores while it does; no two local trainings ever compete with each other."""
+    has the cores while it does; no two local trainings ever compete with each other. Local tests
+    that mostly wait (stall timeouts) or work in one process (the reader fuzz) are marked
+    side_stream and join the SLURM stream, so the two streams take about as long."""
     for item in items:
-        if item.get_closest_marker("slurm"):
+        if item.get_closest_marker("slurm") or item.get_closest_marker("side_stream"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif item.get_closest_marker("mpi"):
             item.add_marker(pytest.mark.xdist_group("local"))

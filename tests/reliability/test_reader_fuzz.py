@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hpctrain import cli
 from tests.conftest import hpctrain
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.side_stream]  # in-process after one small study
 
 FILES = [
     "study.json",
