@@ -153,7 +153,12 @@ def _add_study(sub: Subparsers) -> None:
     sd.add_argument("--dry-run", action="store_true", help="list the runs; start nothing")
     sd.add_argument("--no-progress", action="store_true")
     sd.add_argument("--no-wait", action="store_true", help=argparse.SUPPRESS)
-    sd.add_argument("--timeout-min", type=positive_float, default=24 * 60)
+    sd.add_argument(
+        "--timeout-min",
+        type=positive_float,
+        default=24 * 60,
+        help="stop waiting (not the runs) after this many minutes; `hpctrain study resume` goes on",
+    )
     an = sub.add_parser(
         "analyze", help="analyze a study directory: table, CSV, plots, Markdown and HTML report"
     )

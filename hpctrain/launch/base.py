@@ -158,6 +158,11 @@ class Launcher(ABC):
     @abstractmethod
     def failure(self, job: Job, status: JobStatus) -> HpctrainError: ...
 
+    def release(self, jobs: list[Job]) -> None:
+        """The waiting command stops waiting: the jobs must keep running after it exits (a SLURM
+        job does anyway; a local run's supervisor is told not to follow its parent)."""
+        return None
+
     def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
         """What to tell the user once the runs are started or submitted."""
         if len(jobs) == 1:
@@ -190,6 +195,7 @@ class Launcher(ABC):
                     "cluster.nodes, cluster.time_min, ...) and submit again"
                 )
             if time.monotonic() > deadline:
+                self.release(jobs)
                 raise LaunchError(
                     f"jobs {', '.join(j.job_id for j in jobs)} not done after {timeout_s:.0f} s "
                     f"(states: {', '.join(f'{k}={v.state}' for k, v in states.items())}); "

@@ -98,6 +98,7 @@ LAUNCHER_LOG = f"{LOGS}/launcher.log"
 CHECKPOINTS = "checkpoints"
 LATEST_CHECKPOINT = f"{CHECKPOINTS}/latest"
 SUPERVISOR_LOG = "supervisor.log"  # the local supervisor's own output (run or sweep directory)
+RELEASED = "released"  # the waiting command gave up waiting: its supervisor keeps the runs going
 SWEEP = "sweep.json"
 STUDY = "study.json"
 REPORT = "report"

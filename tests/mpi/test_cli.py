@@ -48,6 +48,21 @@ def test_an_interrupted_run_exits_130_and_leaves_nothing_running(tmp_path: Path,
     assert 20 <= done < 100000 and not (run_dir / "summary.json").exists()
 
 
+def test_a_run_outlives_the_command_that_stopped_waiting_for_it(tmp_path: Path) -> None:
+    """--timeout-min stops the waiting, not the run: it finishes COMPLETED, and status sees it."""
+    run_dir = tmp_path / "outlives"
+    r = hpctrain(
+        "run", "--no-progress", "--timeout-min=0.02", f"run.dir={run_dir}", *SMALL[:1], "train.steps=600"
+    )
+    assert r.returncode == 3 and "they keep running" in r.stderr, r.stdout + r.stderr
+    done = lambda: json.loads((run_dir / "state.json").read_text())["state"] not in ("PENDING", "RUNNING")  # noqa: E731
+    wait_for("the run to end", done, timeout_s=180)
+    assert json.loads((run_dir / "state.json").read_text())["state"] == "COMPLETED"
+    assert lines(run_dir / "steps-rank0.jsonl") == 600 and (run_dir / "summary.json").exists()
+    st = hpctrain("status", str(run_dir))
+    assert st.returncode == 0 and "COMPLETED" in st.stdout, st.stdout + st.stderr
+
+
 @pytest.mark.parametrize(
     "how", [["cluster.mpirun=/nonexistent/mpirun"], ["cluster.mpirun=hpctrain-no-such-mpirun"]]
 )
@@ -146,12 +161,12 @@ def test_study_dry_run_lists_every_point_and_starts_nothing(tmp_path: Path) -> N
     assert not list(tmp_path.iterdir())
 
 
-def test_a_rank_started_outside_the_plan_refuses_to_train_alone(tmp_path: Path) -> None:
+def test_a_rank_started_outside_the_plan_refuses_to_train_alone(
+    tmp_path: Path, reference: tuple[Path, dict]
+) -> None:
     """The plan says 2 ranks; one process started by a bare `mpirun -np 1` would otherwise train
     alone as rank 0 of 1. It stops with the world-size mismatch instead."""
-    planned = tmp_path / "planned"
-    r = hpctrain("run", "--no-progress", f"run.dir={planned}", *SMALL)
-    assert r.returncode == 0, r.stderr
+    planned = reference[0]
     alone = tmp_path / "alone"
     alone.mkdir()
     for name in ("config.yaml", "plan.json"):

@@ -177,6 +177,12 @@ class LocalLauncher(Launcher):
                 if st.state in ("PENDING", "RUNNING"):
                     write_state(job.run_dir, "CANCELLED")
 
+    def release(self, jobs: list[Job]) -> None:
+        """A marker in each run directory: the supervisor, seeing its parent gone, finds it and
+        keeps going (a file, not a signal: it is there before the parent exits, whatever the order)."""
+        for job in jobs:
+            (job.run_dir / records.RELEASED).touch()
+
     def failure(self, job: Job, status: JobStatus) -> HpctrainError:
         st = records.read(job.run_dir / records.STATE, records.LocalState)
         if st.launch_error:

@@ -9,7 +9,8 @@ logs/launcher.log), records each run's state in state.json, and names the failed
 leader of its own process group, which holds mpirun and the ranks: SIGTERM, SIGINT or SIGHUP
 stops the current run (mpirun forwards the signal to the ranks; SIGKILL to the whole group after
 a grace period) and marks it and the runs still waiting as CANCELLED. With --parent it does the
-same when that process (the waiting `hpctrain run`) disappears.
+same when that process (the waiting `hpctrain run`) disappears, unless it released the runs
+first (a `released` file in a run directory: it gave up waiting after --timeout-min).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class Supervisor:
     def watch_parent(self) -> None:
         while not self.cancelled.is_set():
             if os.getppid() != self.parent:  # re-parented: the waiting hpctrain is gone
-                os.kill(os.getpid(), signal.SIGTERM)
+                if not any((d / records.RELEASED).exists() for d in self.run_dirs):
+                    os.kill(os.getpid(), signal.SIGTERM)  # it did not let go (killed, or Ctrl-C)
                 return
             time.sleep(PARENT_POLL_S)
 
