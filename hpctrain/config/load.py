@@ -98,23 +98,47 @@ def config_groups(d: Path) -> set[str]:
 
 
 def _check_group_choices(overrides: Sequence[str], d: Path) -> None:
-    """`model=5` or `model=null` selects no option of a config group: Hydra raises a bare
-    ValueError for it; say which group and what its options are."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    groups = config_groups(d)
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as e:
         raise _translate(e, overrides) from e
+    check_parsed(parsed, d)
+
+
+def check_parsed(parsed: Sequence[Any], d: Path) -> None:
+    """What Hydra would accept but hpctrain would ignore or fail on later: `=5` (no key), `model=5`
+    (Hydra raises a bare ValueError), `model=[mlp,cnn]` (Hydra merges both options into one
+    config), and `hydra.*` (hpctrain composes with Hydra's compose API, which applies none of
+    Hydra's own run, sweep, launcher or job settings)."""
+    groups = config_groups(d)
     problems = []
     for o in parsed:
-        value = o.value()
-        if o.key_or_group in groups and o.package is None and not isinstance(value, str | list):
-            options = sorted(p.stem for p in (d / o.key_or_group).glob("*.yaml"))
+        key, value = o.key_or_group, o.value()
+        if not key:
+            problems.append(Problem(o.input_line, "has no key", "write key=value, e.g. train.steps=5"))
+        elif key == "hydra" or key.startswith("hydra."):
             problems.append(
                 Problem(
-                    o.key_or_group,
+                    key,
+                    "Hydra's own settings are not applied (hpctrain composes the config itself)",
+                    "drop it: run.dir / run.output_root place the records, -m sweeps, cluster=slurm submits",
+                )
+            )
+        elif key in groups and o.package is None and isinstance(value, list):
+            problems.append(
+                Problem(
+                    key,
+                    f"a list would merge the options {value} into one config",
+                    f"to run each, sweep them: -m {key}={','.join(map(str, value))}",
+                )
+            )
+        elif key in groups and o.package is None and not isinstance(value, str):
+            options = sorted(p.stem for p in (d / key).glob("*.yaml"))
+            problems.append(
+                Problem(
+                    key,
                     f"names no option of the config group (got {value!r})",
                     f"choose one of: {', '.join(options)}",
                 )
@@ -153,7 +177,8 @@ def load_configs(
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    groups = config_groups(conf_dir(config_dir))
+    d = conf_dir(config_dir)
+    groups = config_groups(d)
     parser = OverridesParser.create()
     bases: dict[tuple[str, ...], DictConfig] = {}
     out = []
@@ -162,9 +187,7 @@ def load_configs(
             parsed = parser.parse_overrides(list(overrides))
         except HydraException as e:
             raise _translate(e, overrides) from e
-        if any(o.key_or_group.startswith("hydra") for o in parsed):
-            out.append(load_config(overrides, config_dir))  # Hydra's own settings: the full path
-            continue
+        check_parsed(parsed, d)
         is_group = [o.key_or_group in groups or o.package is not None for o in parsed]
         selection = tuple(o.input_line for o, g in zip(parsed, is_group) if g and o.input_line)
         if selection not in bases:

@@ -170,6 +170,9 @@ class ScriptConf:
     # the script's throughput as it prints it: a regular expression whose first group is samples/s
     # (rank 0's output, last match); scripts using hpctrain.api report steps instead
     throughput_regex: Optional[str] = None
+    # a rank with no api.step, no output and no CPU use (its processes) for this long is stalled:
+    # the run ends naming it, with its Python stack (workload/script_watch.py); 0 = off
+    stall_timeout_s: float = 600.0
 
 
 @dataclass
@@ -342,8 +345,8 @@ class StudyConf:
     batch_per_rank: int = 32  # weak scaling: samples per step per rank
     lr_scaling: LrScaling = LrScaling.none  # learning-rate rule for every run
     # each engine at every scale, interleaved (one series each on every plot and table);
-    # empty: only parallelism.engine
-    engines: List[str] = field(default_factory=list)
+    # null: only parallelism.engine
+    engines: Optional[List[str]] = None
     # pipeline | hybrid: each micro-batch count at every scale, one series each (empty: the config's)
     microbatches: List[int] = field(default_factory=list)
     allreduce_bench: bool = True  # measure allreduce once per world size (local studies)

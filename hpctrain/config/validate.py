@@ -5,10 +5,10 @@ own rules; orchestrate/validate.py gathers them all before anything is written."
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from hpctrain.config import schema as S
 from hpctrain.config.derived import replicas, resolve_batch, world_size
+from hpctrain.config.folder import folder_problems
 from hpctrain.config.schema import Config
 from hpctrain.config.values import value_problems
 from hpctrain.errors import Problem
@@ -79,14 +79,18 @@ def config_problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
 def _train_problems(cfg: Config) -> list[Problem]:
     t = cfg.train
     p = []
-    if t.stall_timeout_s < 0 or 0 < t.stall_timeout_s < 5:
-        p.append(
-            Problem(
-                "train.stall_timeout_s",
-                f"must be 0 (off) or at least 5 s (got {t.stall_timeout_s:g}): the watchdog beats once a second",
-                "e.g. train.stall_timeout_s=300",
+    for key, value in (
+        ("train.stall_timeout_s", t.stall_timeout_s),
+        ("script.stall_timeout_s", cfg.script.stall_timeout_s),
+    ):
+        if value < 0 or 0 < value < 5:
+            p.append(
+                Problem(
+                    key,
+                    f"must be 0 (off) or at least 5 s (got {value:g}): the watchdog beats once a second",
+                    f"e.g. {key}=300",
+                )
             )
-        )
     if t.warmup_steps >= t.steps >= 1:
         p.append(
             Problem(
@@ -157,6 +161,15 @@ def _debug_problems(cfg: Config, n: int) -> list[Problem]:
                 "debug.slow_rank",
                 f"must be a rank in [0, {n - 1}] (got {dbg.slow_rank})",
                 "pick an existing rank, or set debug.slow_rank=null",
+            )
+        )
+    if dbg.slow_rank is not None and (cfg.parallelism.name != "data" or cfg.script.path):
+        where = f"script {cfg.script.path}" if cfg.script.path else f"parallelism={cfg.parallelism.name}"
+        p.append(
+            Problem(
+                "debug.slow_rank",
+                f"has no effect with {where}: only the built-in data-parallel step sleeps",
+                "drop debug.slow_rank (and debug.slow_s)",
             )
         )
     if dbg.slow_s < 0:
@@ -286,25 +299,7 @@ def _model_data_problems(cfg: Config) -> list[Problem]:
             )
         )
     if d.name == "folder":
-        if not d.path:
-            p.append(Problem("data.path", "is required for data=folder", "set data.path=/path/to/images"))
-        elif not Path(d.path).is_dir():
-            p.append(
-                Problem(
-                    "data.path",
-                    f"{d.path} is not a directory",
-                    "point data.path at a directory with one sub-directory of images per class",
-                )
-            )
-        elif (n := class_count(d.path)) > d.num_classes:
-            p.append(
-                Problem(
-                    "data.num_classes",
-                    f"{d.path} has {n} class directories, but the model has {d.num_classes} outputs: "
-                    f"labels {d.num_classes}..{n - 1} would be out of range",
-                    f"set data.num_classes={n}",
-                )
-            )
+        p += folder_problems(d, world_size(cfg))
         if d.channels not in (1, 3, 4):
             p.append(
                 Problem(
@@ -322,14 +317,6 @@ def _model_data_problems(cfg: Config) -> list[Problem]:
             )
         )
     return p
-
-
-def class_count(path: str) -> int:
-    """Classes of an image folder: its sub-directories (as ImageFolder reads them)."""
-    try:
-        return sum(1 for c in Path(path).iterdir() if c.is_dir())
-    except OSError:
-        return 0
 
 
 def _host_problems(cfg: Config, f: HostFacts) -> list[Problem]:

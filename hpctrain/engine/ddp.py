@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from hpctrain.config.schema import Config, DdpSettings
+from hpctrain.config.schema import Config, DdpSettings, ParallelismConf
 from hpctrain.engine.base import Engine, StageReplicas
 from hpctrain.engine.world import CommError, RankInfo, export_torch_env
 from hpctrain.errors import Problem
@@ -35,12 +35,21 @@ class DdpEngine(Engine, StageReplicas):
 
     @classmethod
     def problems(cls, cfg: Config) -> list[Problem]:
-        mb = cfg.parallelism.bucket_mb
-        if mb > 0:
-            return []
-        return [
-            Problem("parallelism.bucket_mb", f"must be > 0 (got {mb:g})", "e.g. parallelism.bucket_mb=25")
-        ]
+        p, mb = [], cfg.parallelism.bucket_mb
+        if mb <= 0:
+            p.append(
+                Problem("parallelism.bucket_mb", f"must be > 0 (got {mb:g})", "e.g. parallelism.bucket_mb=25")
+            )
+        if cfg.parallelism.backend != ParallelismConf().backend:
+            p.append(
+                Problem(
+                    "parallelism.backend",
+                    f"{cfg.parallelism.backend.value} chooses Horovod's collectives; engine=ddp uses "
+                    "Gloo on CPUs and NCCL on GPUs",
+                    "drop parallelism.backend, or set parallelism.engine=horovod",
+                )
+            )
+        return p
 
     @classmethod
     def grad_bucket_bytes(cls, cfg: Config) -> int:

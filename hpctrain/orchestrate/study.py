@@ -45,12 +45,22 @@ def study_problems(s: StudyConf, scale: str) -> list[Problem]:
                 "e.g. study.microbatches=[2,4,8]",
             )
         )
-    p += [unknown_engine(f"study.engines[{i}]", str(e)) for i, e in enumerate(s.engines) if e not in ENGINES]
-    if len(set(s.engines)) != len(s.engines):
+    engines = s.engines or []
+    p += [unknown_engine(f"study.engines[{i}]", str(e)) for i, e in enumerate(engines) if e not in ENGINES]
+    if s.engines is not None and not s.engines:
         p.append(
             Problem(
                 "study.engines",
-                f"{[str(e) for e in s.engines]} names an engine twice",
+                "[] compares no engine",
+                "list the engines to compare (study.engines=[horovod,ddp]), or drop it to study "
+                "parallelism.engine alone",
+            )
+        )
+    if len(set(engines)) != len(engines):
+        p.append(
+            Problem(
+                "study.engines",
+                f"{[str(e) for e in engines]} names an engine twice",
                 "e.g. study.engines=[horovod,ddp]",
             )
         )
@@ -95,7 +105,7 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
     )
     # engines innermost: the runs they are compared on are taken close together in time, so a
     # noisy neighbour shifts both series alike
-    engines: list[str | None] = [str(e) for e in s.engines] or [None]
+    engines: list[str | None] = [str(e) for e in s.engines or []] or [None]
     ms: list[int | None] = list(s.microbatches) or [None]
     return [
         StudyPoint(

@@ -17,9 +17,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 
+from hpctrain.config.folder import IMAGE_SUFFIXES  # one list for validation and the ranks
 from hpctrain.config.schema import DataConf
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
 class GlobalBatchSampler(Sampler[list[int]]):

@@ -9,7 +9,9 @@ WorkloadError naming the key.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -61,7 +63,17 @@ def target_problems(cfg: Config) -> list[Problem]:
         key = f"{section}._target_"
         with importable(cfg.code.dir):
             try:
-                obj = locate(target)
+                obj = _locate_in_time(target, float(os.environ.get(IMPORT_TIMEOUT_VAR, "60")))
+            except ImportTimeout as e:
+                p.append(
+                    Problem(
+                        key,
+                        str(e),
+                        "make the import return (do slow work in the constructor, or under "
+                        f"if __name__ == '__main__'), or raise {IMPORT_TIMEOUT_VAR}",
+                    )
+                )
+                continue
             except (Exception, SystemExit) as e:  # noqa: BLE001 - any import-time failure of user code
                 cause = e.__cause__ or e
                 p.append(
@@ -74,6 +86,16 @@ def target_problems(cfg: Config) -> list[Problem]:
                 continue
         if not callable(obj):
             p.append(Problem(key, f"{target!r} is not callable", "name a class or a function"))
+            continue
+        unsafe = _not_a_factory(obj)
+        if unsafe:
+            p.append(
+                Problem(
+                    key,
+                    f"{target!r} {unsafe}: a _target_ builds a model, dataset or loss",
+                    "name a class or function of your code, torch, torchvision or another installed package",
+                )
+            )
             continue
         try:
             sig = inspect.signature(obj)
@@ -90,6 +112,46 @@ def target_problems(cfg: Config) -> list[Problem]:
                 )
             )
     return p
+
+
+IMPORT_TIMEOUT_VAR = "HPCTRAIN_IMPORT_TIMEOUT_S"
+
+
+class ImportTimeout(Exception):
+    pass
+
+
+def _locate_in_time(target: str, timeout_s: float) -> Any:
+    """locate(target) in a daemon thread: a module that blocks at import (a network call, a lock,
+    input()) is reported after `timeout_s` instead of hanging validation."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["obj"] = locate(target)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller as it is
+            box["error"] = e
+
+    t = threading.Thread(target=work, name=f"import {target}", daemon=True)
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise ImportTimeout(f"importing {target!r} did not finish in {timeout_s:g} s (it blocks at import)")
+    if "error" in box:
+        raise box["error"]
+    return box["obj"]
+
+
+def _not_a_factory(obj: Any) -> str:
+    """Why `obj` cannot be a model/dataset/loss factory, or "": the standard library's callables
+    (os.system, subprocess.run, shutil.rmtree, eval...) would run commands or touch files with the
+    config's arguments; anything that is not a class or a function is refused as well."""
+    top = (getattr(obj, "__module__", None) or "").split(".")[0]
+    if top in sys.stdlib_module_names or top == "builtins":
+        return f"belongs to Python's standard library ({obj.__module__})"
+    if not (inspect.isclass(obj) or inspect.isroutine(obj)):
+        return f"is a {type(obj).__name__}, not a class or a function"
+    return ""
 
 
 def orphan_kwargs(cfg: Config) -> list[Problem]:

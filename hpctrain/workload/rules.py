@@ -3,13 +3,13 @@ the _target_s (targets.py). Each problem names the key, the rule and the fix."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from hpctrain.config.schema import Config
+from hpctrain.config.schema import Config, ParallelismConf, ScriptConf
 from hpctrain.errors import Problem
 from hpctrain.train.targets import orphan_kwargs, target_problems
 from hpctrain.workload.code import snapshot_on
+from hpctrain.workload.pattern import PatternError, compile_pattern
 
 
 def workload_problems(cfg: Config) -> list[Problem]:
@@ -56,11 +56,15 @@ def _builtin_only(cfg: Config) -> list[Problem]:
 
 
 def _unused(cfg: Config) -> list[Problem]:
-    if cfg.script.args or cfg.script.throughput_regex:
+    if (
+        cfg.script.args
+        or cfg.script.throughput_regex
+        or cfg.script.stall_timeout_s != ScriptConf().stall_timeout_s
+    ):
         return [
             Problem(
                 "script.args",
-                "script.args / script.throughput_regex are set but no script.path",
+                "script.args / throughput_regex / stall_timeout_s are set but no script.path",
                 "add script=path/to/train.py, or drop them",
             )
         ]
@@ -77,6 +81,14 @@ def _script_problems(cfg: Config, code: Path) -> list[Problem]:
         p.append(
             Problem("script.path", f"{path} does not exist or is not a file", "give the path of your script")
         )
+    elif (bad := _not_python(path)) is not None:
+        p.append(
+            Problem(
+                "script.path",
+                f"{path} is not Python source ({bad}): every rank runs it with this Python",
+                "give a Python script; to run a shell script or a binary, call it from one",
+            )
+        )
     elif snapshot_on(cfg) and not path.resolve().is_relative_to(code.resolve()):
         p.append(
             Problem(
@@ -87,13 +99,11 @@ def _script_problems(cfg: Config, code: Path) -> list[Problem]:
         )
     if s.throughput_regex is not None:
         try:
-            groups = re.compile(s.throughput_regex).groups
-        except re.error as e:
+            groups = compile_pattern(s.throughput_regex).groups
+        except PatternError as e:
             p.append(
                 Problem(
-                    "script.throughput_regex",
-                    f"is not a regular expression: {e}",
-                    "e.g. script.throughput_regex='([0-9.]+) samples/s'",
+                    "script.throughput_regex", str(e), "e.g. script.throughput_regex='([0-9.]+) samples/s'"
                 )
             )
         else:
@@ -105,6 +115,15 @@ def _script_problems(cfg: Config, code: Path) -> list[Problem]:
                         "put the number in parentheses, e.g. '([0-9.]+) samples/s'",
                     )
                 )
+    if cfg.parallelism.engine != ParallelismConf().engine:
+        p.append(
+            Problem(
+                "parallelism.engine",
+                f"{cfg.parallelism.engine} is the built-in trainer's engine: a script chooses its own "
+                "(every rank gets Horovod's and torchrun's variables either way)",
+                "drop parallelism.engine; choose the engine in your script",
+            )
+        )
     if cfg.model._target_ or cfg.data._target_ or cfg.loss._target_:
         p.append(
             Problem(
@@ -114,3 +133,21 @@ def _script_problems(cfg: Config, code: Path) -> list[Problem]:
             )
         )
     return p
+
+
+def _not_python(path: Path) -> str | None:
+    """Why the file is not Python source, or None: it is compiled here (not run), so a shell script,
+    a binary or a syntax error stops before any rank starts."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return f"cannot be read: {e.strerror}"
+    if b"\0" in data[:4096]:
+        return "a binary file"
+    try:
+        compile(data, str(path), "exec", dont_inherit=True)
+    except SyntaxError as e:
+        return f"line {e.lineno}: {e.msg}"
+    except (ValueError, UnicodeDecodeError) as e:
+        return str(e)
+    return None

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import hpctrain_here
 
 DIGITS = ["data=digits", "train.steps=8"]
+NO_SNAP = ["code.snapshot=false", "--dry-run"]
 
 # (arguments, with {tmp} for a scratch directory; exit status; what the error must say)
 CASES = [
@@ -35,13 +36,60 @@ CASES = [
     (["bench", "submit", "--points", "x"], 2, "--points: 'x' is not an integer"),
     (["status", "{tmp}/nowhere"], 1, "is not a run, sweep or study directory"),
     (["status", "{tmp}/afile"], 1, "is not a run, sweep or study directory"),
-    (["logs", "{tmp}/nowhere"], 3, "is not a run directory (no job.json)"),
+    (["logs", "{tmp}/nowhere"], 1, "is not a run directory (no job.json)"),
     (["cancel", "{tmp}"], 1, "is not a run, sweep or study directory"),
     (["analyze", "{tmp}"], 1, "is not a study directory (no study.json)"),
     (["study", "resume", "{tmp}"], 1, "is not a study directory (no study.json)"),
     (["study", "resume"], 1, "usage: hpctrain study resume STUDY_DIR"),
     (["study", "strong", "run.dir={tmp}/taken", "--no-progress"], 1, "already exists; resume it with"),
     (["run", "cluster=slurm", "run.dir={tmp}/a%j", "--dry-run"], 2, "run.dir: '{tmp}/a%j' holds '%'"),
+    (["run", "=5", "--dry-run"], 2, "=5: has no key"),
+    (["run", "model._target_=os.system", "--dry-run"], 2, "belongs to Python's standard library (posix)"),
+    (["run", "data._target_=subprocess.run", "--dry-run"], 2, "belongs to Python's standard library"),
+    (["run", "data=folder", "data.path={tmp}/empty", "--dry-run"], 2, "empty has no class directories"),
+    (
+        ["run", "data=folder", "data.path={tmp}/flat", "--dry-run"],
+        2,
+        "flat is flat (2 images directly in it)",
+    ),
+    (
+        ["run", "data=folder", "data.path={tmp}/texts", "--dry-run"],
+        2,
+        "texts has 1 class directories but no images (1 other files)",
+    ),
+    (
+        ["run", "data=folder", "data.path={tmp}/one", "cluster.ranks=2", "--dry-run"],
+        2,
+        "has 1 images, fewer than the 2 ranks that each need one per step",
+    ),
+    (
+        ["run", "parallelism=pipeline", "model=mlp", "debug.slow_rank=1", "debug.slow_s=1", "--dry-run"],
+        2,
+        "debug.slow_rank: has no effect with parallelism=pipeline",
+    ),
+    (["run", "model=[mlp,cnn]", "--dry-run"], 2, "to run each, sweep them: -m model=mlp,cnn"),
+    (["run", "-m", "model=[mlp,cnn]", "--dry-run"], 2, "a list would merge the options"),
+    (["run", "hydra.run.dir={tmp}/x", "--dry-run"], 2, "hydra.run.dir: Hydra's own settings are not applied"),
+    (["run", "-m", "hydra.job.chdir=true", "train.steps=8,9", "--dry-run"], 2, "Hydra's own settings"),
+    (
+        ["run", "parallelism.engine=ddp", "parallelism.backend=gloo", "--dry-run"],
+        2,
+        "parallelism.backend: gloo chooses Horovod's collectives; engine=ddp uses Gloo on CPUs",
+    ),
+    (["study", "strong", "study.engines=[]", "--dry-run"], 2, "study.engines: [] compares no engine"),
+    (["run", "script={tmp}/afile", *NO_SNAP], 2, "afile is not Python source (line 1: invalid syntax)"),
+    (["run", "script=/bin/true", *NO_SNAP], 2, "/bin/true is not Python source (a binary file)"),
+    (["run", "script={tmp}/ok.py", "parallelism.engine=ddp", *NO_SNAP], 2, "a script chooses its own"),
+    (
+        ["run", "script={tmp}/ok.py", "script.throughput_regex='(?<=x)([0-9]+)'", *NO_SNAP],
+        2,
+        "uses what a linear-time matcher (RE2) cannot run",
+    ),
+    (
+        ["run", "script={tmp}/ok.py", "script.throughput_regex='([0-9]+'", *NO_SNAP],
+        2,
+        "is not a regular expression",
+    ),
 ]
 
 
@@ -51,6 +99,13 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     tmp = tmp_path_factory.mktemp("bad")
     (tmp / "afile").write_text("not a directory")
+    (tmp / "ok.py").write_text("print('12 samples/s')\n")
+    for d in ("empty", "flat", "texts/a", "one/a"):
+        (tmp / d).mkdir(parents=True)
+    (tmp / "flat" / "0.png").write_bytes(b"")  # validation counts files; it opens none
+    (tmp / "flat" / "1.jpg").write_bytes(b"")
+    (tmp / "texts" / "a" / "notes.txt").write_text("not an image")
+    (tmp / "one" / "a" / "0.png").write_bytes(b"")
     (tmp / "brokenconf").mkdir()
     (tmp / "brokenconf" / "config.yaml").write_text("defaults:\n  - hpctrain_schema\nfoo: [1, 2\n")
     (tmp / "taken-strong").mkdir()  # an explicit study directory that exists
