@@ -70,8 +70,8 @@ class RankFailure(HpctrainError):
         self.cause = cause
         self.log_tail = log_tail
         self.run_dir = run_dir
-        who = f"rank {rank}" if rank is not None else "a rank"
-        msg = f"{who} failed: {cause}"
+        # without a rank, the cause names what failed (mpirun, the supervisor, the job)
+        msg = f"rank {rank} failed: {cause}" if rank is not None else f"the run failed: {cause}"
         if run_dir:
             msg += f"\n  run directory: {run_dir}"
         if log_tail:
@@ -79,6 +79,12 @@ class RankFailure(HpctrainError):
                 "    " + line for line in log_tail.rstrip().splitlines()
             )
         super().__init__(msg)
+
+
+class RunsFailed(HpctrainError):
+    """Every run of a study failed: nothing to measure or report."""
+
+    exit_code = 4
 
 
 class RunCancelled(HpctrainError):

@@ -122,6 +122,17 @@ def run_from_records(run_dir: Path) -> records.RunSummary:
     return records.read(run_dir / records.SUMMARY, records.RunSummary)
 
 
+def degenerate(run: records.RunSummary) -> str | None:
+    """Why a readable summary cannot be a point of the analysis (every figure divides by these)."""
+    for key in ("throughput_samples_per_s", "step_s", "throughput_per_rank"):
+        value = getattr(run, key)
+        if not (math.isfinite(value) and value > 0):
+            return f"{key} is {value!r}, not a finite positive number"
+    if run.world_size < 1:
+        return f"world_size is {run.world_size}, not a positive count"
+    return None
+
+
 def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
     by_n: dict[int, list[records.RunSummary]] = defaultdict(list)
     for r in runs:
@@ -261,11 +272,13 @@ def analyze_dir(study_dir: Path) -> Analysis:
     manifest = records.read_study(study_dir)
     runs, missing, corrupt = [], [], []
     for entry in manifest.runs:
-        run_dir = Path(entry.run_dir)
-        if not run_dir.exists() and (study_dir / run_dir.name).is_dir():
-            run_dir = study_dir / run_dir.name  # a study directory copied or moved as a whole
+        run_dir = records.member_dir(study_dir, entry.run_dir)
         try:
-            runs.append(run_from_records(run_dir))
+            run = run_from_records(run_dir)
+            why = degenerate(run)
+            if why:
+                raise RecordError(f"{run_dir / records.SUMMARY}: {why}; the run is left out")
+            runs.append(run)
         except records.RecordMissing:
             missing.append(entry.run_dir)
         except RecordError as e:

@@ -80,7 +80,7 @@ def efficiency(throughput_n: float, throughput_1: float, n: float) -> float:
 
 def karp_flatt(speedup_n: float, n: float) -> float:
     """Experimentally determined serial fraction e = (1/S - 1/N) / (1 - 1/N) (Karp & Flatt 1990)."""
-    if n <= 1:
+    if n <= 1 or not speedup_n > 0:
         return float("nan")
     return (1.0 / speedup_n - 1.0 / n) / (1.0 - 1.0 / n)
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain import records
-from hpctrain.errors import LaunchError
+from hpctrain.errors import LaunchError, RecordError
 from hpctrain.events import parse_event
 from hpctrain.launch.registry import load_job
 from hpctrain.orchestrate import runs as orchestrate
@@ -67,7 +67,7 @@ def _print_lines(lines: list[str]) -> None:
 
 def logs(run_dir: Path, rank: int, follow: bool, console: Console) -> int:
     if not (run_dir / records.JOB).exists():
-        raise LaunchError(f"{run_dir} is not a run directory (no {records.JOB})")
+        raise RecordError(f"{run_dir} is not a run directory (no {records.JOB})")
     job = load_job(run_dir)
     launcher = orchestrate.launcher_of(job)
     if rank < 0 or rank >= job.ref.world_size:

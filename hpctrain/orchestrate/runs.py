@@ -220,10 +220,11 @@ def jobs_in(path: Path) -> list[Job]:
         return [load_job(path)]
     if (path / records.SWEEP).exists():
         manifest = records.read(path / records.SWEEP, records.SweepManifest)
-        return [load_job(Path(r.run_dir)) for r in manifest.runs]
+        return [load_job(records.member_dir(path, r.run_dir)) for r in manifest.runs]
     if (path / records.STUDY).exists():
         study = records.read(path / records.STUDY, records.StudyManifest)
-        return [load_job(Path(r.run_dir)) for r in study.runs if (Path(r.run_dir) / records.JOB).exists()]
+        dirs = [records.member_dir(path, r.run_dir) for r in study.runs]
+        return [load_job(d) for d in dirs if (d / records.JOB).exists()]
     raise RecordError(
         f"{path} is not a run, sweep or study directory (no {records.JOB}, {records.SWEEP} "
         f"or {records.STUDY})"

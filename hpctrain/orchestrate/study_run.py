@@ -18,7 +18,7 @@ from hpctrain.config.derived import default_run_dir, world_size
 from hpctrain.config.load import load_config, load_configs
 from hpctrain.config.schema import Config
 from hpctrain.config.validate import SAFE_NAME
-from hpctrain.errors import HpctrainError, RecordError
+from hpctrain.errors import HpctrainError, RecordError, RunsFailed
 from hpctrain.launch.base import Job, Launcher, RunSpec
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.probe import run_allreduce
@@ -196,10 +196,14 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
         states = follow(
             launcher, jobs, reporter, timeout_s, labels, [configs[r.name].train.steps for r in todo]
         )
+        failures = []
         for r, job in zip(todo, jobs):
             st = states[job.job_id]
             if st.state != "COMPLETED":  # one failed point does not stop the study; analyze lists it
-                reporter.note(f"{r.name} failed: {str(launcher.failure(job, st)).splitlines()[0]}")
+                failures.append(f"{r.name} failed: {str(launcher.failure(job, st)).splitlines()[0]}")
+                reporter.note(failures[-1])
+        if len(failures) == len(manifest.runs):
+            raise RunsFailed(f"every run of the study failed, the first: {failures[0]}\n  study: {study_dir}")
     if manifest.allreduce_bench:
         first: dict[int, Config] = {}
         for r in manifest.runs:

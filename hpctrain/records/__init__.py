@@ -228,6 +228,19 @@ def read_study(study_dir: Path) -> StudyManifest:
     return read(Path(study_dir) / STUDY, StudyManifest)
 
 
+def member_dir(home: Path, recorded: str) -> Path:
+    """Where a sweep's or study's run lives: inside its directory, found by name, so a directory
+    copied or moved as a whole reads its own runs, never the original's. Only a run recorded
+    outside any sweep or study (its recorded parent holds no manifest) keeps its absolute path."""
+    p = Path(recorded)
+    if not p.is_absolute():
+        return Path(home) / p
+    inside = Path(home) / p.name
+    if inside.exists() or not p.exists() or (p.parent / STUDY).exists() or (p.parent / SWEEP).exists():
+        return inside
+    return p
+
+
 def keep_attempt(path: Path) -> Path:
     """Keep an earlier attempt's file before it is rewritten: the first free PATH.1, PATH.2, ..."""
     n = 1
@@ -270,4 +283,5 @@ def first_error(run_dir: Path, causes_only: bool = False) -> ErrorRecord | None:
     An error that only says a peer vanished comes after every other (with `causes_only`, it is
     left out: the launcher's report of the vanished rank names the cause better)."""
     errors = [e for e in read_errors(run_dir).values() if not (causes_only and is_peer_loss(e))]
-    return min(errors, key=lambda e: (is_peer_loss(e), e.time)) if errors else None
+    # a stall is the cause of whatever the other ranks said after it (a pipeline's peers time out)
+    return min(errors, key=lambda e: (e.type != "Stalled", is_peer_loss(e), e.time)) if errors else None

@@ -213,3 +213,26 @@ def test_a_pipeline_study_compares_micro_batches_and_reports_the_bubble(tmp_path
         )
         assert row["bubble"].endswith("%")
     assert "## Peak memory per pipeline stage" in (study / "report" / "report.md").read_text()
+
+
+def test_a_study_whose_every_run_fails_stops_before_the_benchmark_and_exits_4(tmp_path: Path) -> None:
+    r = hpctrain(
+        "study",
+        "strong",
+        "--no-progress",
+        "study.ranks=[1,2]",
+        "study.repetitions=1",
+        "study.steps=4",
+        "study.warmup_steps=1",
+        "data=digits",
+        "debug.fail_rank=0",
+        "debug.fail_step=1",
+        f"run.output_root={tmp_path}",
+        timeout=300,
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert (
+        "every run of the study failed, the first: n1-r0 failed: rank 0 failed: InjectedFailure" in r.stderr
+    )
+    [study] = list(tmp_path.glob("*/*-strong"))
+    assert not list(study.glob("allreduce-*")) and not (study / "report").exists()

@@ -271,3 +271,28 @@ def test_widely_scattered_repetitions_are_reported_and_plotted(tmp_path: Path) -
     assert p2.throughput > p2.throughput_ci.hi  # the case a mean-centred error bar cannot draw
     study = _write_study(tmp_path / "b", "strong", skewed)
     assert write_report(analyze_dir(study), study / "report")["throughput"].stat().st_size > 0
+
+
+def test_a_copied_study_reads_its_own_runs_never_the_originals(tmp_path: Path) -> None:
+    """cp -a of a study, then every summary.json deleted in the copy: the copy has no finished run
+    (its manifest's absolute paths still name the original, which is untouched)."""
+    import shutil
+
+    study = _write_study(tmp_path / "s", "strong", [_run(1, 100, 64), _run(2, 60, 32)])
+    copy = tmp_path / "copy"
+    shutil.copytree(study, copy, symlinks=True)
+    for summary in copy.glob(f"*/{records.SUMMARY}"):
+        summary.unlink()
+    a = analyze_dir(copy)
+    assert not a.points and sorted(Path(m).name for m in a.missing) == ["n1-r0-0", "n2-r0-1"]
+    assert len(analyze_dir(study).points) == 2
+
+
+def test_a_run_with_zero_throughput_is_named_and_left_out_not_a_crash(tmp_path: Path) -> None:
+    zero = dataclasses.replace(_run(2, 60, 32), throughput_samples_per_s=0.0)
+    study = _write_study(tmp_path / "s", "strong", [_run(1, 100, 64), zero, _run(2, 62, 32)])
+    a = analyze_dir(study)
+    assert [p.n for p in a.points] == [1, 2] and a.points[1].reps == 1
+    [why] = a.corrupt
+    assert "n2-r0-1/summary.json: throughput_samples_per_s is 0.0, not a finite positive number" in why
+    write_report(a, study / "report")  # Karp-Flatt and the rest: no ZeroDivisionError
