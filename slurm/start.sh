@@ -83,5 +83,16 @@ done
 # (sinfo -N lists a node once per partition: count distinct names)
 all_idle() { [ "$(sinfo -h -N -o '%N %t' | awk '$2 != "idle"' | wc -l)" -eq 0 ] && [ "$(sinfo -h -N -o '%N' | sort -u | wc -l)" -eq "$NODES" ]; }
 wait_for 60 "nodes to be idle" all_idle || true
+# accounting must answer a real query, not only the daemon's ping: slurmdbd keeps running (and
+# sacctmgr answers from its cache) while its database is down, and then every sacct fails
+accounting_ok() { sacct -n -X -S now-1minutes -o JobID >/dev/null 2>&1; }
+for _ in $(seq 150); do accounting_ok && break; sleep 0.2; done
+if ! accounting_ok; then
+  echo "[slurm] the cluster runs, but accounting does not answer: sacct says: $(sacct -n -X -S now-1minutes 2>&1 | head -1)" >&2
+  tail -n 5 "$STATE/log/slurmdbd.log" "$STATE/log/mariadb.log" >&2 2>/dev/null || true
+  echo "[slurm] fix: if the database was damaged (a disk that filled up), start afresh with" \
+    "bash slurm/stop.sh --purge && bash slurm/start.sh" >&2
+  exit 1
+fi
 say "cluster up: $(sinfo -h -p debug -o '%D nodes %T (%N)' | tr '\n' ' ')"
 say "use it with: export SLURM_CONF=$SLURM_CONF"

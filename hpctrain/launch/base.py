@@ -43,6 +43,7 @@ DONE = frozenset(
         "PREEMPTED",
         "BOOT_FAIL",
         "DEADLINE",
+        "ENDED",  # SLURM, accounting down: the job left the queue; its records say whether it completed
     }
 )
 

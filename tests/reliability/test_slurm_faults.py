@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, sacct_state, start_hpctrain, wait_for
+from tests.conftest import ROOT, STATE, hpctrain, sacct_state, start_hpctrain, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -98,3 +98,39 @@ def test_resume_refuses_a_study_whose_jobs_are_still_running(tmp_path: Path) -> 
         proc.kill()
         for study in tmp_path.glob("*/*-strong"):
             hpctrain("cancel", str(study))
+
+
+def _sacct_answers() -> bool:
+    return subprocess.run(["sacct", "-n", "-X", "-S", "now-1minutes"], capture_output=True).returncode == 0
+
+
+def test_with_accounting_down_status_and_cancel_fall_back_to_the_queue(tmp_path: Path) -> None:
+    """slurmdbd stopped (as when its database is down): sacct fails, yet status reads the live job
+    from squeue and says accounting is unavailable, and cancel cancels it; slurm/start.sh then
+    brings accounting back and checks that it answers."""
+    run_dir = tmp_path / "r"
+    r = hpctrain(
+        "run", "--no-wait", f"run.dir={run_dir}", "data=digits", "train.steps=100000", "cluster=slurm"
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    wait_for("the job to run", lambda: sacct_state(job) == "RUNNING", timeout_s=120)
+    pid = int((STATE / "run" / "slurmdbd.pid").read_text())
+    try:
+        subprocess.run(["kill", str(pid)], check=True)
+        wait_for("sacct to fail", lambda: not _sacct_answers(), timeout_s=60)
+        st = hpctrain("status", str(run_dir))
+        assert st.returncode == 0 and "RUNNING" in st.stdout, st.stdout + st.stderr
+        assert "accounting unavailable (sacct:" in " ".join(st.stdout.split()), st.stdout
+        c = hpctrain("cancel", str(run_dir))
+        assert c.returncode == 0 and f"cancelled 1 job(s): {job}" in c.stdout, c.stdout + c.stderr
+        queued = lambda: subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout  # noqa: E731
+        wait_for("the job to leave the queue", lambda: job not in queued(), timeout_s=60)
+        st = hpctrain("status", str(run_dir))
+        assert st.returncode == 0 and "ENDED" in st.stdout, st.stdout + st.stderr
+    finally:
+        up = subprocess.run(
+            ["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=300
+        )
+        assert up.returncode == 0, up.stdout + up.stderr
+    assert _sacct_answers()

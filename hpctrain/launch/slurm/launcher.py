@@ -16,7 +16,7 @@ from hpctrain.launch.output import srun_failure
 from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
 from hpctrain.launch.slurm.plan import SlurmPlan, plan_slurm
-from hpctrain.launch.slurm.sacct import explain_pending
+from hpctrain.launch.slurm.sacct import ENDED, explain_pending
 from hpctrain.launch.slurm.watcher import StatusWatcher
 
 
@@ -93,13 +93,19 @@ class SlurmLauncher(Launcher):
     def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
         out = {}
         states, live = self.watcher.states([j.job_id for j in jobs])
+        by_id = {j.job_id: j for j in jobs}
         for k, s in states.items():
             why = live.get(k) or s.reason  # the controller's word first: accounting lags
-            if s.state == "PENDING" and why:
+            if s.state == ENDED:  # accounting is down: the run's records say whether it completed
+                done = (by_id[k].run_dir / records.SUMMARY).exists()
+                note = s.note + ("" if done else "; it left the queue without a summary.json")
+                out[k] = JobStatus(k, "COMPLETED" if done else ENDED, s.nodes, s.elapsed, note)
+            elif s.state == "PENDING" and why:
                 reason, never = explain_pending(why)
-                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, f"pending: {reason}", blocked=never)
+                note = f"pending: {reason}" + (f"; {s.note}" if s.note else "")
+                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, note, blocked=never)
             else:
-                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, f"exit code {s.exit_code}")
+                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, s.note or f"exit code {s.exit_code}")
         return out
 
     def log_paths(self, job: Job, rank: int) -> list[Path]:

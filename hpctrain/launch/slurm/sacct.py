@@ -52,6 +52,7 @@ class JobState:
     exit_code: str
     nodelist: str
     reason: str = ""  # why it is pending (sacct's Reason; "None" otherwise)
+    note: str = ""  # what the status rests on when it is not accounting ("accounting unavailable ...")
 
     @property
     def done(self) -> bool:
@@ -123,10 +124,43 @@ def sacct(job_ids: list[str]) -> dict[str, JobState]:
             "sacct not found: install slurm-client, or start the test cluster "
             "(bash slurm/start.sh) and export SLURM_CONF"
         ) from e
-    if r.returncode != 0:
-        raise LaunchError(f"sacct failed: {r.stderr.strip()}")
+    if r.returncode != 0:  # accounting down (slurmdbd, its database): the queue still answers
+        return from_queue(job_ids, " ".join(r.stderr.split()) or f"exit status {r.returncode}")
     found = with_array_tasks(job_ids, parse_sacct(r.stdout))
     return {j: found[j] for j in job_ids if j in found}
+
+
+SQUEUE_FORMAT = "%i|%j|%T|%D|%M|%N|%r"
+ENDED = "ENDED"  # left the queue while accounting could not say how: the run's records tell
+
+
+def parse_squeue(text: str) -> dict[str, JobState]:
+    """`squeue -h -r -o <SQUEUE_FORMAT>` output -> live jobs by id (array tasks one per line)."""
+    out: dict[str, JobState] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 7:
+            continue
+        jid, name, state, nodes, elapsed, nodelist, reason = parts
+        reason = reason if state == "PENDING" and reason != "None" else ""
+        out[jid] = JobState(
+            jid, name, state, int(nodes) if nodes.isdigit() else 0, elapsed, "", nodelist, reason
+        )
+    return out
+
+
+def from_queue(job_ids: list[str], why: str) -> dict[str, JobState]:
+    """The jobs' states from squeue while sacct fails: live jobs as the controller sees them, the
+    others ENDED. LaunchError only if the controller does not answer either."""
+    text = query(["squeue", "-h", "-r", "--me", "-o", SQUEUE_FORMAT], timeout_s=60)
+    if text is None:
+        raise LaunchError(f"sacct failed: {why}; squeue failed too: is slurmctld running?")
+    live = parse_squeue(text)
+    note = f"accounting unavailable (sacct: {why[:200]}); from the queue"
+    return {
+        j: replace(live[j], note=note) if j in live else JobState(j, "", ENDED, 0, "", "", "", note=note)
+        for j in job_ids
+    }
 
 
 def parse_squeue_reasons(text: str) -> dict[str, str]:
