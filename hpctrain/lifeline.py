@@ -37,3 +37,67 @@ def with_lifeline(argv: list[str], sig: str = "TERM") -> list[str]:
     if setpriv is None or not sys.platform.startswith("linux"):
         return argv
     return [setpriv, f"--pdeathsig={sig}", *argv]
+
+
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants (a script's detached `sleep &`, a double fork) are re-parented to this
+    process instead of init, so end_descendants() finds them. False if not supported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendants of `pid` (from /proc: each process's parent), children first."""
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] not in ("Z", "X"):
+            parents[int(entry.name)] = int(fields[1])
+    out, frontier = [], [pid]
+    while frontier:
+        frontier = [p for p, parent in parents.items() if parent in frontier]
+        out += frontier
+    return out
+
+
+def end_descendants(grace_s: float = 2.0) -> list[int]:
+    """SIGTERM every descendant of this process, SIGKILL those left after `grace_s`, and reap
+    them: when a rank's work ends, nothing it started outlives it or holds its output open."""
+    import time
+
+    found = descendants(os.getpid())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in found:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 1.0)
+        while time.monotonic() < deadline:
+            _reap()
+            found = [p for p in found if p in descendants(os.getpid())]
+            if not found:
+                return []
+            time.sleep(0.05)
+    return found
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

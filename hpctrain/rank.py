@@ -142,9 +142,12 @@ def fail(run_dir: Path, error: BaseException) -> NoReturn:
         else "".join(traceback.format_exception(error))
     )
     print(tb, file=sys.stderr, flush=True)
+    path = run_dir / records.error_file(rank if rank is not None else -1)
     try:
+        if _stalled(path):  # the watchdog named this rank stalled: what follows is its consequence
+            _exit_now()
         records.write_json(
-            run_dir / records.error_file(rank if rank is not None else -1),
+            path,
             {
                 "rank": rank,
                 "host": socket.gethostname(),
@@ -155,9 +158,20 @@ def fail(run_dir: Path, error: BaseException) -> NoReturn:
             },
         )
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        _exit_now()
+
+
+def _stalled(path: Path) -> bool:
+    try:
+        return records.read_json(path).get("type") == "Stalled"
+    except (records.RecordError, AttributeError):
+        return False
+
+
+def _exit_now(code: int = 1) -> NoReturn:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         run(run_dir)
     except BaseException as e:  # noqa: BLE001 - every failure must be recorded and end the process
         fail(run_dir, e)
-    return 0
+    # Everything is recorded: leave without the interpreter's teardown, where torch's Gloo process
+    # group destructor can deadlock with its own worker thread over the GIL (seen in a suite run: a DDP
+    # rank hung at exit for ever), and where the frameworks' threads would be waited for.
+    _exit_now(0)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -37,6 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # beside local runs): Open MPI yields the core while it waits instead of spinning on it, as
     # hpctrain's own mpirun plan asks when ranks outnumber cores. Runs and jobs inherit it.
     os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    # A suite started in the background by a non-interactive shell (`... &`) inherits SIGINT
+    # ignored, and so would every CLI it starts (Python then installs no Ctrl-C handler): the
+    # tests that press Ctrl-C on a run would see it ignored. They emulate a terminal: default it.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups

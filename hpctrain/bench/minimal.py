@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import sys
 import time
 
 import torch
@@ -98,6 +99,10 @@ def main() -> None:
     if args.engine == "ddp":
         dist.barrier()
         dist.destroy_process_group()
+    # no interpreter teardown: torch's Gloo process-group destructor, run from DDP's reducer as
+    # the model is freed, can deadlock with its worker thread over the GIL (it hung a suite run for 10 minutes)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def throughput(output: str, batch: int, steps: int, warmup: int) -> float:

@@ -24,6 +24,7 @@ from hpctrain.bench.minimal import throughput
 from hpctrain.errors import ConfigError, LaunchError
 from hpctrain.facts import free_tcp_port
 from hpctrain.launch.local.plan import mpirun_prefix
+from hpctrain.lifeline import with_lifeline
 
 TARGET_OWN = 0.97  # each hpctrain engine against its own hand-written script
 TARGET_CEILING = 0.95  # hpctrain's faster engine against the no-communication ceiling
@@ -71,7 +72,7 @@ def _hpctrain_argv(engine: str, run_dir: Path, ranks: int, batch: int, steps: in
 
 
 def _run(argv: list[str]) -> str:
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    r = subprocess.run(with_lifeline(argv), capture_output=True, text=True, timeout=1800)  # ends with us
     if r.returncode != 0:
         raise LaunchError(f"benchmark run failed ({r.returncode}): {' '.join(argv)}\n{r.stderr[-2000:]}")
     return r.stdout

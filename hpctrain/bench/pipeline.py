@@ -18,6 +18,7 @@ from hpctrain import records
 from hpctrain.analysis.metrics import pipeline_bubble
 from hpctrain.bench import hpctrain_run
 from hpctrain.errors import LaunchError
+from hpctrain.lifeline import with_lifeline
 
 MICROBATCHES = (1, 2, 4, 8)
 
@@ -55,7 +56,9 @@ def run_pipeline_bench(args: argparse.Namespace, console: Console) -> int:
         for schedule, m in cases:
             run_dir = out / f"{schedule}-m{m}"
             argv = _argv(run_dir, args.stages, schedule, m, args.batch, args.steps)
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+            r = subprocess.run(
+                with_lifeline(argv), capture_output=True, text=True, timeout=1800
+            )  # ends with us
             if r.returncode != 0:
                 raise LaunchError(
                     f"benchmark run failed ({r.returncode}): {' '.join(argv)}\n{r.stderr[-2000:]}"

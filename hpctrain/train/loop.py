@@ -111,6 +111,10 @@ def build_trainer(
 ) -> tuple[Trainer, checkpoint.Restored]:
     """Model, optimizer and data, restored from the latest checkpoint if there is one."""
     device = pick_device(cfg.train.device, info.local_rank)
+    # watched from the start: a model or dataset constructor (the user's _target_) may hang too
+    watch = Watchdog(run_dir, info.rank, d.world_size, cfg.train.stall_timeout_s)
+    watch.phase("build", 0)
+    watch.start()
     torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
     module = place_model(cfg, make_model(cfg), device)
     layout = layout_for(cfg, d.world_size)
@@ -121,7 +125,7 @@ def build_trainer(
     common = Common(
         device=device,
         criterion=criterion,
-        watch=Watchdog(run_dir, info.rank, d.world_size, cfg.train.stall_timeout_s),
+        watch=watch,
         parameters=sum(p.numel() for p in module.parameters()),
         delay_s=cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0,
     )
@@ -140,6 +144,7 @@ def build_trainer(
     if cfg.model.activation_checkpointing:
         checkpoint_blocks(module, declared_checkpoint_blocks(cfg.model))
     scaler = make_scaler(cfg.precision, device.type)
+    watch.phase("comm", 0)  # wrapping (DDP) and the broadcast wait for every rank to get here
     model, optimizer = engine.wrap(cfg, module, make_optimizer(cfg, module, cfg.optim.lr))
     # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
     # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
@@ -220,7 +225,7 @@ def train(
             emit(f"resuming from {restored.path} at step {restored.step}")
     t.train_mode()
     reset_peak(t.device)  # the peak of training, not of building (a pipeline traces the whole model)
-    t.watch.start()
+    t.watch.completed(-1)  # built: the timeout counts from the first step on
     out = _steps(cfg, engine, info, d, run_dir, t, restored.step, emit, control)
     t.watch.stop()
     if out is None:

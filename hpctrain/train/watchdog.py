@@ -85,6 +85,9 @@ def _done(beat: dict[str, Any]) -> str:
 
 
 class Watchdog:
+    key = "train.stall_timeout_s"
+    silence = "no step completed"
+
     def __init__(self, run_dir: Path, rank: int, world: int, timeout_s: float) -> None:
         self.run_dir, self.rank, self.world, self.timeout_s = run_dir, rank, world, timeout_s
         self.host = socket.gethostname()
@@ -121,7 +124,10 @@ class Watchdog:
                 self._report()
 
     def _beat(self) -> None:
-        beat = dict(
+        records.write_json(self.run_dir / records.heartbeat_file(self.rank), self._beat_fields())
+
+    def _beat_fields(self) -> dict[str, Any]:
+        return dict(
             rank=self.rank,
             host=self.host,
             pid=os.getpid(),
@@ -131,7 +137,9 @@ class Watchdog:
             since=self.since,
             time=time.time(),
         )
-        records.write_json(self.run_dir / records.heartbeat_file(self.rank), beat)
+
+    def _diagnose(self, beats: dict[int, dict[str, Any] | None]) -> list[Stalled]:
+        return diagnose(beats, self.world, time.time())
 
     def _own_stack(self) -> str:
         frame = sys._current_frames().get(self.main or 0)
@@ -147,11 +155,11 @@ class Watchdog:
         records.write_atomic(self.run_dir / records.stack_file(self.rank), self._own_stack())
         time.sleep(2.5 * HEARTBEAT_S)  # every other live rank writes its stack
         beats = {r: _read_json(self.run_dir / records.heartbeat_file(r)) for r in range(self.world)}
-        stalled = diagnose(beats, self.world, time.time())
+        stalled = self._diagnose(beats)
         stacks = [self._stack_of(s, beats.get(s.rank)) for s in stalled]
         first = stalled[0]
         names = "; ".join(f"rank {s.rank} on {s.host} {s.why}" for s in stalled)
-        message = f"no step completed for {self.timeout_s:g} s (train.stall_timeout_s); stalled: {names}"
+        message = f"{self.silence} for {self.timeout_s:g} s ({self.key}); stalled: {names}"
         text = "\n".join(f"Python stack of rank {s.rank}:\n{st}" for s, st in zip(stalled, stacks))
         records.write_json(
             self.run_dir / records.STALL, {"message": message, "stalled": [s.__dict__ for s in stalled]}

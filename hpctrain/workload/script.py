@@ -9,21 +9,23 @@ directory, not a collective, because the script may already have shut its framew
 from __future__ import annotations
 
 import dataclasses
-import io
+import math
 import os
-import re
 import runpy
 import socket
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from hpctrain import api, records
 from hpctrain.config.schema import Config
 from hpctrain.engine.world import CommError, export_torch_env, gloo_env, launcher_world
+from hpctrain.lifeline import become_subreaper, end_descendants
 from hpctrain.train.stats import rank_stats, summarize
 from hpctrain.workload.code import CODE_DIR_VAR
+from hpctrain.workload.pattern import compile_pattern
+from hpctrain.workload.script_watch import Noticing, PassThrough, ScriptWatchdog
 
 SCRIPT_VAR = "HPCTRAIN_SCRIPT"
 GATHER_TIMEOUT_S = 120.0
@@ -35,34 +37,45 @@ class ScriptExit(RuntimeError):
     quiet = True  # the script's own output says why; hpctrain's stack would not
 
 
-class Tee(io.TextIOBase):
-    """Rank 0's stdout, passed through, with the last match of the throughput pattern kept."""
+class Tee(PassThrough):
+    """Rank 0's stdout, passed through, with the last match of the throughput pattern kept (RE2:
+    linear time in the line's length). A match that is not a finite positive number is refused,
+    naming the line, and the last good value kept."""
 
-    def __init__(self, out: IO[str], pattern: re.Pattern[str]) -> None:
-        self.out, self.pattern, self.partial = out, pattern, ""
+    MAX_LINE = 1 << 16  # a line longer than this is matched on its last 64 KiB
+
+    def __init__(self, out: IO[str], pattern: Any) -> None:
+        super().__init__(out)
+        self.pattern, self.partial = pattern, ""
         self.value: float | None = None
+        self.refused: set[str] = set()
 
     def write(self, text: str) -> int:
         self.out.write(text)
         self.partial += text
         *lines, self.partial = self.partial.split("\n")
+        self.partial = self.partial[-self.MAX_LINE :]
         for line in lines:
-            m = self.pattern.search(line)
+            m = self.pattern.search(line[-self.MAX_LINE :])
             if m:
-                try:
-                    self.value = float(m.group(1))
-                except ValueError:
-                    pass
+                self._take(m.group(1), line)
         return len(text)
 
-    def flush(self) -> None:
-        self.out.flush()
-
-    def fileno(self) -> int:
-        return self.out.fileno()
-
-    def isatty(self) -> bool:
-        return self.out.isatty()
+    def _take(self, text: str, line: str) -> None:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            value = float("nan")
+        if math.isfinite(value) and value > 0:
+            self.value = value
+        elif text not in self.refused:  # once per distinct value: a loop may print it every step
+            self.refused.add(text)
+            print(
+                f"hpctrain: script.throughput_regex read {text!r}, not a finite positive number of "
+                f"samples/s, from the line: {line[:200]!r} (ignored)",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def prepare_environment(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> None:
@@ -97,10 +110,24 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
     script = Path(os.environ.get(SCRIPT_VAR) or str(cfg.script.path))
     rank = int(os.environ.get("RANK", "0"))
     tee = None
+    out, err = sys.stdout, sys.stderr
     if rank == 0 and cfg.script.throughput_regex:
-        tee = Tee(sys.stdout, re.compile(cfg.script.throughput_regex))
+        out = tee = Tee(sys.stdout, compile_pattern(cfg.script.throughput_regex))
+    watch = None
+    if cfg.script.stall_timeout_s > 0:
+        watch = ScriptWatchdog(run_dir, rank, plan.world_size, cfg.script.stall_timeout_s)
+        out, err = Noticing(out, watch), Noticing(err, watch)
+        watch.start()
     started = time.time()
-    _run_as_main(script, list(cfg.script.args), os.environ.get(CODE_DIR_VAR), tee)
+    become_subreaper()  # what the script starts, detached or not, is this rank's to end
+    try:
+        _run_as_main(script, list(cfg.script.args), os.environ.get(CODE_DIR_VAR), out, err)
+    finally:
+        if watch is not None:
+            watch.stop()
+        left = end_descendants()
+        if left:
+            print(f"hpctrain: processes {left} of the script would not end", file=sys.stderr, flush=True)
     finished = time.time()
     steps = api._finish()
     if api._state.stopped:
@@ -129,15 +156,15 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
     return True
 
 
-def _run_as_main(script: Path, args: list[str], code: str | None, tee: Tee | None) -> None:
-    """`python script.py args` inside this process; a non-zero sys.exit is a ScriptExit."""
+def _run_as_main(script: Path, args: list[str], code: str | None, out: IO[str], err: IO[str]) -> None:
+    """`python script.py args` inside this process, its output through `out` and `err`; a
+    non-zero sys.exit is a ScriptExit."""
     sys.argv = [str(script), *args]
     sys.path.insert(0, str(script.parent))
     if code:
         os.chdir(code)  # the job runs from its code (the snapshot on SLURM)
-    saved = sys.stdout
-    if tee is not None:
-        sys.stdout = tee  # type: ignore[assignment]
+    saved, saved_err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as e:
@@ -145,7 +172,8 @@ def _run_as_main(script: Path, args: list[str], code: str | None, tee: Tee | Non
             raise ScriptExit(f"{script.name} exited with status {e.code}") from None
     finally:
         sys.stdout.flush()
-        sys.stdout = saved
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = saved, saved_err
 
 
 def _gather(run_dir: Path, world: int) -> list[records.RankSummary]:

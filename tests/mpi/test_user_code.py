@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,76 @@ def test_output_that_is_not_utf8_is_kept_escaped_and_the_run_ends(user_project: 
     assert code == 0, out
     for log in rank_lines(run_dir, 2):
         assert "raw \\xff\\xfe bytes" in log and "GLHF! \\xf0\\x9f" in log and "last line" in log, log
+
+
+def test_what_a_script_starts_ends_with_it_and_does_not_hold_the_run(user_project: Path) -> None:
+    """A detached grandchild and a child holding stdout, on each of 2 ranks: the run ends COMPLETED
+    as soon as the script does (not when the sleeps would), and none of the 4 sleeps is left."""
+    run_dir = user_project.parent / "children"
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        "script=scripts/children.py",
+        "cluster.ranks=2",
+        cwd=user_project,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((run_dir / "state.json").read_text())["state"] == "COMPLETED"
+    left = subprocess.run(["pgrep", "-f", "sleep 300[12]"], capture_output=True, text=True).stdout.split()
+    assert not left, left
+
+
+def test_a_script_hung_on_one_rank_is_named_with_its_stack(user_project: Path) -> None:
+    """No api.step, no output, no CPU on rank 1 for script.stall_timeout_s: the run ends (exit 4)
+    naming rank 1 and where it hangs; nothing is left running."""
+    run_dir = user_project.parent / "hang"
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        "script=scripts/hang.py",
+        "cluster.ranks=2",
+        "script.stall_timeout_s=8",
+        cwd=user_project,
+        timeout=180,
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert (
+        "rank 1 failed: Stalled: no api.step, output or CPU use for 8 s (script.stall_timeout_s)" in r.stderr
+    )
+    assert "in its script for" in r.stderr and "hang.py" in r.stderr, r.stderr
+    assert json.loads((run_dir / "stall.json").read_text())["stalled"][0]["rank"] == 1
+    assert not conftest.processes_of(run_dir)
+
+
+def test_a_model_constructor_hung_on_one_rank_is_named_with_its_stack(user_project: Path) -> None:
+    run_dir = user_project.parent / "ctor"
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        "model._target_=mypkg.bad.HangsOnRank1",
+        "data._target_=mypkg.data.blobs",
+        "cluster.ranks=2",
+        "train.stall_timeout_s=8",
+        cwd=user_project,
+        timeout=180,
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "rank 1 failed: Stalled: no step completed for 8 s (train.stall_timeout_s)" in r.stderr
+    assert "rank 1 on" in r.stderr and "in build of step 0" in r.stderr, r.stderr
+    assert "hung in the constructor" in r.stderr or "HangsOnRank1" in r.stderr, r.stderr
+    assert not conftest.processes_of(run_dir)
+
+
+def test_a_target_module_that_hangs_on_import_is_a_config_error(
+    user_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HPCTRAIN_IMPORT_TIMEOUT_S", "3")
+    r = hpctrain("run", "--dry-run", "model._target_=mypkg.blocks.Net", cwd=user_project, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert (
+        "model._target_: importing 'mypkg.blocks.Net' did not finish in 3 s (it blocks at import)" in r.stderr
+    )

@@ -27,7 +27,14 @@ def _start(run_dir: Path, *extra: str) -> subprocess.Popen[str]:
     return start_hpctrain("run", f"run.dir={run_dir}", *LONG, *extra)
 
 
-@pytest.mark.parametrize("victim", ["hpctrain run", "the supervisor"])
+KILLED = {  # what the waiting command, state.json and status say when this process is SIGKILLed
+    "hpctrain run": None,  # nobody is left to say anything; status says it (the supervisor saw)
+    "the supervisor": "the run failed: the local supervisor (pid {pid}) was killed before it recorded an outcome",
+    "mpirun": "the run failed: mpirun was killed by signal 9 (SIGKILL) from outside hpctrain",
+}
+
+
+@pytest.mark.parametrize("victim", list(KILLED))
 def test_a_sigkill_leaves_no_process_even_with_a_stopped_rank(tmp_path: Path, victim: str) -> None:
     run_dir = tmp_path / "k"
     proc = _start(run_dir)
@@ -36,11 +43,25 @@ def test_a_sigkill_leaves_no_process_even_with_a_stopped_rank(tmp_path: Path, vi
         ranks = _rank_pids(run_dir)
         assert len(ranks) == 2, processes_of(run_dir)
         os.kill(ranks[1], signal.SIGSTOP)  # a stuck rank: only SIGKILL (or SIGCONT) moves it
+        supervisor = json.loads((run_dir / "job.json").read_text())["pid"]
         if victim == "hpctrain run":
             proc.kill()
+        elif victim == "the supervisor":
+            os.kill(supervisor, signal.SIGKILL)
         else:
-            os.kill(json.loads((run_dir / "job.json").read_text())["pid"], signal.SIGKILL)
+            [mpirun] = [int(p.split()[0]) for p in processes_of(run_dir) if p.split()[2].endswith("mpirun")]
+            os.kill(mpirun, signal.SIGKILL)
         wait_for("no process of the run", lambda: not processes_of(run_dir), timeout_s=15)
+        said = KILLED[victim]
+        if said is not None:  # the command, state.json and status agree on what failed
+            said = said.format(pid=supervisor)
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 4 and said in err, err
+            state = json.loads((run_dir / "state.json").read_text())
+            assert state["state"] == "FAILED", state
+            assert state["failure"]["cause"].startswith(said.removeprefix("the run failed: ")), state
+            status = hpctrain("status", str(run_dir), timeout=60)
+            assert "FAILED" in status.stdout, status.stdout
     finally:
         proc.kill()
         proc.wait()

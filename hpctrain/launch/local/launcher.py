@@ -136,7 +136,7 @@ class LocalLauncher(Launcher):
                 # read again: the supervisor may have finished between the two looks
                 st = records.read(job.run_dir / records.STATE, records.LocalState)
                 if st.state in ("PENDING", "RUNNING"):
-                    state, reason = "FAILED", f"the local launcher (pid {job.ref.pid}) is gone"
+                    state, reason = "FAILED", self._supervisor_gone(job)
                 else:
                     state = st.state
             elapsed = "-"
@@ -145,6 +145,18 @@ class LocalLauncher(Launcher):
                 elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0.0, end - st.started)))
             out[job.job_id] = JobStatus(job.job_id, state, nodes=1, elapsed=elapsed, reason=reason)
         return out
+
+    @staticmethod
+    def _supervisor_gone(job: Job) -> str:
+        """The supervisor ended without recording an outcome (it was killed): record it, so that
+        state.json, status and the final message agree. Its mpirun and ranks ended with it
+        (lifelines)."""
+        reason = (
+            f"the local supervisor (pid {job.ref.pid}) was killed before it recorded an outcome; "
+            "its mpirun and ranks were stopped with it"
+        )
+        write_state(job.run_dir, "FAILED", failure=records.Failure(None, reason))
+        return reason
 
     def log_paths(self, job: Job, rank: int) -> list[Path]:
         return [job.run_dir / records.log_file(rank)]

@@ -16,6 +16,8 @@ first (a `released` file in a run directory: it gave up waiting after --timeout-
 from __future__ import annotations
 
 import argparse
+import errno
+import json
 import os
 import queue
 import signal
@@ -24,7 +26,8 @@ import sys
 import threading
 import time
 from collections import defaultdict, deque
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,19 +41,62 @@ TERM_GRACE_S = 10.0
 PARENT_POLL_S = 0.5
 
 
+class StartError(Exception):
+    """mpirun could not be started (not found, not executable)."""
+
+
+@contextmanager
+def _log(path: Path) -> Iterator[IO[str]]:
+    """A log opened for appending, closed without raising: a full disk is reported once, by the
+    writes (Supervisor._keep), not again by the flush at close."""
+    f = open(path, "a", buffering=1)  # noqa: SIM115 - closed below
+    try:
+        yield f
+    finally:
+        with suppress(OSError):
+            f.close()
+
+
 class Cancelled(Exception):
     """A stop signal arrived (or the waiting parent went away)."""
 
 
+STATE_RESERVE = 16384  # bytes state.json keeps while a run is live: its outcome fits a full disk
+
+
 def write_state(run_dir: Path, state: str, **extra: Any) -> None:
+    """state.json, atomically. A live state is padded with blanks (valid JSON) to STATE_RESERVE
+    bytes, so that when the file system is full the outcome still overwrites it in place."""
     old = _read_state(run_dir)
     started = old.started if old and old.started is not None else None
     if state == "RUNNING":
         started = time.time()
-    records.write(
-        run_dir / records.STATE,
-        records.new(records.LocalState, state=state, updated=time.time(), started=started, **extra),
-    )
+    rec = records.new(records.LocalState, state=state, updated=time.time(), started=started, **extra)
+    text = json.dumps(records.to_dict(rec), indent=2, sort_keys=True, default=str) + "\n"
+    path = run_dir / records.STATE
+    if state in ("PENDING", "RUNNING"):
+        text = text.ljust(STATE_RESERVE)
+    try:
+        records.write_atomic(path, text)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT) or not _overwrite(path, text):
+            raise
+
+
+def _overwrite(path: Path, text: str) -> bool:
+    """Rewrite `path` in place within its present size (no new blocks), padded with blanks."""
+    raw = text.encode()
+    try:
+        with open(path, "r+b") as f:
+            size = os.fstat(f.fileno()).st_size
+            if len(raw) > size:
+                return False
+            f.write(raw.ljust(size))
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+    except OSError:
+        return False
 
 
 def _read_state(run_dir: Path) -> records.LocalState | None:
@@ -77,6 +123,7 @@ class Supervisor:
         self.parent = parent
         self.proc: subprocess.Popen[str] | None = None
         self.cancelled = threading.Event()
+        self.write_error: str | None = None  # the first log write that failed (a full disk)
 
     def on_signal(self, signum: int, _frame: object) -> None:
         self.cancelled.set()
@@ -124,6 +171,7 @@ class Supervisor:
             return 1
         env = dict(os.environ)
         rendezvous = None
+        self.write_error = None
         write_state(run_dir, "RUNNING")
         try:
             if plan.get("env", {}).get("HOROVOD_GLOO_RENDEZVOUS_PORT") == AT_LAUNCH:
@@ -132,11 +180,11 @@ class Supervisor:
             if plan.get("env", {}).get("MASTER_PORT") == AT_LAUNCH:  # torch.distributed scripts
                 env["MASTER_PORT"] = str(free_tcp_port())
             code, tails, mpirun_text = self.run_mpirun(run_dir, argv, env, world)
-        except OSError as e:
+        except StartError as e:
             write_state(
                 run_dir,
                 "FAILED",
-                launch_error=f"cannot start {argv[0]!r}: {e.strerror or e}; install "
+                launch_error=f"cannot start {argv[0]!r}: {e}; install "
                 "OpenMPI (apt-get install openmpi-bin) or set cluster.mpirun",
             )
             return 3
@@ -149,7 +197,7 @@ class Supervisor:
         if code == 0 and records.result_written(run_dir):
             write_state(run_dir, "COMPLETED", exit_code=0)
             return 0
-        if code != 0 and _never_started(run_dir, tails, mpirun_text):
+        if code > 0 and _never_started(run_dir, tails, mpirun_text):
             said = "\n".join(mpirun_text.strip().splitlines()[-15:]) or "(it printed nothing)"
             write_state(
                 run_dir,
@@ -164,8 +212,24 @@ class Supervisor:
             if code != 0
             else records.Failure(0, "mpirun exited 0 but rank 0 wrote no summary.json")
         )
+        if self.write_error is not None:  # the cause of whatever the ranks then said
+            failure = records.Failure(
+                None, f"the run directory cannot be written: {self.write_error}", failure.tail
+            )
         write_state(run_dir, "FAILED", exit_code=code, failure=failure)
         return 4
+
+    def _keep(self, f: IO[str], text: str) -> None:
+        """A line into its log. A write that fails (a full disk) is remembered, once, and the
+        streams are still drained: mpirun must never block on a pipe nobody reads."""
+        if self.write_error is not None:
+            return
+        try:
+            f.write(text + "\n")
+        except OSError as e:
+            self.write_error = (
+                f"{e.strerror or e} (errno {errno.errorcode.get(e.errno or 0, e.errno)}) writing {f.name}"
+            )
 
     def run_mpirun(
         self, run_dir: Path, argv: list[str], env: dict[str, str], world: int
@@ -174,21 +238,21 @@ class Supervisor:
         mpirun_text: list[str] = []
         q: queue.Queue[tuple[str, str] | None] = queue.Queue()
         with ExitStack() as stack:
-            logs = {
-                r: stack.enter_context(open(run_dir / records.log_file(r), "a", buffering=1))
-                for r in range(world)
-            }
-            own = stack.enter_context(open(run_dir / records.LAUNCHER_LOG, "a", buffering=1))
-            self.proc = subprocess.Popen(
-                with_lifeline(argv, "TERM"),  # mpirun stops the ranks if this supervisor is killed
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                errors="backslashreplace",  # a rank's bytes need not be UTF-8 (nor whole characters)
-                bufsize=1,
-                env=env,
-            )
+            logs = {r: stack.enter_context(_log(run_dir / records.log_file(r))) for r in range(world)}
+            own = stack.enter_context(_log(run_dir / records.LAUNCHER_LOG))
+            try:
+                self.proc = subprocess.Popen(
+                    with_lifeline(argv, "TERM"),  # mpirun stops the ranks if this supervisor is killed
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                    errors="backslashreplace",  # a rank's bytes need not be UTF-8 (nor whole characters)
+                    bufsize=1,
+                    env=env,
+                )
+            except OSError as e:
+                raise StartError(e.strerror or str(e)) from e
             if self.cancelled.is_set():  # a signal that arrived while mpirun was starting
                 self.stop_mpirun()
             threads = [
@@ -209,9 +273,9 @@ class Supervisor:
                 for line in lines:
                     if line.rank is None or line.rank not in logs:
                         mpirun_text.append(line.text)
-                        own.write(line.text + "\n")
+                        self._keep(own, line.text)
                         continue
-                    logs[line.rank].write(line.text + "\n")
+                    self._keep(logs[line.rank], line.text)
                     tails[line.rank].append(line.text)
             code = self.proc.wait()
         return code, tails, "\n".join(mpirun_text)
@@ -256,12 +320,26 @@ def _failure(
     if found:
         rank, cause = found
         return records.Failure(rank, cause, "\n".join(tails.get(rank, [])))
+    if code < 0:  # mpirun itself was signalled, not by this supervisor (cancelling is handled above)
+        return records.Failure(
+            None,
+            f"mpirun was killed by signal {-code} ({_signame(-code)}) from outside hpctrain; its ranks "
+            "ended with it",
+            "\n".join(mpirun_text.splitlines()[-15:]),
+        )
     first = records.first_error(run_dir)
     if first is not None:
         return records.Failure(first.rank, first.describe(), "\n".join(tails.get(first.rank, [])))
     return records.Failure(
         None, f"mpirun exited with status {code}", "\n".join(mpirun_text.splitlines()[-15:])
     )
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return "unknown signal"
 
 
 def main(argv: list[str] | None = None) -> int:
