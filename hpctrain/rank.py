@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 from hpctrain import records
 from hpctrain.config.derived import Derived
 from hpctrain.config.load import config_from_yaml
-from hpctrain.engine.world import launcher_rank
+from hpctrain.engine.world import finalize_mpi, launcher_rank
 from hpctrain.events import format_event
 from hpctrain.lifeline import die_with_parent
 
@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stderr.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     try:
         run(run_dir)
+        finalize_mpi()
     except BaseException as e:  # noqa: BLE001 - every failure must be recorded and end the process
         fail(run_dir, e)
     # Everything is recorded: leave without the interpreter's teardown, where torch's Gloo process

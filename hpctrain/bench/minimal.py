@@ -99,6 +99,8 @@ def main() -> None:
     if args.engine == "ddp":
         dist.barrier()
         dist.destroy_process_group()
+    elif args.engine == "horovod":
+        hvd.shutdown()  # MPI_Finalize: mpirun calls a process that leaves without it a failure
     # no interpreter teardown: torch's Gloo process-group destructor, run from DDP's reducer as
     # the model is freed, can deadlock with its worker thread over the GIL (it hung a suite run for 10 minutes)
     sys.stdout.flush()

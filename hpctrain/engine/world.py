@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
@@ -132,3 +133,15 @@ def gloo_env(environ: Mapping[str, str]) -> dict[str, str]:
         "HOROVOD_CROSS_SIZE": str(size // local_size),
         "HOROVOD_HOSTNAME": host,
     }
+
+
+def finalize_mpi() -> None:
+    """Finalize MPI if anything in this process started it (Horovod, or mpi4py imported by a user's
+    script): a rank leaves with os._exit, which skips their atexit hooks, and OpenMPI's mpirun calls a
+    process that exits without MPI_Finalize an abnormal termination (exit status 1)."""
+    hvd = sys.modules.get("horovod.torch")
+    if hvd is not None and hvd.is_initialized():
+        hvd.shutdown()  # finalizes MPI when Horovod was the one that initialised it
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 from hpctrain import api, records
 from hpctrain.config.schema import Config
@@ -44,7 +44,7 @@ class Tee(PassThrough):
 
     MAX_LINE = 1 << 16  # a line longer than this is matched on its last 64 KiB
 
-    def __init__(self, out: IO[str], pattern: Any) -> None:
+    def __init__(self, out: TextIO, pattern: Any) -> None:
         super().__init__(out)
         self.pattern, self.partial = pattern, ""
         self.value: float | None = None
@@ -156,7 +156,7 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
     return True
 
 
-def _run_as_main(script: Path, args: list[str], code: str | None, out: IO[str], err: IO[str]) -> None:
+def _run_as_main(script: Path, args: list[str], code: str | None, out: TextIO, err: TextIO) -> None:
     """`python script.py args` inside this process, its output through `out` and `err`; a
     non-zero sys.exit is a ScriptExit."""
     sys.argv = [str(script), *args]

@@ -12,7 +12,7 @@ import io
 import os
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 from hpctrain import api
 from hpctrain.lifeline import descendants
@@ -98,7 +98,7 @@ class ScriptWatchdog(Watchdog):
 class PassThrough(io.TextIOBase):
     """A text stream that hands everything to `out` (subclasses look at what is written)."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: TextIO) -> None:
         self.out = out
 
     def write(self, text: str) -> int:
@@ -113,14 +113,48 @@ class PassThrough(io.TextIOBase):
     def isatty(self) -> bool:
         return self.out.isatty()
 
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.out.encoding
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return self.out.errors
+
+    @property
+    def buffer(self) -> _Bytes:
+        """sys.stdout.buffer, as scripts that write raw bytes use it."""
+        return _Bytes(self)
+
+    def saw_bytes(self) -> None:
+        """Bytes written past the text layer (subclasses may count them)."""
+
+
+class _Bytes:
+    """The binary stream under a PassThrough: text written before the bytes comes out first."""
+
+    def __init__(self, text: PassThrough) -> None:
+        self.text = text
+
+    def write(self, data: bytes) -> int:
+        self.text.out.flush()
+        self.text.saw_bytes()
+        return self.text.out.buffer.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.text.out.buffer, name)
+
 
 class Noticing(PassThrough):
     """A stream passed through, each write counted as the script's progress."""
 
-    def __init__(self, out: IO[str], watch: ScriptWatchdog) -> None:
+    def __init__(self, out: TextIO, watch: ScriptWatchdog) -> None:
         super().__init__(out)
         self.watch = watch
 
     def write(self, text: str) -> int:
         self.watch.written += 1
         return self.out.write(text)
+
+    def saw_bytes(self) -> None:
+        self.watch.written += 1
