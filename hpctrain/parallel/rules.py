@@ -150,6 +150,32 @@ def _schedule_problems(cfg: Config) -> list[Problem]:
     return p
 
 
+def _builtin_cut(cfg: Config, given: list[str]) -> list[Problem]:
+    """A built-in model can be cut only where it declares (a user model is checked on the ranks,
+    where it is built): the names must be among those places, in forward order."""
+    if cfg.model._target_:
+        return []
+    declared = declared_split_points(cfg.model)
+    unknown = [n for n in given if n not in declared]
+    if unknown:
+        return [
+            Problem(
+                "parallelism.split_at",
+                f"{unknown} are not places model {cfg.model.name} can be cut",
+                f"choose from: {', '.join(declared)} (in forward order)",
+            )
+        ]
+    if [declared.index(n) for n in given] != sorted(declared.index(n) for n in given):
+        return [
+            Problem(
+                "parallelism.split_at",
+                f"{given} is not in forward order",
+                f"list them as the model runs them: {', '.join(n for n in declared if n in given)}",
+            )
+        ]
+    return []
+
+
 def _split_problems(cfg: Config) -> list[Problem]:
     par = cfg.parallelism
     pieces = layout_for(cfg, par.stages).pieces  # replicas do not change the cut
@@ -172,7 +198,7 @@ def _split_problems(cfg: Config) -> list[Problem]:
                     "name distinct modules, in forward order",
                 )
             ]
-        return []
+        return _builtin_cut(cfg, given)
     declared = declared_split_points(cfg.model)
     if cfg.model._target_:
         return [

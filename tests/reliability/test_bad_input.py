@@ -44,6 +44,11 @@ CASES = [
     (["study", "strong", "run.dir={tmp}/taken", "--no-progress"], 1, "already exists; resume it with"),
     (["run", "cluster=slurm", "run.dir={tmp}/a%j", "--dry-run"], 2, "run.dir: '{tmp}/a%j' holds '%'"),
     (["run", "=5", "--dry-run"], 2, "=5: has no key"),
+    (
+        ["run", "parallelism=pipeline", "model=mlp", "parallelism.split_at=[net.99]", "--dry-run"],
+        2,
+        "parallelism.split_at: ['net.99'] are not places model mlp can be cut",
+    ),
     (["run", "model._target_=os.system", "--dry-run"], 2, "belongs to Python's standard library (posix)"),
     (["run", "data._target_=subprocess.run", "--dry-run"], 2, "belongs to Python's standard library"),
     (["run", "data=folder", "data.path={tmp}/empty", "--dry-run"], 2, "empty has no class directories"),

@@ -38,11 +38,16 @@ def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path) -> None:
     assert not processes_of(run_dir)
 
 
+# a pipeline's stage 1 stopped: its peer then times out too, yet the stalled rank is the one named
+PIPELINE = ["parallelism=pipeline", "model=mlp", "model.depth=4", "cluster.ranks=2"]
+
+
 @pytest.mark.mpi
 @pytest.mark.side_stream  # mostly waits for the stall timeout
-def test_a_stopped_rank_is_named_and_its_stack_read_from_outside(tmp_path: Path) -> None:
+@pytest.mark.parametrize("layout", [[], PIPELINE], ids=["data", "pipeline"])
+def test_a_stopped_rank_is_named_and_its_stack_read_from_outside(tmp_path: Path, layout: list[str]) -> None:
     run_dir = tmp_path / "stopped"
-    proc = start_hpctrain("run", "--no-progress", f"run.dir={run_dir}", *STALL, "train.steps=100000")
+    proc = start_hpctrain("run", "--no-progress", f"run.dir={run_dir}", *STALL, "train.steps=100000", *layout)
     try:
         wait_for("30 steps", lambda: lines(run_dir / "steps-rank1.jsonl") >= 30)
         wait_for("a heartbeat", lambda: (run_dir / "heartbeat-rank1.json").exists())
@@ -57,7 +62,10 @@ def test_a_stopped_rank_is_named_and_its_stack_read_from_outside(tmp_path: Path)
         and "no heartbeat (" in err
         and "stopped, or hung outside Python" in err
     )
-    assert "train_step (hpctrain/train/step.py" in err  # py-spy read the stopped process
+    assert "train_step (hpctrain/train/" in err  # py-spy read the stopped process
+    assert json.loads((run_dir / "stall.json").read_text())["stalled"][0]["rank"] == 1
+    state = json.loads((run_dir / "state.json").read_text())  # the message and the state agree
+    assert state["failure"]["rank"] == 1 and state["failure"]["cause"].startswith("Stalled"), state
     wait_for("no process of the run", lambda: not processes_of(run_dir), timeout_s=20)
 
 
