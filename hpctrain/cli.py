@@ -36,6 +36,7 @@ EPILOG = """examples:
   hpctrain bench submit                          256-point sweep: submit time, sbatch calls
   hpctrain bench startup                         a rank's start: torch's optimizers vs hpctrain's
   hpctrain bench pipeline                        pipeline bubble vs theory at 1..8 micro-batches
+  hpctrain bench memory                          state per rank, ddp vs fsdp, vs ZeRO-3's 1/N
   hpctrain bench predict STUDY_DIR               the step model's in-sample and leave-one-out errors
 """
 
@@ -195,6 +196,17 @@ def _add_bench(sub: Subparsers) -> None:
     pp.add_argument("--batch", type=positive_int, default=256, help="samples per step")
     pp.add_argument("--steps", type=positive_int, default=20)
     pp.add_argument("--out", default="outputs/bench")
+    me = bsub.add_parser("memory", help="per-rank state and peak memory, ddp vs fsdp, against ZeRO-3's 1/N")
+    me.add_argument(
+        "--ranks", type=positive_int, nargs="+", default=[1, 2, 4], help="world sizes (default 1 2 4)"
+    )
+    me.add_argument("--width", type=positive_int, default=512, help="transformer d_model (default 512)")
+    me.add_argument(
+        "--depth", type=positive_int, default=16, help="transformer layers (default 16: ~50 M parameters)"
+    )
+    me.add_argument("--batch", type=positive_int, default=2, help="sequences per rank")
+    me.add_argument("--steps", type=positive_int, default=3)
+    me.add_argument("--out", default="outputs/bench")
     st = bsub.add_parser("startup", help="a rank's CPU to its first step: torch's optimizers vs hpctrain's")
     st.add_argument(
         "--repeats", type=positive_int, default=5, help="interleaved processes of each (default 5)"
@@ -254,6 +266,10 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         from hpctrain.bench.analyze import run_bench as run_analyze_bench
 
         return run_analyze_bench(args, console)
+    if args.bench == "memory":
+        from hpctrain.bench.memory import run_memory_bench
+
+        return run_memory_bench(args, console)
     if args.bench == "pipeline":
         from hpctrain.bench.pipeline import run_pipeline_bench
 

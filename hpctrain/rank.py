@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 from hpctrain import records
 from hpctrain.config.derived import Derived
+from hpctrain.config.layout import PIPELINED, SHARDED, shard_mesh
 from hpctrain.config.load import config_from_yaml
 from hpctrain.engine.world import finalize_mpi, launcher_rank
 from hpctrain.events import format_event
@@ -67,6 +68,11 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
     cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
     plan = records.read(run_dir / records.PLAN, records.PlanRecord)
     activate()  # the user's code (if any) on sys.path and PYTHONPATH
+    interval: int = getattr(cfg.cluster, "checkpoint_interval", 0)
+    if control is None and interval:  # local runs checkpoint too
+        from hpctrain.train.loop import StopControl
+
+        control = StopControl(checkpoint_interval=interval)
     if cfg.bench.allreduce:
         from hpctrain.workload.allreduce import run_allreduce
 
@@ -81,9 +87,12 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
     return train_builtin(cfg, plan, run_dir, control)
 
 
-def pipeline_about(cfg: Config) -> dict[str, object]:
+def parallelism_about(cfg: Config, plan: records.PlanRecord) -> dict[str, object]:
+    """The summary's account of how the model was spread: stages, or the shard degree."""
     par = cfg.parallelism
-    if par.name == "data":
+    if par.name in SHARDED:
+        return {"shard_degree": shard_mesh(cfg, plan.world_size, plan.ranks_per_node).shard}
+    if par.name not in PIPELINED:
         return {}
     return {"stages": par.stages, "microbatches": par.microbatches, "schedule": str(par.schedule)}
 
@@ -123,7 +132,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         grad_bucket_bytes=engine_type.grad_bucket_bytes(cfg),
         grad_grouping=engine_type.grouping,
         collective=engine_type.collective,
-        **pipeline_about(cfg),
+        **parallelism_about(cfg, plan),
     )
     if info.rank == 0:
         records.write(run_dir / records.SUMMARY, summary)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from hpctrain.config.layout import layout_for
+from hpctrain.config.layout import PIPELINED, layout_for
 from hpctrain.config.schema import Config, OptimConf
 from hpctrain.records import Batch
 
@@ -31,7 +31,7 @@ def resolve_batch(cfg: Config, world: int | None = None) -> Batch:
     if per is None:
         per = (cfg.train.global_batch or 0) // max(n, 1)
     par = cfg.parallelism
-    cuts = par.backward_passes_per_step if par.name == "data" else par.microbatches
+    cuts = par.microbatches if par.name in PIPELINED else par.backward_passes_per_step
     return Batch(per, per * n, per // max(cuts, 1))
 
 

@@ -10,6 +10,12 @@ parallelism inside pipeline parallelism; Narayanan et al. 2021, section 3.3).
 
 Interleaved schedules give each pipeline rank `virtual` model pieces: piece k*stages + s lives on
 stage s (torch.distributed.pipelining's looped placement).
+
+Sharded data parallelism (fsdp, hsdp) is one stage whose ranks each hold a shard: the mesh is
+replicate x shard, rank r holding shard r % degree of replica group r // degree, so a shard group
+is consecutive ranks and stays inside a node when the degree divides the ranks per node (HSDP's
+usual layout: the all-gathers and reduce-scatters of every block stay on the node, and only the
+replicas' gradient all-reduce crosses nodes).
 """
 
 from __future__ import annotations
@@ -19,6 +25,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
+
+
+PIPELINED = ("pipeline", "hybrid")  # the model cut into stages across ranks
+SHARDED = ("fsdp", "hsdp")  # one stage, its parameters sharded across ranks
 
 
 @dataclass(frozen=True)
@@ -98,8 +108,49 @@ def describe(layout: Layout, ranks_per_node: int) -> list[str]:
 def layout_for(cfg: Config, world: int) -> Layout:
     """Data parallelism is the one-stage case: every rank a replica of the whole model."""
     par = cfg.parallelism
-    if par.name == "data":
+    if par.name not in PIPELINED:
         return Layout(1, world)
     stages = max(par.stages, 1)
     virtual = par.virtual_stages if par.schedule == "interleaved_1f1b" else 1
     return Layout(stages, max(world // stages, 1), virtual)
+
+
+@dataclass(frozen=True)
+class ShardMesh:
+    """FSDP2's device mesh: `replicate` groups of `shard` ranks (fsdp: one group)."""
+
+    replicate: int
+    shard: int
+
+    def shard_of(self, rank: int) -> int:
+        return rank % self.shard
+
+    def group_of(self, rank: int) -> int:
+        return rank // self.shard
+
+
+def shard_degree(cfg: Config, world: int, ranks_per_node: int) -> int:
+    """parallelism.shard.degree as given; null: the world (fsdp) or one node's ranks (hsdp)."""
+    given = cfg.parallelism.shard.degree
+    if given is not None:
+        return int(given)
+    return world if cfg.parallelism.name == "fsdp" else min(ranks_per_node, world)
+
+
+def shard_mesh(cfg: Config, world: int, ranks_per_node: int) -> ShardMesh:
+    degree = max(shard_degree(cfg, world, ranks_per_node), 1)
+    return ShardMesh(max(world // degree, 1), degree)
+
+
+def describe_mesh(mesh: ShardMesh, world: int, ranks_per_node: int) -> list[str]:
+    """The plan's lines: per node, which rank holds which shard of which replica group."""
+    lines = []
+    for node in range((world + ranks_per_node - 1) // ranks_per_node):
+        ranks = range(node * ranks_per_node, min((node + 1) * ranks_per_node, world))
+        held = ", ".join(
+            f"rank {r}: shard {mesh.shard_of(r)}/{mesh.shard}"
+            + (f" of group {mesh.group_of(r)}" if mesh.replicate > 1 else "")
+            for r in ranks
+        )
+        lines.append(f"node {node}: {held}")
+    return lines

@@ -42,6 +42,8 @@ class Parallelism(StrEnum):
     data = "data"  # every rank holds the whole model
     pipeline = "pipeline"  # the model cut into stages, one per rank
     hybrid = "hybrid"  # stages x data-parallel replicas
+    fsdp = "fsdp"  # every rank holds 1/N of the parameters, gradients and optimizer state (ZeRO-3)
+    hsdp = "hsdp"  # sharded inside groups of shard.degree ranks, replicated across the groups
 
 
 # Pipeline schedules: gpipe, all forwards then all backwards (Huang et al. 2019); 1f1b, one
@@ -213,6 +215,25 @@ class PipelineSettings:
 
 
 @dataclass
+class ShardSettings:
+    """parallelism=fsdp | hsdp: PyTorch's FSDP2 (fully_shard) over a device mesh."""
+
+    # ranks one shard group spans; null = fsdp: the whole world, hsdp: the ranks of one node
+    degree: Optional[int] = None
+    # after forward, free the gathered parameters (true), keep them (false), or keep them sharded
+    # over this many ranks (an int dividing the degree): FSDP2's reshard_after_forward
+    reshard_after_forward: Any = True
+    # module names or class names sharded as units, bottom-up; [] = the built-in model's blocks
+    modules: List[str] = field(default_factory=list)
+    cpu_offload: bool = False  # sharded parameters, gradients and optimizer state live in host memory
+
+
+@dataclass
+class ShardHolder:
+    shard: ShardSettings = field(default_factory=ShardSettings)
+
+
+@dataclass
 class ParallelismCommon:
     name: Parallelism = Parallelism.data
     engine: str = "horovod"  # what averages gradients: horovod | ddp (engine/registry.py)
@@ -222,7 +243,7 @@ class ParallelismCommon:
 
 
 @dataclass
-class ParallelismConf(PipelineSettings, DdpSettings, HorovodSettings, ParallelismCommon):
+class ParallelismConf(ShardHolder, PipelineSettings, DdpSettings, HorovodSettings, ParallelismCommon):
     """How the work is spread: the parallelism and the engine, then each engine's and the
     pipeline's own settings, grouped in the classes above (the keys stay flat: parallelism.<key>;
     an engine names its group, engine.base.Engine.settings)."""
@@ -250,6 +271,10 @@ class TrainConf:
     global_batch: Optional[int] = None  # samples per step over all ranks; set this or batch_per_rank
     device: Device = Device.auto  # auto: CUDA when present
     save_model: bool = True  # rank 0 writes model.pt at the end
+    # start from a checkpoint (a step-*.pt file, a step-*.dcp directory, or a run directory: its
+    # latest): weights, optimizer state and step, resharded to this run's world; a run's own
+    # checkpoints (after a requeue) come first
+    resume_from: Optional[str] = None
     stop_on_nonfinite_loss: bool = True  # a NaN/inf loss ends the run, naming the step and rank
     stall_timeout_s: float = (
         300.0  # no step completed for this long: the run ends, naming the stalled rank(s); 0 = off
@@ -273,6 +298,11 @@ class ClusterConf:
         """Ranks the launcher starts."""
         raise NotImplementedError
 
+    @property
+    def node_size(self) -> int:
+        """Ranks on each node (ranks are placed on nodes in blocks)."""
+        return self.world_size
+
 
 @dataclass
 class LocalClusterConf(ClusterConf):
@@ -282,6 +312,7 @@ class LocalClusterConf(ClusterConf):
     oversubscribe: Optional[bool] = None  # null = only when ranks exceed this machine's cores
     threads_per_rank: Optional[int] = None  # torch/OpenMP threads; null = cores // ranks
     extra_args: List[str] = field(default_factory=list)  # extra mpirun arguments, one per item
+    checkpoint_interval: int = 0  # write a checkpoint every N steps (0: none)
     snapshots_code: ClassVar[bool] = False  # the ranks start now, from the code as it is
 
     @property
@@ -319,6 +350,10 @@ class SlurmClusterConf(ClusterConf):
     @property
     def world_size(self) -> int:
         return self.nodes * self.ranks_per_node
+
+    @property
+    def node_size(self) -> int:
+        return self.ranks_per_node
 
 
 @dataclass

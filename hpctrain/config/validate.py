@@ -9,6 +9,8 @@ import re
 from hpctrain.config import schema as S
 from hpctrain.config.derived import replicas, resolve_batch, world_size
 from hpctrain.config.folder import folder_problems
+from hpctrain.config.layout import PIPELINED
+from hpctrain.config.resume import resume_problems
 from hpctrain.config.schema import Config
 from hpctrain.config.values import value_problems
 from hpctrain.errors import Problem
@@ -56,6 +58,7 @@ def config_problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
         section, name = key.split(".")
         p += at_least(key, getattr(getattr(cfg, section), name), low)
     p += _train_problems(cfg)
+    p += resume_problems(cfg)
     p += _optim_problems(cfg)
     if not SAFE_NAME.match(cfg.run.name):
         p.append(
@@ -163,7 +166,7 @@ def _debug_problems(cfg: Config, n: int) -> list[Problem]:
                 "pick an existing rank, or set debug.slow_rank=null",
             )
         )
-    if dbg.slow_rank is not None and (cfg.parallelism.name != "data" or cfg.script.path):
+    if dbg.slow_rank is not None and (cfg.parallelism.name in PIPELINED or cfg.script.path):
         where = f"script {cfg.script.path}" if cfg.script.path else f"parallelism={cfg.parallelism.name}"
         p.append(
             Problem(
@@ -219,7 +222,7 @@ def _batch_problems(cfg: Config) -> list[Problem]:
     n = replicas(cfg)
     if t.global_batch is not None and t.global_batch % n:
         lo, hi = (t.global_batch // n) * n, (t.global_batch // n + 1) * n
-        what = "the world size" if cfg.parallelism.name == "data" else "the number of replicas"
+        what = "the number of replicas" if cfg.parallelism.name in PIPELINED else "the world size"
         return [
             Problem(
                 "train.global_batch",

@@ -2,8 +2,9 @@
 what the training step and loop ask it on the ranks (instance methods).
 
 Only hybrid parallelism (pipeline stages with data-parallel replicas) needs an engine to average
-a stage's gradients over its replicas; that is an optional capability, StageReplicas, not a
-method every engine must have (as Lightning Fabric's strategies add capabilities as mixins).
+a stage's gradients over its replicas, and only fsdp/hsdp to shard a model; those are optional
+capabilities, StageReplicas and Sharding, not methods every engine must have (as Lightning
+Fabric's strategies add capabilities as mixins).
 """
 
 from __future__ import annotations
@@ -124,6 +125,17 @@ class StageReplicas(ABC):
         self, cfg: Config, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
     ) -> tuple[list[nn.Module], Any]:
         """This rank's pipeline pieces (to run) and optimizer (to step)."""
+
+
+class Sharding(ABC):
+    """The capability sharded data parallelism (fsdp, hsdp) needs: shard a model's parameters,
+    gradients and optimizer state over a mesh of `replicate` x `shard` ranks. The optimizer is built
+    afterwards, on the sharded parameters."""
+
+    @abstractmethod
+    def shard(self, cfg: Config, model: nn.Module, replicate: int, shard: int, units: list[str]) -> nn.Module:
+        """`model`, sharded in place (what to call, and what checkpoints save): the `units`
+        (module or class names) one by one, then the rest."""
 
 
 def setting_keys(engine: type[Engine]) -> list[str]:

@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from hpctrain.config.schema import Config, DdpSettings, ParallelismConf
-from hpctrain.engine.base import Engine, StageReplicas
+from hpctrain.engine.base import Engine, Sharding, StageReplicas
 from hpctrain.engine.world import CommError, RankInfo, export_torch_env
 from hpctrain.errors import Problem
 from hpctrain.facts import wants_cuda
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from torch import nn
 
 
-class DdpEngine(Engine, StageReplicas):
+class DdpEngine(Engine, StageReplicas, Sharding):
     settings = DdpSettings
     collective = "torch_s"
     grouping = "buckets"
@@ -101,10 +101,20 @@ class DdpEngine(Engine, StageReplicas):
         cuda = self.device_type == "cuda"
         return [wrap_ddp(cfg.parallelism, p, self.stamp, cuda, stage=True) for p in pieces], optimizer
 
+    def shard(self, cfg: Config, model: nn.Module, replicate: int, shard: int, units: list[str]) -> nn.Module:
+        from hpctrain.engine.fsdp_wrap import shard_model
+
+        self.stamp = shard_model(cfg, model, replicate, shard, units, self.device_type)  # type: ignore[assignment]
+        self.sharded = True
+        return model
+
     def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
         pass  # DistributedDataParallel broadcast rank 0's parameters and buffers when it wrapped them
 
     def micro_batch(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:
+        if getattr(self, "sharded", False):  # FSDP2: no reduce-scatter (nor HSDP all-reduce) until the last
+            model.set_requires_gradient_sync(last)  # type: ignore[operator]
+            return contextlib.nullcontext()
         return contextlib.nullcontext() if last else model.no_sync()  # type: ignore[operator]
 
     def vote(self, flag: bool, step: int) -> Any:
@@ -119,8 +129,10 @@ class DdpEngine(Engine, StageReplicas):
         return float(t[0]) > 0
 
     def wait_gradients(self, optimizer: Any, backward_end: float) -> float:
-        # backward() has waited for every bucket; what it spent after the last became ready
-        return max(0.0, backward_end - self.stamp.ready)
+        # backward() has waited for every bucket (FSDP2: every reduce-scatter); what it spent
+        # after the last became ready (no stamp: a model sharded as one unit, not measured)
+        ready, self.stamp.ready = self.stamp.ready, 0.0
+        return max(0.0, backward_end - ready) if ready else 0.0
 
     def barrier(self, name: str) -> None:
         self.dist.barrier()

@@ -59,11 +59,21 @@ def engine_problems(cfg: Config) -> list[Problem]:
     name = str(cfg.parallelism.engine)
     if name not in ENGINES:
         return [unknown_engine("parallelism.engine", name)]
-    from hpctrain.engine.base import StageReplicas
+    from hpctrain.engine.base import Sharding, StageReplicas
 
     engine = engine_class(name)
     others = [engine_class(n) for n in ENGINES if n != name]
     p = engine.problems(cfg) + foreign_settings(cfg, engine, others)
+    if cfg.parallelism.name in ("fsdp", "hsdp") and not issubclass(engine, Sharding):
+        able = ", ".join(n for n in ENGINES if issubclass(engine_class(n), Sharding))
+        p.append(
+            Problem(
+                "parallelism.engine",
+                f"parallelism={cfg.parallelism.name} shards with torch.distributed's FSDP2; engine "
+                f"{engine.name} cannot shard a model",
+                f"set parallelism.engine to one of: {able} (or use parallelism=data with {engine.name})",
+            )
+        )
     if cfg.parallelism.name == "hybrid" and not issubclass(engine, StageReplicas):
         able = ", ".join(n for n in ENGINES if issubclass(engine_class(n), StageReplicas))
         p.append(

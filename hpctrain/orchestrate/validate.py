@@ -23,7 +23,7 @@ def problems(cfg: Config, facts: HostFacts | None = None) -> list[Problem]:
     p += launcher_class(cfg.cluster.name).problems(cfg)
     p += engine_problems(cfg)
     p += workload_problems(cfg)
-    p += parallelism_problems(cfg, world_size(cfg))
+    p += parallelism_problems(cfg, world_size(cfg), facts)
     return p
 
 

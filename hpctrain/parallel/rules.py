@@ -4,23 +4,26 @@ Each problem names the key, the rule and the fix."""
 
 from __future__ import annotations
 
+from hpctrain.config.layout import PIPELINED
 from hpctrain.config.schema import Config
 from hpctrain.errors import Problem
+from hpctrain.facts import HostFacts
 from hpctrain.parallel import layout_for
+from hpctrain.parallel.shard_rules import shard_problems
 from hpctrain.parallel.split import declared_checkpoint_blocks, declared_split_points
 
 PIPELINE_KEYS = ("stages", "microbatches", "virtual_stages", "split_at", "schedule")
 NEUTRAL = {"stages": 1, "microbatches": 1, "virtual_stages": 1, "split_at": [], "schedule": "gpipe"}
 
 
-def parallelism_problems(cfg: Config, world: int) -> list[Problem]:
+def parallelism_problems(cfg: Config, world: int, facts: HostFacts | None = None) -> list[Problem]:
     par = cfg.parallelism
-    p = _checkpointing_problems(cfg)
-    if par.name == "data":
+    p = _checkpointing_problems(cfg) + shard_problems(cfg, world, facts)
+    if par.name not in PIPELINED:
         return p + [
             Problem(
                 f"parallelism.{k}",
-                "is a pipeline setting; with parallelism=data it would do nothing",
+                f"is a pipeline setting; with parallelism={par.name} it would do nothing",
                 f"use parallelism=pipeline (or hybrid), or drop parallelism.{k}",
             )
             for k in PIPELINE_KEYS

@@ -56,3 +56,10 @@ def split_points(cfg: Config, pieces: int) -> list[str]:
     evenly. Validation has checked that there are enough."""
     given = list(cfg.parallelism.split_at)
     return given if given else evenly(declared_split_points(cfg.model), pieces)
+
+
+def shard_units(m: ModelConf, given: list[str]) -> list[str]:
+    """What FSDP shards as units (each all-gathered on its own): parallelism.shard.modules as
+    given (module or class names), else a built-in model's blocks, the ones activation
+    checkpointing wraps (a user model without names is one unit)."""
+    return given if given else declared_checkpoint_blocks(m) if not m._target_ else []

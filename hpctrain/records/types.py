@@ -56,6 +56,16 @@ class RankSummary:
     # mean seconds per step this rank waited in the collective for the slowest rank to arrive
     # (its data + compute against the slowest's, step by step); NaN: not measured (pipelines, older runs)
     wait_s: float = float("nan")
+    # bytes this rank holds at the end of training: parameters, gradients, optimizer state (its
+    # shards under fsdp/hsdp; 0: not recorded)
+    param_bytes: int = 0
+    grad_bytes: int = 0
+    optimizer_bytes: int = 0
+
+    @property
+    def state_bytes(self) -> int:
+        """Parameters + gradients + optimizer state: what ZeRO-3 divides by the shard degree."""
+        return self.param_bytes + self.grad_bytes + self.optimizer_bytes
 
 
 @dataclass(frozen=True)
@@ -90,7 +100,8 @@ class RunSummary:
     compression: str
     per_rank: list[RankSummary]
     engine: str = "horovod"  # what averaged the gradients: horovod | ddp
-    parallelism: str = "data"  # data | pipeline | hybrid
+    parallelism: str = "data"  # data | pipeline | hybrid | fsdp | hsdp
+    shard_degree: int = 0  # fsdp/hsdp: ranks one shard group spans (0: not sharded)
     stages: int = 1  # pipeline stages (1: data parallelism)
     microbatches: int = 1
     schedule: str = ""  # the pipeline schedule ("" in data parallelism)

@@ -13,11 +13,13 @@ error naming the files rather than start again from step 0 over an earlier attem
 from __future__ import annotations
 
 import io
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from hpctrain import records
 from hpctrain.errors import HpctrainError
@@ -25,6 +27,8 @@ from hpctrain.errors import HpctrainError
 DIR = records.CHECKPOINTS
 KEEP = 2  # older checkpoints are removed once a newer one is complete
 STATE_KEYS = ("step", "model", "optimizer", "scaler", "torch_rng")
+SUFFIX = ".dcp"  # a sharded checkpoint: a directory (train/shard_checkpoint.py)
+WRAPPED = "_checkpoint_wrapped_module"  # activation checkpointing's wrapper holds a block here
 
 
 class Weights(Protocol):
@@ -66,14 +70,31 @@ def write(run_dir: Path, step: int, state: dict[str, Any]) -> Path:
     buf = io.BytesIO()
     torch.save(state, buf)
     d = run_dir / DIR
-    for stale in d.glob(".*"):  # a killed save's temporary files (only rank 0 ever saves)
-        stale.unlink(missing_ok=True)
     path = d / f"step-{step:06d}.pt"
     records.write_atomic(path, buf.getvalue())
     records.write_atomic(run_dir / records.LATEST_CHECKPOINT, path.name + "\n")
-    for old in sorted(d.glob("step-*.pt"))[:-KEEP]:
-        old.unlink(missing_ok=True)
+    prune(d)
     return path
+
+
+def prune(d: Path) -> None:
+    """Remove a killed save's hidden parts and all but the newest KEEP checkpoints, of either
+    format (only rank 0 ever publishes a checkpoint)."""
+    for stale in d.glob(".*"):
+        _remove(stale)
+    for old in sorted(_published(d), key=lambda p: p.stem)[:-KEEP]:
+        _remove(old)
+
+
+def _published(d: Path) -> list[Path]:
+    return [*d.glob("step-*.pt"), *d.glob(f"step-*{SUFFIX}")]
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        p.unlink(missing_ok=True)
 
 
 def latest(run_dir: Path) -> Path | None:
@@ -89,37 +110,56 @@ def load(path: Path, model: Weights, optimizer: Any, scaler: torch.amp.GradScale
     return _apply(path, torch.load(path, map_location="cpu", weights_only=False), model, optimizer, scaler)
 
 
-def candidates(run_dir: Path) -> tuple[list[Path], list[str]]:
+def candidates(run_dir: Path, resume_from: str | None = None) -> tuple[list[Path], list[str]]:
     """Checkpoints to try, in order: the one `latest` names, then the others newest first; and
-    what is wrong with the pointer, if anything."""
+    what is wrong with the pointer, if anything. Without any of its own, a run starts from
+    `resume_from` (train.resume_from): that checkpoint, or another run directory's."""
+    found, notes = _own(run_dir)
+    if found or not resume_from:
+        return found, notes
+    src = Path(resume_from)
+    if src.name.startswith("step-"):
+        return [src], notes
+    return _own(src)
+
+
+def _own(run_dir: Path) -> tuple[list[Path], list[str]]:
     d, pointer = run_dir / DIR, run_dir / records.LATEST_CHECKPOINT
-    found = sorted(d.glob("step-*.pt"), reverse=True)
+    found = sorted(_published(d), key=lambda p: p.stem, reverse=True)
     notes: list[str] = []
     if pointer.exists():
         named = d / pointer.read_text(errors="replace").strip()
-        if named.is_file() and named.parent == d:
+        if named.exists() and named.parent == d and named.name.startswith("step-"):
             found = [named, *(p for p in found if p != named)]
         else:
             notes.append(f"{pointer} names {named.name!r}, which does not exist")
     return found, notes
 
 
-def restore(run_dir: Path, model: Weights, optimizer: Any, scaler: torch.amp.GradScaler | None) -> Restored:
+def restore(
+    run_dir: Path,
+    model: Weights,
+    optimizer: Any,
+    scaler: torch.amp.GradScaler | None,
+    resume_from: str | None = None,
+) -> Restored:
     """Load the newest usable checkpoint into the states; a fresh start only if there is none."""
-    found = newest(run_dir, STATE_KEYS)
+    found = newest(run_dir, STATE_KEYS, resume_from)
     if found is None:
         return Restored(0, None, [])
     path, state, skipped = found
     return Restored(_apply(path, state, model, optimizer, scaler), path, skipped)
 
 
-def newest(run_dir: Path, keys: tuple[str, ...]) -> tuple[Path, dict[str, Any], list[str]] | None:
+def newest(
+    run_dir: Path, keys: tuple[str, ...], resume_from: str | None = None
+) -> tuple[Path, dict[str, Any], list[str]] | None:
     """The newest checkpoint that loads and holds `keys`, and what was skipped; None if there is
     none at all; CheckpointError if there are some but none is usable."""
-    paths, skipped = candidates(run_dir)
+    paths, skipped = candidates(run_dir, resume_from)
     for path in paths:
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
+            state = load_any(path)
             if not isinstance(state, dict) or any(k not in state for k in keys):
                 raise ValueError("not an hpctrain checkpoint")
         except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign: try the next one
@@ -128,19 +168,85 @@ def newest(run_dir: Path, keys: tuple[str, ...]) -> tuple[Path, dict[str, Any], 
         return path, state, skipped
     if skipped:
         raise CheckpointError(
-            f"no usable checkpoint in {run_dir / DIR}: {'; '.join(skipped)}. Starting again from step 0 "
+            f"no usable checkpoint in {paths[0].parent if paths else run_dir / DIR}: {'; '.join(skipped)}. Starting again from step 0 "
             "would discard this run's progress; to do that on purpose, remove the checkpoints directory"
         )
     return None
 
 
+def load_any(path: Path) -> dict[str, Any]:
+    """A checkpoint of either format as one full state (a sharded one has no grad scaler)."""
+    if path.is_dir():
+        return {"scaler": None, **read_full(path)}
+    return torch.load(path, map_location="cpu", weights_only=False)  # type: ignore[no-any-return]
+
+
 def _apply(path: Path, state: dict[str, Any], model: Weights, optimizer: Any, scaler: Any) -> int:
     try:
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        optimizer.load_state_dict(_by_index_if_named(path, state["optimizer"], model))
         if scaler is not None and state["scaler"] is not None:
             scaler.load_state_dict(state["scaler"])
         torch.set_rng_state(state["torch_rng"])
     except (RuntimeError, KeyError, ValueError) as e:
         raise CheckpointError(f"{path} does not fit this run's model or optimizer: {e}") from e
     return int(state["step"])
+
+
+def _by_index_if_named(path: Path, osd: dict[str, Any], model: Weights) -> dict[str, Any]:
+    """A sharded run's optimizer state (by parameter name) for a plain optimizer (by index)."""
+    if not any(isinstance(k, str) for k in osd.get("state", {})):
+        return osd
+    if not isinstance(model, nn.Module):
+        raise CheckpointError(
+            f"{path} was written by a sharded run (fsdp/hsdp); a pipeline cannot resume from it: "
+            "resume with parallelism=fsdp or data"
+        )
+    return by_index(osd, param_names(model))
+
+
+def clean_name(name: str) -> str:
+    """A parameter's name without activation checkpointing's wrapper (as state dicts have it)."""
+    return name.replace(f".{WRAPPED}", "").replace(f"{WRAPPED}.", "")
+
+
+def param_names(model: nn.Module) -> list[str]:
+    return [clean_name(n) for n, _ in model.named_parameters()]
+
+
+def read_full(path: Path) -> dict[str, Any]:
+    """A DCP checkpoint as one full state (every tensor whole), read in this process alone: what
+    torch's own dcp_to_torch_save does (torch.distributed.checkpoint.format_utils)."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    if not (path / ".metadata").is_file():
+        raise ValueError("no .metadata: not a complete checkpoint")
+    state: dict[str, Any] = {}
+    _load_state_dict(
+        state, storage_reader=FileSystemReader(path), planner=_EmptyStateDictLoadPlanner(), no_dist=True
+    )
+    return state
+
+
+def by_name(osd: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """torch.optim's state dict (parameters by index) keyed by parameter name instead."""
+    return {
+        "state": {names[int(i)]: s for i, s in osd["state"].items()},
+        "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in osd["param_groups"]],
+    }
+
+
+def by_index(osd: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """The reverse: a state keyed by parameter name as torch.optim's (by index)."""
+    index = {n: i for i, n in enumerate(names)}
+    return {
+        "state": {index[n]: s for n, s in osd["state"].items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in osd["param_groups"]],
+    }
+
+
+def writers(path: Path) -> int:
+    """How many ranks wrote a checkpoint (a sharded one: one file each; a whole one: 0, unknown)."""
+    return len(list(path.glob("__*_*.distcp"))) if path.is_dir() else 0

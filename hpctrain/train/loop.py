@@ -20,7 +20,7 @@ from torch import nn
 
 from hpctrain import records
 from hpctrain.config.derived import Derived
-from hpctrain.config.layout import layout_for
+from hpctrain.config.layout import SHARDED, layout_for
 from hpctrain.config.schema import Config
 from hpctrain.engine.base import StageReplicas
 from hpctrain.engine.world import CommError, RankInfo
@@ -35,6 +35,7 @@ from hpctrain.train.pipeline import checkpoint_blocks
 from hpctrain.train.pipeline_step import PipelineTrainer
 from hpctrain.train.precision import make_scaler
 from hpctrain.train.schedule import lr_at
+from hpctrain.train.shard import sharded_trainer
 from hpctrain.train.stats import rank_stats
 from hpctrain.train.step import DataParallelTrainer, StepInput, StepResult, Trainer, sync
 from hpctrain.train.targets import probe
@@ -143,12 +144,16 @@ def build_trainer(
         return _pipeline_trainer(cfg, engine, info, d, run_dir, module, dataset, sampler, common)
     if cfg.model.activation_checkpointing:
         checkpoint_blocks(module, declared_checkpoint_blocks(cfg.model))
+    if cfg.parallelism.name in SHARDED:
+        watch.phase("comm", 0)  # sharding creates the mesh's process groups: every rank must arrive
+        opt = partial(make_optimizer, cfg, lr=cfg.optim.lr)
+        return sharded_trainer(cfg, engine, info, d, run_dir, module, opt, sampler, dataset, common)
     scaler = make_scaler(cfg.precision, device.type)
     watch.phase("comm", 0)  # wrapping (DDP) and the broadcast wait for every rank to get here
     model, optimizer = engine.wrap(cfg, module, make_optimizer(cfg, module, cfg.optim.lr))
     # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
     # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
-    restored = checkpoint.restore(run_dir, module, optimizer, scaler)
+    restored = checkpoint.restore(run_dir, module, optimizer, scaler, cfg.train.resume_from)
     if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
         engine.broadcast_initial(module, optimizer)
     loader = build_loader(cfg.data, dataset, sampler(start_step=restored.step))
@@ -196,7 +201,9 @@ def _pipeline_trainer(
         run, optimizer = engine.wrap_stage(cfg, pieces, base, dp_group)
     stage = layout.stage_of(info.rank)
     weights = StageWeights(pieces)
-    restored = checkpoint.restore(run_dir, weights, StageOptimizer(optimizer, stage), None)
+    restored = checkpoint.restore(
+        run_dir, weights, StageOptimizer(optimizer, stage), None, cfg.train.resume_from
+    )
     pipe = build_pipe(cfg, run, layout, info.rank, device, pp_group, common["criterion"])
     loader = build_loader(cfg.data, dataset, sampler(start_step=restored.step))
     t = PipelineTrainer(
@@ -222,7 +229,9 @@ def train(
         for note in restored.skipped:
             emit(f"checkpoint skipped: {note}")
         if restored.path is not None:
-            emit(f"resuming from {restored.path} at step {restored.step}")
+            n = checkpoint.writers(restored.path)
+            moved = f" (written by {n} ranks, resharded to {d.world_size})" if n and n != d.world_size else ""
+            emit(f"resuming from {restored.path} at step {restored.step}{moved}")
     t.train_mode()
     reset_peak(t.device)  # the peak of training, not of building (a pipeline traces the whole model)
     t.watch.completed(-1)  # built: the timeout counts from the first step on
@@ -248,6 +257,7 @@ def train(
         grad_tensors=t.grad_tensors(),
         probe=probe,
         wait_s=wait,
+        held=t.held_bytes(),
     )
 
 

@@ -12,8 +12,10 @@ import ctypes
 import ctypes.util
 import resource
 from pathlib import Path
+from typing import Any
 
 import torch
+from torch import nn
 
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
@@ -50,3 +52,19 @@ def peak_bytes(device: torch.device) -> int:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def held_bytes(model: nn.Module, optimizer: Any) -> dict[str, int]:
+    """What this rank holds of the parameters, gradients and optimizer state: its shards for a
+    sharded model (DTensors: the local part), everything for a replicated one."""
+
+    def local(t: Any) -> int:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return int(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) and t.dim() > 0 else 0
+
+    params = list(model.parameters())
+    return {
+        "param_bytes": sum(local(p) for p in params),
+        "grad_bytes": sum(local(p.grad) for p in params if p.grad is not None),
+        "optimizer_bytes": sum(local(v) for s in optimizer.state.values() for v in s.values()),
+    }

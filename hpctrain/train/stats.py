@@ -43,6 +43,7 @@ def rank_stats(
     grad_tensors: int = 0,
     probe: tuple[float, float] = (0.0, 0.0),
     wait_s: float = float("nan"),
+    held: dict[str, int] | None = None,
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
@@ -73,6 +74,7 @@ def rank_stats(
         grad_tensors=grad_tensors,
         probe_small_s=probe[0],
         probe_full_s=probe[1],
+        **(held or {}),
         wait_s=wait_s,
     )
 

@@ -25,6 +25,7 @@ from hpctrain.config.schema import Config
 from hpctrain.train import checkpoint
 from hpctrain.train.checkpoint import Weights
 from hpctrain.train.comm_probe import probe_allreduce
+from hpctrain.train.memory import held_bytes
 from hpctrain.train.precision import autocast
 from hpctrain.train.stats import straggler_waits
 from hpctrain.train.watchdog import Watchdog
@@ -85,6 +86,12 @@ class Trainer(ABC):
     def train_mode(self) -> None:
         """Before the first step (pipeline pieces are traced in training mode already)."""
         return None
+
+    def held_bytes(self) -> dict[str, int]:
+        """Parameter, gradient and optimizer-state bytes this rank holds (its shards when sharded)."""
+        w = self.weights
+        module = w if isinstance(w, nn.Module) else nn.ModuleList(getattr(w, "pieces", []))
+        return held_bytes(module, self.optimizer)
 
     @abstractmethod
     def grad_tensors(self) -> int:

@@ -50,6 +50,65 @@ CASES = [
         "parallelism.split_at: ['net.99'] are not places model mlp can be cut",
     ),
     (["run", "model._target_=os.system", "--dry-run"], 2, "belongs to Python's standard library (posix)"),
+    (
+        ["run", "parallelism=fsdp", "parallelism.engine=horovod", "--dry-run"],
+        2,
+        "engine horovod cannot shard a model",
+    ),
+    (
+        ["run", "parallelism=fsdp", "cluster.ranks=2", "parallelism.shard.degree=1", "--dry-run"],
+        2,
+        "use parallelism=hsdp",
+    ),
+    (
+        ["run", "parallelism=hsdp", "cluster.ranks=4", "--dry-run"],
+        2,
+        "it needs at least 2 groups (one node holds every rank)",
+    ),
+    (
+        ["run", "parallelism=hsdp", "cluster.ranks=4", "parallelism.shard.degree=3", "--dry-run"],
+        2,
+        "4 ranks are not a multiple of 3",
+    ),
+    (
+        [
+            "run",
+            "parallelism=fsdp",
+            "cluster.ranks=4",
+            "parallelism.shard.reshard_after_forward=yes",
+            "--dry-run",
+        ],
+        2,
+        "or one of 2",
+    ),
+    (
+        ["run", "parallelism=fsdp", "parallelism.shard.cpu_offload=true", "train.device=cpu", "--dry-run"],
+        2,
+        "where the state already is",
+    ),
+    (["run", "parallelism=fsdp", "precision=fp16", "--dry-run"], 2, "use precision=bf16"),
+    (
+        ["run", "parallelism=fsdp", "parallelism.stages=2", "--dry-run"],
+        2,
+        "with parallelism=fsdp it would do nothing",
+    ),
+    (
+        ["run", "parallelism=fsdp", "parallelism.bucket_mb=5", "--dry-run"],
+        2,
+        "groups gradients by shard unit",
+    ),
+    (
+        ["run", "parallelism.shard.modules=[blocks]", "--dry-run"],
+        2,
+        "with parallelism=data it would do nothing",
+    ),
+    (["run", "parallelism=fsdp", "script={tmp}/ok.py", "--dry-run"], 2, "a script runs its own training"),
+    (
+        ["run", "train.resume_from={tmp}/nothere", "--dry-run"],
+        2,
+        "train.resume_from: {tmp}/nothere does not exist",
+    ),
+    (["run", "train.resume_from={tmp}/empty", "--dry-run"], 2, "is neither a checkpoint nor a run directory"),
     (["run", "data._target_=subprocess.run", "--dry-run"], 2, "belongs to Python's standard library"),
     (["run", "data=folder", "data.path={tmp}/empty", "--dry-run"], 2, "empty has no class directories"),
     (

@@ -49,8 +49,12 @@ class SlurmLauncher(Launcher):
         from hpctrain.launch.slurm.submit import group_by_shape
 
         if len(runs) == 1:
+            from hpctrain.parallel import parallel_notes
+
+            c = runs[0].cfg.cluster
+            notes = "".join(f"# note: {n}\n" for n in parallel_notes(runs[0].cfg, c.world_size, c.node_size))
             script = runs[0].plan.sbatch_script()  # type: ignore[attr-defined]
-            return f"# sbatch script (submitted by submitit; nothing was submitted)\n{script}"
+            return f"{notes}# sbatch script (submitted by submitit; nothing was submitted)\n{script}"
         limits = self.limits(runs)
         out = [f"# arrays of at most {limits.max_array_size} runs ({limits.source})"]
         for group in group_by_shape(runs):

@@ -1,0 +1,97 @@
+"""FSDP2 on the ranks (engine/ddp.py imports this only on a rank): torch's fully_shard over a
+device mesh, unit by unit, bottom-up, then the root (FSDP2's documented use: one all-gather and one
+reduce-scatter per unit, overlapped with the neighbouring units' compute).
+
+The mesh is 1-D for fsdp (every rank a shard) and replicate x shard for hsdp (FSDP2 shards
+over the second dimension and all-reduces over the first). Mixed precision follows precision=:
+parameters gathered in bf16/fp16, gradients reduced in fp32.
+
+Exposed communication is measured as DDP's is (ddp_wrap.py): each unit's full backward hook
+stamps when its backward computation is done; everything backward() takes after the last stamp
+is waiting for the reduce-scatters (FSDP2 waits for them at the end of backward).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+from hpctrain.config.schema import Config
+from hpctrain.errors import HpctrainError
+
+LOW = {"bf16": torch.bfloat16, "fp16": torch.float16}
+WRAPPED = "_checkpoint_wrapped_module"  # activation checkpointing's wrapper holds the block here
+
+
+class ShardError(HpctrainError):
+    """parallelism.shard.modules names nothing in the model."""
+
+    quiet = True  # the message says it all
+
+
+class Stamp:
+    """When the latest unit's backward computation ended (0: none this step)."""
+
+    def __init__(self) -> None:
+        self.ready = 0.0
+
+    def hook(self, module: nn.Module, grad_in: Any, grad_out: Any) -> None:
+        self.ready = time.perf_counter()
+
+
+def mesh_for(device_type: str, replicate: int, shard: int) -> Any:
+    if replicate == 1:
+        return init_device_mesh(device_type, (shard,), mesh_dim_names=("shard",))
+    return init_device_mesh(device_type, (replicate, shard), mesh_dim_names=("replicate", "shard"))
+
+
+def find_units(model: nn.Module, names: list[str]) -> list[nn.Module]:
+    """The modules named (module names as in named_modules(), or class names), deepest first:
+    fully_shard must reach a module's children before the module itself."""
+    found: dict[str, nn.Module] = {}
+    modules = [(n, m) for n, m in model.named_modules() if n and WRAPPED not in n]
+    unknown = []
+    for name in names:
+        hits = [(n, m) for n, m in modules if n == name or type(getattr(m, WRAPPED, m)).__name__ == name]
+        if not hits:
+            unknown.append(name)
+        found.update(hits)
+    if unknown:
+        classes = sorted({type(getattr(m, WRAPPED, m)).__name__ for _, m in modules})
+        raise ShardError(
+            f"parallelism.shard.modules: {unknown} are neither module names nor class names of the "
+            f"model; its classes: {', '.join(classes[:20])}"
+        )
+    return [m for _, m in sorted(found.items(), key=lambda nm: -nm[0].count("."))]
+
+
+def shard_model(
+    cfg: Config, model: nn.Module, replicate: int, shard: int, units: list[str], device_type: str
+) -> Stamp:
+    """Shard `model` in place, the named units first; the stamp their backward hooks keep."""
+    sh = cfg.parallelism.shard
+    mesh = mesh_for(device_type, replicate, shard)
+    low = LOW.get(str(cfg.precision.name))
+    mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
+    offload = CPUOffloadPolicy() if sh.cpu_offload else OffloadPolicy()
+    stamp = Stamp()
+    # a first unit whose input needs no gradient stamps when its output's gradient is computed: a
+    # little early (its own backward follows), which torch warns about on every step
+    warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
+    for unit in find_units(model, units):
+        fully_shard(
+            unit,
+            mesh=mesh,
+            reshard_after_forward=sh.reshard_after_forward,
+            mp_policy=mp,
+            offload_policy=offload,
+        )
+        unit.register_full_backward_hook(stamp.hook)
+    fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload)
+    return stamp

@@ -1,0 +1,127 @@
+"""Sharded data parallelism on real mpirun (FSDP2 over Gloo): fsdp and hsdp give the weights of
+one rank with the whole batch (the check that would catch a sum-instead-of-average bug such as
+pytorch/pytorch#162338), each rank holds its shard of the parameters, gradients and optimizer
+state, and checkpoints move between world sizes and formats: fsdp on 4 ranks -> data on 1 rank
+(Horovod) -> fsdp on 2 ranks, every resumed run ending on the one-rank weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MLP, assert_same_weights, hpctrain, run_ok
+
+pytestmark = pytest.mark.mpi
+
+FSDP = ["parallelism=fsdp", *MLP, "train.batch_per_rank=null", "train.global_batch=32"]  # as one rank's
+
+
+@pytest.fixture
+def one_rank(mlp_one_rank: tuple[Path, dict]) -> tuple[Path, dict]:
+    return mlp_one_rank
+
+
+def assert_sharded_state(s: dict, full: dict, degree: int) -> None:
+    """Every shard group holds the whole state once: parameters, gradients, optimizer state."""
+    whole = full["per_rank"][0]
+    for key in ("param_bytes", "grad_bytes", "optimizer_bytes"):
+        held = [r[key] for r in s["per_rank"]]
+        for g in range(len(held) // degree):
+            assert sum(held[g * degree : (g + 1) * degree]) == whole[key], (key, held)
+        assert max(held) <= whole[key] / degree * 1.25, (key, held)  # shards are balanced
+
+
+@pytest.mark.parametrize(
+    ("ranks", "extra", "degree"),
+    [
+        (2, ["parallelism.shard.reshard_after_forward=false"], 2),
+        (
+            4,
+            [
+                "parallelism=hsdp",
+                "parallelism.shard.degree=2",
+                "parallelism.backward_passes_per_step=2",
+                "model.activation_checkpointing=true",
+            ],
+            2,
+        ),
+        (4, ["parallelism.shard.reshard_after_forward=2"], 4),
+    ],
+    ids=["fsdp2-keep-gathered", "hsdp2x2-accumulate-checkpointed", "fsdp4-reshard-to-2"],
+)
+def test_sharded_ranks_equal_one_rank(
+    tmp_path: Path, one_rank: tuple[Path, dict], ranks: int, extra: list[str], degree: int
+) -> None:
+    run, s = run_ok(
+        tmp_path,
+        "sharded",
+        *FSDP,
+        f"cluster.ranks={ranks}",
+        *extra,
+    )
+    assert_same_weights(one_rank[0], run, rtol=1e-5, atol=1e-6)
+    assert s["world_size"] == ranks and s["shard_degree"] == degree
+    assert s["parallelism"] == ("hsdp" if "parallelism=hsdp" in extra else "fsdp")
+    assert_sharded_state(s, one_rank[1], degree)
+    assert json.loads((run / "plan.json").read_text())["world_size"] == ranks
+
+
+def resumed(tmp: Path, name: str, *overrides: str) -> tuple[Path, str]:
+    run_dir = tmp / name
+    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *overrides)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return run_dir, r.stdout
+
+
+def test_checkpoints_move_between_world_sizes_and_formats(
+    tmp_path: Path, one_rank: tuple[Path, dict]
+) -> None:
+    four, _ = run_ok(
+        tmp_path,
+        "four",
+        *FSDP,
+        "cluster.ranks=4",
+        "cluster.checkpoint_interval=4",
+    )
+    dcp = four / "checkpoints" / "step-000004.dcp"
+    assert sorted(p.name for p in dcp.iterdir()) == [".metadata", *(f"__{r}_0.distcp" for r in range(4))]
+    assert (four / "checkpoints" / "latest").read_text().strip() == dcp.name
+
+    # 4 sharded ranks -> 2 sharded ranks: DCP reshards as it reads
+    two, out = resumed(
+        tmp_path,
+        "two",
+        *FSDP,
+        "cluster.ranks=2",
+        f"train.resume_from={four}",
+    )
+    assert f"resuming from {dcp} at step 4 (written by 4 ranks, resharded to 2)" in out, out
+    assert_same_weights(one_rank[0], two, rtol=1e-5, atol=1e-6)
+
+    # 4 sharded ranks -> 1 rank of data parallelism under Horovod (read whole), which checkpoints again
+    one, out = resumed(
+        tmp_path,
+        "one",
+        *MLP,
+        "cluster.ranks=1",
+        "train.batch_per_rank=32",
+        f"train.resume_from={dcp}",
+        "cluster.checkpoint_interval=2",
+    )
+    assert "at step 4 (written by 4 ranks, resharded to 1)" in out, out
+    assert_same_weights(one_rank[0], one, rtol=1e-5, atol=1e-6)
+
+    # a whole checkpoint (Horovod's, step 6) -> 2 sharded ranks, sharded as it is read
+    pt = one / "checkpoints" / "step-000006.pt"
+    back, out = resumed(
+        tmp_path,
+        "back",
+        *FSDP,
+        "cluster.ranks=2",
+        f"train.resume_from={pt}",
+    )
+    assert f"resuming from {pt} at step 6" in out, out
+    assert_same_weights(one_rank[0], back, rtol=1e-5, atol=1e-6)
+    assert json.loads((back / "summary.json").read_text())["timed_steps"] == 2  # steps 6 and 7
