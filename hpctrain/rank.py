@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
+    from hpctrain.engine.base import Engine
     from hpctrain.train.loop import StopControl
 
 from hpctrain import records
@@ -87,14 +88,21 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
     return train_builtin(cfg, plan, run_dir, control)
 
 
-def parallelism_about(cfg: Config, plan: records.PlanRecord) -> dict[str, object]:
-    """The summary's account of how the model was spread: stages, or the shard degree."""
+def parallelism_about(cfg: Config, plan: records.PlanRecord, engine: type[Engine]) -> dict[str, object]:
+    """The summary's account of how the model was spread (stages, or the shard degree) and how
+    its gradients travel: the engine's groups, or FSDP's units (grad_tensors counts them)."""
     par = cfg.parallelism
+    grads = {
+        "grad_bucket_bytes": engine.grad_bucket_bytes(cfg),
+        "grad_grouping": engine.grouping,
+        "collective": engine.collective,
+    }
     if par.name in SHARDED:
-        return {"shard_degree": shard_mesh(cfg, plan.world_size, plan.ranks_per_node).shard}
+        shard = shard_mesh(cfg, plan.world_size, plan.ranks_per_node).shard
+        return {**grads, "shard_degree": shard, "grad_grouping": "shards", "grad_bucket_bytes": 0}
     if par.name not in PIPELINED:
-        return {}
-    return {"stages": par.stages, "microbatches": par.microbatches, "schedule": str(par.schedule)}
+        return grads
+    return {**grads, "stages": par.stages, "microbatches": par.microbatches, "schedule": str(par.schedule)}
 
 
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
@@ -129,10 +137,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         compression=cfg.parallelism.compression,
         engine=cfg.parallelism.engine,
         parallelism=str(cfg.parallelism.name),
-        grad_bucket_bytes=engine_type.grad_bucket_bytes(cfg),
-        grad_grouping=engine_type.grouping,
-        collective=engine_type.collective,
-        **parallelism_about(cfg, plan),
+        **parallelism_about(cfg, plan, engine_type),
     )
     if info.rank == 0:
         records.write(run_dir / records.SUMMARY, summary)

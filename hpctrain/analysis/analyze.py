@@ -52,6 +52,9 @@ class Point:
     throughput_reps: tuple[float, ...] = ()
     imbalance_s: float = float("nan")  # of comm_s, the wait for the slowest rank (NaN: not measured)
     wait_reps: tuple[float, ...] = ()
+    # parameters + gradients + optimizer state of the rank holding most, mean over repetitions
+    # (bytes; NaN: not recorded): what sharding divides by the shard degree
+    state_bytes: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -94,8 +97,8 @@ class Series:
 
 @dataclass
 class Analysis:
-    """A study: one series per engine and micro-batch count (one unless study.engines or
-    study.microbatches compares them)."""
+    """A study: one series per parallelism, engine and micro-batch count (one unless
+    study.parallelisms, study.engines or study.microbatches compares them)."""
 
     kind: str  # strong | weak
     series: list[Series]
@@ -160,6 +163,9 @@ def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
         if rs[0].stages > 1:
             p.bubble_share = share(avg("bubble_s"), p.step_s)
             p.bubble_theory = metrics.pipeline_bubble(rs[0].stages, rs[0].microbatches)
+        held = [max(x.state_bytes for x in r.per_rank) for r in rs if r.per_rank]
+        if held and all(held):
+            p.state_bytes = statistics.fmean(held)
         if all(len(r.peak_by_stage) == len(rs[0].peak_by_stage) for r in rs):
             p.peak_by_stage = tuple(statistics.fmean(col) for col in zip(*(r.peak_by_stage for r in rs)))
         points.append(p)
@@ -239,13 +245,15 @@ def analyze_runs(
     allreduce: Sequence[records.AllreduceRow] = (),
     corrupt: list[str] | None = None,
 ) -> Analysis:
-    """One series per engine and micro-batch count, in the order they first appear among the runs."""
-    keys = list(dict.fromkeys((r.engine, r.microbatches) for r in runs))
-    several_m = len({m for _, m in keys}) > 1
+    """One series per parallelism, engine and micro-batch count, in the order they first appear."""
+    keys = list(dict.fromkeys((r.parallelism, r.engine, r.microbatches) for r in runs))
+    several_m = len({m for _, _, m in keys}) > 1
+    several_p = len({p for p, _, _ in keys}) > 1
     series = []
-    for engine, m in keys:
-        s = analyze_series(kind, [r for r in runs if (r.engine, r.microbatches) == (engine, m)], allreduce)
-        s.label = f"{engine} m={m}" if several_m else engine
+    for par, engine, m in keys:
+        mine = [r for r in runs if (r.parallelism, r.engine, r.microbatches) == (par, engine, m)]
+        s = analyze_series(kind, mine, allreduce)
+        s.label = (f"{par} " if several_p else "") + (f"{engine} m={m}" if several_m else engine)
         series.append(s)
     return Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))
 

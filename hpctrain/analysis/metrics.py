@@ -123,6 +123,13 @@ def allreduce_bandwidths(size_bytes: float, seconds: float, n: int) -> tuple[flo
     return algbw, algbw * 2.0 * (n - 1) / n
 
 
+def gather_bandwidths(size_bytes: float, seconds: float, n: int) -> tuple[float, float]:
+    """(algbw, busbw) for all-gather and reduce-scatter of S bytes in all: busbw = algbw (n-1)/n,
+    each rank sends and receives (n-1)/n of the data (nccl-tests, doc/PERFORMANCE.md)."""
+    algbw = size_bytes / seconds
+    return algbw, algbw * (n - 1) / n
+
+
 def pipeline_bubble(stages: int, microbatches: int) -> float:
     """Idle share of a GPipe or 1F1B step with equal stages: (p - 1) / (m + p - 1)
     (Huang et al. 2019, GPipe; Narayanan et al. 2021, section 2.2)."""

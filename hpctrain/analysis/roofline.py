@@ -23,6 +23,11 @@ WAIT_FACTOR = 1.5  # exposed beyond this multiple of the expected time is waitin
 FIRST_BUCKET_BYTES = 1 * MIB
 # the setting that makes the groups larger, by grouping (the engines' own keys)
 GROUP_KNOB = {"buckets": "parallelism.bucket_mb", "fusion": "parallelism.fusion_threshold_mb"}
+# FSDP ("shards"): per unit, an all-gather in forward, another in backward (resharded after
+# forward) and a reduce-scatter, each (n-1)/n of the unit's bytes and n-1 ring steps: 3 (n-1)/n m
+# on the wire against an all-reduce's 2 (n-1)/n m (Rajbhandari et al. 2020, section 7: 1.5x DP's
+# volume), so its roofline is the all-reduce's alpha-beta model times 1.5
+VOLUME = {"shards": 1.5}
 
 
 def messages(grouping: str, grad_bytes: float, bucket_bytes: float, tensors: int) -> int:
@@ -31,6 +36,8 @@ def messages(grouping: str, grad_bytes: float, bucket_bytes: float, tensors: int
     1 MiB first bucket, then buckets of the bucket size."""
     if grad_bytes <= 0:
         return 0
+    if grouping == "shards":  # one all-gather / reduce-scatter group per FSDP unit
+        return max(tensors, 1)
     if bucket_bytes <= 0:
         return max(tensors, 1)
     if grouping == "buckets":
@@ -40,6 +47,8 @@ def messages(grouping: str, grad_bytes: float, bucket_bytes: float, tensors: int
 
 
 def describe_grouping(engine: str, grouping: str, bucket_bytes: float) -> str:
+    if grouping == "shards":
+        return "FSDP units (all-gathers and a reduce-scatter each: 1.5x an all-reduce)"
     if grouping == "buckets":
         return f"{engine} buckets of {bucket_bytes / MIB:g} MiB"
     if bucket_bytes <= 0:
@@ -99,6 +108,15 @@ class Roofline:
                 "the step waits for something other than the transfer: look for a slower rank or "
                 "ranks sharing cores before tuning communication"
             )
+        if self.group_kind == "shards":
+            if self.bound == "bandwidth":
+                return (
+                    "parallelism.shard.reshard_after_forward=false skips the all-gather in backward "
+                    "(1.5x -> 1x an all-reduce's bytes) for the memory of the gathered units"
+                )
+            return (
+                f"shard coarser units (parallelism.shard.modules; {self.messages} now) for fewer collectives"
+            )
         if self.bound == "bandwidth":
             if self.compression == "none":
                 return "parallelism.compression=fp16 halves the bytes on the wire"
@@ -145,6 +163,7 @@ def roofline(
     if n <= 1 or grad_bytes <= 0:
         return None
     k = messages(group_kind, grad_bytes, bucket_bytes, tensors)
+    volume = VOLUME.get(group_kind, 1.0)
     return Roofline(
         engine,
         group_kind,
@@ -152,8 +171,8 @@ def roofline(
         grad_bytes,
         k,
         describe_grouping(engine, group_kind, bucket_bytes),
-        comm.latency_part(n, k),
-        comm.bandwidth_part(n, grad_bytes),
+        volume * comm.latency_part(n, k),
+        volume * comm.bandwidth_part(n, grad_bytes),
         exposed_s,
         compression,
         wait_s,

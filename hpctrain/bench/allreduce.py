@@ -1,5 +1,6 @@
 """`hpctrain bench allreduce`: Horovod allreduce, torch.distributed all_reduce (what DDP uses) and
-plain MPI over message sizes, with algorithm and bus bandwidth as nccl-tests defines them, and the
+plain MPI over message sizes, beside torch.distributed's all-gather and reduce-scatter (what FSDP
+uses), with algorithm and bus bandwidth as nccl-tests defines them, and the
 alpha-beta (Hockney) fit of the times."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain import records
-from hpctrain.analysis.metrics import allreduce_bandwidths
+from hpctrain.analysis.metrics import allreduce_bandwidths, gather_bandwidths
 from hpctrain.analysis.model import fit_alpha_beta
 from hpctrain.config.load import load_config
 from hpctrain.launch.registry import launcher_for
@@ -32,12 +33,16 @@ def table(result: records.AllreduceResult) -> Table:
     t = Table(
         title=f"allreduce over {n} ranks: Horovod, torch.distributed and plain MPI ({result.mpi_library})"
     )
-    for col in ("size", "hvd time", "hvd busbw", "torch time", "torch busbw", "MPI time", "MPI busbw"):
+    cols = ("size", "hvd time", "hvd busbw", "torch time", "torch busbw", "MPI time", "MPI busbw")
+    for col in (*cols, "all-gather", "ag busbw", "reduce-scatter", "rs busbw"):
         t.add_column(col, justify="right")
     for row in result.rows:
         cells = [_human(row.bytes)]
         for seconds in (row.hvd_s, row.torch_s, row.mpi_s):
             _, bus = allreduce_bandwidths(row.bytes, seconds, n)
+            cells += [f"{1e6 * seconds:.0f} µs", f"{bus / 1e9:.2f} GB/s"]
+        for seconds in (row.allgather_s, row.reduce_scatter_s):  # FSDP's collectives (torch.distributed)
+            _, bus = gather_bandwidths(row.bytes, seconds, n) if n > 1 else (0.0, 0.0)
             cells += [f"{1e6 * seconds:.0f} µs", f"{bus / 1e9:.2f} GB/s"]
         t.add_row(*cells)
     return t

@@ -382,6 +382,9 @@ class StudyConf:
     # each engine at every scale, interleaved (one series each on every plot and table);
     # null: only parallelism.engine
     engines: Optional[List[str]] = None
+    # each parallelism (a conf/parallelism group: data, fsdp, hsdp, ...) at every scale, one series
+    # each; null: only the config's
+    parallelisms: Optional[List[str]] = None
     # pipeline | hybrid: each micro-batch count at every scale, one series each (empty: the config's)
     microbatches: List[int] = field(default_factory=list)
     allreduce_bench: bool = True  # measure allreduce once per world size (local studies)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hpctrain.config.schema import Config, StudyConf
+from hpctrain.config.schema import Config, Parallelism, StudyConf
 from hpctrain.engine.registry import ENGINES, unknown_engine
 from hpctrain.errors import ConfigError, Problem
 
@@ -18,12 +18,14 @@ class StudyPoint:
     overrides: tuple[str, ...]  # added after the user's own overrides
     engine: str | None = None  # set when the study compares engines (study.engines)
     microbatches: int | None = None  # set when it compares micro-batch counts (study.microbatches)
+    parallelism: str | None = None  # set when it compares parallelisms (study.parallelisms)
 
     @property
     def name(self) -> str:
+        par = f"{self.parallelism}-" if self.parallelism else ""
         engine = f"{self.engine}-" if self.engine else ""
         m = f"m{self.microbatches}-" if self.microbatches else ""
-        return f"{engine}{m}n{self.scale}-r{self.rep}"
+        return f"{par}{engine}{m}n{self.scale}-r{self.rep}"
 
 
 def study_problems(s: StudyConf, scale: str) -> list[Problem]:
@@ -56,6 +58,7 @@ def study_problems(s: StudyConf, scale: str) -> list[Problem]:
                 "parallelism.engine alone",
             )
         )
+    p += _parallelisms_problems(s)
     if len(set(engines)) != len(engines):
         p.append(
             Problem(
@@ -107,11 +110,13 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
     # noisy neighbour shifts both series alike
     engines: list[str | None] = [str(e) for e in s.engines or []] or [None]
     ms: list[int | None] = list(s.microbatches) or [None]
+    pars: list[str | None] = [str(x) for x in s.parallelisms or []] or [None]
     return [
         StudyPoint(
             n,
             r,
             (
+                *([f"parallelism={q}"] if q else []),  # the group first: the keys below override it
                 f"cluster.{scale}={n}",
                 *common,
                 # a pipeline (one replica) has one stage per rank: its stages grow with the scale
@@ -121,10 +126,12 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
             ),
             e,
             m,
+            q,
         )
         for n in sorted(getattr(s, scale))
         for r in range(s.repetitions)
         for m in ms
+        for q in pars
         for e in engines
     ]
 
@@ -132,3 +139,24 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
 def _world(cfg: Config, scale: str, n: int) -> int:
     """The world size at `cluster.<scale>=n`, as the cluster config counts it."""
     return int(dataclasses.replace(cfg.cluster, **{scale: n}).world_size)
+
+
+def _parallelisms_problems(s: StudyConf) -> list[Problem]:
+    given = [str(x) for x in s.parallelisms] if s.parallelisms is not None else None
+    if given is None:
+        return []
+    names = [str(x) for x in Parallelism]
+    p = [
+        Problem(f"study.parallelisms[{i}]", f"no parallelism named {x!r}", f"use one of: {', '.join(names)}")
+        for i, x in enumerate(given)
+        if x not in names
+    ]
+    if not given or len(set(given)) != len(given):
+        p.append(
+            Problem(
+                "study.parallelisms",
+                f"{given} must name distinct parallelisms",
+                "e.g. study.parallelisms=[data,fsdp], or drop it to study the config's parallelism alone",
+            )
+        )
+    return p

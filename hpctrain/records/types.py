@@ -276,6 +276,10 @@ class AllreduceRow:
     hvd_s: float
     mpi_s: float
     torch_s: float = float("nan")  # torch.distributed all_reduce (Gloo/NCCL); NaN in older records
+    # torch.distributed all_gather_into_tensor and reduce_scatter_tensor of `bytes` in all (FSDP's
+    # collectives); NaN in older records
+    allgather_s: float = float("nan")
+    reduce_scatter_s: float = float("nan")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from hpctrain.train.step import DataParallelTrainer
 
 if TYPE_CHECKING:
     from hpctrain.engine.base import Engine
-    from hpctrain.records import StepRecord
 
 
 @dataclass(kw_only=True)
@@ -42,11 +41,11 @@ class ShardedTrainer(DataParallelTrainer):
     def save_checkpoint(self, run_dir: Path, step: int, engine: Engine, master: bool) -> Path | None:
         return shard_checkpoint.save(run_dir, step, self.model, self.optimizer, master, engine.barrier)
 
-    def after_training(
-        self, engine: Engine, out: list[StepRecord], world: int, rank: int, compression: str
-    ) -> tuple[tuple[float, float], float]:
-        # the allreduce probe times the whole gradient's all-reduce: not what FSDP sends
-        return (0.0, 0.0), super().after_training(engine, out, world, rank, compression)[1]
+    def grad_tensors(self) -> int:
+        """FSDP's units: each all-gathers its parameters and reduce-scatters its gradients as one."""
+        from torch.distributed.fsdp import FSDPModule
+
+        return sum(1 for m in self.model.modules() if isinstance(m, FSDPModule))
 
 
 def sharded_trainer(

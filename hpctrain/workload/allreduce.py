@@ -6,6 +6,7 @@ other; rank 0 writes allreduce-n{N}.json into the run directory."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import horovod.torch as hvd
@@ -29,23 +30,34 @@ def _time(fn, iters: int) -> float:
     return MPI.COMM_WORLD.allreduce(local, op=MPI.MAX)  # a collective ends when its slowest rank ends
 
 
-def _torch_distributed(sizes: list[tuple[int, int]]) -> dict[int, float]:
-    """torch.distributed's all_reduce, the collective DDP uses, on its own process group."""
+def _torch_distributed(sizes: list[tuple[int, int]]) -> dict[int, tuple[float, float, float]]:
+    """torch.distributed's all_reduce (what DDP averages with), all_gather_into_tensor and
+    reduce_scatter_tensor (what FSDP gathers parameters and reduces gradients with), on its own
+    process group: (all-reduce, all-gather, reduce-scatter) seconds by the full tensor's bytes."""
     import torch.distributed as dist
 
     export_torch_env()
     gpu = torch.cuda.is_available()
     dist.init_process_group("nccl" if gpu else "gloo")
+    n, device = dist.get_world_size(), "cuda" if gpu else "cpu"
     out = {}
     for size, iters in sizes:
-        t = torch.ones(size // 4, device="cuda" if gpu else "cpu")
+        whole = torch.ones((size // 4) // n * n, device=device)  # every rank's part the same size
+        part = torch.ones(whole.numel() // n, device=device)
 
-        def reduce() -> None:
-            dist.all_reduce(t)
-            if gpu:
-                torch.cuda.synchronize()
+        def timed(op: Callable[[], object]) -> float:
+            def call() -> None:
+                op()
+                if gpu:
+                    torch.cuda.synchronize()
 
-        out[size] = _time(reduce, iters)
+            return _time(call, iters)
+
+        out[size] = (
+            timed(lambda: dist.all_reduce(whole)),
+            timed(lambda: dist.all_gather_into_tensor(whole, part)),
+            timed(lambda: dist.reduce_scatter_tensor(part, whole)),
+        )
     dist.barrier()
     dist.destroy_process_group()
     return out
@@ -78,7 +90,9 @@ def measure(min_bytes: int, max_bytes: int, out: str) -> None:
                 "iters": iters,
                 "hvd_s": hvd_s,
                 "mpi_s": mpi[size],
-                "torch_s": dist_s[size],
+                "torch_s": dist_s[size][0],
+                "allgather_s": dist_s[size][1],
+                "reduce_scatter_s": dist_s[size][2],
             }
         )
     if hvd.rank() == 0:

@@ -59,7 +59,7 @@ EXAMPLES: dict[str, Any] = {
         records.AllreduceResult,
         n=2,
         mpi_library="Open MPI v4.1.4",
-        rows=[records.AllreduceRow(2, 1024, 100, 2e-3, 3e-5, 1e-3)],
+        rows=[records.AllreduceRow(2, 1024, 100, 2e-3, 3e-5, 1e-3, 8e-4, 9e-4)],
     ),
     "plan": records.new(
         records.PlanRecord,

@@ -1,0 +1,121 @@
+"""Sharded data parallelism, planned without a rank: the mesh (which rank holds which shard on
+which node), the batch, what is sharded, the study series, and the optimizer state moving between
+the index-keyed (torch.optim) and name-keyed (torch.distributed.checkpoint) forms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpctrain.config import load_config
+from hpctrain.config.derived import resolve_batch
+from hpctrain.config.layout import ShardMesh, describe_mesh, layout_for, shard_mesh
+from hpctrain.errors import ConfigError
+from hpctrain.facts import HostFacts
+from hpctrain.orchestrate.study import expand_study
+from hpctrain.orchestrate.validate import validate
+from hpctrain.parallel import parallel_notes
+from hpctrain.parallel.split import shard_units
+from hpctrain.train.checkpoint import KEEP, by_index, by_name, candidates, prune
+
+
+def test_hsdp_groups_are_one_nodes_consecutive_ranks() -> None:
+    cfg = load_config(["parallelism=hsdp", "cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=2"])
+    mesh = shard_mesh(cfg, 4, 2)
+    assert mesh == ShardMesh(replicate=2, shard=2)
+    assert describe_mesh(mesh, 4, 2) == [
+        "node 0: rank 0: shard 0/2 of group 0, rank 1: shard 1/2 of group 0",
+        "node 1: rank 2: shard 0/2 of group 1, rank 3: shard 1/2 of group 1",
+    ]
+    validate(cfg)
+
+
+def test_fsdp_shards_over_the_world_and_every_rank_reads_its_own_batch() -> None:
+    cfg = load_config(
+        ["parallelism=fsdp", "cluster.ranks=4", "train.batch_per_rank=null", "train.global_batch=64"]
+    )
+    assert shard_mesh(cfg, 4, 4) == ShardMesh(1, 4)
+    assert layout_for(cfg, 4).replicas == 4  # one stage: each rank a slice of the global batch
+    b = resolve_batch(cfg)
+    assert (b.per_rank, b.global_, b.micro) == (16, 64, 16)
+    notes = parallel_notes(cfg, 4, 4)
+    assert notes[0].startswith("fsdp: mesh 1 replica group(s) x 4 shards; shards units features")
+    validate(cfg, HostFacts.example())
+
+
+def test_what_is_sharded() -> None:
+    t = load_config(["model=transformer", "model.depth=3"]).model
+    assert shard_units(t, []) == ["blocks.layers.0", "blocks.layers.1", "blocks.layers.2"]
+    assert shard_units(t, ["TransformerEncoderLayer"]) == ["TransformerEncoderLayer"]
+    user = load_config(
+        ["model._target_=torch.nn.Linear", "+model.in_features=4", "+model.out_features=2"]
+    ).model
+    assert shard_units(user, []) == []  # a user model without names is one unit
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["study.parallelisms=[data,data]"], "study.parallelisms"),
+        (["study.parallelisms=[]"], "study.parallelisms"),
+        (["study.parallelisms=[zero3]"], "study.parallelisms[0]"),
+    ],
+)
+def test_bad_study_parallelisms_are_refused(overrides: list[str], key: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        expand_study(load_config(["study=strong", *overrides]))
+    assert key in [p.key for p in e.value.problems]
+
+
+def test_a_study_compares_parallelisms_as_series() -> None:
+    cfg = load_config(
+        ["study=strong", "study.parallelisms=[data,fsdp]", "study.ranks=[1,2]", "study.repetitions=1"]
+    )
+    points = expand_study(cfg)
+    assert [p.name for p in points] == ["data-n1-r0", "fsdp-n1-r0", "data-n2-r0", "fsdp-n2-r0"]
+    assert points[1].overrides[0] == "parallelism=fsdp"  # the group first: the study's keys override it
+
+
+def test_optimizer_state_by_name_and_back() -> None:
+    names = ["a.weight", "a.bias", "b.weight"]
+    osd = {"state": {0: {"m": 1}, 2: {"m": 3}}, "param_groups": [{"lr": 0.1, "params": [0, 1, 2]}]}
+    named = by_name(osd, names)
+    assert named == {
+        "state": {"a.weight": {"m": 1}, "b.weight": {"m": 3}},
+        "param_groups": [{"lr": 0.1, "params": names}],
+    }
+    assert by_index(named, names) == osd
+
+
+def test_pruning_keeps_the_newest_of_either_format_and_drops_partial_saves(tmp_path: Path) -> None:
+    d = tmp_path / "checkpoints"
+    d.mkdir()
+    for step in (2, 4):
+        (d / f"step-{step:06d}.pt").write_bytes(b"x")
+    (d / "step-000006.dcp").mkdir()
+    (d / "step-000006.dcp" / ".metadata").write_bytes(b"x")
+    (d / ".step-000008.dcp").mkdir()  # a killed save
+    prune(d)
+    assert sorted(p.name for p in d.iterdir()) == ["step-000004.pt", "step-000006.dcp"][-KEEP:]
+    (tmp_path / "checkpoints" / "latest").write_text("step-000006.dcp\n")
+    found, notes = candidates(tmp_path)
+    assert [p.name for p in found] == ["step-000006.dcp", "step-000004.pt"] and notes == []
+
+
+def test_fsdps_roofline_is_one_and_a_half_allreduces() -> None:
+    from hpctrain.analysis.model import CommModel
+    from hpctrain.analysis.roofline import roofline
+
+    comm = CommModel(alpha_s=1e-5, beta_s_per_byte=1e-9)
+    ddp = roofline("ddp", "fusion", 4, 8e6, 8e6, 10, comm, 0.0)
+    fsdp = roofline("ddp", "shards", 4, 8e6, 0, 5, comm, 0.0)
+    assert ddp is not None and fsdp is not None
+    assert fsdp.messages == 5 and ddp.messages == 1
+    # bytes: 3 (n-1)/n m beta against 2 (n-1)/n m beta
+    assert (
+        fsdp.bandwidth_s
+        == pytest.approx(1.5 * ddp.bandwidth_s)
+        == pytest.approx(1.5 * 2 * 3 / 4 * 8e6 * 1e-9)
+    )
+    assert "reshard_after_forward=false" in fsdp.knob
