@@ -21,4 +21,4 @@ CACHE=${HPCTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpctrain}
 "$VENV/bin/python" -m ruff format --check hpctrain tests scripts
 "$VENV/bin/lint-imports"
 # two workers: the SLURM stream and the local stream side by side (tests/conftest.py)
-exec "$VENV/bin/python" -m pytest -n 2 --dist loadgroup "${quick[@]}" "$@"
+exec "$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 "${quick[@]}" "$@"
