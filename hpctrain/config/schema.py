@@ -13,6 +13,8 @@ from typing import Any, ClassVar, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from hpctrain.config.observe import ProfileConf, TrackingConf
+
 # The option sets. OmegaConf accepts a member by its name, so every name equals its value; a
 # StrEnum compares equal to its string, so code and records keep using plain strings.
 
@@ -423,6 +425,8 @@ class Config:
     study: Optional[StudyConf] = None  # set by the `study` group (hpctrain study strong|weak)
     bench: BenchConf = field(default_factory=BenchConf)
     run: RunConf = field(default_factory=RunConf)
+    tracking: TrackingConf = field(default_factory=TrackingConf)  # the `tracking` group
+    profile: ProfileConf = field(default_factory=ProfileConf)
 
     @property
     def user_code(self) -> bool:

@@ -10,6 +10,7 @@ from hpctrain.config import schema as S
 from hpctrain.config.derived import replicas, resolve_batch, world_size
 from hpctrain.config.folder import folder_problems
 from hpctrain.config.layout import PIPELINED
+from hpctrain.config.observe_rules import observe_problems
 from hpctrain.config.resume import resume_problems
 from hpctrain.config.schema import Config
 from hpctrain.config.values import value_problems
@@ -74,6 +75,7 @@ def config_problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
     p += _model_data_problems(cfg)
     p += _fail_problems(cfg, world_size(cfg))
     p += _debug_problems(cfg, world_size(cfg))
+    p += observe_problems(cfg, world_size(cfg))
     if facts is not None:
         p += _host_problems(cfg, facts)
     return p

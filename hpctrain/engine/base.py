@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpctrain.config.schema import Config, ParallelismConf
@@ -136,6 +137,16 @@ class Sharding(ABC):
     def shard(self, cfg: Config, model: nn.Module, replicate: int, shard: int, units: list[str]) -> nn.Module:
         """`model`, sharded in place (what to call, and what checkpoints save): the `units`
         (module or class names) one by one, then the rest."""
+
+
+class Timeline(ABC):
+    """An engine that records its own timeline of collectives (Horovod's), for a profiler window."""
+
+    @abstractmethod
+    def start_timeline(self, path: Path) -> None: ...
+
+    @abstractmethod
+    def stop_timeline(self) -> None: ...
 
 
 def setting_keys(engine: type[Engine]) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpctrain.config.schema import Config, HorovodSettings
-from hpctrain.engine.base import Engine, StageReplicas, step_optimizer
+from hpctrain.engine.base import Engine, StageReplicas, Timeline, step_optimizer
 from hpctrain.engine.world import CommError, RankInfo, gloo_env
 from hpctrain.errors import Problem
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 HOROVOD_FUSION_BYTES = 64 * 2**20  # Horovod's HOROVOD_FUSION_THRESHOLD default
 
 
-class HorovodEngine(Engine, StageReplicas):
+class HorovodEngine(Engine, StageReplicas, Timeline):
     settings = HorovodSettings
     collective = "hvd_s"
     grouping = "fusion"
@@ -75,6 +75,8 @@ class HorovodEngine(Engine, StageReplicas):
             env["HOROVOD_FUSION_THRESHOLD"] = str(int(par.fusion_threshold_mb * 1024 * 1024))
         if par.cycle_time_ms is not None:
             env["HOROVOD_CYCLE_TIME"] = f"{par.cycle_time_ms:g}"
+        if cfg.profile.enabled and cfg.profile.horovod_timeline:
+            env["HOROVOD_TIMELINE"] = "DYNAMIC"  # started and stopped around the profiler's window
         return env
 
     @classmethod
@@ -195,6 +197,12 @@ class HorovodEngine(Engine, StageReplicas):
 
     def shutdown(self) -> None:
         self.hvd.shutdown()
+
+    def start_timeline(self, path: Path) -> None:
+        self.hvd.start_timeline(str(path))  # rank 0 (the coordinator) writes it
+
+    def stop_timeline(self) -> None:
+        self.hvd.stop_timeline()
 
 
 def init_horovod(  # -> horovod.torch module

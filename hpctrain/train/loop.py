@@ -34,6 +34,7 @@ from hpctrain.train.parts import make_criterion, make_dataset, make_model, workl
 from hpctrain.train.pipeline import checkpoint_blocks
 from hpctrain.train.pipeline_step import PipelineTrainer
 from hpctrain.train.precision import make_scaler
+from hpctrain.train.profile import attach
 from hpctrain.train.schedule import lr_at
 from hpctrain.train.shard import sharded_trainer
 from hpctrain.train.stats import rank_stats
@@ -235,8 +236,11 @@ def train(
     t.train_mode()
     reset_peak(t.device)  # the peak of training, not of building (a pipeline traces the whole model)
     t.watch.completed(-1)  # built: the timeout counts from the first step on
+    prof = attach(cfg, info.rank, run_dir, engine, t.watch)  # profile.*: None unless this rank profiles
     out = _steps(cfg, engine, info, d, run_dir, t, restored.step, emit, control)
     t.watch.stop()
+    if prof is not None:
+        prof.close()
     if out is None:
         return None
     probe, wait = t.after_training(engine, out, d.world_size, info.rank, str(cfg.parallelism.compression))
@@ -289,6 +293,7 @@ def _steps(
             lr = lr_at(step, cfg.optim, d.lr)
             vote = control.requested if control is not None else None
             r = t.train_step(engine, cfg, StepInput(x, y, lr, step, vote, t_data))
+            t.watch.phase("data", step + 1)  # what follows counts as the next step's data wait
             rec = _record(cfg, d, info.rank, step, lr, r, t_data, t_prev)
             t_prev = r.end
             out.append(rec)
@@ -296,7 +301,6 @@ def _steps(
             t.watch.completed(step)
             if step + 1 == cfg.train.warmup_steps:  # the peak of the timed steps, as their times:
                 reset_peak(t.device)  # the first step's lazy imports and kernel choice are not the model's
-            t.watch.phase("data", step + 1)
             if cfg.train.stop_on_nonfinite_loss and not math.isfinite(r.loss):
                 raise NonFiniteLoss(
                     f"the loss is {r.loss} at step {step} on rank {info.rank} (lr {lr:g}); lower "

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,10 +96,13 @@ class Watchdog:
         self.progress = time.monotonic()
         self.main = threading.main_thread().ident
         self._stop = threading.Event()
+        self.listener: Callable[[str, int], None] | None = None  # told every phase (the profiler)
 
     # --- called by the training loop (attribute writes only: no I/O on the hot path) --------
     def phase(self, name: str, step: int) -> None:
         self.phase_name, self.step, self.since = name, step, time.time()
+        if self.listener is not None:
+            self.listener(name, step)
 
     def completed(self, step: int) -> None:
         self.done, self.progress = step, time.monotonic()
