@@ -31,12 +31,14 @@ EPILOG = """examples:
   hpctrain status outputs/2026-01-01/12-00-00-train-sweep
   hpctrain study strong study.ranks=[1,2] model=resnet18   strong scaling study + report
   hpctrain analyze outputs/<date>/<time>-train-strong      re-analyze a study
+  hpctrain track outputs/<date>/<time>-train --uri URI      send a run to MLflow later
   hpctrain doctor                                what this environment can do
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
   hpctrain bench submit                          256-point sweep: submit time, sbatch calls
   hpctrain bench startup                         a rank's start: torch's optimizers vs hpctrain's
   hpctrain bench pipeline                        pipeline bubble vs theory at 1..8 micro-batches
   hpctrain bench memory                          state per rank, ddp vs fsdp, vs ZeRO-3's 1/N
+  hpctrain bench profile                         the profiler's cost once its window is over
   hpctrain bench predict STUDY_DIR               the step model's in-sample and leave-one-out errors
 """
 
@@ -88,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_jobs(sub)
     _add_study(sub)
+    tr = sub.add_parser(
+        "track",
+        help="send a run, sweep or study to MLflow / TensorBoard from its records (again: never twice)",
+        description="Logs what is new of a run, sweep or study directory: where its config's "
+        "tracking.* says, else to MLflow's default store (sqlite:///<run.output_root>/mlflow.db). "
+        "Runs of an offline cluster are sent later from a login node this way.",
+    )
+    tr.add_argument("path", type=Path, help="a run, sweep or study directory")
+    tr.add_argument("--uri", help="an MLflow tracking URI (a server, or sqlite:///path.db)")
+    tr.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
     sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
     _add_bench(sub)
     return parser
@@ -161,9 +173,13 @@ def _add_study(sub: Subparsers) -> None:
         help="stop waiting (not the runs) after this many minutes; `hpctrain study resume` goes on",
     )
     an = sub.add_parser(
-        "analyze", help="analyze a study directory: table, CSV, plots, Markdown and HTML report"
+        "analyze",
+        help="analyze a study directory (table, CSV, plots, Markdown and HTML report), or a run's "
+        "profiler traces (profile.enabled=true): the cross-rank trace summary",
     )
-    an.add_argument("path", type=Path, help="a study directory (with study.json)")
+    an.add_argument(
+        "path", type=Path, help="a study directory (with study.json), or a run directory with traces/"
+    )
     an.add_argument("--out", help="report directory (default: STUDY_DIR/report)")
 
 
@@ -207,6 +223,14 @@ def _add_bench(sub: Subparsers) -> None:
     me.add_argument("--batch", type=positive_int, default=2, help="sequences per rank")
     me.add_argument("--steps", type=positive_int, default=3)
     me.add_argument("--out", default="outputs/bench")
+    pf = bsub.add_parser("profile", help="throughput with the profiler's window over vs the profiler off")
+    pf.add_argument("--ranks", type=positive_int, default=2)
+    pf.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
+    pf.add_argument("--steps", type=positive_int, default=60)
+    pf.add_argument(
+        "--warmup", type=positive_int, default=10, help="warm-up steps; the window lies inside them"
+    )
+    pf.add_argument("--out", default="outputs/bench")
     st = bsub.add_parser("startup", help="a rank's CPU to its first step: torch's optimizers vs hpctrain's")
     st.add_argument(
         "--repeats", type=positive_int, default=5, help="interleaved processes of each (default 5)"
@@ -246,6 +270,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
         if args.command == "logs":
             return jobs.logs(args.path, args.rank, args.follow, console)
         return jobs.cancel(args.path, console)
+    if args.command == "track":
+        from hpctrain.commands.track import cmd_track
+
+        return cmd_track(args, console)
     if args.command == "doctor":
         from hpctrain.commands.doctor import run_doctor
 
@@ -274,6 +302,10 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         from hpctrain.bench.pipeline import run_pipeline_bench
 
         return run_pipeline_bench(args, console)
+    if args.bench == "profile":
+        from hpctrain.bench.profile import run_profile_bench
+
+        return run_profile_bench(args, console)
     if args.bench == "startup":
         from hpctrain.bench.startup import run_startup
 

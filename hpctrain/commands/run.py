@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain import records
+from hpctrain.commands.track import tracking_for
 from hpctrain.commands.ui import RichReporter, print_summary
 from hpctrain.config import load_config, to_yaml
 from hpctrain.errors import RecordError
@@ -42,6 +43,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             f"follow it with: hpctrain status {where}   /   hpctrain logs {jobs[0].run_dir} --follow",
             highlight=False,
         )
+        if prep.runs[0].cfg.tracking.mlflow or prep.runs[0].cfg.tracking.tensorboard:
+            console.print(
+                f"tracking: nothing waits to send it; when it ends: hpctrain track {where}", highlight=False
+            )
         return 0
     reporter = RichReporter(console, progress=not args.no_progress)
     labels = (
@@ -49,12 +54,24 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         if prep.group_dir is not None
         else []
     )
+    ended: dict[Path, str] = {}
+    live = tracking_for(where, prep.runs[0].cfg, console, lambda d: ended.get(d, "RUNNING"))
     try:
         states = orchestrate.follow(
-            launcher, jobs, reporter, args.timeout_min * 60, labels, [r.cfg.train.steps for r in prep.runs]
+            launcher,
+            jobs,
+            reporter,
+            args.timeout_min * 60,
+            labels,
+            [r.cfg.train.steps for r in prep.runs],
+            tick=live.poll if live else None,
         )
     finally:
         reporter.close()
+    if live is not None:
+        ended.update({j.run_dir: states[j.job_id].state for j in jobs if states[j.job_id].done})
+        live.finish()
+        console.print(live.where(), highlight=False)
     if prep.group_dir is None:
         summary = orchestrate.result(launcher, jobs[0], states[jobs[0].job_id])
         print_summary(console, summary)

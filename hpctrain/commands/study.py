@@ -10,7 +10,8 @@ from rich.console import Console
 
 from hpctrain import records
 from hpctrain.analysis.analyze import analyze_dir
-from hpctrain.analysis.report import model_lines, roofline_lines, terminal_table, write_report
+from hpctrain.analysis.report import cost_lines, model_lines, roofline_lines, terminal_table, write_report
+from hpctrain.commands.traces import has_traces, show_traces
 from hpctrain.commands.ui import RichReporter
 from hpctrain.errors import HpctrainError
 from hpctrain.orchestrate.study_run import create_study, load_study, run_study, write_study
@@ -51,6 +52,8 @@ def analyze_and_report(study_dir: Path, console: Console, out: Path | None = Non
         console.print(line, highlight=False, soft_wrap=True)
     for line in roofline_lines(a):
         console.print(f"roofline {line}", highlight=False, soft_wrap=True)
+    for line in cost_lines(a):
+        console.print(line, highlight=False, soft_wrap=True)
     if a.missing:
         console.print(
             f"[yellow]{len(a.missing)} run(s) missing or failed:[/] "
@@ -68,4 +71,7 @@ def analyze_and_report(study_dir: Path, console: Console, out: Path | None = Non
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
+    path = Path(args.path).resolve()
+    if not (path / records.STUDY).exists() and has_traces(path):
+        return show_traces(path, console)
     return analyze_and_report(Path(args.path).resolve(), console, Path(args.out) if args.out else None)

@@ -177,11 +177,19 @@ def follow(
     timeout_s: float,
     labels: Sequence[str] = (),
     steps: Sequence[int] = (),
+    tick: Callable[[], None] | None = None,
 ) -> dict[str, JobStatus]:
     """Wait for the jobs, showing the output of the one running (one job, or a launcher that runs
     a sweep's points one after another); a concurrent sweep is only polled. On an interrupt a
-    launcher that owns its jobs (local) cancels them; SLURM jobs keep running, and say so."""
-    pending = PendingNotes(reporter)
+    launcher that owns its jobs (local) cancels them; SLURM jobs keep running, and say so.
+    `tick` is called at every poll (live tracking)."""
+    notes = PendingNotes(reporter)
+
+    def pending(states: dict[str, JobStatus]) -> None:
+        notes(states)
+        if tick is not None:
+            tick()
+
     try:
         if len(jobs) > 1 and not launcher.sequential:
             return launcher.wait(jobs, timeout_s, poll_s=2.0, on_poll=pending)
@@ -208,7 +216,19 @@ def result(launcher: Launcher, job: Job, status: JobStatus) -> records.RunSummar
     """The run's summary, or the error that explains why there is none."""
     if status.state != "COMPLETED":
         raise launcher.failure(job, status)
-    return records.read(job.run_dir / records.SUMMARY, records.RunSummary)
+    return accounted(launcher, job)
+
+
+def accounted(launcher: Launcher, job: Job) -> records.RunSummary:
+    """A completed run's summary, with the scheduler's accounting of its cost written into it
+    (once: SLURM's sacct, every incarnation of a requeued job)."""
+    summary = records.read(job.run_dir / records.SUMMARY, records.RunSummary)
+    if summary.cost_source == "allocation":
+        better = launcher.accounted(job, summary)
+        if better is not summary:
+            records.write(job.run_dir / records.SUMMARY, better)
+            return better
+    return summary
 
 
 # --- runs already started: from their directories ---------------------------------------------
