@@ -55,6 +55,8 @@ class Point:
     # parameters + gradients + optimizer state of the rank holding most, mean over repetitions
     # (bytes; NaN: not recorded): what sharding divides by the shard degree
     state_bytes: float = float("nan")
+    node_hours: float = float("nan")  # per run: allocation x training time, or sacct's (mean over reps)
+    node_hours_per_1k: float = float("nan")  # steady state: nodes x step time per 1,000 samples
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,12 @@ def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
         if rs[0].stages > 1:
             p.bubble_share = share(avg("bubble_s"), p.step_s)
             p.bubble_theory = metrics.pipeline_bubble(rs[0].stages, rs[0].microbatches)
+        if all(math.isfinite(r.node_hours) for r in rs):
+            p.node_hours = avg("node_hours")
+        if all(r.nodes for r in rs):  # node-hours per 1,000 samples: nodes x seconds per sample
+            p.node_hours_per_1k = (
+                statistics.fmean(r.nodes * r.step_s / r.global_batch for r in rs) * 1e3 / 3600
+            )
         held = [max(x.state_bytes for x in r.per_rank) for r in rs if r.per_rank]
         if held and all(held):
             p.state_bytes = statistics.fmean(held)

@@ -31,6 +31,8 @@ COLUMNS = (
     "state MiB",
     "K–F e",
     "step ms",
+    "node-h",
+    "node-h/1k",
     "model ms",
     "model err",
     "LOO err",
@@ -83,6 +85,8 @@ def rows(a: Analysis) -> list[list[str]]:
                 _f(p.state_bytes / 2**20, ".1f"),
                 _f(p.karp_flatt, ".3f"),
                 _f(1e3 * p.step_s, ".2f"),
+                _f(p.node_hours, ".4f"),
+                _f(p.node_hours_per_1k, ".2e"),
                 _f(1e3 * p.model_step_s, ".2f"),
                 _err(p.model_step_s, p.step_s),
                 _err(p.loo_step_s, p.step_s),
@@ -106,6 +110,24 @@ def terminal_table(a: Analysis) -> Table:
     for r in table:
         t.add_row(*r)
     return t
+
+
+def cost_lines(a: Analysis) -> list[str]:
+    """Per series: the scale whose result costs the fewest node-hours, next to the fastest."""
+    lines = []
+    for s in a.series:
+        priced = [p for p in s.points if p.node_hours_per_1k == p.node_hours_per_1k]
+        if len(priced) < 2:
+            continue
+        cheap = min(priced, key=lambda p: p.node_hours_per_1k)
+        fast = max(priced, key=lambda p: p.throughput)
+        name = f"{s.label}: " if a.compares else ""
+        lines.append(
+            f"{name}cost per result: N={cheap.n} needs the fewest node-hours per 1,000 samples "
+            f"({cheap.node_hours_per_1k:.2e}); N={fast.n} is fastest ({fast.throughput:.1f} samples/s, "
+            f"{fast.node_hours_per_1k / cheap.node_hours_per_1k:.2f}x the node-hours per sample)"
+        )
+    return lines
 
 
 def model_lines(a: Analysis) -> list[str]:
@@ -225,6 +247,7 @@ def sections(a: Analysis) -> list[tuple[str, list[str]]]:
     """The report's headed lists after the main table (empty ones left out)."""
     out = [
         ("Fits and their validation", model_lines(a)),
+        ("Cost per result (node-hours)", cost_lines(a)),
         ("Communication roofline (gradients on the measured allreduce curve)", roofline_lines(a)),
         ("Peak memory per pipeline stage", memory_lines(a)),
         (f"Missing or failed runs ({len(a.missing)})", [f"`{m}`" for m in a.missing]),

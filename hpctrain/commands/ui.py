@@ -101,6 +101,14 @@ class RichReporter:
             self.bar = None
 
 
+def cost_label(s: RunSummary) -> str:
+    return "cost (sacct, every incarnation)" if s.cost_source == "sacct" else "cost (allocation x training)"
+
+
+def energy_text(joules: float | None) -> str:
+    return "not measured" if joules is None else f"{joules / 3.6e6:.4f} kWh"
+
+
 def summary_table(s: RunSummary) -> Table:
     """The run summary; rows of quantities the run did not measure (a script that reports no
     steps, or no split of them) are left out rather than shown as NaN."""
@@ -151,6 +159,9 @@ def summary_table(s: RunSummary) -> Table:
             if roof.exposed_s > roof.expected_s
             else f"{roof.bound}-bound, {100 * roof.overlap:.0f}% hidden",
         )
+    if known(s.node_hours):
+        t.add_row(cost_label(s), f"{s.node_hours:.4f} node-h", f"{s.core_hours:.4f} core-h")
+        t.add_row("  energy", energy_text(s.energy_j), "")
     if known(s.step_p50_s):
         t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
     t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")

@@ -159,6 +159,11 @@ class Launcher(ABC):
     @abstractmethod
     def failure(self, job: Job, status: JobStatus) -> HpctrainError: ...
 
+    def accounted(self, job: Job, summary: records.RunSummary) -> records.RunSummary:
+        """The summary with what the scheduler's accounting says the run cost (node-hours,
+        core-hours, energy); unchanged where there is none (the allocation's figures stay)."""
+        return summary
+
     def release(self, jobs: list[Job]) -> None:
         """The waiting command stops waiting: the jobs must keep running after it exits (a SLURM
         job does anyway; a local run's supervisor is told not to follow its parent)."""

@@ -22,7 +22,7 @@ from hpctrain.errors import HpctrainError, RecordError, RunsFailed
 from hpctrain.launch.base import Job, Launcher, RunSpec
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.probe import run_allreduce
-from hpctrain.orchestrate.runs import Reporter, follow, one_launcher, write_sweep
+from hpctrain.orchestrate.runs import Reporter, accounted, follow, one_launcher, write_sweep
 from hpctrain.orchestrate.study import expand_study
 from hpctrain.orchestrate.validate import validate_points
 
@@ -202,6 +202,8 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
             if st.state != "COMPLETED":  # one failed point does not stop the study; analyze lists it
                 failures.append(f"{r.name} failed: {str(launcher.failure(job, st)).splitlines()[0]}")
                 reporter.note(failures[-1])
+            else:
+                accounted(launcher, job)  # its cost from the scheduler's accounting, into its summary
         if len(failures) == len(manifest.runs):
             raise RunsFailed(f"every run of the study failed, the first: {failures[0]}\n  study: {study_dir}")
     if manifest.allreduce_bench:

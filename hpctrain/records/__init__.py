@@ -121,6 +121,7 @@ def stack_file(rank: int) -> str:
 
 
 STALL = "stall.json"
+COST = "cost.json"  # node-hours, core-hours and energy of the run (driver side, at its end)
 CODE = "code.json"  # the snapshot of the user's code: source, git commit, dirty, files
 CODE_DIFF = "code.diff"  # uncommitted changes of a dirty tree at submission
 

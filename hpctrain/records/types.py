@@ -118,6 +118,13 @@ class RunSummary:
     # allreduce benchmark's column that times its collective; "" in older records (see below)
     grad_grouping: str = ""
     collective: str = ""
+    # what the run cost: from its allocation (nodes x wall time of the training, written by rank
+    # 0), or on SLURM from sacct once the job ended (every incarnation, requeues included)
+    nodes: int = 0  # distinct hosts of the ranks (0: older records)
+    node_hours: float = float("nan")
+    core_hours: float = float("nan")
+    energy_j: float | None = None  # sacct's ConsumedEnergyRaw with an energy plugin; None: not measured
+    cost_source: str = ""  # "allocation" | "sacct"
 
     @property
     def grouping(self) -> str:

@@ -93,7 +93,14 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: objec
     step = avg("step_s")
     bubble = avg("bubble_s")
     throughput = global_batch * steps / wall if wall > 0 else float("nan")
+    nodes = len({r.host for r in per_rank})
+    start, end = about.get("started"), about.get("finished")
+    hours = (end - start) / 3600 if isinstance(start, float) and isinstance(end, float) else float("nan")
     return RunSummary(
+        nodes=nodes,
+        node_hours=nodes * hours,
+        core_hours=n * max(per_rank[0].threads, 1) * hours,
+        cost_source="allocation",
         format_version=FORMAT_VERSION,
         world_size=n,
         global_batch=global_batch,

@@ -59,6 +59,14 @@ def test_two_nodes_two_ranks_each_match_the_local_run(tmp_path: Path, one_rank_r
     local_dir, _ = one_rank_reference
     assert BASE == DIGITS_CNN
     assert_same_weights(slurm_dir, local_dir, rtol=1e-5, atol=1e-6)
+    # its cost, from SLURM's accounting once the job ended: 2 nodes x the job's elapsed time
+    job = json.loads((slurm_dir / "job.json").read_text())["job_id"]
+    acct = subprocess.run(
+        ["sacct", "-j", job, "-X", "-n", "-P", "-o", "ElapsedRaw,AllocCPUS"], capture_output=True, text=True
+    ).stdout.split("|")
+    assert s["cost_source"] == "sacct" and s["energy_j"] is None  # no energy plugin: not measured, not 0
+    assert s["node_hours"] == pytest.approx(2 * int(acct[0]) / 3600)
+    assert s["core_hours"] == pytest.approx(int(acct[1]) * int(acct[0]) / 3600)
 
 
 def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:

@@ -99,3 +99,18 @@ def test_squeue_states_stand_in_for_accounting_and_say_so() -> None:
         f.note.startswith("accounting unavailable (sacct: slurmdbd: Connection refused)")
         for f in found.values()
     )
+
+
+def test_a_requeued_jobs_cost_sums_its_incarnations_and_energy_is_measured_or_none() -> None:
+    from hpctrain.launch.slurm.sacct import parse_usage
+
+    # `sacct -j 77 --duplicates -X -n -P -o JobID,ElapsedRaw,NNodes,AllocCPUS,ConsumedEnergyRaw`
+    # of a job requeued once (SLURM keeps one row per incarnation), without an energy plugin
+    text = "77|40|2|4|0\n77|125|2|4|0\n78|999|1|1|0\n"
+    u = parse_usage(text, "77")
+    assert u is not None and u.incarnations == 2
+    assert u.node_hours == 2 * (40 + 125) / 3600 and u.core_hours == 4 * (40 + 125) / 3600
+    assert u.energy_j is None  # 0 J means no plugin measured it: "not measured", never 0
+    measured = parse_usage("9_1|3600|1|8|7200000\n", "9_1")
+    assert measured is not None and measured.energy_j == 7.2e6 and measured.node_hours == 1.0
+    assert parse_usage("", "77") is None and parse_usage("77|bad|2|4|\n", "77") is None

@@ -3,6 +3,7 @@ tells the state. Sweeps and studies go out as one job array per resource shape."
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from hpctrain.launch.output import srun_failure
 from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
 from hpctrain.launch.slurm.plan import SlurmPlan, plan_slurm
-from hpctrain.launch.slurm.sacct import ENDED, explain_pending
+from hpctrain.launch.slurm.sacct import ENDED, explain_pending, job_usage
 from hpctrain.launch.slurm.watcher import StatusWatcher
 
 
@@ -127,6 +128,18 @@ class SlurmLauncher(Launcher):
             raise LaunchError("scancel not found: install slurm-client") from e
         if r.returncode != 0:
             raise LaunchError(f"scancel failed: {r.stderr.strip()}")
+
+    def accounted(self, job: Job, summary: records.RunSummary) -> records.RunSummary:
+        usage = job_usage(job.job_id)
+        if usage is None:
+            return summary
+        return dataclasses.replace(
+            summary,
+            node_hours=usage.node_hours,
+            core_hours=usage.core_hours,
+            energy_j=usage.energy_j,
+            cost_source="sacct",
+        )
 
     def failure(self, job: Job, status: JobStatus) -> HpctrainError:
         """Cancelled first (ranks stopped by scancel may leave errors that are its effect), then

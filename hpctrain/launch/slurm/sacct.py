@@ -190,3 +190,53 @@ def query(argv: list[str], timeout_s: float = 30) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout if r.returncode == 0 else None
+
+
+# --- what a job cost -------------------------------------------------------------------------
+COST_FIELDS = ("JobID", "ElapsedRaw", "NNodes", "AllocCPUS", "ConsumedEnergyRaw")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A job's accounting summed over its incarnations (a requeued job runs several times)."""
+
+    node_hours: float
+    core_hours: float
+    energy_j: float | None  # None: no energy plugin (sacct reports 0 or nothing): not measured
+    incarnations: int
+
+
+def parse_usage(text: str, job_id: str) -> Usage | None:
+    """`sacct -j JOB --duplicates -X -n -P -o COST_FIELDS` text -> the job's usage (None: no row)."""
+    node_s = core_s = energy = 0.0
+    n, measured = 0, False
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != len(COST_FIELDS) or parts[0] != job_id:
+            continue
+        elapsed, nodes, cpus, joules = (p.strip() for p in parts[1:])
+        if not (elapsed.isdigit() and nodes.isdigit() and cpus.isdigit()):
+            continue
+        n += 1
+        node_s += int(elapsed) * int(nodes)
+        core_s += int(elapsed) * int(cpus)
+        if joules.isdigit() and int(joules) > 0:
+            energy += int(joules)
+            measured = True
+    if not n:
+        return None
+    return Usage(node_s / 3600, core_s / 3600, energy if measured else None, n)
+
+
+def job_usage(job_id: str) -> Usage | None:
+    """The job's usage from accounting (None: accounting does not answer or knows no such job)."""
+    try:
+        r = subprocess.run(
+            ["sacct", "-j", job_id, "--duplicates", "-X", "-n", "-P", "-o", ",".join(COST_FIELDS)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_usage(r.stdout, job_id) if r.returncode == 0 else None
