@@ -122,10 +122,12 @@ def cost_lines(a: Analysis) -> list[str]:
         cheap = min(priced, key=lambda p: p.node_hours_per_1k)
         fast = max(priced, key=lambda p: p.throughput)
         name = f"{s.label}: " if a.compares else ""
+        per_step = cheap.node_hours_per_1k * cheap.batch_per_rank * cheap.n / 1e3  # x samples per step
         lines.append(
             f"{name}cost per result: N={cheap.n} needs the fewest node-hours per 1,000 samples "
-            f"({cheap.node_hours_per_1k:.2e}); N={fast.n} is fastest ({fast.throughput:.1f} samples/s, "
-            f"{fast.node_hours_per_1k / cheap.node_hours_per_1k:.2f}x the node-hours per sample)"
+            f"({cheap.node_hours_per_1k:.2e}; {per_step:.2e} per step); N={fast.n} is fastest "
+            f"({fast.throughput:.1f} samples/s, {fast.node_hours_per_1k / cheap.node_hours_per_1k:.2f}x the "
+            "node-hours per sample)"
         )
     return lines
 

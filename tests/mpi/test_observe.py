@@ -45,6 +45,7 @@ def test_a_four_rank_run_is_tracked_once_profiled_per_rank_and_costed(tmp_path: 
         f"run.dir={run_dir}",
         *OBSERVED,
         "cluster.ranks=4",
+        "profile.horovod_timeline=true",
         "tracking=both",
         f"tracking.uri={uri}",
     )
@@ -61,6 +62,8 @@ def test_a_four_rank_run_is_tracked_once_profiled_per_rank_and_costed(tmp_path: 
         f"comm_ms/rank{k}" for k in range(4)
     }
     assert_traces_agree(run_dir, 4)
+    timeline = (run_dir / "traces" / "horovod_timeline.json").read_text()  # Horovod's own, rank 0 writes it
+    assert '"ph"' in timeline and "ALLREDUCE" in timeline.upper()
     shown = hpctrain_here("analyze", str(run_dir))
     assert shown.returncode == 0 and "straggler: rank" in shown.stdout, shown.stdout + shown.stderr
     s = json.loads((run_dir / records.SUMMARY).read_text())

@@ -110,10 +110,15 @@ def test_a_study_is_a_parent_run_with_a_child_per_point(tmp_path: Path) -> None:
     assert [m.step for m in eff] == [1, 2] and eff[0].value == pytest.approx(1.0)
 
 
-def test_a_tracker_that_fails_warns_once_and_keeps_the_records(run_dir: Path) -> None:
+@pytest.mark.parametrize("store", ["server down", "unwritable"])
+def test_a_tracker_that_fails_warns_once_and_keeps_the_records(
+    run_dir: Path, tmp_path: Path, store: str
+) -> None:
     write_steps(run_dir, range(3))
+    (tmp_path / "a-file").write_text("")
+    uri = "http://127.0.0.1:9" if store == "server down" else f"sqlite:///{tmp_path / 'a-file' / 'm.db'}"
     warnings: list[str] = []
-    t, n = track(run_dir, "http://127.0.0.1:9", False, warnings.append, completed)  # nothing listens
+    t, n = track(run_dir, uri, False, warnings.append, completed)  # nothing listens / no such directory
     assert n == 0 and len(warnings) == 1
     assert "tracking stopped" in warnings[0] and f"hpctrain track {run_dir}" in warnings[0]
     assert len(records.read_steps(run_dir / records.steps_file(0))) == 3
