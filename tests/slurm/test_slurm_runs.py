@@ -230,6 +230,7 @@ def test_bench_submit_sends_a_sweep_in_one_sbatch_call(tmp_path: Path) -> None:
     [sweep] = list(tmp_path.glob("*/*-submit-sweep"))
     manifest = json.loads((sweep / "sweep.json").read_text())
     assert len(manifest["runs"]) == 16 and len(manifest["arrays"]) == 1
+
     # the bench cancels what it submitted: every task is CANCELLED (or ran before the cancel),
     # including the tasks that never started and so have no accounting record of their own (once
     # slurmdbd has recorded the cancel: tasks that started out of order split the array's record)
