@@ -6,6 +6,7 @@ state, and checkpoints move between world sizes and formats: fsdp on 4 ranks -> 
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -125,3 +126,51 @@ def test_checkpoints_move_between_world_sizes_and_formats(
     assert f"resuming from {pt} at step 6" in out, out
     assert_same_weights(one_rank[0], back, rtol=1e-5, atol=1e-6)
     assert json.loads((back / "summary.json").read_text())["timed_steps"] == 2  # steps 6 and 7
+
+
+def test_a_study_compares_data_and_fsdp_state_per_rank(tmp_path: Path) -> None:
+    """study.parallelisms: one series each; the fsdp ranks hold half the state of the data ranks."""
+    r = hpctrain(
+        "study",
+        "weak",
+        "--no-progress",
+        *MLP,
+        "study.ranks=[2]",
+        "study.repetitions=1",
+        "study.steps=4",
+        "study.warmup_steps=1",
+        "study.allreduce_bench=false",
+        "study.parallelisms=[data,fsdp]",
+        "parallelism.engine=ddp",
+        f"run.output_root={tmp_path}",
+        "run.name=par",
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    [study] = list(tmp_path.glob("*/*-par-weak"))
+    s = {p: json.loads((study / f"{p}-n2-r0" / "summary.json").read_text()) for p in ("data", "fsdp")}
+    assert (s["data"]["parallelism"], s["fsdp"]["parallelism"]) == ("data", "fsdp")
+    for key in ("param_bytes", "grad_bytes", "optimizer_bytes"):
+        whole = s["data"]["per_rank"][0][key]
+        assert sum(x[key] for x in s["fsdp"]["per_rank"]) == whole, key  # 2 shards of the same state
+    rows = list(csv.DictReader((study / "report" / "points.csv").open()))
+    assert sorted(row["series"] for row in rows) == ["data", "fsdp"]
+
+
+def test_a_failing_fsdp_rank_is_named_and_the_run_stops_at_that_step(tmp_path: Path) -> None:
+    run_dir = tmp_path / "fail"
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        *FSDP,
+        "cluster.ranks=2",
+        "train.steps=400",
+        "debug.fail_rank=1",
+        "debug.fail_step=3",
+        timeout=180,
+    )
+    assert r.returncode == 4, r.stderr
+    assert "rank 1 failed: InjectedFailure: injected failure on rank 1 at step 3" in r.stderr, r.stderr
+    assert json.loads((run_dir / "error-rank1.json").read_text())["type"] == "InjectedFailure"
+    assert not (run_dir / "summary.json").exists()

@@ -238,6 +238,20 @@ def test_the_throughput_pattern_keeps_the_last_match_of_whole_lines() -> None:
     assert tee.value == 99.0 and out.getvalue().endswith("Total img/sec: 99\n")
 
 
+def test_a_catastrophically_backtracking_pattern_cannot_spin_the_reader() -> None:
+    """`(a+)+$` on 40 `a` and a `!` takes ~2**40 steps in Python's `re`; the reader's engine (RE2)
+    is linear, so the line is read at once. Run in a thread so a regression fails, not hangs."""
+    import threading
+
+    from hpctrain.workload.pattern import compile_pattern
+
+    tee = Tee(io.StringIO(), compile_pattern(r"(a+)+$"))
+    worker = threading.Thread(target=tee.write, args=("a" * 40 + "!\n",), daemon=True)
+    worker.start()
+    worker.join(timeout=30)  # linear time: microseconds; backtracking: hours
+    assert not worker.is_alive() and tee.value is None
+
+
 def test_the_api_is_a_no_op_outside_hpctrain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(api.RUN_DIR_VAR, raising=False)
     api.step(samples=4, loss=1.0)
