@@ -101,8 +101,23 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--uri", help="an MLflow tracking URI (a server, or sqlite:///path.db)")
     tr.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
     sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
+    _add_container(sub)
     _add_bench(sub)
     return parser
+
+
+def _add_container(sub: Subparsers) -> None:
+    ct = sub.add_parser(
+        "container",
+        help="build the training image with Charliecloud (cluster.container.runtime=charliecloud)",
+        description="build: a Debian 12 image from debootstrap, with this machine's wheels (torch, "
+        "mpi4py, Horovod, every dependency at the venv's versions) installed by scripts/setup.sh, "
+        "offline; cached by what went into it. show: the digest of a built image.",
+    )
+    ct.add_argument("action", choices=["build", "show"])
+    ct.add_argument("--tag", default="hpctrain", help="image name in ch-image storage (default: hpctrain)")
+    ct.add_argument("--storage", help="ch-image storage directory (default: ~/.cache/hpctrain/charliecloud)")
+    ct.add_argument("--force", action="store_true", help="build again even if the cached image is current")
 
 
 def _add_run(sub: Subparsers) -> None:
@@ -274,6 +289,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
         from hpctrain.commands.track import cmd_track
 
         return cmd_track(args, console)
+    if args.command == "container":
+        from hpctrain.commands.container import cmd_container
+
+        return cmd_container(args, console)
     if args.command == "doctor":
         from hpctrain.commands.doctor import run_doctor
 

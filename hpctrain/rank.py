@@ -9,6 +9,7 @@ the launcher then stops the others.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import signal
@@ -53,6 +54,9 @@ def base_environment() -> dict[str, Any]:
             if k.startswith(("SLURM_JOB", "SLURM_NNODES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))
         },
     }
+    box = container_facts()
+    if box:
+        rec["container"] = box
     code = os.environ.get(CODE_DIR_VAR)
     if code:
         rec["code"] = {"dir": code}
@@ -60,6 +64,23 @@ def base_environment() -> dict[str, Any]:
         if snap.exists():  # the snapshot's source, git commit and dirty flag
             rec["code"].update(records.read_json(snap))
     return rec
+
+
+def container_facts() -> dict[str, Any] | None:
+    """What a rank in a container sees of it: the runtime and image the plan named, whether it
+    is inside one (each runtime marks its processes), and the image's record (digest) if hpctrain
+    built it."""
+    named = os.environ.get("HPCTRAIN_CONTAINER")
+    if not named:
+        return None
+    marks = ("CH_RUNNING", "APPTAINER_CONTAINER", "SINGULARITY_CONTAINER", "PYXIS_VERSION", "ENROOT_ROOTFS")
+    out: dict[str, Any] = {**json.loads(named), "inside": any(m in os.environ for m in marks)}
+    try:
+        image = json.loads(Path("/etc/hpctrain-image.json").read_text())
+        out.update(digest=image.get("digest"), key=image.get("key"))
+    except (OSError, ValueError):
+        out["digest"] = None
+    return out
 
 
 def run(run_dir: Path, control: StopControl | None = None) -> bool:

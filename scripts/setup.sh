@@ -10,6 +10,11 @@
 #                   On a CUDA cluster: HPCTRAIN_TORCH='torch==2.13.0' with pip's CUDA index set in
 #                   PIP_INDEX_URL, and HOROVOD_GPU_OPERATIONS=NCCL in the environment to build
 #                   Horovod with NCCL (the cache key then includes "nccl").
+#   HPCTRAIN_WHEELS install offline from this directory of wheels (a container build: every
+#                   dependency prebuilt on the host, mpi4py and Horovod included; no compilers)
+#   HPCTRAIN_EXTRAS the extras of hpctrain to install (default: dev; empty: none)
+#   HPCTRAIN_CONTAINERS=1  also Charliecloud and debootstrap, to build and run the training image
+#                   (hpctrain container build; ch-image runs on Debian's python3 with python3-lark)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,11 +23,16 @@ CACHE=${HPCTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpctrain}
 TORCH_SPEC=${HPCTRAIN_TORCH:-torch==2.13.0}
 HOROVOD_VERSION=0.28.1
 PY=${PYTHON:-python3}
+WHEELS=${HPCTRAIN_WHEELS:-}
+EXTRAS=${HPCTRAIN_EXTRAS-dev}
+if [ -n "$WHEELS" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # --- 1. system packages (Debian) -------------------------------------------------------------
 APT_PKGS=(openmpi-bin libopenmpi-dev g++ make cmake git procps)
+[ -z "$WHEELS" ] || APT_PKGS=(openmpi-bin libopenmpi3 procps)  # nothing to compile
+[ -z "${HPCTRAIN_CONTAINERS:-}" ] || APT_PKGS+=(charliecloud debootstrap python3-lark)
 missing=()
 for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ! "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1; then missing+=(python3-venv python3-dev); fi
@@ -44,8 +54,12 @@ if ! "$VENV/bin/python" -c 'import torch, mpi4py' >/dev/null 2>&1; then
   "${PIP[@]}" install --upgrade pip setuptools wheel packaging
   "${PIP[@]}" install "$TORCH_SPEC" numpy
   # mpi4py is built against the system OpenMPI so that it and Horovod share one MPI library.
-  say "building mpi4py against $(mpirun --version 2>/dev/null | head -1)"
-  "${PIP[@]}" install --no-binary mpi4py 'mpi4py>=4,<5'
+  if [ -n "$WHEELS" ]; then
+    "${PIP[@]}" install 'mpi4py>=4,<5'   # the wheel built against the same OpenMPI on the host
+  else
+    say "building mpi4py against $(mpirun --version 2>/dev/null | head -1)"
+    "${PIP[@]}" install --no-binary mpi4py 'mpi4py>=4,<5'
+  fi
 fi
 
 # --- 3. Horovod, built once per (Horovod, torch, Python, GPU ops) and cached ------------------
@@ -88,7 +102,7 @@ stamp="$VENV/.hpctrain-installed"
 want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16) $ROOT"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing hpctrain (editable) and its dependencies"
-  "${PIP[@]}" install --no-build-isolation -e "$ROOT[dev]"
+  "${PIP[@]}" install --no-build-isolation -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   echo "$want" > "$stamp"
 fi
 horovod_ok || { echo "Horovod $HOROVOD_VERSION with PyTorch, MPI and Gloo is not importable from $VENV" >&2; exit 1; }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -54,6 +55,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     has the cores while it does; no two local trainings ever compete with each other. Local tests
     that mostly wait (stall timeouts) or work in one process (the reader fuzz) are marked
     side_stream and join the SLURM stream, so the two streams take about as long."""
+    # the container tests last in their streams: the image builds in the background meanwhile
+    items.sort(key=lambda item: item.get_closest_marker("container") is not None)
     for item in items:
         if item.get_closest_marker("slurm") or item.get_closest_marker("side_stream"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
@@ -99,7 +102,6 @@ def hpctrain_here(*args: str) -> subprocess.CompletedProcess[str]:
     ends before any process starts: validation, dry runs, bad arguments, records that do not
     read. The same code as the `hpctrain` command, without a new interpreter importing torch
     (2-3 s each); exit statuses and messages as the command gives them."""
-    import contextlib
     import io
     import signal
 
@@ -204,6 +206,18 @@ def assert_rank_1_failure_named(tmp: Path, mode: str, *overrides: str) -> None:
     )
     assert r.returncode == 4, r.stdout + r.stderr
     assert "rank 1 failed" in r.stderr and FAILURE_SAID[mode] in r.stderr, r.stderr
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `where` (a test's own directory) and unmounted afterwards:
+    whatever fills a disk in a test fills this one, never the machine's."""
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "--lazy", str(where)], check=True)
 
 
 def start_hpctrain(*args: str) -> subprocess.Popen[str]:

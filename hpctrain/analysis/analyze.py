@@ -107,6 +107,7 @@ class Analysis:
     missing: list[str]  # run directories without a summary (failed, cancelled, not run)
     allreduce: list[records.AllreduceRow] = field(default_factory=list)  # bench rows, all world sizes
     corrupt: list[str] = field(default_factory=list)  # "<file>: what is wrong", for unreadable records
+    containers: list[str] = field(default_factory=list)  # the images the runs' ranks ran in
 
     @property
     def points(self) -> list[Point]:
@@ -308,4 +309,21 @@ def analyze_dir(study_dir: Path) -> Analysis:
             corrupt.append(str(e))
             continue
         allreduce.extend(result.rows)
-    return analyze_runs(manifest.kind, runs, missing, allreduce, corrupt)
+    a = analyze_runs(manifest.kind, runs, missing, allreduce, corrupt)
+    a.containers = containers_of([records.member_dir(study_dir, e.run_dir) for e in manifest.runs])
+    return a
+
+
+def containers_of(run_dirs: list[Path]) -> list[str]:
+    """One line per image the runs ran in (container.json): runtime, its version, image, digest."""
+    seen: dict[str, int] = {}
+    for d in run_dirs:
+        try:
+            c = records.read_json(d / records.CONTAINER)
+        except (RecordError, OSError):
+            continue
+        line = f"{c.get('runtime')} ({c.get('version') or 'version unknown'}), image {c.get('image')}, " + (
+            f"digest {c['digest']}" if c.get("digest") else "digest unknown (not built by hpctrain)"
+        )
+        seen[line] = seen.get(line, 0) + 1
+    return [f"{line}: {n} run(s)" for line, n in seen.items()]

@@ -160,6 +160,23 @@ def check_slurm() -> Check:
     )
 
 
+def check_containers() -> list[Check]:
+    """Which container runtimes this machine has, and whether hpctrain's image is built."""
+    from hpctrain.launch.container.base import runtime_class
+    from hpctrain.launch.container.store import default_storage, image_dir, read_record
+
+    out = []
+    for name in ("charliecloud", "apptainer", "pyxis"):
+        rt = runtime_class(name)
+        version = rt.probe()
+        detail = version or f"not installed ({rt.detect or 'none of ' + ', '.join(rt.binaries) + ' on PATH'})"
+        out.append(Check(f"container: {name}", version is not None, detail, rt.install, required=False))
+    rec = read_record(image_dir(default_storage(), "hpctrain"))
+    detail = f"hpctrain ({rec['digest'][:19]}…) in {default_storage()}" if rec else "not built"
+    out.append(Check("container image", rec is not None, detail, "hpctrain container build", required=False))
+    return out
+
+
 def check_host() -> Check:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return Check("host", True, f"{platform.node()}, {cores} cores, {'root' if os.geteuid() == 0 else 'user'}")
@@ -173,6 +190,7 @@ CHECKS: list[Callable[[], Check | list[Check]]] = [
     check_mpi,
     check_python_packages,
     check_slurm,
+    check_containers,
 ]
 
 

@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import os
 import re
+import sys
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
@@ -36,8 +37,23 @@ TARGETED = ("model", "data", "loss")  # sections whose _target_ takes keyword ar
 
 
 def normalise(overrides: Sequence[str]) -> list[str]:
-    """`script=train.py` is short for `script.path=train.py` (the issue's and torchrun's way)."""
-    return [f"script.path={o[len('script=') :]}" if o.startswith("script=") else o for o in overrides]
+    """`script=train.py` is short for `script.path=train.py` (the issue's and torchrun's way);
+    `cluster.container=IMAGE.sif`, the key before runtimes existed, still means Apptainer."""
+    out = []
+    for o in overrides:
+        if o.startswith("script="):
+            out.append(f"script.path={o[len('script=') :]}")
+        elif o.startswith("cluster.container=") and not o.startswith("cluster.container={"):
+            image = o[len("cluster.container=") :]
+            print(
+                f"hpctrain: {o} is deprecated; it means cluster.container.runtime=apptainer "
+                f"cluster.container.image={image}",
+                file=sys.stderr,
+            )
+            out += ["cluster.container.runtime=apptainer", f"cluster.container.image={image}"]
+        else:
+            out.append(o)
+    return out
 
 
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"

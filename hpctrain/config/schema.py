@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from hpctrain.config.container import ContainerConf
 from hpctrain.config.observe import ProfileConf, TrackingConf
 
 # The option sets. OmegaConf accepts a member by its name, so every name equals its value; a
@@ -290,6 +291,7 @@ class ClusterConf:
 
     name: str = MISSING
     env: Dict[str, str] = field(default_factory=dict)  # extra environment for every rank
+    container: ContainerConf = field(default_factory=ContainerConf)
     study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
     # jobs may start, or restart, long after submission: user code is copied at submission so an
     # edit meanwhile changes nothing (code.snapshot=null follows this)
@@ -345,7 +347,6 @@ class SlurmClusterConf(ClusterConf):
     max_requeues: int = 3  # requeues after time-outs or preemption before giving up
     checkpoint_interval: int = 0  # also checkpoint every N steps (0: only on the signal)
     array_parallelism: int = 64  # array tasks of a sweep running at once
-    container: Optional[str] = None  # an Apptainer image (.sif) every rank runs inside
     submitit_folder: Optional[str] = None  # submitit's pickles and logs; null = <run dir>/submitit
     study_scale: ClassVar[str] = "nodes"
 

@@ -30,7 +30,8 @@ PATH_FIELDS = (
     "run.dir",
     "run.output_root",
     "cluster.submitit_folder",
-    "cluster.container",
+    "cluster.container.image",
+    "cluster.container.storage",
     "data.path",
     "code.dir",
     "script.path",
@@ -40,8 +41,18 @@ ABSOLUTE_FIELDS = ("code.dir", "script.path")
 
 
 def _get(cfg: Any, key: str) -> Any:
-    section, name = key.split(".")
-    return getattr(getattr(cfg, section), name, None)
+    node = cfg
+    for name in key.split("."):
+        node = getattr(node, name, None)
+    return node
+
+
+def _set(cfg: Any, key: str, value: Any) -> None:
+    *parents, name = key.split(".")
+    node = cfg
+    for p in parents:
+        node = getattr(node, p)
+    setattr(node, name, value)
 
 
 def expand_user_paths(cfg: Any) -> None:
@@ -50,13 +61,11 @@ def expand_user_paths(cfg: Any) -> None:
     for key in PATH_FIELDS:
         value = _get(cfg, key)
         if isinstance(value, str) and value.startswith("~") and _utf8(value):
-            section, name = key.split(".")
-            setattr(getattr(cfg, section), name, os.path.expanduser(value))
+            _set(cfg, key, os.path.expanduser(value))
     for key in ABSOLUTE_FIELDS:
         value = _get(cfg, key)
         if isinstance(value, str) and value and not value.startswith("~") and _utf8(value):
-            section, name = key.split(".")
-            setattr(getattr(cfg, section), name, os.path.abspath(value))
+            _set(cfg, key, os.path.abspath(value))
 
 
 def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:

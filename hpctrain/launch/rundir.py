@@ -52,3 +52,7 @@ def write_run_files(run_dir: Path, cfg: Config, plan: Any) -> None:
         snapshot(Path(str(cfg.code.dir)), Path(plan.env[CODE_DIR_VAR]), list(cfg.code.include))
     records.write_atomic(run_dir / records.CONFIG, to_yaml(cfg))
     records.write_json(run_dir / records.PLAN, plan.to_dict())
+    if getattr(plan, "container", None):
+        from hpctrain.launch.container.plan import stage
+
+        stage(cfg, plan.container, run_dir)

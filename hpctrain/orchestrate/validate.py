@@ -12,6 +12,7 @@ from hpctrain.config.validate import config_problems
 from hpctrain.engine.registry import engine_problems
 from hpctrain.errors import ConfigError, Problem
 from hpctrain.facts import HostFacts
+from hpctrain.launch.container import container_problems
 from hpctrain.launch.registry import launcher_class
 from hpctrain.parallel.rules import parallelism_problems
 from hpctrain.workload.rules import workload_problems
@@ -24,6 +25,7 @@ def problems(cfg: Config, facts: HostFacts | None = None) -> list[Problem]:
     p += engine_problems(cfg)
     p += workload_problems(cfg)
     p += parallelism_problems(cfg, world_size(cfg), facts)
+    p += container_problems(cfg)  # the runtime and image on this host (nothing asked without one)
     return p
 
 

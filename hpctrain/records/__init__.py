@@ -5,6 +5,7 @@
     job.json             JobRef: launcher and job id, for status / logs / cancel
     state.json           LocalState: a local run's state, written by its supervisor
     env.json             versions, host names, MPI flavour, Horovod build (rank 0)
+    container.json       cluster.container: runtime and version, image and digest, binds
     steps-rank{R}.jsonl  StepRecord per step and rank
     steps-rank{R}.jsonl.N  an earlier attempt's records, kept when a restart drops some of them
     summary.json         RunSummary: rank 0's aggregate over all ranks, written last
@@ -121,6 +122,7 @@ def stack_file(rank: int) -> str:
 
 
 STALL = "stall.json"
+CONTAINER = "container.json"  # the image a run's ranks ran in: runtime, version, digest, binds
 COST = "cost.json"  # node-hours, core-hours and energy of the run (driver side, at its end)
 CODE = "code.json"  # the snapshot of the user's code: source, git commit, dirty, files
 CODE_DIFF = "code.diff"  # uncommitted changes of a dirty tree at submission

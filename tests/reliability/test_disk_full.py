@@ -6,27 +6,21 @@ is live), status agrees, the step records written so far stay readable, and noth
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hpctrain import records
-from tests.conftest import hpctrain, processes_of
+from tests.conftest import hpctrain, processes_of, small_tmpfs
 
 pytestmark = pytest.mark.mpi
 
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], check=True)
-    try:
+    with small_tmpfs(tmp_path / "small", "512k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "--lazy", str(mnt)], check=True)
 
 
 def test_a_full_disk_is_named_and_the_records_stay_consistent(small_fs: Path) -> None:

@@ -61,13 +61,21 @@ def test_shape_ignores_job_name_but_not_resources() -> None:
     assert a.shape() == _plan("precision=bf16", "train.steps=7").shape()  # content, not resources
 
 
+def _rendered(*overrides: str):
+    """The plan without asking this host for the runtime (Apptainer is not installed here)."""
+    return plan_slurm(load_config(["cluster=slurm", *overrides]), "/runs/r1", "/venv/bin/python")
+
+
 def test_container_wraps_every_rank_in_apptainer() -> None:
-    p = _plan("cluster.container=/images/hpctrain.sif", "cluster.gpus_per_node=2", "cluster.ranks_per_node=2")
-    assert p.python.startswith("apptainer exec --nv --bind /runs")
-    assert p.python.endswith("/images/hpctrain.sif python3")
+    p = _rendered(
+        "cluster.container=/images/hpctrain.sif", "cluster.gpus_per_node=2", "cluster.ranks_per_node=2"
+    )
+    assert " hpctrain-task apptainer exec --nv --bind " in p.python  # in the host's requeue wrapper
+    assert "--bind /runs " in p.python  # the run's directory at the same path
+    assert p.python.endswith("/images/hpctrain.sif /opt/venv/bin/python3")
     script = p.sbatch_script()
     assert "--mpi=pmix" in script and "apptainer exec --nv" in script  # host PMIx, hybrid model
-    assert "--nv" not in _plan("cluster.container=/i.sif").python  # no GPUs, no --nv
+    assert "--nv" not in _rendered("cluster.container=/i.sif").python  # no GPUs, no --nv
 
 
 # (overrides, key) for SLURM configs that must never reach sbatch.
@@ -97,7 +105,7 @@ INVALID_SLURM = [
     (["cluster.srun_args=['--x\n#SBATCH --y']"], "cluster.srun_args[0]"),
     (["run.name='job;reboot'"], "run.name"),
     (["run.name='$(reboot)'"], "run.name"),
-    (["cluster.container='img.sif; rm -rf /'"], "cluster.container"),
+    (["cluster.container='img.sif; rm -rf /'"], "cluster.container.image"),
     (["run.dir='/runs/a\n#SBATCH --x'"], "run.dir"),  # a path that would add a bare script line
     (["run.output_root='/runs\rtouch x'"], "run.output_root"),
     (["cluster.submitit_folder='/runs/s\n'"], "cluster.submitit_folder"),

@@ -16,6 +16,7 @@ from hpctrain.config.derived import derive
 from hpctrain.config.schema import Config, LocalClusterConf
 from hpctrain.engine.registry import needs_gloo_rendezvous, needs_torch_store
 from hpctrain.facts import HostFacts
+from hpctrain.launch.container.plan import container_plan
 from hpctrain.launch.plan import AT_LAUNCH, rank_env
 from hpctrain.parallel import parallel_notes
 from hpctrain.records import FORMAT_VERSION, Batch
@@ -34,6 +35,7 @@ class JobPlan:
     env: dict[str, str]  # variables every rank gets (beyond the launcher's own environment)
     argv: list[str] = field(default_factory=list)  # the launch command, one argument per item
     notes: list[str] = field(default_factory=list)  # decisions worth telling the user
+    container: dict[str, Any] | None = None  # runtime, image and binds when the ranks run in one
 
     @property
     def command_line(self) -> str:
@@ -74,7 +76,7 @@ def mpirun_prefix(
 
 
 def mpirun_argv(
-    c: LocalClusterConf, facts: HostFacts, env: dict[str, str], python: str, run_dir: str
+    c: LocalClusterConf, facts: HostFacts, env: dict[str, str], python: list[str], run_dir: str
 ) -> tuple[list[str], list[str]]:
     """mpirun command for a local launch, and notes on the choices made."""
     threads = c.threads_per_rank or max(1, facts.cpu_count // c.ranks)
@@ -85,7 +87,7 @@ def mpirun_argv(
         argv += ["-x", key if env[key] == AT_LAUNCH else f"{key}={env[key]}"]
     argv += ["-x", "PATH"]  # so remote or wrapped shells find the same python
     argv += list(c.extra_args)
-    argv += [python, "-m", "hpctrain.rank", run_dir]
+    argv += [*python, "-m", "hpctrain.rank", run_dir]
     return argv, notes
 
 
@@ -121,7 +123,10 @@ def plan_local(
         env.update(gloo_env(rendezvous_port))  # Horovod over Gloo: the launcher's rendezvous
     if needs_torch_store(cfg) and "MASTER_PORT" not in env:  # its store: a free port at launch
         env["MASTER_PORT"] = AT_LAUNCH
-    argv, notes = mpirun_argv(c, facts, env, python, run_dir)
+    box = container_plan(cfg, [str(Path(run_dir).parent), home or run_dir])
+    env.update(box.env if box else {})
+    argv, notes = mpirun_argv(c, facts, env, box.python if box else [python], run_dir)
+    notes += [box.note] if box else []
     notes += workload_notes(cfg)
     notes += parallel_notes(cfg, n, n)
     return JobPlan(
@@ -135,4 +140,5 @@ def plan_local(
         env=env,
         argv=argv,
         notes=notes,
+        container=box.record if box else None,
     )

@@ -68,6 +68,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
             return True
         # Stopped after a checkpoint: rank 0 lets submitit requeue the job (it exits the process).
         if int(os.environ.get("SLURM_PROCID", "0")) == 0 and callable(submitit_handler):
+            requeue_through_host()
             try:
                 submitit_handler(signal.SIGUSR2, None)
             except UncompletedJobError as e:  # submitit will not requeue: max_requeues time-outs used
@@ -79,3 +80,26 @@ class TrainingJob(submitit.helpers.Checkpointable):
         """submitit's protocol: what to run after the requeue. The run directory holds the
         checkpoint, so the same job resumes from it."""
         return DelayedSubmission(TrainingJob(self.run_dir))
+
+
+REQUEUE_DIR_VAR = "HPCTRAIN_REQUEUE_DIR"  # set by the plan when the task runs in a container
+
+
+def requeue_through_host() -> None:
+    """In a container there is no `scontrol`: submitit's requeue becomes a request file, which
+    the task's wrapper on the host hands to scontrol once the container exits (see
+    launch/container/plan.py, HOST_REQUEUE)."""
+    folder = os.environ.get(REQUEUE_DIR_VAR)
+    if not folder:
+        return
+    from submitit.core import logger
+    from submitit.slurm.slurm import SlurmJobEnvironment
+
+    def request(env: SlurmJobEnvironment, countdown: int) -> None:
+        job = os.environ.get("SLURM_JOB_ID", "")
+        records.write_atomic(Path(folder) / f"requeue-{job}", env.job_id)
+        logger.get_logger().info(
+            f"Requeue of job {env.job_id} asked of the host ({countdown} remaining timeouts)"
+        )
+
+    setattr(SlurmJobEnvironment, "_requeue", request)  # noqa: B010 - replaces a method for this process

@@ -11,6 +11,7 @@ from typing import Any
 
 from hpctrain.config.derived import derive
 from hpctrain.config.schema import Config, SlurmClusterConf
+from hpctrain.launch.container.plan import container_plan
 from hpctrain.launch.plan import rank_env
 from hpctrain.records import FORMAT_VERSION, Batch
 from hpctrain.workload import workload_env
@@ -31,6 +32,7 @@ class SlurmPlan:
     python: str  # the interpreter command each task runs (inside the container, if any)
     folder: str  # submitit's folder for pickles and logs (%j = job id)
     max_requeues: int
+    container: dict[str, Any] | None = None  # runtime, image and binds when the ranks run in one
 
     def shape(self) -> str:
         """Runs with the same shape share one sbatch script and so one job array."""
@@ -51,21 +53,7 @@ class SlurmPlan:
         return d
 
 
-def container_python(c: SlurmClusterConf, binds: list[str]) -> str:
-    """`apptainer exec` around the image's python: srun starts one container per rank and the
-    host's PMIx wires MPI inside (Apptainer's "hybrid" MPI model)."""
-    if c.container is None:
-        return ""
-    argv = ["apptainer", "exec"]
-    if c.gpus_per_node > 0:
-        argv.append("--nv")  # the host's NVIDIA driver libraries inside the container
-    for b in binds:
-        argv += ["--bind", b]
-    argv += [c.container, "python3"]
-    return shlex.join(argv)
-
-
-def executor_parameters(cfg: Config, env: dict[str, str]) -> dict[str, Any]:
+def executor_parameters(cfg: Config, env: dict[str, str], srun_args: tuple[str, ...] = ()) -> dict[str, Any]:
     """submitit SlurmExecutor parameters for this config (names as submitit spells them)."""
     c: SlurmClusterConf = cfg.cluster
     params: dict[str, Any] = {
@@ -78,7 +66,7 @@ def executor_parameters(cfg: Config, env: dict[str, str]) -> dict[str, Any]:
         "array_parallelism": c.array_parallelism,
         # One task per rank; if any rank dies, srun ends the others instead of leaving them
         # blocked in an allreduce.
-        "srun_args": [f"--mpi={c.mpi}", "--kill-on-bad-exit=1", *c.srun_args],
+        "srun_args": [f"--mpi={c.mpi}", "--kill-on-bad-exit=1", *srun_args, *c.srun_args],
         "setup": [*c.setup, *(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()))],
         "stderr_to_stdout": False,
     }
@@ -101,8 +89,9 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
     home = Path(folder).parent if folder else Path(run_dir)  # a sweep's runs share its directory
     env.update(workload_env(cfg, home))
     folder = folder or c.submitit_folder or str(Path(run_dir) / "submitit")
-    binds = sorted({str(Path(run_dir).parent), str(Path(folder).parent)})
-    py = container_python(c, binds) or shlex.quote(python)
+    box = container_plan(cfg, [str(Path(run_dir).parent), str(Path(folder).parent)], requeue_dir=folder)
+    env.update(box.env if box else {})
+    py = shlex.join(box.python) if box else shlex.quote(python)
     d = derive(cfg)
     return SlurmPlan(
         run_dir=run_dir,
@@ -112,8 +101,9 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
         batch=d.batch,
         lr=d.lr,
         env=env,
-        executor=executor_parameters(cfg, env),
+        executor=executor_parameters(cfg, env, box.srun_args if box else ()),
         python=py,
         folder=folder,
         max_requeues=c.max_requeues,
+        container=box.record if box else None,
     )

@@ -92,14 +92,6 @@ def _script_problems(c: SlurmClusterConf) -> list[Problem]:
                     "put each command in its own entry: cluster.setup='[module load cuda,export X=1]'",
                 )
             )
-    if c.container is not None and (not c.container.strip() or SHELL_META.search(c.container)):
-        p.append(
-            Problem(
-                "cluster.container",
-                f"{c.container!r} is not an image path",
-                "give the path of an Apptainer image, e.g. cluster.container=/images/hpctrain.sif",
-            )
-        )
     return p
 
 

@@ -1,0 +1,75 @@
+"""Charliecloud: `ch-run IMAGE -- python …`, unprivileged through user namespaces. Built and run
+by hpctrain itself (`hpctrain container build`); SLURM sites run it as `srun ch-run …`, and MPI
+follows the hybrid model (the host's mpirun or srun starts one container per rank)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hpctrain.errors import Problem
+from hpctrain.launch.container.base import Runtime, register_runtime, user
+from hpctrain.launch.container.store import default_storage, image_dir, read_record
+
+# variables of the host's Python or libraries that would point the image's python elsewhere
+HOST_ONLY = ("PYTHONHOME", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+
+
+@register_runtime("charliecloud")
+class Charliecloud(Runtime):
+    binaries = ("ch-run",)
+    install = "apt-get install charliecloud (Debian, Ubuntu), then hpctrain container build"
+    shared = ("/tmp",)  # ch-run shares the host's /tmp unless --private-tmp
+
+    @property
+    def image(self) -> str:
+        return self.conf.image or "hpctrain"
+
+    @property
+    def storage(self) -> str:
+        return self.conf.storage or str(default_storage())
+
+    def wrap(self, binds: list[tuple[str, str]], gpus: bool) -> list[str]:
+        argv = ["ch-run"]
+        if "/" not in self.image:  # a name in ch-image storage, not a directory
+            argv += ["-s", self.storage]
+        argv.append("--set-env")  # the image's own environment (its PATH: the venv first) ...
+        argv += [f"--unset-env={v}" for v in HOST_ONLY]  # ... without the host's Python settings
+        for src, dst in binds:
+            argv += ["-b", src if src == dst else f"{src}:{dst}"]
+        return [*argv, self.image, "--"]
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "USER": user()}  # ch-run refuses to start without $USER
+
+    def directory(self) -> Path:
+        return Path(self.image) if "/" in self.image else image_dir(Path(self.storage), self.image)
+
+    def image_problems(self) -> list[Problem]:
+        if not (self.directory() / "bin").is_dir():
+            how = (
+                "run hpctrain container build"
+                if self.conf.image is None
+                else f"build it (hpctrain container build --tag {self.image}) or name an image in {self.storage}"
+            )
+            return [
+                Problem(
+                    "cluster.container.image",
+                    f"no Charliecloud image {self.image!r} ({self.directory()} is not an image)",
+                    how,
+                )
+            ]
+        return []
+
+    def digest(self) -> str | None:
+        rec = read_record(self.directory())
+        return str(rec["digest"]) if rec and "digest" in rec else None
+
+    def prepare(self, binds: list[tuple[str, str]]) -> None:
+        """ch-run binds only onto directories that exist in a read-only image: make the empty mount
+        points a run needs (a run directory outside /tmp, say) in the image directory first."""
+        root = self.directory()
+        for _, dst in binds:
+            target = root / dst.lstrip("/")
+            if not target.exists():
+                os.makedirs(target, exist_ok=True)
