@@ -178,7 +178,8 @@ def load_any(path: Path) -> dict[str, Any]:
     """A checkpoint of either format as one full state (a sharded one has no grad scaler)."""
     if path.is_dir():
         return {"scaler": None, **read_full(path)}
-    return torch.load(path, map_location="cpu", weights_only=False)  # type: ignore[no-any-return]
+    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+    return state
 
 
 def _apply(path: Path, state: dict[str, Any], model: Weights, optimizer: Any, scaler: Any) -> int:

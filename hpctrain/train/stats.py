@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hpctrain.analysis.metrics import share
 from hpctrain.records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
@@ -79,7 +80,7 @@ def rank_stats(
     )
 
 
-def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: object) -> RunSummary:
+def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) -> RunSummary:
     """Run summary over all ranks. Throughput uses the slowest rank's timed wall time, because a
     synchronous data-parallel step ends for everyone when the slowest rank ends. `about`: the
     descriptive fields (model, precision, backend, compression, started, finished)."""
@@ -129,5 +130,5 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: objec
         probe_small_s=avg("probe_small_s"),
         probe_full_s=avg("probe_full_s"),
         imbalance_s=avg("wait_s"),
-        **about,  # type: ignore[arg-type]
+        **about,
     )

@@ -65,7 +65,8 @@ def diagnose(beats: dict[int, dict[str, Any] | None], world: int, now: float) ->
             )
     if out:
         return out
-    busy = [r for r in range(world) if beats[r]["phase"] != "comm"]  # type: ignore[index]
+    current = {r: b for r, b in beats.items() if b is not None}  # every rank's, by now
+    busy = [r for r in range(world) if current[r]["phase"] != "comm"]
     for r in busy or range(world):
         b = beats[r]
         assert b is not None
