@@ -154,7 +154,7 @@ def test_a_study_compares_data_and_fsdp_state_per_rank(tmp_path: Path) -> None:
         whole = s["data"]["per_rank"][0][key]
         assert sum(x[key] for x in s["fsdp"]["per_rank"]) == whole, key  # 2 shards of the same state
     rows = list(csv.DictReader((study / "report" / "points.csv").open()))
-    assert sorted(row["series"] for row in rows) == ["data", "fsdp"]
+    assert sorted(row["series"] for row in rows) == ["data ddp", "fsdp ddp"]  # parallelism, engine
 
 
 def test_a_failing_fsdp_rank_is_named_and_the_run_stops_at_that_step(tmp_path: Path) -> None:
