@@ -16,6 +16,7 @@ from hpctrain.analysis.metrics import share
 from hpctrain.analysis.model import CommModel, fit_comm_model
 from hpctrain.analysis.roofline import Roofline, roofline
 from hpctrain.analysis.stepmodel import Scale, StepModel, fit_step_model
+from hpctrain.analysis.summaries import summaries
 from hpctrain.analysis.uncertainty import Interval, positive_interval, ratio_interval
 from hpctrain.errors import RecordError
 
@@ -285,22 +286,21 @@ def predict(kind: str, model: StepModel, points: list[Point]) -> list[Prediction
 
 def analyze_dir(study_dir: Path) -> Analysis:
     """Every run of the study that has a valid summary; the others are listed as missing (no
-    summary: failed, cancelled, not run) or corrupt (a summary that cannot be read)."""
+    summary: failed, cancelled, not run) or corrupt (a summary that cannot be read). Summaries
+    come through the study's compact cache (analysis/summaries.py), never stale."""
     manifest = records.read_study(study_dir)
-    runs, missing, corrupt = [], [], []
-    for entry in manifest.runs:
-        run_dir = records.member_dir(study_dir, entry.run_dir)
-        try:
-            run = run_from_records(run_dir)
-            why = degenerate(run)
-            if why:
-                raise RecordError(f"{run_dir / records.SUMMARY}: {why}; the run is left out")
+    names = [(e.run_dir, records.member_dir(study_dir, e.run_dir)) for e in manifest.runs]
+    found, missing, corrupt, lines = summaries(study_dir, names)
+    runs, where = [], dict(names)
+    for name, run in found:
+        why = degenerate(run)
+        if why:
+            missing.append(name)
+            corrupt.append(f"{where[name] / records.SUMMARY}: {why}; the run is left out")
+        else:
             runs.append(run)
-        except records.RecordMissing:
-            missing.append(entry.run_dir)
-        except RecordError as e:
-            missing.append(entry.run_dir)
-            corrupt.append(str(e))
+    order = {name: i for i, (name, _) in enumerate(names)}
+    missing.sort(key=lambda name: order.get(name, 0))
     allreduce: list[records.AllreduceRow] = []
     for path in sorted(study_dir.glob("allreduce-n*.json")):
         try:
@@ -310,20 +310,12 @@ def analyze_dir(study_dir: Path) -> Analysis:
             continue
         allreduce.extend(result.rows)
     a = analyze_runs(manifest.kind, runs, missing, allreduce, corrupt)
-    a.containers = containers_of([records.member_dir(study_dir, e.run_dir) for e in manifest.runs])
+    a.containers = counted(lines)
     return a
 
 
-def containers_of(run_dirs: list[Path]) -> list[str]:
-    """One line per image the runs ran in (container.json): runtime, its version, image, digest."""
+def counted(lines: list[str]) -> list[str]:
     seen: dict[str, int] = {}
-    for d in run_dirs:
-        try:
-            c = records.read_json(d / records.CONTAINER)
-        except (RecordError, OSError):
-            continue
-        line = f"{c.get('runtime')} ({c.get('version') or 'version unknown'}), image {c.get('image')}, " + (
-            f"digest {c['digest']}" if c.get("digest") else "digest unknown (not built by hpctrain)"
-        )
+    for line in lines:
         seen[line] = seen.get(line, 0) + 1
     return [f"{line}: {n} run(s)" for line, n in seen.items()]

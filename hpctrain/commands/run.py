@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain import records
-from hpctrain.analysis.analyze import containers_of
+from hpctrain.analysis.summaries import container_line
 from hpctrain.commands.track import tracking_for
 from hpctrain.commands.ui import RichReporter, print_summary
 from hpctrain.config import load_config, to_yaml
@@ -76,8 +76,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if prep.group_dir is None:
         summary = orchestrate.result(launcher, jobs[0], states[jobs[0].job_id])
         print_summary(console, summary)
-        for line in containers_of([jobs[0].run_dir]):
-            console.print(f"container: {line.rsplit(':', 1)[0]}", highlight=False)
+        box = container_line(jobs[0].run_dir)
+        if box:
+            console.print(f"container: {box}", highlight=False)
         console.print(f"records: {jobs[0].run_dir}", highlight=False)
         return 0
     rows = []

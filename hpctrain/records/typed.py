@@ -72,11 +72,15 @@ def _checker(tp: Any) -> Check:
         inner = _checker(next(a for a in typing.get_args(tp) if a is not type(None)))
         return lambda v, where: None if v is None else inner(v, where)
     if origin is list:
-        item = _checker(typing.get_args(tp)[0])
+        arg = typing.get_args(tp)[0]
+        item = _checker(arg)
+        exact = arg if arg in (float, int, str) else None  # JSON gives these types as they are
 
         def check_list(v: Any, where: str) -> Any:
             if type(v) is not list:
                 raise _fail(where, "a list", v)
+            if exact is not None and all(type(x) is exact for x in v):
+                return list(v)  # the common case, without a where-string per element
             return [item(x, f"{where}[{i}]") for i, x in enumerate(v)]
 
         return check_list
@@ -95,6 +99,11 @@ def _checker(tp: Any) -> Check:
 
 
 @functools.cache
+def _required(cls: type) -> frozenset[str]:
+    return frozenset(name for name, required, _ in _fields(cls) if required)
+
+
+@functools.cache
 def _fields(cls: type) -> tuple[tuple[str, bool, Check], ...]:
     """(name, required, checker) of each field of a record class."""
     hints = typing.get_type_hints(cls)
@@ -108,12 +117,69 @@ def _fields(cls: type) -> tuple[tuple[str, bool, Check], ...]:
     )
 
 
+_CONDITIONS = {
+    int: "type(v) is int",
+    float: "type(v) is float",
+    str: "type(v) is str",
+    bool: "v is True or v is False",
+}
+
+
+@functools.cache
+def _flat_reader(cls: type) -> Callable[[Any], Any] | None:
+    """For a record of scalar fields only (RankSummary: 10,000 runs x their ranks in a study), a
+    reader generated once that checks every field inline and builds the record, or returns None
+    when anything is off, for the general path to say what. None if `cls` is not flat."""
+    hints = typing.get_type_hints(cls)
+    checks = []
+    if "format_version" in hints or hasattr(cls, "__post_init__"):  # the general path's checks
+        return None
+    for name, required, _ in _fields(cls):
+        tp, optional = hints[name], False
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp, optional = (args[0], True) if len(args) == 1 else (None, False)
+        if tp not in _CONDITIONS:
+            return None
+        cond = _CONDITIONS[tp].replace("v", f"d[{name!r}]")
+        cond = f"(d[{name!r}] is None or {cond})" if optional else f"({cond})"
+        checks.append(cond if required else f"({name!r} not in d or {cond})")
+    code = (
+        "def read(d):\n"
+        "    if len(d) > N or not REQUIRED <= d.keys() or not d.keys() <= NAMES:\n        return None\n"
+        f"    if not ({' and '.join(checks) or 'True'}):\n        return None\n"
+        "    record = NEW(CLS)\n"
+        "    record.__dict__.update(DEFAULTS)\n"
+        "    record.__dict__.update(d)\n"  # what CLS(**d) does, without a frozen __setattr__ per field
+        "    return record\n"
+    )
+    scope: dict[str, Any] = {
+        "CLS": cls,
+        "N": len(_fields(cls)),
+        "REQUIRED": _required(cls),
+        "NAMES": frozenset(name for name, _, _ in _fields(cls)),
+        "NEW": object.__new__,
+        "DEFAULTS": {
+            f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        },
+    }
+    exec(code, scope)  # noqa: S102 - code built above from the record's own field names
+    return scope["read"]  # type: ignore[no-any-return]
+
+
 def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     """An instance of the record dataclass `cls` from parsed JSON, every field checked."""
+    fast = _flat_reader(cls)  # type: ignore[arg-type]
+    if fast is not None and type(data) is dict:
+        record = fast(data)
+        if record is not None:
+            return record  # type: ignore[no-any-return]
     if type(data) is not dict:
         raise RecordError(f"{where or cls.__name__}: expected a JSON object, found {type(data).__name__}")
     fields = _fields(cls)  # type: ignore[arg-type]
-    if len(data) > len(fields) or not all(k in data for k, required, _ in fields if required):
+    if len(data) > len(fields) or not _required(cls) <= data.keys():  # type: ignore[arg-type]
         names = {name for name, _, _ in fields}
         unknown = sorted(set(data) - names)
         if unknown and not getattr(cls, "EXTRA_KEYS_OK", False):
@@ -133,6 +199,27 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     return cls(**values)
 
 
+SCALARS = (int, float, str, bool, type(None))
+
+
 def to_dict(record: Any) -> dict[str, Any]:
-    """The JSON form of a record (floats stay floats: NaN is written as JSON's NaN extension)."""
-    return dataclasses.asdict(record)
+    """The JSON form of a record (floats stay floats: NaN is written as JSON's NaN extension).
+    dataclasses.asdict deep-copies every value; records hold only scalars, lists and dicts."""
+    out = _plain(record)
+    if not isinstance(out, dict):
+        raise TypeError(f"{type(record).__name__} is not a record")  # a bug, never user input
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if type(value) in SCALARS:
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        if all(type(x) in SCALARS for x in value):
+            return list(value)
+        return [_plain(x) for x in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

@@ -296,3 +296,42 @@ def test_a_run_with_zero_throughput_is_named_and_left_out_not_a_crash(tmp_path: 
     [why] = a.corrupt
     assert "n2-r0-1/summary.json: throughput_samples_per_s is 0.0, not a finite positive number" in why
     write_report(a, study / "report")  # Karp-Flatt and the rest: no ZeroDivisionError
+
+
+def test_the_summary_cache_never_serves_a_stale_number(tmp_path: Path) -> None:
+    """Re-analysis reads one compact table (.summaries-cache.json), yet any change of a record is
+    seen: an atomic rewrite, an edit in place of the same length, a damaged cache, a copy."""
+    import json
+    import shutil
+
+    from hpctrain.analysis import summaries
+    from hpctrain.bench.analyze import synthetic_study
+
+    study = synthetic_study(tmp_path / "s", 16)
+    first = analyze_dir(study)
+    assert (study / summaries.CACHE).exists()
+    victim = study / "n1-r0" / "summary.json"
+
+    def n1_throughput() -> float:
+        [p] = [p for p in analyze_dir(study).points if p.n == 1]
+        return p.throughput
+
+    before = n1_throughput()
+    assert before == [p for p in first.points if p.n == 1][0].throughput  # the cache agrees
+    data = json.loads(victim.read_text())
+    data["throughput_samples_per_s"] *= 2  # an atomic rewrite: a new file in its place
+    records.write_atomic(victim, json.dumps(data))
+    doubled = n1_throughput()
+    assert doubled > before
+    text = victim.read_text()  # an edit in place keeping the length: only the change time moves
+    old = repr(data["throughput_samples_per_s"])
+    new = old[:-1] + ("1" if old[-1] != "1" else "2")
+    with victim.open("r+") as f:
+        f.write(text.replace(old, new, 1))
+    assert n1_throughput() != doubled
+    (study / summaries.CACHE).write_text('{"version": 1, "rows": {"n1-r0": 7}}')  # damaged
+    assert n1_throughput() != doubled
+    copy = tmp_path / "copy"
+    shutil.copytree(study, copy, copy_function=shutil.copy2)  # the cache comes along
+    (copy / "n1-r0" / "summary.json").unlink()
+    assert [m.rsplit("/", 1)[-1] for m in analyze_dir(copy).missing] == ["n1-r0"]  # not the original's

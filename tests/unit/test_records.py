@@ -187,3 +187,27 @@ def test_a_peers_connection_reset_is_never_taken_for_the_cause(tmp_path: Path) -
     cause = dataclasses.replace(EXAMPLES["error"], rank=2, time=5.0)  # written later, but a cause
     records.write(tmp_path / records.error_file(2), cause)
     assert records.first_error(tmp_path) == cause == records.first_error(tmp_path, causes_only=True)
+
+
+def test_the_generated_reader_of_flat_records_agrees_with_the_general_one() -> None:
+    """RankSummary is read by a reader generated from its fields (10,000 runs x their ranks);
+    whatever it does not accept goes to the general path, which names the problem."""
+    from hpctrain.records.typed import _flat_reader
+
+    fast = _flat_reader(records.RankSummary)
+    assert fast is not None and _flat_reader(records.RunSummary) is None  # RunSummary nests, is versioned
+    good = records.to_dict(
+        records.RankSummary(0, "h", 3, 1.0, 0.1, 0.1, 0.2, 0.0, 0.05, 0.02, 2.0, 1.0, 10, 5)
+    )
+    assert fast(good) == records.from_dict(records.RankSummary, good)
+    for bad in (
+        {**good, "rank": "0"},
+        {**good, "rank": True},
+        {**good, "extra": 1},
+        {k: v for k, v in good.items() if k != "host"},
+    ):
+        assert fast(bad) is None
+        with pytest.raises(RecordError):
+            records.from_dict(records.RankSummary, bad)
+    as_int = {**good, "wall_s": 1}  # an int where a float goes: converted by the general path
+    assert fast(as_int) is None and records.from_dict(records.RankSummary, as_int).wall_s == 1.0

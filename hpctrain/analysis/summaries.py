@@ -1,0 +1,135 @@
+"""A study's run summaries, read once: a compact table beside the study (.summaries-cache.json),
+each row keyed by its summary file's identity (inode, size, modification and change times), so
+re-analysing 10,000 runs reads one file instead of 10,000 and a record that changed in any way
+is read again. The table keeps what the analysis reads: each summary without its per-rank list,
+except the rank holding the most state; a row that does not check out is read from its record."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hpctrain import records
+from hpctrain.errors import RecordError
+
+CACHE = ".summaries-cache.json"
+VERSION = 1
+
+
+def stamp(st: os.stat_result) -> list[int]:
+    """What changes whenever a file's content may have: a rename (atomic writes) changes the inode,
+    an edit in place the size or the change time."""
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def compact(s: records.RunSummary) -> records.RunSummary:
+    most = max(s.per_rank, key=lambda r: r.state_bytes, default=None)
+    return dataclasses.replace(s, per_rank=[most] if most is not None else [])
+
+
+def read_cache(study_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((study_dir / CACHE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("rows"), dict):
+        return {}
+    return data["rows"]
+
+
+def write_cache(study_dir: Path, rows: dict[str, Any]) -> None:
+    """Best effort: a study on a read-only file system is analysed all the same."""
+    try:
+        records.write_atomic(study_dir / CACHE, json.dumps({"version": VERSION, "rows": rows}))
+    except OSError:
+        pass
+
+
+def container_line(run_dir: Path) -> str | None:
+    """One line on the image the run ran in (container.json), or None."""
+    try:
+        c = records.read_json(run_dir / records.CONTAINER)
+    except (RecordError, OSError):
+        return None
+    if not isinstance(c, dict):
+        return None
+    digest = f"digest {c['digest']}" if c.get("digest") else "digest unknown (not built by hpctrain)"
+    return f"{c.get('runtime')} ({c.get('version') or 'version unknown'}), image {c.get('image')}, {digest}"
+
+
+def fresh_row(run_dir: Path, st: os.stat_result) -> dict[str, Any]:
+    try:
+        summary = records.read(run_dir / records.SUMMARY, records.RunSummary)
+        row: dict[str, Any] = {"summary": records.to_dict(compact(summary))}
+    except RecordError as e:
+        row = {"error": str(e)}
+    return {"stamp": stamp(st), "container": container_line(run_dir), **row}
+
+
+def from_row(row: Any) -> tuple[records.RunSummary | None, str | None]:
+    """The row's summary (or its recorded error); RecordError if the row itself is damaged."""
+    if not isinstance(row, dict):
+        raise RecordError("a cache row is not an object")
+    if "error" in row:
+        return None, str(row["error"])
+    return records.from_dict(records.RunSummary, row.get("summary")), None
+
+
+def load(study_dir: Path, run_dirs: list[tuple[str, Path]]) -> tuple[dict[str, Any], list[str]]:
+    """Each run's row ({"summary"|"error", "container"}), by its recorded name; runs without a
+    summary are listed as missing. The cache is rewritten when any row changed."""
+    cached = read_cache(study_dir)
+    rows: dict[str, Any] = {}
+    missing: list[str] = []
+    changed = False
+    for name, run_dir in run_dirs:
+        try:
+            st = os.stat(run_dir / records.SUMMARY)
+        except FileNotFoundError:
+            missing.append(name)
+            continue
+        except OSError as e:
+            rows[name] = {
+                "stamp": [],
+                "container": None,
+                "error": f"{run_dir / records.SUMMARY}: {e.strerror}",
+            }
+            continue
+        hit = cached.get(name)
+        if isinstance(hit, dict) and hit.get("stamp") == stamp(st):
+            rows[name] = hit
+        else:
+            rows[name], changed = fresh_row(run_dir, st), True
+    if changed or len(cached) != len(rows):
+        write_cache(study_dir, rows)
+    return rows, missing
+
+
+Found = list[tuple[str, records.RunSummary]]
+
+
+def summaries(
+    study_dir: Path, run_dirs: list[tuple[str, Path]]
+) -> tuple[Found, list[str], list[str], list[str]]:
+    """((name, summary) pairs, missing, corrupt, container lines) of a study's runs, through the
+    cache."""
+    rows, missing = load(study_dir, run_dirs)
+    runs, corrupt, containers = [], [], []
+    where = dict(run_dirs)
+    for name, row in rows.items():
+        try:
+            summary, error = from_row(row)
+        except RecordError:  # a damaged row: the record itself decides
+            row = fresh_row(where[name], os.stat(where[name] / records.SUMMARY))
+            summary, error = from_row(row)
+        if row.get("container"):
+            containers.append(str(row["container"]))
+        if summary is None:
+            missing.append(name)
+            corrupt.append(str(error))
+        else:
+            runs.append((name, summary))
+    return runs, missing, corrupt, containers
