@@ -12,7 +12,9 @@ settings, including options added later, so no new field can slip past them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -68,11 +70,29 @@ def expand_user_paths(cfg: Any) -> None:
             _set(cfg, key, os.path.abspath(value))
 
 
+SKIPPED = (int, bool, type(None))
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(
+        f.name for f in dataclasses.fields(cls)
+    )  # leaves no value rule applies to (enums are skipped too)
+
+
 def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(key, value) of every scalar in a config: a.b for fields and dict keys, a[i] for lists."""
-    if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        for f in dataclasses.fields(node):
-            yield from leaves(getattr(node, f.name), f"{prefix}{f.name}.")
+    """(key, value) of every text and number leaf of a config, where the value rules apply: a.b
+    for fields and dict keys, a[i] for lists. Leaves of other types are passed over without a
+    key being built (validation runs for each of 10,000 sweep points)."""
+    fields = (
+        _field_names(type(node)) if dataclasses.is_dataclass(node) and not isinstance(node, type) else None
+    )
+    if fields is not None:
+        d = node.__dict__
+        for name in fields:
+            v = d[name]
+            if type(v) not in SKIPPED and not isinstance(v, Enum):
+                yield from leaves(v, f"{prefix}{name}.")
     elif isinstance(node, dict):
         for k, v in node.items():
             if isinstance(k, str) and CONTROL.search(k):
@@ -85,9 +105,43 @@ def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix.rstrip("."), node
 
 
+_MEMO: dict[int, tuple[Any, list[Problem]]] | None = None  # per section object, while enabled
+
+
+@contextlib.contextmanager
+def sections_shared() -> Iterator[None]:
+    """While validating the points of a sweep: a section object shared by many points (see
+    config/points.py) has its value problems found once."""
+    global _MEMO
+    outer, _MEMO = _MEMO, {}
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
+def _leaf_problems(cfg: Any) -> list[Problem]:
+    if _MEMO is None or not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
+        return _value_rules(leaves(cfg))
+    out: list[Problem] = []
+    for name in _field_names(type(cfg)):
+        section = getattr(cfg, name)
+        hit = _MEMO.get(id(section))
+        if hit is None or hit[0] is not section:  # the object itself is kept: its id stays its own
+            hit = (section, _value_rules(leaves(section, f"{name}.")))
+            _MEMO[id(section)] = hit
+        out += hit[1]
+    return out
+
+
 def value_problems(cfg: Any) -> list[Problem]:
+    p = _leaf_problems(cfg)
+    return p + _path_problems(cfg)
+
+
+def _value_rules(found: Iterator[tuple[str, Any]]) -> list[Problem]:
     p: list[Problem] = []
-    for key, value in leaves(cfg):
+    for key, value in found:
         if isinstance(value, Enum):
             continue
         if isinstance(value, str) and not _utf8(value):
@@ -110,6 +164,11 @@ def value_problems(cfg: Any) -> list[Problem]:
             )
         elif isinstance(value, float) and not math.isfinite(value):
             p.append(Problem(key, f"must be a finite number (got {value})", f"set {key} to a finite value"))
+    return p
+
+
+def _path_problems(cfg: Any) -> list[Problem]:
+    p: list[Problem] = []
     for key in PATH_FIELDS:
         value = _get(cfg, key)
         if isinstance(value, str) and value.startswith("~"):  # expand_user_paths left it: no such user

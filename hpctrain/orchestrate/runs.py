@@ -12,7 +12,8 @@ from typing import Any, Protocol
 
 from hpctrain import records
 from hpctrain.config.derived import default_run_dir
-from hpctrain.config.load import load_config, load_configs
+from hpctrain.config.load import load_config
+from hpctrain.config.points import load_configs
 from hpctrain.config.schema import Config
 from hpctrain.errors import ConfigError, RecordError
 from hpctrain.events import parse_event
@@ -121,7 +122,7 @@ def write_sweep(
         ],
         arrays=[records.ArrayRef(a, n) for a, n in arrays.items()],
     )
-    records.write(sweep_dir / records.SWEEP, manifest)
+    records.write(sweep_dir / records.SWEEP, manifest, indent=None)  # 10,000 runs: one line, C-encoded
     return manifest
 
 

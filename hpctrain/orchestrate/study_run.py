@@ -15,7 +15,8 @@ from pathlib import Path
 
 from hpctrain import records
 from hpctrain.config.derived import default_run_dir, world_size
-from hpctrain.config.load import load_config, load_configs
+from hpctrain.config.load import load_config
+from hpctrain.config.points import load_configs
 from hpctrain.config.schema import Config
 from hpctrain.config.validate import SAFE_NAME
 from hpctrain.errors import HpctrainError, RecordError, RunsFailed

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from hpctrain.config.derived import world_size
 from hpctrain.config.schema import Config
 from hpctrain.config.validate import config_problems
+from hpctrain.config.values import sections_shared
 from hpctrain.engine.registry import engine_problems
 from hpctrain.errors import ConfigError, Problem
 from hpctrain.facts import HostFacts
@@ -40,8 +41,9 @@ def validate_points(configs: Sequence[Config], labels: Sequence[str], facts: Hos
     """Validate every point of a sweep or study; one ConfigError lists each broken rule once, with
     the points that break it, so nothing starts while any point is invalid."""
     where: dict[Problem, list[str]] = {}
-    for cfg, label in zip(configs, labels):
-        for p in problems(cfg, facts):
-            where.setdefault(p, []).append(label)
+    with sections_shared():
+        for cfg, label in zip(configs, labels):
+            for p in problems(cfg, facts):
+                where.setdefault(p, []).append(label)
     if where:
         raise ConfigError([Problem(p.key, p.rule, p.fix, ", ".join(pts)) for p, pts in where.items()])

@@ -224,7 +224,7 @@ SWEEP_POINTS = [
 
 
 def test_load_configs_equals_load_config_point_by_point() -> None:
-    from hpctrain.config.load import load_configs
+    from hpctrain.config.points import load_configs
 
     assert load_configs(SWEEP_POINTS) == [load_config(p) for p in SWEEP_POINTS]
 
@@ -238,7 +238,7 @@ def test_load_configs_equals_load_config_point_by_point() -> None:
     ],
 )
 def test_load_configs_reports_the_same_errors(bad: list[str], key: str) -> None:
-    from hpctrain.config.load import load_configs
+    from hpctrain.config.points import load_configs
 
     with pytest.raises(ConfigError) as e:
         load_configs([["train.seed=1"], bad])
@@ -275,3 +275,52 @@ def test_a_study_key_outside_a_study_names_the_key_and_the_command(override: str
     [problem] = e.value.problems
     assert problem.key == override.split("=")[0]
     assert "study is not selected" in problem.rule and "hpctrain study strong|weak" in problem.fix
+
+
+# a sweep whose points differ in plain leaves only: the fast path (one typed base, leaves set)
+LEAF_POINTS = [
+    ["data=digits", "precision=bf16", f"train.seed={i}", f"run.dir='~/r{i}'", f"optim.betas=[0.{i},0.9]"]
+    + ([f"script.path=s{i}.py"] if i % 2 else ["parallelism.backend=gloo"])
+    for i in range(1, 5)
+]
+
+
+def test_a_sweep_of_leaves_is_one_typed_config_per_point_and_equals_load_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hpctrain.config import points
+
+    built = []
+    real = points._to_config
+    monkeypatch.setattr(points, "_to_config", lambda cfg: built.append(1) or real(cfg))
+    got = points.load_configs(LEAF_POINTS)
+    assert len(built) == 1  # the shared base only: every point set its leaves on a copy
+    assert got == [load_config(p) for p in LEAF_POINTS]
+    assert got[0].run.dir == os.path.expanduser("~/r1") and got[0].script.path == os.path.abspath("s1.py")
+    assert got[1].parallelism.backend == "gloo" and got[0].optim.betas == [0.1, 0.9]
+    # a key set twice (shared and per point) or under another key takes Hydra's path, in order
+    twice = [["train.seed=1", "train.seed=2"], ["train.seed=1", "train.seed=3"]]
+    assert points.load_configs(twice) == [load_config(p) for p in twice]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["train.seed=5", "train.seed=-12", "train.seed=0", "run.name=abc_1", "model=mlp", "a.b_c.d=X9"]
+    + ["train.seed=007", "run.name=true", "optim.lr=1e-3", "run.name=inf", "x=NaN", "run.name='a b'"],
+)
+def test_the_quick_override_reader_gives_what_hydras_grammar_gives(text: str) -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hpctrain.config.points import _parse_one
+
+    want = OverridesParser.create().parse_override(text)
+    got = _parse_one(text)
+    assert (got.type, got.key_or_group, got.value_type, repr(got.value()), got.package, got.input_line) == (
+        want.type,
+        want.key_or_group,
+        want.value_type,
+        repr(want.value()),  # nan == nan is false; their reprs agree
+        want.package,
+        want.input_line,
+    )
+    assert type(got.value()) is type(want.value())
