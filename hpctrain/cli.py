@@ -161,6 +161,9 @@ def _add_jobs(sub: Subparsers) -> None:
         "status", help="state of a run, sweep or study (local or SLURM), with progress and errors"
     )
     st.add_argument("path", type=Path, help="a run, sweep or study directory")
+    st.add_argument(
+        "--all", action="store_true", help="list every run of a large sweep (default: the first 50)"
+    )
     lg = sub.add_parser("logs", help="print a rank's output (local or SLURM)")
     lg.add_argument("path", type=Path, help="a run directory")
     lg.add_argument("--rank", type=int, default=0)
@@ -216,11 +219,15 @@ def _add_bench(sub: Subparsers) -> None:
     ba = bsub.add_parser(
         "analyze", help="analyze + report a synthetic study of N runs (target: 1000 in < 2 s)"
     )
-    ba.add_argument("--runs", type=positive_int, default=1000)
+    ba.add_argument(
+        "--runs", type=positive_int, nargs="+", default=[256, 1000], help="study sizes (default: 256 1000)"
+    )
     sb = bsub.add_parser(
         "submit", help="plan + submit an N-point single-shape sweep to SLURM; count sbatch calls"
     )
-    sb.add_argument("--points", type=positive_int, default=256)
+    sb.add_argument(
+        "--points", type=positive_int, nargs="+", default=[256], help="sweep sizes (e.g. 256 10000)"
+    )
     sb.add_argument("--out", default="outputs/bench")
     pp = bsub.add_parser("pipeline", help="measured pipeline bubble vs (p-1)/(m+p-1) at m = 1, 2, 4, 8")
     pp.add_argument("--stages", type=positive_int, default=2)
@@ -281,7 +288,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
         from hpctrain.commands import jobs
 
         if args.command == "status":
-            return jobs.status(args.path, console)
+            return jobs.status(args.path, console, show_all=args.all)
         if args.command == "logs":
             return jobs.logs(args.path, args.rank, args.follow, console)
         return jobs.cancel(args.path, console)

@@ -1,5 +1,5 @@
-"""`hpctrain bench submit`: time to plan and submit an N-point single-shape sweep to SLURM, how
-many times sbatch ran (counted by a shim in front of the real sbatch; the target is one call per
+"""`hpctrain bench submit`: time to plan and submit N-point single-shape sweeps to SLURM (several
+sizes: how the time grows, as the exponent of a power law), how many times sbatch ran (counted by a shim in front of the real sbatch; the target is one call per
 array), and what `hpctrain status` of the sweep costs: its time and its sacct and squeue calls
 (counted the same way). The submitted jobs are cancelled afterwards: this measures the control
 plane, not training."""
@@ -12,11 +12,13 @@ import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from hpctrain.bench.analyze import growth
 from hpctrain.errors import LaunchError
 from hpctrain.orchestrate import runs as orchestrate
 
@@ -46,19 +48,25 @@ def _calls(log: Path, tool: str) -> int:
     return log.read_text().split().count(tool)
 
 
-def run_submit(args: argparse.Namespace, console: Console) -> int:
-    if subprocess.run(["scontrol", "ping"], capture_output=True).returncode != 0:
-        raise LaunchError(
-            "no SLURM controller answers: start the local cluster with bash slurm/start.sh "
-            "and export SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf"
-        )
-    calls = _count_calls()
+@dataclass(frozen=True)
+class Measured:
+    points: int
+    arrays: int
+    sbatch: int
+    target: int  # sbatch calls: one per array of at most MaxArraySize runs
+    plan_s: float
+    submit_s: float
+    status_s: float
+    status_calls: tuple[int, int]  # sacct, squeue
+
+
+def measure(points: int, out: Path, calls: Path) -> Measured:
+    """Plan and submit an N-point sweep, ask its status as `hpctrain status` would, cancel it."""
     t0 = time.perf_counter()
-    out = Path(args.out).resolve()
     prep = orchestrate.prepare(
         [
             "cluster=slurm",
-            f"train.seed=range({args.points})",
+            f"train.seed=range({points})",
             "data=digits",
             "train.steps=2",
             "train.warmup_steps=0",
@@ -68,34 +76,69 @@ def run_submit(args: argparse.Namespace, console: Console) -> int:
         multirun=True,
     )
     t1 = time.perf_counter()
+    before = _calls(calls, "sbatch")
     jobs = orchestrate.start(prep, detach=True)
     t2 = time.perf_counter()
-    n_calls = _calls(calls, "sbatch")
+    sbatch = _calls(calls, "sbatch") - before
     sweep_dir = prep.group_dir or prep.runs[0].run_dir
-    before = (_calls(calls, "sacct"), _calls(calls, "squeue"))
-    found = orchestrate.statuses(orchestrate.jobs_in(sweep_dir))  # what `hpctrain status` asks
+    asked = (_calls(calls, "sacct"), _calls(calls, "squeue"))
+    orchestrate.statuses(orchestrate.jobs_in(sweep_dir))  # what `hpctrain status` asks
     t3 = time.perf_counter()
-    status_calls = (_calls(calls, "sacct") - before[0], _calls(calls, "squeue") - before[1])
+    status_calls = (_calls(calls, "sacct") - asked[0], _calls(calls, "squeue") - asked[1])
     prep.launcher.cancel(jobs)
-    arrays = {j.job_id.split("_")[0] for j in jobs}
-    table = Table(title=f"bench submit: {args.points}-point single-shape sweep to the local SLURM cluster")
-    for col in ("measure", "value"):
-        table.add_column(col)
-    table.add_row("points", str(args.points))
-    table.add_row("job arrays", str(len(arrays)))
-    table.add_row("sbatch calls (counted)", str(n_calls))
-    table.add_row("plan (expand + compose + validate + plan)", f"{t1 - t0:.2f} s")
-    table.add_row("submit (run dirs + pickles + sbatch)", f"{t2 - t1:.2f} s")
-    table.add_row("total per point", f"{1e3 * (t2 - t0) / args.points:.1f} ms")
-    table.add_row(f"status of the sweep ({len(found)} runs)", f"{t3 - t2:.2f} s")
-    table.add_row("  sacct / squeue calls (counted)", f"{status_calls[0]} / {status_calls[1]}")
+    target = len(prep.launcher.limits(prep.runs).arrays(points))  # type: ignore[attr-defined]
+    arrays = len({j.job_id.split("_")[0] for j in jobs})
+    return Measured(points, arrays, sbatch, target, t1 - t0, t2 - t1, t3 - t2, status_calls)
+
+
+def run_submit(args: argparse.Namespace, console: Console) -> int:
+    if subprocess.run(["scontrol", "ping"], capture_output=True).returncode != 0:
+        raise LaunchError(
+            "no SLURM controller answers: start the local cluster with bash slurm/start.sh "
+            "and export SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf"
+        )
+    calls = _count_calls()
+    out = Path(args.out).resolve()
+    sizes = sorted(set(args.points))
+    rows = [measure(n, out, calls) for n in sizes]
+    table = Table(title="bench submit: single-shape sweeps to the local SLURM cluster (jobs cancelled after)")
+    for col in (
+        "points",
+        "arrays",
+        "sbatch calls",
+        "plan s",
+        "submit s",
+        "per point ms",
+        "status s",
+        "sacct / squeue",
+    ):
+        table.add_column(col, justify="right")
+    for m in rows:
+        table.add_row(
+            str(m.points),
+            str(m.arrays),
+            f"{m.sbatch} (target {m.target})",
+            f"{m.plan_s:.2f}",
+            f"{m.submit_s:.2f}",
+            f"{1e3 * (m.plan_s + m.submit_s) / m.points:.2f}",
+            f"{m.status_s:.2f}",
+            f"{m.status_calls[0]} / {m.status_calls[1]}",
+        )
     console.print(table)
-    # one call per array; arrays are as large as the cluster's MaxArraySize allows
-    target = len(prep.launcher.limits(prep.runs).arrays(args.points))  # type: ignore[attr-defined]
-    verdict = "[green]meets[/]" if n_calls == target else "[red]misses[/]"
-    console.print(
-        f"{n_calls} sbatch call(s) for {args.points} points ({verdict} the target of {target}: one per "
-        f"array of at most MaxArraySize runs); the jobs were cancelled; records in {prep.group_dir}",
-        highlight=False,
-    )
-    return 0 if n_calls == target else 1
+    if len(rows) > 1:
+        ns = [m.points for m in rows]
+        console.print(
+            f"growth from {ns[0]} to {ns[-1]} points, t ~ n^k: plan k = {growth(ns, [m.plan_s for m in rows]):.2f}, "
+            f"submit k = {growth(ns, [m.submit_s for m in rows]):.2f}, status k = "
+            f"{growth(ns, [m.status_s for m in rows]):.2f}",
+            highlight=False,
+        )
+    ok = all(m.sbatch == m.target for m in rows)
+    for m in rows:
+        verdict = "[green]meets[/]" if m.sbatch == m.target else "[red]misses[/]"
+        console.print(
+            f"{m.sbatch} sbatch call(s) for {m.points} points ({verdict} the target of {m.target}: one per "
+            f"array of at most MaxArraySize runs); the jobs were cancelled; records in {out}",
+            highlight=False,
+        )
+    return 0 if ok else 1

@@ -17,9 +17,14 @@ from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.orchestrate.sweep import split_common, state_rank
 
 
-def status(path: Path, console: Console) -> int:
+SHOWN = 50  # rows of a large sweep's table (the counts above cover every run; --all lists all)
+
+
+def status(path: Path, console: Console, show_all: bool = False) -> int:
     """A sweep or study: counts by state first, then the failed and running points, then the
-    rest; the overrides all points share once, above, and per row only what varies."""
+    rest; the overrides all points share once, above, and per row only what varies. A sweep of
+    more than SHOWN runs lists the first SHOWN in that order (a 10,000-row table takes seconds
+    to draw and nobody reads it), and says how to see the rest."""
     found = orchestrate.statuses(orchestrate.jobs_in(path))
     found.sort(key=lambda f: state_rank(f[1].state))  # stable: submission order within a state
     by_name = orchestrate.overrides_in(path)
@@ -39,7 +44,9 @@ def status(path: Path, console: Console) -> int:
         columns.insert(1, "varies")
     for col in columns:
         table.add_column(col)
-    for (job, st, error), own in zip(found, varying):
+    rows = list(zip(found, varying))
+    hidden = 0 if show_all else max(0, len(rows) - SHOWN)
+    for (job, st, error), own in rows[: len(rows) - hidden]:
         color = {"COMPLETED": "green", "RUNNING": "cyan", "FAILED": "red"}.get(st.state, "yellow")
         row = [
             job.run_dir.name,
@@ -56,6 +63,13 @@ def status(path: Path, console: Console) -> int:
             row.insert(1, " ".join(own))
         table.add_row(*row)
     console.print(table)
+    if hidden:
+        rest = Counter(st.state for (_, st, _), _ in rows[len(rows) - hidden :])
+        console.print(
+            f"{hidden} more run(s) not listed ({', '.join(f'{n} {k.lower()}' for k, n in rest.items())}): "
+            f"hpctrain status {path} --all lists every run",
+            highlight=False,
+        )
     return 0
 
 

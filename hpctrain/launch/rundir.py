@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +14,22 @@ from hpctrain.errors import LaunchError
 
 
 def prepare_run_dir(run_dir: Path) -> Path:
-    """Create the run directory; refuse one that already holds files (runs never share one)."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise LaunchError(f"run directory {run_dir} is a file; choose another run.dir")
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise LaunchError(
-            f"run directory {run_dir} already exists and is not empty; "
-            "choose another run.dir (or leave it unset for a fresh dated one)"
-        )
+    """Create the run directory; refuse one that already holds files (runs never share one).
+    Two mkdir calls for a fresh one (a 10,000-point sweep makes 10,000)."""
     try:
-        (run_dir / records.LOGS).mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(run_dir)
+        except FileNotFoundError:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            if not run_dir.is_dir():
+                raise LaunchError(f"run directory {run_dir} is a file; choose another run.dir") from None
+            if any(run_dir.iterdir()):
+                raise LaunchError(
+                    f"run directory {run_dir} already exists and is not empty; "
+                    "choose another run.dir (or leave it unset for a fresh dated one)"
+                ) from None
+        os.mkdir(run_dir / records.LOGS)
     except OSError as e:
         raise LaunchError(f"cannot create run directory {run_dir}: {e}") from e
     return run_dir
@@ -51,7 +58,7 @@ def write_run_files(run_dir: Path, cfg: Config, plan: Any) -> None:
     if snapshot_on(cfg):
         snapshot(Path(str(cfg.code.dir)), Path(plan.env[CODE_DIR_VAR]), list(cfg.code.include))
     records.write_atomic(run_dir / records.CONFIG, to_yaml(cfg))
-    records.write_json(run_dir / records.PLAN, plan.to_dict())
+    records.write_json(run_dir / records.PLAN, plan.to_dict(), indent=None)
     if getattr(plan, "container", None):
         from hpctrain.launch.container.plan import stage
 

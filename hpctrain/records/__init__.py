@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hpctrain.errors import RecordError, RecordMissing
-from hpctrain.records.io import read_new_lines, write_atomic
+from hpctrain.records.io import one_sync, read_new_lines, write_atomic
 from hpctrain.records.typed import FORMAT_VERSION, from_dict, to_dict
 from hpctrain.records.types import (
     AllreduceResult,
@@ -79,6 +79,7 @@ __all__ = [
     "write",
     "read_json",
     "write_json",
+    "one_sync",
     "write_atomic",
     "read_new_lines",
     "read_steps",
@@ -159,8 +160,10 @@ def allreduce_file(n: int) -> str:
     return f"allreduce-n{n}.json"
 
 
-def write_json(path: Path, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+def write_json(path: Path, obj: Any, indent: int | None = 2) -> None:
+    """indent=None: one line, through json's C encoder (~5x faster; for the files a sweep writes
+    per point, and for manifests of 10,000 runs)."""
+    write_atomic(path, json.dumps(obj, indent=indent, sort_keys=True, default=str) + "\n")
 
 
 def read_json(path: Path) -> Any:
@@ -189,8 +192,8 @@ def read(path: Path, cls: type[T]) -> T:
         raise RecordError(f"{path}: not a valid {cls.__name__} record: {e}") from None
 
 
-def write(path: Path, record: Any) -> None:
-    write_json(path, to_dict(record))
+def write(path: Path, record: Any, indent: int | None = 2) -> None:
+    write_json(path, to_dict(record), indent)
 
 
 def step_line(rec: StepRecord) -> str:

@@ -222,12 +222,17 @@ def test_slurm_study_submits_arrays_and_reports(tmp_path: Path) -> None:
 
 
 def test_bench_submit_sends_a_sweep_in_one_sbatch_call(tmp_path: Path) -> None:
-    r = hpctrain("bench", "submit", "--points", "16", "--out", str(tmp_path), timeout=300)
+    r = hpctrain("bench", "submit", "--points", "16", "4", "--out", str(tmp_path), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 sbatch call(s) for 16 points" in r.stdout, r.stdout
     # `hpctrain status` of the 16 runs asked the scheduler once: one sacct call, one squeue call
-    assert re.search(r"sacct / squeue calls \(counted\) +│ +1 / [01] ", r.stdout), r.stdout
-    [sweep] = list(tmp_path.glob("*/*-submit-sweep"))
+    assert re.search(r"│ +16 │ +1 │ +1 \(target 1\) │.*│ +1 / [01] │", r.stdout), r.stdout
+    assert re.search(r"growth from 4 to 16 points, t ~ n\^k: plan k = -?[0-9.]+", r.stdout), r.stdout
+    [sweep] = [
+        s
+        for s in tmp_path.glob("*/*-submit-sweep*")
+        if len(json.loads((s / "sweep.json").read_text())["runs"]) == 16
+    ]
     manifest = json.loads((sweep / "sweep.json").read_text())
     assert len(manifest["runs"]) == 16 and len(manifest["arrays"]) == 1
 
@@ -257,3 +262,37 @@ def test_a_sweep_larger_than_max_array_size_goes_out_as_several_arrays(tmp_path:
     assert [a["size"] for a in manifest["arrays"]] == [1001, 2], manifest["arrays"]
     tasks = [int(run["job_id"].split("_")[1]) for run in manifest["runs"]]
     assert tasks == [*range(1001), 0, 1]  # each array's own indices, from 0
+
+
+def test_a_requeued_task_of_a_job_array_resumes_bit_identically(tmp_path: Path) -> None:
+    """A sweep is one array from one pickle (each task's name a hard link to it): task 0 holds
+    and is signalled, checkpoints and is requeued as its own TrainingJob; task 1, the same
+    training without the hold, runs straight through. Same weights, bit for bit."""
+    from tests.conftest import MLP
+
+    r = hpctrain(
+        "run", "-m", "--no-wait", *MLP, "cluster=slurm", "debug.hold_step=4,null",
+        f"run.output_root={tmp_path}", "run.name=arr",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    [sweep] = list(tmp_path.glob("*/*-arr-sweep"))
+    held, straight = sweep / "0", sweep / "1"
+    job = signal_at_step(held, 4)
+    assert job.endswith("_0") and _wait_done(job) == "COMPLETED"
+    other = json.loads((straight / "job.json").read_text())["job_id"]
+    assert _wait_done(other) == "COMPLETED"
+    assert "at step 5" in hpctrain("logs", str(held)).stdout
+    assert _recorded_steps(held, 0) == list(range(8))
+    a, b = weights(held), weights(straight)
+    assert all(torch.equal(a[k], b[k]) for k in a), "the requeued task's weights differ"
+    from submitit.core.utils import DelayedSubmission
+
+    from hpctrain.launch.slurm.job import ArrayTask, TrainingJob
+
+    pickles = {
+        i: DelayedSubmission.load(sweep / "submitit" / f"{job.split('_')[0]}_{i}_submitted.pkl")
+        for i in (0, 1)
+    }
+    assert isinstance(pickles[1].function, ArrayTask)  # the array's one pickle, under task 1's name
+    requeued = pickles[0].function  # task 0's checkpoint: its own training, under its own name
+    assert isinstance(requeued, TrainingJob) and requeued.run_dir == str(held)

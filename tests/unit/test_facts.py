@@ -3,6 +3,7 @@ then read from the cache, so planning a local run (and its dry run) does not imp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -57,3 +58,43 @@ def test_a_dry_run_with_the_facts_cached_imports_no_torch(tmp_path: Path) -> Non
     dry_run()  # the first one may probe torch and fill the cache
     assert list(tmp_path.glob("host-facts-*.json"))
     assert dry_run() == "False"  # the next one plans from the cache, without importing torch
+
+
+def test_light_commands_import_neither_torch_nor_matplotlib(tmp_path: Path) -> None:
+    """--help, status, logs, cancel and --dry-run answer without importing torch or matplotlib
+    (each in a fresh interpreter, the command called in-process, sys.modules read after it)."""
+    import socket
+
+    from hpctrain import records
+    from hpctrain.launch.local.supervisor import write_state
+
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "rank0.log").write_text("step 1/1\n")
+    ref = records.new(records.JobRef, launcher="local", job_id="1", world_size=1, pid=1, pid_start=0)
+    records.write(run / records.JOB, dataclasses.replace(ref, host=socket.gethostname()))
+    write_state(run, "COMPLETED")
+    env = dict(os.environ, HPCTRAIN_CACHE=str(tmp_path / "cache"))
+    commands = [
+        ["--help"],
+        ["run", "--dry-run"],
+        ["status", str(run)],
+        ["logs", str(run)],
+        ["cancel", str(run)],
+    ]
+    code = (
+        "import sys\nfrom hpctrain.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))\n"
+    )
+    subprocess.run([sys.executable, "-c", code, "run", "--dry-run"], cwd=ROOT, env=env, timeout=120)  # facts
+    for argv in commands:
+        r = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=120,
+        )
+        assert r.stdout.splitlines()[-1] == "[]", (argv, r.stdout[-300:], r.stderr[-300:])

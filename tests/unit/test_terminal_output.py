@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hpctrain.bench.analyze import synthetic_study, synthetic_summary
 from hpctrain.commands.ui import PROSE_WIDTH, RichReporter, make_console, print_summary
 from tests.conftest import ROOT
@@ -58,3 +60,41 @@ def test_the_run_summary_stays_narrow_in_a_log_file_with_its_advice_below() -> N
     assert all(len(line) <= PROSE_WIDTH for line in lines[advice:])
     said = " ".join(x.strip() for x in lines[advice:])
     assert len(lines) - advice >= 2 and said.startswith("to communicate faster: the step waits for something")
+
+
+def test_status_of_a_large_sweep_lists_what_needs_attention_and_counts_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """60 runs: the counts cover all, the table lists the first 50 in attention order (the
+    failed one first), and a line says how many are left out and how to list them (--all)."""
+    import io
+
+    from rich.console import Console
+
+    from hpctrain import records
+    from hpctrain.commands import jobs
+    from hpctrain.launch.base import Job, JobStatus
+    from hpctrain.orchestrate import runs as orchestrate
+
+    ref = records.new(records.JobRef, launcher="slurm", job_id="7", world_size=1)
+    found = [
+        (Job(tmp_path / str(i), ref), JobStatus(f"7_{i}", "FAILED" if i == 59 else "COMPLETED"), "")
+        for i in range(60)
+    ]
+    monkeypatch.setattr(orchestrate, "jobs_in", lambda path: [f[0] for f in found])
+    monkeypatch.setattr(orchestrate, "statuses", lambda js: list(found))
+    monkeypatch.setattr(
+        orchestrate, "overrides_in", lambda path: {str(i): [f"train.seed={i}"] for i in range(60)}
+    )
+
+    def shown(show_all: bool) -> str:
+        out = io.StringIO()
+        assert jobs.status(tmp_path, Console(file=out, width=200), show_all=show_all) == 0
+        return out.getvalue()
+
+    text = shown(False)
+    assert text.startswith("60 runs: 1 failed, 59 completed")
+    rows = [line for line in text.splitlines() if "train.seed=" in line]
+    assert len(rows) == 50 and "train.seed=59 " in rows[0]  # the failed run first
+    assert "10 more run(s) not listed (10 completed)" in text and "--all lists every run" in text
+    assert len([line for line in shown(True).splitlines() if "train.seed=" in line]) == 60

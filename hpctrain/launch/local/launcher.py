@@ -93,9 +93,10 @@ class LocalLauncher(Launcher):
                 f"cannot start {mpirun!r}: not found; install OpenMPI "
                 "(apt-get install openmpi-bin) or set cluster.mpirun"
             )
-        for r in runs:
-            write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
-            write_state(r.run_dir, "PENDING")
+        with records.one_sync():
+            for r in runs:
+                write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
+                write_state(r.run_dir, "PENDING")
         home = group_dir or runs[0].run_dir
         home.mkdir(parents=True, exist_ok=True)
         argv = [self.python, "-m", "hpctrain.launch.local.supervisor"]

@@ -82,6 +82,24 @@ class TrainingJob(submitit.helpers.Checkpointable):
         return DelayedSubmission(TrainingJob(self.run_dir))
 
 
+class ArrayTask(submitit.helpers.Checkpointable):
+    """Every task of a job array: one pickle holds the array's run directories (launch/slurm/
+    submit.py) and each task trains the one at its SLURM_ARRAY_TASK_ID. A requeued task's
+    checkpoint is its own TrainingJob, pickled under its own name."""
+
+    def __init__(self, run_dirs: list[str]) -> None:
+        self.run_dirs = run_dirs
+
+    def mine(self) -> TrainingJob:
+        return TrainingJob(self.run_dirs[int(os.environ["SLURM_ARRAY_TASK_ID"])])
+
+    def __call__(self) -> bool:
+        return self.mine()()
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        return self.mine().checkpoint(*args, **kwargs)
+
+
 REQUEUE_DIR_VAR = "HPCTRAIN_REQUEUE_DIR"  # set by the plan when the task runs in a container
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from hpctrain import records
@@ -29,6 +30,7 @@ class SlurmLauncher(Launcher):
     def __init__(self, facts: HostFacts | None = None, python: str = sys.executable) -> None:
         super().__init__(facts, python)
         self.watcher = StatusWatcher()  # every status question of this launcher goes through it
+        self._asking: threading.Thread | None = None
 
     @staticmethod
     def problems(cfg: Config) -> list[Problem]:
@@ -38,10 +40,20 @@ class SlurmLauncher(Launcher):
 
     def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> SlurmPlan:
         folder = str(group_dir / "submitit") if group_dir is not None else None
+        if group_dir is not None and self._limits is None and self._asking is None:
+            # a sweep needs the scheduler's limits before it submits: asked now, beside the planning
+            self._asking = threading.Thread(target=self._read_limits, args=(cfg.cluster.qos,), name="limits")
+            self._asking.start()
         return plan_slurm(cfg, str(run_dir), self.python, folder)
+
+    def _read_limits(self, qos: str | None) -> None:
+        self._limits = read_limits(qos)
 
     def limits(self, runs: list[RunSpec]) -> Limits:
         """The scheduler's limits (read once per launcher)."""
+        if self._asking is not None:
+            self._asking.join()
+            self._asking = None
         if self._limits is None:
             self._limits = read_limits(runs[0].cfg.cluster.qos)
         return self._limits

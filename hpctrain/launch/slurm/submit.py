@@ -6,25 +6,60 @@ from the directory alone.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import submitit
+from submitit.core import utils
 from submitit.core.utils import FailedJobError
 
 from hpctrain import records
 from hpctrain.errors import LaunchError
 from hpctrain.launch.base import Job, RunSpec
 from hpctrain.launch.rundir import prepare_run_dir, write_run_files
-from hpctrain.launch.slurm.job import TrainingJob
+from hpctrain.launch.slurm.job import ArrayTask, TrainingJob
 from hpctrain.launch.slurm.limits import Limits
 from hpctrain.launch.slurm.plan import SlurmPlan
 
 
-def _executor(plan: SlurmPlan) -> submitit.SlurmExecutor:
-    ex = submitit.SlurmExecutor(folder=plan.folder, max_num_timeout=plan.max_requeues, python=plan.python)
+class ArrayExecutor(submitit.SlurmExecutor):
+    """submitit's SLURM executor, with one pickle per job array instead of one per task: the
+    array's function (job.ArrayTask) holds every task's run directory, and the name each task's
+    entry point reads (`<array>_<i>_submitted.pkl`) is a hard link to that one file (a copy
+    where the file system has no hard links). 10,000 points: 10,000 links, not 10,000 pickles."""
+
+    def submit_runs_array(self, run_dirs: list[str]) -> list[str]:
+        """sbatch --array over the run directories; the tasks' job ids."""
+        folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        pickle = folder / f".array-{uuid.uuid4().hex}.pkl"
+        delayed = utils.DelayedSubmission(ArrayTask(run_dirs))
+        delayed.set_timeout(self.parameters.get("time", 5), self.max_num_timeout)
+        delayed.dump(pickle)
+        try:
+            array = submitit.SlurmExecutor(self.folder, self.max_num_timeout, python=self.python)
+            array.update_parameters(**self.parameters)
+            array.parameters["map_count"] = len(run_dirs)
+            first = array._submit_command(self._submitit_command_str)
+            ids = [f"{first.job_id}_{i}" for i in range(len(run_dirs))]
+            for job_id in ids:
+                task_pickle = utils.JobPaths(self.folder, job_id=job_id).submitted_pickle
+                try:
+                    os.link(pickle, task_pickle)
+                except OSError:  # no hard links here (or too many): a copy
+                    shutil.copyfile(pickle, task_pickle)
+        finally:
+            pickle.unlink(missing_ok=True)
+        return ids
+
+
+def _executor(plan: SlurmPlan) -> ArrayExecutor:
+    ex = ArrayExecutor(folder=plan.folder, max_num_timeout=plan.max_requeues, python=plan.python)
     ex.update_parameters(**plan.executor)
     return ex
 
@@ -70,30 +105,42 @@ def submit_runs(runs: list[RunSpec], limits: Limits) -> tuple[list[Job], list[re
     user's submit limit before anything was written.)"""
     jobs: list[Job] = []
     arrays: list[records.ArrayRef] = []
-    for r in runs:
-        write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
+    with records.one_sync():  # durable before sbatch, without an fsync per file
+        for r in runs:
+            write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
     shapes = group_by_shape(runs)
+    with records.one_sync():
+        submit_groups(runs, shapes, limits, jobs, arrays)
+    order = {str(r.run_dir): r.index for r in runs}
+    jobs.sort(key=lambda j: order[str(j.run_dir)])
+    return jobs, arrays
+
+
+def submit_groups(
+    runs: list[RunSpec],
+    shapes: list[list[RunSpec]],
+    limits: Limits,
+    jobs: list[Job],
+    arrays: list[records.ArrayRef],
+) -> None:
+    """One sbatch (--array) per part of each shape; each run's job.json as it is known."""
     for group in [[shape[i] for i in part] for shape in shapes for part in limits.arrays(len(shape))]:
         plan: SlurmPlan = group[0].plan  # type: ignore[assignment]
         ex = _executor(plan)
         with sbatch_errors():
             if len(runs) == 1:
-                submitted = [ex.submit(TrainingJob(plan.run_dir))]
+                ids = [ex.submit(TrainingJob(plan.run_dir)).job_id]
             else:
-                with ex.batch():
-                    submitted = [ex.submit(TrainingJob(str(r.run_dir))) for r in group]
+                ids = ex.submit_runs_array([str(r.run_dir) for r in group])
         if len(runs) > 1:
-            arrays.append(records.ArrayRef(submitted[0].job_id.split("_")[0], len(submitted)))
-        for r, sj in zip(group, submitted):
+            arrays.append(records.ArrayRef(ids[0].split("_")[0], len(ids)))
+        for r, job_id in zip(group, ids):
             ref = records.new(
                 records.JobRef,
                 launcher="slurm",
-                job_id=sj.job_id,
+                job_id=job_id,
                 world_size=r.plan.world_size,
                 folder=r.plan.folder,  # type: ignore[attr-defined]
             )
-            records.write(r.run_dir / records.JOB, ref)
+            records.write(r.run_dir / records.JOB, ref, indent=None)  # durable by the sync below
             jobs.append(Job(r.run_dir, ref))
-    order = {str(r.run_dir): r.index for r in runs}
-    jobs.sort(key=lambda j: order[str(j.run_dir)])
-    return jobs, arrays
