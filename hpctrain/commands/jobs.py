@@ -16,7 +16,6 @@ from hpctrain.launch.registry import load_job
 from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.orchestrate.sweep import split_common, state_rank
 
-
 SHOWN = 50  # rows of a large sweep's table (the counts above cover every run; --all lists all)
 
 
