@@ -1,8 +1,8 @@
 """A study's run summaries, read once: a compact table beside the study (.summaries-cache.json),
 each row keyed by its summary file's identity (inode, size, modification and change times), so
 re-analysing 10,000 runs reads one file instead of 10,000 and a record that changed in any way
-is read again. The table keeps what the analysis reads: each summary without its per-rank list,
-except the rank holding the most state; a row that does not check out is read from its record."""
+is read again. The table keeps what the analysis reads: each summary with only the ranks it reads (see
+compact); a row that does not check out is read from its record."""
 
 from __future__ import annotations
 
@@ -26,8 +26,15 @@ def stamp(st: os.stat_result) -> list[int]:
 
 
 def compact(s: records.RunSummary) -> records.RunSummary:
-    most = max(s.per_rank, key=lambda r: r.state_bytes, default=None)
-    return dataclasses.replace(s, per_rank=[most] if most is not None else [])
+    """The summary with the ranks the analysis reads: the one holding the most state, and per
+    pipeline stage the one with the highest peak memory (so state_bytes and peak_by_stage agree
+    with the full record's)."""
+    if not s.per_rank:
+        return s
+    keep = {max(s.per_rank, key=lambda r: r.state_bytes).rank}
+    for stage in {r.stage for r in s.per_rank}:
+        keep.add(max((r for r in s.per_rank if r.stage == stage), key=lambda r: r.peak_memory_bytes).rank)
+    return dataclasses.replace(s, per_rank=[r for r in s.per_rank if r.rank in keep])
 
 
 def read_cache(study_dir: Path) -> dict[str, Any]:

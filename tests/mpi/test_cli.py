@@ -182,7 +182,7 @@ def test_a_rank_started_outside_the_plan_refuses_to_train_alone(
 def test_bench_analyze_runs_end_to_end() -> None:
     r = hpctrain("bench", "analyze", "--runs", "40", "80", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    rows = re.findall(r"^│ +(40|80) │ ([0-9.]+) │ ([0-9.]+) │", r.stdout, re.M)
+    rows = re.findall(r"^\s*│ +(40|80) │ +([0-9.]+) │ +([0-9.]+) │", r.stdout, re.M)
     assert [n for n, _, _ in rows] == ["40", "80"], r.stdout  # both sizes, first analysis and again
     assert re.search(r"growth from 40 to 80 runs, t ~ n\^k: first analysis k = -?[0-9.]+", r.stdout), r.stdout
     # the analysis recovers the synthetic engine's latency (2 ms) and exposed share (0.5)

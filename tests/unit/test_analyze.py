@@ -335,3 +335,22 @@ def test_the_summary_cache_never_serves_a_stale_number(tmp_path: Path) -> None:
     shutil.copytree(study, copy, copy_function=shutil.copy2)  # the cache comes along
     (copy / "n1-r0" / "summary.json").unlink()
     assert [m.rsplit("/", 1)[-1] for m in analyze_dir(copy).missing] == ["n1-r0"]  # not the original's
+
+
+def test_the_cache_keeps_the_ranks_the_analysis_reads() -> None:
+    """Per stage the rank with the highest peak, and the rank holding the most state: the
+    compact summary's peak_by_stage and largest state equal the full record's."""
+    from hpctrain.analysis.summaries import compact
+
+    full = synthetic_summary(4, 64, 0.1, 0.06, 0.02, 0.01, 1000)
+    ranks = [
+        dataclasses.replace(
+            r, stage=r.rank // 2, peak_memory_bytes=100 + 10 * ((r.rank * 3) % 4), param_bytes=r.rank % 3
+        )
+        for r in full.per_rank
+    ]
+    full = dataclasses.replace(full, per_rank=ranks, stages=2)
+    small = compact(full)
+    assert len(small.per_rank) < len(full.per_rank)
+    assert small.peak_by_stage == full.peak_by_stage
+    assert max(r.state_bytes for r in small.per_rank) == max(r.state_bytes for r in full.per_rank)
