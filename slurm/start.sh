@@ -19,6 +19,10 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 mkdir -p "$STATE"/{etc,ctld,run,log,tmp,spool,mysql}
+# One start (or stop) at a time: two test sessions, or a developer and a test session, that start
+# the cluster together would otherwise both see a daemon missing and both start it.
+exec 9>"$STATE.lock"
+flock 9   # (the daemons started below do not inherit it: 9>&-)
 last=$(cat "$STATE.next-job-id" 2>/dev/null || echo 1000)  # job ids never restart at 1
 nodes_range="n[1-$NODES]"; ports="[17001-$((17000 + NODES))]"
 sed -e "s|@STATE@|$STATE|g" -e "s|@NODE_RANGE@|$nodes_range|g" -e "s|@PORTS@|$ports|g" \
@@ -35,7 +39,7 @@ if ! pgrep -x munged >/dev/null; then
   say "starting munged"
   mkdir -p /run/munge && chown munge:munge /run/munge
   [ -f /etc/munge/munge.key ] || { mungekey --create >/dev/null 2>&1 || /usr/sbin/create-munge-key -f; chown munge:munge /etc/munge/munge.key; }
-  runuser -u munge -- /usr/sbin/munged
+  runuser -u munge -- /usr/sbin/munged 9>&-
   touch "$STATE/run/munged.ours"   # stop.sh stops only a munged that start.sh started
 fi
 wait_for 10 munge bash -c 'munge -n | unmunge'
@@ -51,7 +55,7 @@ if ! alive "$STATE/run/mariadb.pid"; then
   say "starting MariaDB"
   nohup mariadbd --datadir="$STATE/mysql" --socket="$DB_SOCK" --port="$DB_PORT" --bind-address=127.0.0.1 \
     --user=root --pid-file="$STATE/run/mariadb.pid" --log-error="$STATE/log/mariadb.log" \
-    --skip-name-resolve --innodb-buffer-pool-size=64M >/dev/null 2>&1 &
+    --skip-name-resolve --innodb-buffer-pool-size=64M >/dev/null 2>&1 9>&- &
 fi
 wait_for 60 MariaDB mariadb --socket="$DB_SOCK" -uroot -e 'select 1'
 mariadb --socket="$DB_SOCK" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
@@ -60,7 +64,7 @@ mariadb --socket="$DB_SOCK" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.
 # slurmdbd, then register the cluster (once)
 if ! alive "$STATE/run/slurmdbd.pid"; then
   say "starting slurmdbd"
-  slurmdbd
+  slurmdbd 9>&-
 fi
 wait_for 60 slurmdbd sacctmgr -n show cluster
 sacctmgr -i -n show cluster format=cluster | grep -qw hpctrain || sacctmgr -i add cluster hpctrain >/dev/null
@@ -68,7 +72,7 @@ sacctmgr -i -n show cluster format=cluster | grep -qw hpctrain || sacctmgr -i ad
 # slurmctld
 if ! alive "$STATE/run/slurmctld.pid"; then
   say "starting slurmctld"
-  slurmctld
+  slurmctld 9>&-
 fi
 wait_for 60 slurmctld scontrol ping
 
@@ -77,12 +81,17 @@ wait_for 60 slurmctld scontrol ping
 for i in $(seq 1 "$NODES"); do
   if ! alive "$STATE/run/slurmd-n$i.pid"; then
     unshare --uts --mount --propagation private bash -c \
-      "hostname n$i && mount --bind '$STATE/etc/hosts' /etc/hosts && exec slurmd -N n$i"
+      "hostname n$i && mount --bind '$STATE/etc/hosts' /etc/hosts && exec slurmd -N n$i" 9>&-
   fi
 done
-# (sinfo -N lists a node once per partition: count distinct names)
-all_idle() { [ "$(sinfo -h -N -o '%N %t' | awk '$2 != "idle"' | wc -l)" -eq 0 ] && [ "$(sinfo -h -N -o '%N' | sort -u | wc -l)" -eq "$NODES" ]; }
-wait_for 60 "nodes to be idle" all_idle || true
+# Every node registered and answering: idle, or running jobs (mix, alloc, comp) when the cluster
+# was already up or recovered jobs on restart. A node that stays down, drained or not responding
+# (a trailing *) is a failure. (sinfo -N lists a node once per partition: count distinct names.)
+all_up() {
+  [ "$(sinfo -h -N -o '%N %t' | awk '$2 !~ /^(idle|mix|alloc|comp)$/' | wc -l)" -eq 0 ] &&
+    [ "$(sinfo -h -N -o '%N' | sort -u | wc -l)" -eq "$NODES" ]
+}
+wait_for 60 "every node to answer (sinfo -N shows their states)" all_up
 # accounting must answer a real query, not only the daemon's ping: slurmdbd keeps running (and
 # sacctmgr answers from its cache) while its database is down, and then every sacct fails
 accounting_ok() { sacct -n -X -S now-1minutes -o JobID >/dev/null 2>&1; }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -310,13 +311,21 @@ class SlurmCluster:
 
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """Start the cluster (slurm/start.sh is idempotent); stop it afterwards only if this session
-    started it, so a developer's running cluster, or another test session's, is left alone.
+    """Start the cluster (slurm/start.sh is idempotent) and stop it afterwards only if a test
+    session started it and no other session still uses it: every session holds a shared lock on
+    STATE.users while it runs (the kernel drops it if the session dies), and the last one out, the
+    one that gets the lock exclusively, stops it. A developer's own cluster is left alone, and two
+    suites on one machine do not stop the cluster under each other.
     Every job hpctrain submits names its output files: none may land in the submitting directory.
     The time-limit runs (TIME_LIMIT, max_requeues 0 and 1) are submitted as soon as it is up."""
     before = _stray_outputs()
     conf = str(STATE / "etc" / "slurm.conf")
-    was_running = _running(conf)
+    users = open(f"{STATE}.users", "a")  # noqa: SIM115 (held for the whole session)
+    fcntl.flock(users, fcntl.LOCK_SH)
+    ours = STATE / "started-by-tests"
+    if not _running(conf):
+        STATE.mkdir(parents=True, exist_ok=True)
+        ours.touch()
     r = subprocess.run(
         ["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=600
     )
@@ -329,8 +338,14 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         conf, {n: (d, start_run(d, *TIME_LIMIT, f"cluster.max_requeues={n}")) for n, d in runs.items()}
     )
     stray = _stray_outputs() - before
-    if not was_running:
-        subprocess.run(["bash", str(ROOT / "slurm" / "stop.sh")], capture_output=True, text=True, timeout=300)
+    with contextlib.suppress(BlockingIOError):
+        fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the last session out
+        if ours.exists():
+            subprocess.run(
+                ["bash", str(ROOT / "slurm" / "stop.sh")], capture_output=True, text=True, timeout=300
+            )
+            ours.unlink(missing_ok=True)
+    users.close()
     if old is None:
         os.environ.pop("SLURM_CONF", None)
     else:
