@@ -36,7 +36,7 @@ EPILOG = """examples:
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
   hpctrain bench submit                          256-point sweep: submit time, sbatch calls
   hpctrain bench startup                         a rank's start: torch's optimizers vs hpctrain's
-  hpctrain bench pipeline                        pipeline bubble vs theory at 1..8 micro-batches
+  hpctrain bench pipeline                        pipeline step parts: idle vs theory, transfers, overhead
   hpctrain bench memory                          state per rank, ddp vs fsdp, vs ZeRO-3's 1/N
   hpctrain bench profile                         the profiler's cost once its window is over
   hpctrain bench predict STUDY_DIR               the step model's in-sample and leave-one-out errors
@@ -229,10 +229,16 @@ def _add_bench(sub: Subparsers) -> None:
         "--points", type=positive_int, nargs="+", default=[256], help="sweep sizes (e.g. 256 10000)"
     )
     sb.add_argument("--out", default="outputs/bench")
-    pp = bsub.add_parser("pipeline", help="measured pipeline bubble vs (p-1)/(m+p-1) at m = 1, 2, 4, 8")
+    pp = bsub.add_parser(
+        "pipeline", help="pipeline step parts (idle vs (p-1)/(m+p-1), transfers, overhead) at m = 1, 2, 4, 8"
+    )
     pp.add_argument("--stages", type=positive_int, default=2)
     pp.add_argument("--batch", type=positive_int, default=256, help="samples per step")
-    pp.add_argument("--steps", type=positive_int, default=20)
+    pp.add_argument("--steps", type=positive_int, default=10)
+    pp.add_argument("--width", type=positive_int, default=1024, help="MLP width")
+    pp.add_argument("--depth", type=positive_int, default=8, help="MLP blocks (split evenly over the stages)")
+    pp.add_argument("--microbatches", type=positive_int, nargs="+", default=[1, 2, 4, 8])
+    pp.add_argument("--schedules", nargs="+", default=["gpipe", "1f1b"], choices=["gpipe", "1f1b"])
     pp.add_argument("--out", default="outputs/bench")
     me = bsub.add_parser("memory", help="per-rank state and peak memory, ddp vs fsdp, against ZeRO-3's 1/N")
     me.add_argument(

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 from hpctrain import records
 from hpctrain.config.derived import Derived
-from hpctrain.config.layout import PIPELINED, SHARDED, shard_mesh
+from hpctrain.config.layout import PIPELINED, SHARDED, layout_for, shard_mesh
 from hpctrain.config.load import config_from_yaml
 from hpctrain.engine.world import finalize_mpi, launcher_rank
 from hpctrain.events import format_event
@@ -123,7 +123,14 @@ def parallelism_about(cfg: Config, plan: records.PlanRecord, engine: type[Engine
         return {**grads, "shard_degree": shard, "grad_grouping": "shards", "grad_bucket_bytes": 0}
     if par.name not in PIPELINED:
         return grads
-    return {**grads, "stages": par.stages, "microbatches": par.microbatches, "schedule": str(par.schedule)}
+    pieces = layout_for(cfg, plan.world_size).virtual
+    return {
+        **grads,
+        "stages": par.stages,
+        "microbatches": par.microbatches,
+        "schedule": str(par.schedule),
+        "pieces_per_rank": pieces,
+    }
 
 
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:

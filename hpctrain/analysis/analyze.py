@@ -47,6 +47,8 @@ class Point:
     efficiency_ci: Interval = NO_INTERVAL
     threads: int = 0
     bubble_s: float = 0.0
+    transfer_s: float = 0.0  # pipelines: moving activations and gradients between stages
+    schedule_s: float = 0.0  # pipelines: the schedule's own overhead
     loo_step_s: float = float("nan")  # predicted from the other scales (leave-one-out)
     roofline: Roofline | None = None
     comm_reps: tuple[float, ...] = ()  # exposed communication of each repetition
@@ -166,7 +168,10 @@ def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
         p.imbalance_s, p.wait_reps = avg("imbalance_s"), tuple(r.imbalance_s for r in rs)
         if rs[0].stages > 1:
             p.bubble_share = share(avg("bubble_s"), p.step_s)
-            p.bubble_theory = metrics.pipeline_bubble(rs[0].stages, rs[0].microbatches)
+            p.transfer_s, p.schedule_s = avg("transfer_s"), avg("schedule_s")
+            p.bubble_theory = metrics.pipeline_bubble(
+                rs[0].stages, rs[0].microbatches, rs[0].schedule, rs[0].pieces_per_rank
+            )
         if all(math.isfinite(r.node_hours) for r in rs):
             p.node_hours = avg("node_hours")
         if all(r.nodes for r in rs):  # node-hours per 1,000 samples: nodes x seconds per sample

@@ -149,7 +149,9 @@ def breakdown(a: Analysis, path: Path) -> Path:
         "exposed communication": [max(1e3 * p.comm_s - w, 0.0) for (*_, p), w in zip(bars, wait)],
         "waiting for the slowest rank": wait,
         "data wait": [1e3 * p.data_s for *_, p in bars],
-        "pipeline bubble": [1e3 * p.bubble_s for *_, p in bars],
+        "pipeline bubble (idle)": [1e3 * p.bubble_s for *_, p in bars],
+        "pipeline transfers": [1e3 * p.transfer_s for *_, p in bars],
+        "pipeline schedule overhead": [1e3 * p.schedule_s for *_, p in bars],
     }
     bottom = [0.0] * len(bars)
     for name, values in parts.items():

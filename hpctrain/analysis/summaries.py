@@ -16,7 +16,7 @@ from hpctrain import records
 from hpctrain.errors import RecordError
 
 CACHE = ".summaries-cache.json"
-VERSION = 1
+VERSION = 2  # 2: pipeline transfer and schedule times
 
 
 def stamp(st: os.stat_result) -> list[int]:

@@ -142,14 +142,7 @@ def summary_table(s: RunSummary) -> Table:
                 f"{100 * s.imbalance_s / s.step_s:.1f}% (slowest: rank {slowest.rank})",
             )
     if s.stages > 1:
-        from hpctrain.analysis.metrics import pipeline_bubble
-
-        theory = pipeline_bubble(s.stages, s.microbatches)
-        t.add_row(
-            f"  pipeline bubble ({s.schedule}, m={s.microbatches})",
-            f"{1e3 * s.bubble_s:.2f} ms",
-            f"{100 * s.bubble_share:.1f}% (theory {100 * theory:.1f}%)",
-        )
+        _pipeline_rows(t, s)
     roof = for_run(s)
     if roof is not None:
         t.add_row(
@@ -174,11 +167,41 @@ def summary_table(s: RunSummary) -> Table:
     return t
 
 
+def _pipeline_rows(t: Table, s: RunSummary) -> None:
+    """The pipeline's parts beside compute: idle (the bubble, with the schedule's theory),
+    transfers (with the bytes and what the link predicts for them), the schedule's overhead."""
+    from hpctrain.analysis.pipeline import for_pipeline, theory
+
+    t.add_row(
+        f"  pipeline bubble: idle ({s.schedule}, m={s.microbatches})",
+        f"{1e3 * s.bubble_s:.2f} ms",
+        f"{100 * s.bubble_share:.1f}% (theory {100 * theory(s):.1f}%)",
+    )
+    roof = for_pipeline(s)
+    if roof is None:
+        return
+    t.add_row(
+        f"  pipeline transfers ({roof.bytes_per_microbatch / 2**10:.0f} KiB per micro-batch)",
+        f"{1e3 * s.transfer_s:.2f} ms",
+        f"{100 * s.transfer_share:.1f}% (link: {1e3 * roof.link_s:.2f} ms)",
+    )
+    t.add_row(
+        "  pipeline schedule overhead",
+        f"{1e3 * s.schedule_s:.2f} ms",
+        f"{100 * s.schedule_share:.1f}% ({1e3 * roof.overhead_per_microbatch_s:.2f} ms per micro-batch)",
+    )
+
+
 def summary_advice(s: RunSummary) -> list[str]:
     """What the run summary advises, as prose for below the table (a table cell would make the
     table as wide as the advice in a log file)."""
-    roof = for_run(s)
-    return [] if roof is None else [f"to communicate faster: {roof.knob}"]
+    from hpctrain.analysis.pipeline import for_pipeline
+
+    roof, pipe = for_run(s), for_pipeline(s)
+    out = [] if roof is None else [f"to communicate faster: {roof.knob}"]
+    if pipe is not None:
+        out.append(f"pipeline {pipe.bound}-bound: {pipe.knob}")
+    return out
 
 
 def print_summary(console: Console, s: RunSummary) -> None:

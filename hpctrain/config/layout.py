@@ -9,7 +9,8 @@ the whole stage's gradients every step, stays inside it; the pipeline's point-to
 parallelism inside pipeline parallelism; Narayanan et al. 2021, section 3.3).
 
 Interleaved schedules give each pipeline rank `virtual` model pieces: piece k*stages + s lives on
-stage s (torch.distributed.pipelining's looped placement).
+stage s (torch.distributed.pipelining's looped placement); zbv gives each two, in a V: stage s
+holds pieces s and 2*stages - 1 - s, so the first and last pieces share rank 0.
 
 Sharded data parallelism (fsdp, hsdp) is one stage whose ranks each hold a shard: the mesh is
 replicate x shard, rank r holding shard r % degree of replica group r // degree, so a shard group
@@ -32,10 +33,37 @@ SHARDED = ("fsdp", "hsdp")  # one stage, its parameters sharded across ranks
 
 
 @dataclass(frozen=True)
+class ScheduleKind:
+    """What a pipeline schedule needs: torch.distributed.pipelining's class, model pieces per rank
+    ("one", "virtual" = parallelism.virtual_stages, or "two" in a V), whether it splits the
+    backward into input and weight gradients (zero bubble), and the least virtual_stages."""
+
+    torch_class: str
+    pieces: str = "one"
+    split_backward: bool = False
+    min_virtual: int = 1
+
+    @property
+    def multi(self) -> bool:
+        """Runs several stages per rank (a runtime schedule: takes a list of stages)."""
+        return self.pieces != "one" or self.split_backward
+
+
+SCHEDULES = {
+    "gpipe": ScheduleKind("ScheduleGPipe"),
+    "1f1b": ScheduleKind("Schedule1F1B"),
+    "interleaved_1f1b": ScheduleKind("ScheduleInterleaved1F1B", "virtual", min_virtual=2),
+    "interleaved_zb": ScheduleKind("ScheduleInterleavedZeroBubble", "virtual", split_backward=True),
+    "zbv": ScheduleKind("ScheduleZBVZeroBubble", "two", split_backward=True),
+}
+
+
+@dataclass(frozen=True)
 class Layout:
     stages: int  # pipeline depth: ranks one sample's forward pass goes through
     replicas: int  # data-parallel copies of every stage
-    virtual: int = 1  # model pieces per pipeline rank (interleaved schedules)
+    virtual: int = 1  # model pieces per pipeline rank (interleaved schedules, zbv)
+    v_shape: bool = False  # zbv: stage s holds pieces s and 2*stages - 1 - s
 
     @property
     def world_size(self) -> int:
@@ -62,6 +90,8 @@ class Layout:
 
     def pieces_of(self, rank: int) -> list[int]:
         s = self.stage_of(rank)
+        if self.v_shape:
+            return [s, 2 * self.stages - 1 - s]
         return [k * self.stages + s for k in range(self.virtual)]
 
     @property
@@ -111,8 +141,9 @@ def layout_for(cfg: Config, world: int) -> Layout:
     if par.name not in PIPELINED:
         return Layout(1, world)
     stages = max(par.stages, 1)
-    virtual = par.virtual_stages if par.schedule == "interleaved_1f1b" else 1
-    return Layout(stages, max(world // stages, 1), virtual)
+    kind = SCHEDULES[str(par.schedule)]
+    virtual = {"one": 1, "two": 2}.get(kind.pieces, max(par.virtual_stages, 1))
+    return Layout(stages, max(world // stages, 1), virtual, v_shape=kind.pieces == "two")
 
 
 @dataclass(frozen=True)

@@ -51,10 +51,19 @@ class Parallelism(StrEnum):
 
 # Pipeline schedules: gpipe, all forwards then all backwards (Huang et al. 2019); 1f1b, one
 # forward and one backward in the steady state (PipeDream-Flush, Narayanan et al. 2021);
-# interleaved_1f1b, several model pieces per rank (Narayanan et al. 2021). The functional form
-# because OmegaConf parses enums by member name and "1f1b" is no identifier.
+# interleaved_1f1b, several model pieces per rank (Narayanan et al. 2021); interleaved_zb and
+# zbv, zero bubble: the backward split into input and weight gradients, the weight gradients
+# filling the bubble (Qi et al. 2024, ZB-H1 looped and ZB-V). What each needs: config/layout.py.
+# The functional form because OmegaConf parses enums by member name and "1f1b" is no identifier.
 Schedule = StrEnum(
-    "Schedule", [("gpipe", "gpipe"), ("1f1b", "1f1b"), ("interleaved_1f1b", "interleaved_1f1b")]
+    "Schedule",
+    [
+        ("gpipe", "gpipe"),
+        ("1f1b", "1f1b"),
+        ("interleaved_1f1b", "interleaved_1f1b"),
+        ("interleaved_zb", "interleaved_zb"),
+        ("zbv", "zbv"),
+    ],
 )
 
 
@@ -211,7 +220,7 @@ class PipelineSettings:
     stages: int = 1  # pipeline ranks one sample goes through
     microbatches: int = 1  # micro-batches each replica's batch is cut into, in flight at once
     schedule: Schedule = Schedule.gpipe  # type: ignore[attr-defined]
-    virtual_stages: int = 1  # interleaved_1f1b: model pieces per pipeline rank (2 or more)
+    virtual_stages: int = 1  # interleaved_1f1b (2 or more), interleaved_zb: model pieces per pipeline rank
     # where a new stage begins: module names (model.named_modules()); empty = the model's declared
     # split points (built-in models), spread evenly
     split_at: List[str] = field(default_factory=list)
@@ -364,7 +373,9 @@ class DebugConf:
     fail_rank: Optional[int] = None  # fault injection: this rank fails ...
     fail_step: int = 0  # ... at this step
     fail_mode: FailMode = FailMode.exception  # exception (a Python error) | kill (SIGKILL, no traceback)
-    slow_rank: Optional[int] = None  # this rank sleeps slow_s before every backward pass (a straggler) ...
+    slow_rank: Optional[int] = (
+        None  # this rank sleeps slow_s before every backward pass (a straggler; in a pipeline before each backward chunk) ...
+    )
     slow_s: float = 0.0  # ... for this many seconds
     hold_step: Optional[int] = None  # SLURM: on its first attempt every rank waits here until SIGUSR2
 

@@ -168,12 +168,11 @@ def _debug_problems(cfg: Config, n: int) -> list[Problem]:
                 "pick an existing rank, or set debug.slow_rank=null",
             )
         )
-    if dbg.slow_rank is not None and (cfg.parallelism.name in PIPELINED or cfg.script.path):
-        where = f"script {cfg.script.path}" if cfg.script.path else f"parallelism={cfg.parallelism.name}"
+    if dbg.slow_rank is not None and cfg.script.path:
         p.append(
             Problem(
                 "debug.slow_rank",
-                f"has no effect with {where}: only the built-in data-parallel step sleeps",
+                f"has no effect with script {cfg.script.path}: only the built-in trainer's steps sleep",
                 "drop debug.slow_rank (and debug.slow_s)",
             )
         )

@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from hpctrain.config.layout import SCHEDULES
 from hpctrain.config.schema import Config, DdpSettings, ParallelismConf
 from hpctrain.engine.base import Engine, Sharding, StageReplicas
 from hpctrain.engine.world import CommError, RankInfo, export_torch_env
@@ -47,6 +48,18 @@ class DdpEngine(Engine, StageReplicas, Sharding):
                     f"{cfg.parallelism.backend.value} chooses Horovod's collectives; engine=ddp uses "
                     "Gloo on CPUs and NCCL on GPUs",
                     "drop parallelism.backend, or set parallelism.engine=horovod",
+                )
+            )
+        schedule = str(cfg.parallelism.schedule)
+        if cfg.parallelism.name == "hybrid" and SCHEDULES[schedule].split_backward:
+            # DDP reduces in hooks on the gradients' accumulation, which a backward split into
+            # input and weight gradients (torch.autograd.grad) never fires: replicas would drift
+            p.append(
+                Problem(
+                    "parallelism.schedule",
+                    f"{schedule} splits the backward into input and weight gradients, which DDP's "
+                    "gradient hooks do not see: a stage's replicas would not be averaged",
+                    "use parallelism.engine=horovod (it averages at the optimizer step), or schedule=1f1b",
                 )
             )
         return p

@@ -4,7 +4,7 @@ Each problem names the key, the rule and the fix."""
 
 from __future__ import annotations
 
-from hpctrain.config.layout import PIPELINED
+from hpctrain.config.layout import PIPELINED, SCHEDULES
 from hpctrain.config.schema import Config
 from hpctrain.errors import Problem
 from hpctrain.facts import HostFacts
@@ -114,8 +114,9 @@ def _schedule_problems(cfg: Config) -> list[Problem]:
                 "choose microbatches that divide train.batch_per_rank (or global batch / replicas)",
             )
         )
-    interleaved = par.schedule == "interleaved_1f1b"
-    if par.schedule == "1f1b" and par.microbatches < par.stages:
+    name = str(par.schedule)
+    kind = SCHEDULES[name]
+    if name == "1f1b" and par.microbatches < par.stages:
         p.append(
             Problem(
                 "parallelism.microbatches",
@@ -124,29 +125,31 @@ def _schedule_problems(cfg: Config) -> list[Problem]:
                 f"set parallelism.microbatches={par.stages} or more, or schedule=gpipe",
             )
         )
-    if interleaved and par.virtual_stages < 2:
+    if kind.pieces == "virtual" and par.virtual_stages < kind.min_virtual:
         p.append(
             Problem(
                 "parallelism.virtual_stages",
-                f"interleaved_1f1b gives each rank several model pieces (got {par.virtual_stages})",
-                "set parallelism.virtual_stages=2 or more, or use schedule=1f1b",
+                f"{name} gives each rank several model pieces (got {par.virtual_stages})",
+                f"set parallelism.virtual_stages={kind.min_virtual} or more, or use schedule=1f1b",
             )
         )
     rounds = max(1, par.microbatches // par.stages)
-    if interleaved and par.microbatches % rounds:
+    if kind.multi and par.microbatches % rounds:
         p.append(
             Problem(
                 "parallelism.microbatches",
-                f"interleaved_1f1b runs micro-batches in {rounds} equal rounds of about one per stage: "
+                f"{name} runs micro-batches in {rounds} equal rounds of about one per stage: "
                 f"{par.microbatches} is not a multiple of {rounds}",
                 f"set parallelism.microbatches to a multiple of {par.stages}",
             )
         )
-    if not interleaved and par.virtual_stages != 1:
+    if kind.pieces != "virtual" and par.virtual_stages != 1:
+        two = " (zbv always gives each rank two, in a V)" if kind.pieces == "two" else ""
         p.append(
             Problem(
                 "parallelism.virtual_stages",
-                f"only interleaved_1f1b puts several pieces on a rank (schedule={par.schedule})",
+                f"only interleaved_1f1b and interleaved_zb put a chosen number of pieces on a rank "
+                f"(schedule={name}){two}",
                 "set parallelism.virtual_stages=1, or schedule=interleaved_1f1b",
             )
         )
@@ -189,7 +192,7 @@ def _split_problems(cfg: Config) -> list[Problem]:
                 Problem(
                     "parallelism.split_at",
                     f"{len(given)} split point(s) make {len(given) + 1} pieces, the schedule needs "
-                    f"{pieces} ({par.stages} stages x {max(par.virtual_stages, 1) if par.schedule == 'interleaved_1f1b' else 1})",
+                    f"{pieces} ({par.stages} stages x {pieces // max(par.stages, 1)} per rank)",
                     f"name {pieces - 1} module(s) where a piece begins, in forward order",
                 )
             ]

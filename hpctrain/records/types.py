@@ -24,7 +24,12 @@ class StepRecord:
     samples: int  # samples this rank processed in the step
     samples_per_s: float  # global samples per second of this step
     timed: bool  # False for warm-up steps, which timing statistics leave out
-    bubble_s: float = 0.0  # pipelines: waiting for the neighbouring stages (0 in data parallelism)
+    # pipelines (0 in data parallelism): idle waiting for a neighbouring stage to send (the
+    # bubble), waiting for the bytes to move, the schedule's own overhead, bytes sent + received
+    bubble_s: float = 0.0
+    transfer_s: float = 0.0
+    schedule_s: float = 0.0
+    p2p_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,12 @@ class RankSummary:
     param_bytes: int = 0
     grad_bytes: int = 0
     optimizer_bytes: int = 0
+    # pipelines: per timed step, as StepRecord; the link to the neighbouring stages (train/p2p.py)
+    transfer_s: float = 0.0
+    schedule_s: float = 0.0
+    p2p_bytes: float = 0.0
+    p2p_alpha_s: float = 0.0
+    p2p_beta_s_per_byte: float = 0.0
 
     @property
     def state_bytes(self) -> int:
@@ -105,8 +116,18 @@ class RunSummary:
     stages: int = 1  # pipeline stages (1: data parallelism)
     microbatches: int = 1
     schedule: str = ""  # the pipeline schedule ("" in data parallelism)
-    bubble_s: float = 0.0  # mean over ranks of the time a stage waited for its neighbours per step
+    pieces_per_rank: int = 1  # model pieces a pipeline rank holds (interleaved schedules, zbv)
+    # pipelines, means over ranks per step: idle waiting for a neighbour (the bubble), moving
+    # activations and gradients, the schedule's own overhead; bytes a rank sends and receives
+    bubble_s: float = 0.0
     bubble_share: float = 0.0
+    transfer_s: float = 0.0
+    transfer_share: float = 0.0
+    schedule_s: float = 0.0
+    schedule_share: float = 0.0
+    p2p_bytes: float = 0.0
+    p2p_alpha_s: float = 0.0  # the link between neighbouring stages: alpha + beta * bytes
+    p2p_beta_s_per_byte: float = 0.0
     threads_per_rank: int = 0  # torch threads per rank (0: not recorded)
     grad_tensors: int = 0
     grad_bucket_bytes: int = 0  # Horovod's fusion threshold or DDP's bucket size (0: no fusion)

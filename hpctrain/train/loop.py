@@ -205,7 +205,9 @@ def _pipeline_trainer(
     restored = checkpoint.restore(
         run_dir, weights, StageOptimizer(optimizer, stage), None, cfg.train.resume_from
     )
-    pipe = build_pipe(cfg, run, layout, info.rank, device, pp_group, common["criterion"])
+    pipe = build_pipe(
+        cfg, run, layout, info.rank, device, pp_group, common["criterion"], delay_s=common["delay_s"]
+    )
     loader = build_loader(cfg.data, dataset, sampler(start_step=restored.step))
     t = PipelineTrainer(
         pipe=pipe, optimizer=optimizer, scaler=None, loader=loader, weights=weights, stage=stage, **common
@@ -262,6 +264,7 @@ def train(
         probe=probe,
         wait_s=wait,
         held=t.held_bytes(),
+        link=t.link(),
     )
 
 
@@ -342,6 +345,9 @@ def _record(
         samples_per_s=d.batch.global_ / (r.end - t_prev),
         timed=step >= cfg.train.warmup_steps,
         bubble_s=r.bubble_s,
+        transfer_s=r.transfer_s,
+        schedule_s=r.schedule_s,
+        p2p_bytes=r.p2p_bytes,
     )
 
 

@@ -5,8 +5,8 @@ between neighbours point to point. The replicas of a stage average its gradients
 engine (Horovod process sets, or DDP over the stage's process group).
 
 Timing: the stages' forward_one_chunk / backward_one_chunk calls are this rank's compute; the
-rest of the schedule's wall time is the bubble, the time the stage waits for its neighbours
-(including the point-to-point transfers it cannot hide).
+schedule's waits on its sends and receives are the transfers and the idle time (the bubble),
+split by the link's measured α–β (train/p2p.py); the rest of its wall time is its own overhead.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hpctrain.config.layout import Layout
+from hpctrain.config.layout import SCHEDULES, Layout
 from hpctrain.config.schema import Config
 from hpctrain.engine.world import export_torch_env
 from hpctrain.errors import HpctrainError
 from hpctrain.parallel.split import split_points
+from hpctrain.train.p2p import Meter, install, measure_link
 
 
 class SplitError(HpctrainError):
@@ -37,6 +38,7 @@ class Clock:
 
     compute_s: float = 0.0
     backward_end: float = 0.0  # when the latest backward chunk returned
+    delay_s: float = 0.0  # debug.slow_rank: sleep before each backward chunk (a slow stage, for tests)
 
 
 @dataclass
@@ -45,7 +47,8 @@ class Pipe:
     layout: Layout
     rank: int
     group: Any  # this replica's pipeline (torch.distributed process group)
-    last_rank: int  # global rank of this pipeline's last stage: it computes the loss
+    last_rank: int  # global rank holding this pipeline's last piece: it computes the loss
+    meter: Meter
     clock: Clock = field(default_factory=Clock)
 
     @property
@@ -114,9 +117,11 @@ def cut(cfg: Config, module: nn.Module, layout: Layout, example: torch.Tensor) -
     return [pipe.get_stage_module(k) for k in range(layout.pieces)]
 
 
-def _timed(fn: Callable[..., Any], clock: Clock, backward: bool) -> Callable[..., Any]:
+def _timed(fn: Callable[..., Any], clock: Clock, backward: bool, delay: bool = True) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
+        if backward and delay and clock.delay_s:
+            time.sleep(clock.delay_s)
         try:
             return fn(*args, **kwargs)
         finally:
@@ -136,24 +141,30 @@ def build_pipe(
     device: torch.device,
     group: Any,
     criterion: nn.Module,
+    delay_s: float = 0.0,
 ) -> Pipe:
-    """This rank's stages (its pieces, engine-wrapped) under the configured schedule."""
-    from torch.distributed.pipelining import (
-        PipelineStage,
-        Schedule1F1B,
-        ScheduleGPipe,
-        ScheduleInterleaved1F1B,
-    )
+    """This rank's stages (its pieces, engine-wrapped) under the configured schedule, its waits
+    metered against the link to its neighbours (measured here: every rank of the pipeline calls
+    this)."""
+    from torch.distributed import pipelining
 
     replica = layout.replica_of(rank)
-    last_rank = layout.pipeline_ranks(replica)[-1]
-    pipe = Pipe(None, layout, rank, group, last_rank)
+    ranks = layout.pipeline_ranks(replica)
+    meter = Meter(measure_link(ranks, rank, group, device))
+    install(meter)
+    # the rank holding the last piece computes the loss: the last stage, or under zbv's V the first
+    last = next(r for r in ranks if layout.pieces - 1 in layout.pieces_of(r))
+    pipe = Pipe(None, layout, rank, group, last, meter, Clock(delay_s=delay_s))
     stages: list[Any] = []
     for module, k in zip(pieces, layout.pieces_of(rank)):
-        stage = PipelineStage(module, k, layout.pieces, device, group=group)
-        # this stage's bound methods, timed: set on the instance (its __dict__), not the class
+        stage = pipelining.PipelineStage(module, k, layout.pieces, device, group=group)
+        # this stage's bound methods, timed: set on the instance (its __dict__), not the class.
+        # Zero-bubble schedules split the backward: input gradients, then weight gradients.
         vars(stage)["forward_one_chunk"] = _timed(stage.forward_one_chunk, pipe.clock, backward=False)
         vars(stage)["backward_one_chunk"] = _timed(stage.backward_one_chunk, pipe.clock, backward=True)
+        vars(stage)["backward_weight_one_chunk"] = _timed(
+            stage.backward_weight_one_chunk, pipe.clock, backward=True, delay=False
+        )
         stages.append(stage)
     m = cfg.parallelism.microbatches
 
@@ -162,12 +173,9 @@ def build_pipe(
     def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return criterion(out, target) / m
 
-    kind = str(cfg.parallelism.schedule)
-    if kind == "interleaved_1f1b":
-        pipe.schedule = ScheduleInterleaved1F1B(stages, m, loss_fn=loss_fn, scale_grads=False)
-    else:
-        cls = Schedule1F1B if kind == "1f1b" else ScheduleGPipe
-        pipe.schedule = cls(stages[0], m, loss_fn=loss_fn, scale_grads=False)
+    kind = SCHEDULES[str(cfg.parallelism.schedule)]
+    cls = getattr(pipelining, kind.torch_class)
+    pipe.schedule = cls(stages if kind.multi else stages[0], m, loss_fn=loss_fn, scale_grads=False)
     return pipe
 
 

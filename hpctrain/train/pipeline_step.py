@@ -2,9 +2,11 @@
 the stage's replicas average their gradients (hybrid), the optimizer steps. It opens and closes
 as the data-parallel step (train/step.py) and is timed the same way, plus the bubble:
 
-  compute  this rank's forward and backward chunks, and the optimizer update
-  bubble   the rest of the schedule: waiting for neighbours and the transfers it cannot hide
-  comm     exposed gradient communication among the replicas (hybrid), as the engine measures it
+  compute   this rank's forward and backward chunks, and the optimizer update
+  bubble    idle: waiting for a neighbour that has not sent yet (train/p2p.py)
+  transfer  waiting for activations and gradients to move (the link's α–β for their bytes)
+  schedule  the rest of the schedule's wall time: its own per-micro-batch overhead
+  comm      exposed gradient communication among the replicas (hybrid), as the engine measures it
 
 Checkpoints and model.pt hold the whole model, gathered from replica 0 of every stage.
 """
@@ -39,6 +41,7 @@ class PipelineTrainer(Trainer):
         pipe = self.pipe
         vote = self._open(engine, b)
         pipe.clock.compute_s, pipe.clock.backward_end = 0.0, b.t_start
+        pipe.meter.reset()
         losses: list[torch.Tensor] = []
         with autocast(cfg.precision.name, self.device.type):
             if pipe.first:
@@ -60,14 +63,22 @@ class PipelineTrainer(Trainer):
         t_comm = time.perf_counter()
         t_end = self._update(engine, b.step, averaged=replicated)
         stage_compute = pipe.clock.compute_s - waited  # DDP waits inside the last backward chunk
+        traffic = pipe.meter.traffic
         return StepResult(
             float(loss),
             stage_compute + (t_end - t_comm),
             waited + (t_comm - t_sched),
             t_end,
             stop,
-            bubble_s=max(0.0, (t_sched - b.t_start) - pipe.clock.compute_s),
+            bubble_s=traffic.idle_s,
+            transfer_s=traffic.transfer_s,
+            schedule_s=max(0.0, (t_sched - b.t_start) - pipe.clock.compute_s - traffic.wait_s),
+            p2p_bytes=traffic.bytes,
         )
+
+    def link(self) -> tuple[float, float]:
+        link = self.pipe.meter.link
+        return (link.alpha_s, link.beta_s_per_byte)
 
     def grad_tensors(self) -> int:
         return 0  # a stage's replicas average its pieces; the roofline models data parallelism only

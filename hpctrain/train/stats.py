@@ -45,6 +45,7 @@ def rank_stats(
     probe: tuple[float, float] = (0.0, 0.0),
     wait_s: float = float("nan"),
     held: dict[str, int] | None = None,
+    link: tuple[float, float] = (0.0, 0.0),
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
@@ -70,6 +71,11 @@ def rank_stats(
         peak_memory_bytes=int(peak_memory_bytes),
         parameters=parameters,
         bubble_s=mean("bubble_s"),
+        transfer_s=mean("transfer_s"),
+        schedule_s=mean("schedule_s"),
+        p2p_bytes=mean("p2p_bytes"),
+        p2p_alpha_s=link[0],
+        p2p_beta_s_per_byte=link[1],
         stage=stage,
         threads=threads,
         grad_tensors=grad_tensors,
@@ -92,7 +98,7 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
         return statistics.fmean(getattr(r, k) for r in per_rank)
 
     step = avg("step_s")
-    bubble = avg("bubble_s")
+    bubble, transfer, schedule = avg("bubble_s"), avg("transfer_s"), avg("schedule_s")
     throughput = global_batch * steps / wall if wall > 0 else float("nan")
     nodes = len({r.host for r in per_rank})
     start, end = about.get("started"), about.get("finished")
@@ -120,6 +126,13 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
         data_share=share(avg("data_s"), step),
         bubble_s=bubble,
         bubble_share=share(bubble, step),
+        transfer_s=transfer,
+        transfer_share=share(transfer, step),
+        schedule_s=schedule,
+        schedule_share=share(schedule, step),
+        p2p_bytes=avg("p2p_bytes"),
+        p2p_alpha_s=avg("p2p_alpha_s"),
+        p2p_beta_s_per_byte=avg("p2p_beta_s_per_byte"),
         first_loss=avg("first_loss"),
         last_loss=avg("last_loss"),
         peak_memory_bytes=[r.peak_memory_bytes for r in per_rank],

@@ -55,7 +55,10 @@ class StepResult:
     comm_s: float
     end: float  # perf_counter() when the step ended
     stop: bool  # every rank agreed to stop after this step
-    bubble_s: float = 0.0  # pipelines: waiting for the neighbouring stages
+    bubble_s: float = 0.0  # pipelines: idle, waiting for a neighbouring stage to send
+    transfer_s: float = 0.0  # pipelines: waiting for activations and gradients to move
+    schedule_s: float = 0.0  # pipelines: the schedule's own overhead
+    p2p_bytes: int = 0  # pipelines: bytes this rank sent and received
 
 
 def sync(device: torch.device) -> None:
@@ -92,6 +95,10 @@ class Trainer(ABC):
         w = self.weights
         module = w if isinstance(w, nn.Module) else nn.ModuleList(getattr(w, "pieces", []))
         return held_bytes(module, self.optimizer)
+
+    def link(self) -> tuple[float, float]:
+        """(alpha s, beta s/byte) of the link between pipeline stages; zeros without stages."""
+        return (0.0, 0.0)
 
     @abstractmethod
     def grad_tensors(self) -> int:

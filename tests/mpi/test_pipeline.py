@@ -1,6 +1,7 @@
 """Pipeline and hybrid parallelism on real mpirun: 2 stages (GPipe, 1F1B, interleaved 1F1B) and
 2 stages x 2 replicas (each engine) give the weights of one rank with the whole batch; every
-rank of a pipeline logs the loss its last stage computed; the summary carries stages and bubble;
+rank of a pipeline logs the loss its last stage computed; the summary carries stages and the step's
+parts (idle time, transfers, schedule overhead), and a slowed stage shows as its neighbour's idle time;
 activation checkpointing gives the same weights with a lower peak memory."""
 
 from __future__ import annotations
@@ -30,16 +31,23 @@ def one_rank(mlp_one_rank: tuple[Path, dict]) -> Path:
     return mlp_one_rank[0]
 
 
+# (overrides, messages per micro-batch a rank sends or receives: 2 stages each send activations
+# and receive gradients once; interleaved 1F1B's pieces 0,2 | 1,3 cross ranks 3 times each way;
+# zbv's V (pieces 0,3 | 1,2) twice, as 1->2 stays on rank 1)
 @pytest.mark.parametrize(
-    "schedule",
+    "schedule,messages",
     [
-        ["parallelism.schedule=gpipe"],
-        ["parallelism.schedule=1f1b", "model.activation_checkpointing=true"],  # whole pieces recomputed
-        ["parallelism.schedule=interleaved_1f1b", "parallelism.virtual_stages=2"],
+        (["parallelism.schedule=gpipe"], 2),
+        (["parallelism.schedule=1f1b", "model.activation_checkpointing=true"], 2),  # pieces recomputed
+        (["parallelism.schedule=interleaved_1f1b", "parallelism.virtual_stages=2"], 6),
+        (["parallelism.schedule=interleaved_zb"], 2),
+        (["parallelism.schedule=zbv", "model.activation_checkpointing=true"], 4),
     ],
-    ids=["gpipe", "1f1b-checkpointed", "interleaved_1f1b"],
+    ids=["gpipe", "1f1b-checkpointed", "interleaved_1f1b", "interleaved_zb", "zbv-checkpointed"],
 )
-def test_two_stages_equal_one_rank(tmp_path: Path, one_rank: Path, schedule: list[str]) -> None:
+def test_two_stages_equal_one_rank(
+    tmp_path: Path, one_rank: Path, schedule: list[str], messages: int
+) -> None:
     run, s = run_ok(tmp_path, "pipe", *MLP, *PIPE, *schedule)
     assert_same_weights(one_rank, run, rtol=1e-5, atol=1e-6)
     assert (s["parallelism"], s["stages"], s["microbatches"], s["world_size"]) == ("pipeline", 2, 4, 2)
@@ -50,17 +58,39 @@ def test_two_stages_equal_one_rank(tmp_path: Path, one_rank: Path, schedule: lis
     for rank in (0, 1):
         got = [r["loss"] for r in steps_of(run, rank)]
         assert got == pytest.approx(ref, rel=1e-5), rank
-        assert all("bubble_s" in r for r in steps_of(run, rank))
+        for r in steps_of(run, rank):
+            # a step is its data wait, compute, exposed communication, idle time, transfers and
+            # the schedule's overhead; each message is one micro-batch's activations or their
+            # gradients, 8 x 32 floats (1 KiB), for each of the 4 micro-batches
+            parts = ("data_s", "compute_s", "comm_s", "bubble_s", "transfer_s", "schedule_s")
+            assert sum(r[k] for k in parts) == pytest.approx(r["step_s"], abs=1e-6), (rank, r)
+            assert r["p2p_bytes"] == 4 * messages * 8 * 32 * 4, r
 
 
-@pytest.mark.parametrize("engine", ["horovod", "ddp"])
-def test_two_stages_by_two_replicas_equal_one_rank(tmp_path: Path, one_rank: Path, engine: str) -> None:
+def test_a_slow_stage_shows_as_its_neighbours_idle_time(tmp_path: Path) -> None:
+    """Stage 1 sleeps 40 ms before each of its 4 backward chunks (debug.slow_rank): stage 0 waits
+    for those gradients, and the decomposition calls that wait idle time (the bubble), not
+    transfers and not schedule overhead; stage 1 counts the sleep as its compute."""
+    delay = 4 * 0.04
+    run, s = run_ok(tmp_path, "slow", *MLP, *PIPE, "debug.slow_rank=1", "debug.slow_s=0.04")
+    first, second = s["per_rank"]
+    assert second["compute_s"] >= delay, second
+    assert first["bubble_s"] >= 0.8 * delay, first
+    assert first["transfer_s"] + first["schedule_s"] < 0.25 * delay, first
+    assert first["compute_s"] < 0.25 * delay, first
+
+
+@pytest.mark.parametrize("engine,schedule", [("horovod", "gpipe"), ("ddp", "gpipe"), ("horovod", "zbv")])
+def test_two_stages_by_two_replicas_equal_one_rank(
+    tmp_path: Path, one_rank: Path, engine: str, schedule: str
+) -> None:
     run, s = run_ok(
         tmp_path,
         "hybrid",
         *MLP,
         "parallelism=hybrid",
         f"parallelism.engine={engine}",
+        f"parallelism.schedule={schedule}",
         "cluster.ranks=4",
         "train.batch_per_rank=16",  # per replica: 2 x 16 = the one rank's 32
     )

@@ -127,9 +127,9 @@ CASES = [
         "has 1 images, fewer than the 2 ranks that each need one per step",
     ),
     (
-        ["run", "parallelism=pipeline", "model=mlp", "debug.slow_rank=1", "debug.slow_s=1", "--dry-run"],
+        ["run", "script={tmp}/ok.py", "cluster.ranks=2", "debug.slow_rank=1", "debug.slow_s=1", "--dry-run"],
         2,
-        "debug.slow_rank: has no effect with parallelism=pipeline",
+        "debug.slow_rank: has no effect with script",
     ),
     (["run", "model=[mlp,cnn]", "--dry-run"], 2, "to run each, sweep them: -m model=mlp,cnn"),
     (["run", "-m", "model=[mlp,cnn]", "--dry-run"], 2, "a list would merge the options"),

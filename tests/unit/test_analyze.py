@@ -213,6 +213,11 @@ def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage
     from hpctrain.analysis.report import memory_lines, rows
 
     assert pipeline_bubble(2, 4) == pytest.approx(1 / 5) and pipeline_bubble(4, 1) == pytest.approx(3 / 4)
+    # per schedule, p = 4, m = 8, v = 2: interleaved 3/(16 + 3); looped zero bubble 3/(48 + 3); ZB-V none
+    assert pipeline_bubble(4, 8, "1f1b") == pytest.approx(3 / 11)
+    assert pipeline_bubble(4, 8, "interleaved_1f1b", 2) == pytest.approx(3 / 19)
+    assert pipeline_bubble(4, 8, "interleaved_zb", 2) == pytest.approx(3 / 51)
+    assert pipeline_bubble(4, 8, "zbv", 2) == 0.0
     runs = [
         _stage_peaks(
             dataclasses.replace(

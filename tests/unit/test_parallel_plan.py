@@ -35,6 +35,16 @@ def test_interleaved_pieces_loop_over_the_stages() -> None:
     assert lay.pieces == 4 and lay.pieces_of(0) == [0, 2] and lay.pieces_of(1) == [1, 3]
 
 
+def test_zbv_pieces_make_a_v_and_interleaved_zb_takes_virtual_stages() -> None:
+    base = ["model=mlp", "model.depth=8", "parallelism=pipeline", "cluster.ranks=4", "parallelism.stages=4"]
+    zbv = layout_for(load_config([*base, "parallelism.schedule=zbv"]), 4)
+    assert zbv.pieces == 8 and [zbv.pieces_of(r) for r in range(4)] == [[0, 7], [1, 6], [2, 5], [3, 4]]
+    zb = layout_for(
+        load_config([*base, "parallelism.schedule=interleaved_zb", "parallelism.virtual_stages=2"]), 4
+    )
+    assert zb.pieces == 8 and zb.pieces_of(1) == [1, 5] and not zb.v_shape
+
+
 def test_split_points_are_spread_evenly_over_the_declared_ones() -> None:
     # 5 candidates make 6 segments: 2 pieces cut after segment 3, 3 pieces after 2 and 4
     pts = ["a", "b", "c", "d", "e"]
@@ -68,6 +78,9 @@ VALID = [
         "model.depth=4",
     ],
     ["model=mlp", "model.activation_checkpointing=true"],
+    ["parallelism=pipeline", "cluster.ranks=2", "parallelism.schedule=interleaved_zb"],
+    ["parallelism=pipeline", "cluster.ranks=2", "parallelism.schedule=zbv", "model=mlp", "model.depth=4"],
+    ["parallelism=hybrid", "cluster.ranks=4", "parallelism.schedule=zbv", "model=mlp", "model.depth=4"],
 ]
 
 
@@ -112,6 +125,39 @@ INVALID = [
         ["parallelism=pipeline", "cluster.ranks=2", "parallelism.virtual_stages=2"],
         "parallelism.virtual_stages",
         "only interleaved_1f1b",
+    ),
+    (
+        [
+            "parallelism=pipeline",
+            "cluster.ranks=2",
+            "parallelism.schedule=zbv",
+            "parallelism.virtual_stages=2",
+        ],
+        "parallelism.virtual_stages",
+        "zbv always gives each rank two, in a V",
+    ),
+    (
+        [
+            "parallelism=pipeline",
+            "cluster.ranks=2",
+            "parallelism.schedule=interleaved_zb",
+            "train.batch_per_rank=30",
+            "parallelism.microbatches=5",
+        ],
+        "parallelism.microbatches",
+        "interleaved_zb runs micro-batches in 2 equal rounds",
+    ),
+    (
+        [
+            "parallelism=hybrid",
+            "cluster.ranks=4",
+            "parallelism.engine=ddp",
+            "parallelism.schedule=zbv",
+            "model=mlp",
+            "model.depth=4",
+        ],
+        "parallelism.schedule",
+        "DDP's gradient hooks do not see",
     ),
     (
         ["parallelism=pipeline", "cluster.ranks=4", "parallelism.stages=4"],
