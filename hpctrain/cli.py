@@ -233,12 +233,17 @@ def _add_bench(sub: Subparsers) -> None:
         "pipeline", help="pipeline step parts (idle vs (p-1)/(m+p-1), transfers, overhead) at m = 1, 2, 4, 8"
     )
     pp.add_argument("--stages", type=positive_int, default=2)
-    pp.add_argument("--batch", type=positive_int, default=256, help="samples per step")
-    pp.add_argument("--steps", type=positive_int, default=10)
+    pp.add_argument("--batch", type=positive_int, default=2048, help="samples per step")
+    pp.add_argument("--steps", type=positive_int, default=6)
     pp.add_argument("--width", type=positive_int, default=1024, help="MLP width")
     pp.add_argument("--depth", type=positive_int, default=8, help="MLP blocks (split evenly over the stages)")
     pp.add_argument("--microbatches", type=positive_int, nargs="+", default=[1, 2, 4, 8])
-    pp.add_argument("--schedules", nargs="+", default=["gpipe", "1f1b"], choices=["gpipe", "1f1b"])
+    pp.add_argument(
+        "--schedules",
+        nargs="+",
+        default=["gpipe", "1f1b"],
+        choices=["gpipe", "1f1b", "interleaved_zb", "zbv"],
+    )
     pp.add_argument("--out", default="outputs/bench")
     me = bsub.add_parser("memory", help="per-rank state and peak memory, ddp vs fsdp, against ZeRO-3's 1/N")
     me.add_argument(

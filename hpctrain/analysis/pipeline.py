@@ -34,6 +34,32 @@ def theory(s: RunSummary, microbatches: int | None = None) -> float:
     return pipeline_bubble(s.stages, m, s.schedule, s.pieces_per_rank)
 
 
+def stage_compute(s: RunSummary) -> list[float]:
+    """Each stage's compute per micro-batch within the schedule (the schedule's wall time less its
+    waits and overhead), mean over the stage's replicas; [] for records without the parts."""
+    out = []
+    for k in range(s.stages):
+        ranks = [r for r in s.per_rank if r.stage == k and r.pipe_s > 0]
+        if not ranks:
+            return []
+        busy = [r.pipe_s - r.bubble_s - r.transfer_s - r.schedule_s for r in ranks]
+        out.append(sum(busy) / len(busy) / max(s.microbatches, 1))
+    return out
+
+
+def theory_measured(s: RunSummary) -> float | None:
+    """GPipe's and 1F1B's idle share of the schedule with the stages' measured compute c_s per
+    micro-batch instead of equal ones: the schedule takes T = sum c_s + (m - 1) max c_s (the
+    slowest stage paces the steady state), stage s idles T - m c_s (the equal-stage case gives
+    (p - 1)/(m + p - 1)). None for other schedules, or without the parts."""
+    c = stage_compute(s)
+    if s.schedule not in ("gpipe", "1f1b") or not c:
+        return None
+    m = max(s.microbatches, 1)
+    t = sum(c) + (m - 1) * max(c)
+    return sum(t - m * x for x in c) / len(c) / t if t > 0 else None
+
+
 def for_pipeline(s: RunSummary) -> PipeRoof | None:
     """None for a run without stages (or without the parts: recorded before they were measured)."""
     if s.stages < 2 or not (s.transfer_s or s.schedule_s):
@@ -54,16 +80,18 @@ def for_pipeline(s: RunSummary) -> PipeRoof | None:
 
 def _knob(s: RunSummary, bound: str, m: int) -> str:
     if bound == "bubble":
-        share, expected = s.bubble_share, theory(s)
+        share, expected = s.bubble_of_schedule, theory(s)
         if expected == 0:
             return (
                 f"{s.schedule} idles only when the forward, input- and weight-gradient passes differ "
                 "in time: balance the stages (parallelism.split_at), or check for a slow rank"
             )
         if share > 1.25 * expected:
+            c = stage_compute(s)
+            slow = f" (stage {c.index(max(c))} computes {max(c) / min(c):.2f}x the fastest's)" if c else ""
             return (
-                f"the stages idle {share / expected:.1f}x what {s.schedule} predicts at m={m}: balance "
-                "the stages (parallelism.split_at) or check for a slow rank"
+                f"the stages idle {share / expected:.1f}x what {s.schedule} predicts at m={m} with equal "
+                f"stages{slow}: balance the stages (parallelism.split_at) or check for a slow rank"
             )
         return (
             f"more micro-batches (m={2 * m}: theory {100 * theory(s, 2 * m):.0f}% idle), "
@@ -75,3 +103,29 @@ def _knob(s: RunSummary, bound: str, m: int) -> str:
         per = 1e3 * s.schedule_s / m
         return f"fewer, larger micro-batches: each costs {per:.2f} ms of schedule overhead"
     return "idle time, transfers and schedule overhead together cost less than the compute"
+
+
+def predict_step(s: RunSummary, m: int) -> float | None:
+    """GPipe's and 1F1B's step time at m micro-batches from a run at another count, same batch
+    and stages: each stage's compute per sample as measured (c_s m0 / m per micro-batch), the
+    schedule's overhead per micro-batch as measured, each micro-batch's two messages per
+    neighbour from the link (alpha + beta * bytes, the bytes shrinking with the micro-batch),
+    the slowest stage pacing the steady state (theory_measured's T), and the rest of the step
+    (update, data, loss) as measured. None for other schedules or records without the parts."""
+    c = stage_compute(s)
+    if s.schedule not in ("gpipe", "1f1b") or not c or m < 1:
+        return None
+    m0 = max(s.microbatches, 1)
+    per_mb_bytes = s.p2p_bytes / m0 * m0 / m  # per micro-batch at m: the same samples, cut finer
+    link = 2 * (s.p2p_alpha_s + s.p2p_beta_s_per_byte * per_mb_bytes / 2)
+    over = s.schedule_s / m0
+    slot = [x * m0 / m + link + over for x in c]  # one micro-batch through each stage
+    sched = sum(slot) + (m - 1) * max(slot)
+    rest = s.step_s - s.pipe_s  # update, data, loss: what does not depend on m
+    return sched + rest
+
+
+def best_microbatches(s: RunSummary, candidates: list[int]) -> tuple[int, float] | None:
+    """The count with the shortest predicted step among the candidates, and that step time."""
+    found = [(t, m) for m in candidates if (t := predict_step(s, m)) is not None]
+    return None if not found else (min(found)[1], min(found)[0])

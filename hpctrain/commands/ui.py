@@ -175,7 +175,7 @@ def _pipeline_rows(t: Table, s: RunSummary) -> None:
     t.add_row(
         f"  pipeline bubble: idle ({s.schedule}, m={s.microbatches})",
         f"{1e3 * s.bubble_s:.2f} ms",
-        f"{100 * s.bubble_share:.1f}% (theory {100 * theory(s):.1f}%)",
+        f"{100 * s.bubble_share:.1f}% ({100 * s.bubble_of_schedule:.1f}% of the schedule; theory {100 * theory(s):.1f}%)",
     )
     roof = for_pipeline(s)
     if roof is None:

@@ -30,6 +30,7 @@ class StepRecord:
     transfer_s: float = 0.0
     schedule_s: float = 0.0
     p2p_bytes: int = 0
+    pipe_s: float = 0.0  # the schedule's wall time: its compute, idle, transfers and overhead
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class RankSummary:
     transfer_s: float = 0.0
     schedule_s: float = 0.0
     p2p_bytes: float = 0.0
+    pipe_s: float = 0.0
     p2p_alpha_s: float = 0.0
     p2p_beta_s_per_byte: float = 0.0
 
@@ -126,6 +128,7 @@ class RunSummary:
     schedule_s: float = 0.0
     schedule_share: float = 0.0
     p2p_bytes: float = 0.0
+    pipe_s: float = 0.0  # the schedule's wall time: what a schedule's theoretical bubble is a share of
     p2p_alpha_s: float = 0.0  # the link between neighbouring stages: alpha + beta * bytes
     p2p_beta_s_per_byte: float = 0.0
     threads_per_rank: int = 0  # torch threads per rank (0: not recorded)
@@ -155,6 +158,12 @@ class RunSummary:
     @property
     def collective_column(self) -> str:
         return self.collective or ("torch_s" if self.engine == "ddp" else "hvd_s")
+
+    @property
+    def bubble_of_schedule(self) -> float:
+        """Idle share of the schedule's wall time, what a schedule's theory predicts (the step's
+        share without the update, data and loss; older records: the step's share)."""
+        return self.bubble_s / self.pipe_s if self.pipe_s > 0 else self.bubble_share
 
     @property
     def peak_by_stage(self) -> tuple[int, ...]:

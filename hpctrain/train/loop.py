@@ -348,6 +348,7 @@ def _record(
         transfer_s=r.transfer_s,
         schedule_s=r.schedule_s,
         p2p_bytes=r.p2p_bytes,
+        pipe_s=r.pipe_s,
     )
 
 

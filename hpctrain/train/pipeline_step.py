@@ -3,7 +3,8 @@ the stage's replicas average their gradients (hybrid), the optimizer steps. It o
 as the data-parallel step (train/step.py) and is timed the same way, plus the bubble:
 
   compute   this rank's forward and backward chunks, and the optimizer update
-  bubble    idle: waiting for a neighbour that has not sent yet (train/p2p.py)
+  bubble    idle: waiting for a neighbour that has not sent yet (train/p2p.py), and for the last
+            stage to finish (the drain, while the loss is broadcast)
   transfer  waiting for activations and gradients to move (the link's α–β for their bytes)
   schedule  the rest of the schedule's wall time: its own per-micro-batch overhead
   comm      exposed gradient communication among the replicas (hybrid), as the engine measures it
@@ -58,22 +59,27 @@ class PipelineTrainer(Trainer):
         sent = dist.broadcast(loss, src=pipe.last_rank, group=pipe.group, async_op=True)
         replicated = pipe.layout.replicas > 1
         waited, stop = self._communicate(engine, b.step, vote, replicated, pipe.clock.backward_end)
+        t_avg = time.perf_counter()
+        # the loss arrives when the last stage's schedule ends; the stages that ended first wait
+        # for it: the pipeline's drain, idle time like the waits inside the schedule
         sent.wait()
         sync(self.device)
         t_comm = time.perf_counter()
+        drain = t_comm - t_avg
         t_end = self._update(engine, b.step, averaged=replicated)
         stage_compute = pipe.clock.compute_s - waited  # DDP waits inside the last backward chunk
         traffic = pipe.meter.traffic
         return StepResult(
             float(loss),
             stage_compute + (t_end - t_comm),
-            waited + (t_comm - t_sched),
+            waited + (t_avg - t_sched),
             t_end,
             stop,
-            bubble_s=traffic.idle_s,
+            bubble_s=traffic.idle_s + drain,
             transfer_s=traffic.transfer_s,
             schedule_s=max(0.0, (t_sched - b.t_start) - pipe.clock.compute_s - traffic.wait_s),
             p2p_bytes=traffic.bytes,
+            pipe_s=t_sched - b.t_start + drain,
         )
 
     def link(self) -> tuple[float, float]:

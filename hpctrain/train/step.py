@@ -58,6 +58,7 @@ class StepResult:
     bubble_s: float = 0.0  # pipelines: idle, waiting for a neighbouring stage to send
     transfer_s: float = 0.0  # pipelines: waiting for activations and gradients to move
     schedule_s: float = 0.0  # pipelines: the schedule's own overhead
+    pipe_s: float = 0.0  # pipelines: the schedule's wall time (its compute, idle, transfers, overhead)
     p2p_bytes: int = 0  # pipelines: bytes this rank sent and received
 
 

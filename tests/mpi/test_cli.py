@@ -203,6 +203,23 @@ def test_bench_allreduce_runs_end_to_end(tmp_path: Path) -> None:
     assert all(row["hvd_s"] > 0 and row["mpi_s"] > 0 and row["torch_s"] > 0 for row in rows)
 
 
+def test_bench_pipeline_runs_end_to_end(tmp_path: Path) -> None:
+    """Two small runs: the table has every part for both, and the lines on the targets and the
+    predicted best micro-batch count follow."""
+    r = hpctrain(
+        "bench", "pipeline", "--batch", "64", "--steps", "3", "--width", "32", "--depth", "4",
+        "--microbatches", "1", "2", "--schedules", "gpipe", "--out", str(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = re.findall(r"^\s*│ +gpipe │ ([12]) │(.*)$", r.stdout, re.M)
+    assert [m for m, _ in rows] == ["1", "2"], r.stdout
+    cells = [c.strip() for c in rows[1][1].split("│")]
+    assert cells[3] == "33.3%" and re.fullmatch(r"[+-][0-9.]+%", cells[-4]), cells  # theory at m=2
+    assert "gpipe m=2: " in r.stdout and "x m=1's throughput" in r.stdout, r.stdout
+    assert re.search(r"gpipe: the model \(from m=2\) predicts m=[12] fastest", r.stdout), r.stdout
+    assert len(list(tmp_path.glob("*/*-pipeline/gpipe-m*/summary.json"))) == 2
+
+
 def test_bench_overhead_runs_end_to_end(tmp_path: Path) -> None:
     r = hpctrain(
         "bench",

@@ -137,3 +137,49 @@ def test_rank_summary_defaults_keep_older_records_readable() -> None:
         data_s=0.0, compute_s=1.0, comm_s=0.0, first_loss=1.0, last_loss=1.0, peak_memory_bytes=1, parameters=1,
     )  # fmt: skip
     assert (r.transfer_s, r.schedule_s, r.p2p_bytes) == (0.0, 0.0, 0.0)
+
+
+def _staged(m: int, pipe: float, ranks: list[tuple[float, float, float, float]]) -> object:
+    """A 2-stage gpipe run summary: per rank (pipe_s, bubble_s, transfer_s, schedule_s)."""
+    s = _pipeline_summary(0.0, 0.0, 0.0, 0.0)
+    per = [
+        dataclasses.replace(s.per_rank[0], rank=k, stage=k, pipe_s=p, bubble_s=b, transfer_s=t, schedule_s=o)
+        for k, (p, b, t, o) in enumerate(ranks)
+    ]
+    mean = lambda i: sum(r[i] for r in ranks) / len(ranks)  # noqa: E731
+    return dataclasses.replace(
+        s, per_rank=per, microbatches=m, pipe_s=pipe, step_s=pipe + 0.05,
+        bubble_s=mean(1), transfer_s=mean(2), schedule_s=mean(3),
+        p2p_bytes=8 * 1024, p2p_alpha_s=1e-4, p2p_beta_s_per_byte=0.0,
+    )  # fmt: skip
+
+
+def test_the_theory_with_the_stages_as_measured() -> None:
+    from hpctrain.analysis.pipeline import stage_compute, theory_measured
+
+    # m = 4; stage 0 computes 40 ms per step (10 per micro-batch), stage 1 80 ms (20):
+    # T = 10 + 20 + 3 x 20 = 90 ms; idle 90 - 40 = 50 and 90 - 80 = 10: mean 30 / 90 = 1/3
+    s = _staged(4, 0.1, [(0.1, 0.055, 0.002, 0.003), (0.1, 0.015, 0.002, 0.003)])
+    assert stage_compute(s) == pytest.approx([0.010, 0.020])
+    assert theory_measured(s) == pytest.approx(1 / 3)
+    even = _staged(4, 0.1, [(0.1, 0.035, 0.002, 0.003), (0.1, 0.035, 0.002, 0.003)])
+    assert theory_measured(even) == pytest.approx(1 / 5)  # equal stages: (p - 1)/(m + p - 1)
+    assert theory_measured(dataclasses.replace(s, schedule="zbv")) is None
+
+
+def test_the_step_predicted_at_other_micro_batch_counts() -> None:
+    from hpctrain.analysis.pipeline import best_microbatches, predict_step
+
+    # from m = 4: stages 10 and 20 ms per micro-batch (40 and 80 ms per step), overhead 3 ms per
+    # step (0.75 per micro-batch), link 100 us per message and no per-byte cost (2 a micro-batch),
+    # 50 ms of update, data and loss
+    s = _staged(4, 0.1, [(0.1, 0.055, 0.002, 0.003), (0.1, 0.015, 0.002, 0.003)])
+    slot = lambda c, m: c * 4 / m + 2e-4 + 0.00075  # noqa: E731
+    for m in (1, 2, 4, 8):
+        a, b = slot(0.010, m), slot(0.020, m)
+        assert predict_step(s, m) == pytest.approx(a + b + (m - 1) * b + 0.05), m
+    # T(m) = 0.04/m + 0.00095 m + 0.13095: more micro-batches shrink the fill, each adds overhead
+    # and messages; the minimum is near m = sqrt(0.04 / 0.00095) = 6.5, so 8 of the powers of 2
+    best = best_microbatches(s, [1, 2, 4, 8, 16, 32])
+    assert best is not None and best[0] == 8 and best[1] == pytest.approx(0.04 / 8 + 0.00095 * 8 + 0.13095)
+    assert predict_step(dataclasses.replace(s, schedule="interleaved_zb"), 4) is None
