@@ -14,6 +14,7 @@ from hpctrain import records
 from hpctrain.analysis import metrics
 from hpctrain.analysis.metrics import share
 from hpctrain.analysis.model import CommModel, fit_comm_model
+from hpctrain.analysis.pipeline import study_lines as pipeline_study_lines
 from hpctrain.analysis.roofline import Roofline, roofline
 from hpctrain.analysis.stepmodel import Scale, StepModel, fit_step_model
 from hpctrain.analysis.summaries import summaries
@@ -111,6 +112,7 @@ class Analysis:
     allreduce: list[records.AllreduceRow] = field(default_factory=list)  # bench rows, all world sizes
     corrupt: list[str] = field(default_factory=list)  # "<file>: what is wrong", for unreadable records
     containers: list[str] = field(default_factory=list)  # the images the runs' ranks ran in
+    pipeline: list[str] = field(default_factory=list)  # the best micro-batch count, predicted per scale
 
     @property
     def points(self) -> list[Point]:
@@ -270,7 +272,9 @@ def analyze_runs(
         s = analyze_series(kind, mine, allreduce)
         s.label = (f"{par} " if several_p else "") + (f"{engine} m={m}" if several_m else engine)
         series.append(s)
-    return Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))
+    a = Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))
+    a.pipeline = pipeline_study_lines(runs)
+    return a
 
 
 def predict(kind: str, model: StepModel, points: list[Point]) -> list[Prediction]:

@@ -129,3 +129,36 @@ def best_microbatches(s: RunSummary, candidates: list[int]) -> tuple[int, float]
     """The count with the shortest predicted step among the candidates, and that step time."""
     found = [(t, m) for m in candidates if (t := predict_step(s, m)) is not None]
     return None if not found else (min(found)[1], min(found)[0])
+
+
+def study_lines(runs: list[RunSummary]) -> list[str]:
+    """For each scale of a study that ran GPipe or 1F1B at several micro-batch counts: the step
+    model, fitted on the count in the middle, predicts the others (its error at each) and the best
+    count among the measured ones and the powers of two that divide the batch."""
+    groups: dict[tuple[int, str, str], dict[int, RunSummary]] = {}
+    for r in runs:
+        if r.stages > 1 and r.schedule in ("gpipe", "1f1b"):
+            groups.setdefault((r.world_size, r.engine, r.schedule), {}).setdefault(r.microbatches, r)
+    out = []
+    for (n, engine, schedule), by_m in sorted(groups.items()):
+        if len(by_m) < 2:
+            continue
+        counts = sorted(by_m)
+        src = by_m[counts[(len(counts) - 1) // 2]]
+        per_replica = src.global_batch * src.stages // src.world_size
+        candidates = sorted(set(counts) | {2**k for k in range(8) if per_replica % 2**k == 0})
+        best = best_microbatches(src, candidates)
+        errors = [
+            f"m={m} {100 * (t / by_m[m].step_s - 1):+.1f}%"
+            for m in counts
+            if m != src.microbatches and (t := predict_step(src, m)) is not None
+        ]
+        if best is None:
+            continue
+        fastest = min(counts, key=lambda m: by_m[m].step_s)
+        out.append(
+            f"N={n} {engine} {schedule}: from m={src.microbatches} the model predicts m={best[0]} "
+            f"fastest ({1e3 * best[1]:.2f} ms); measured fastest m={fastest} "
+            f"({1e3 * by_m[fastest].step_s:.2f} ms); its error at " + ", ".join(errors)
+        )
+    return out

@@ -256,6 +256,7 @@ def sections(a: Analysis) -> list[tuple[str, list[str]]]:
         ("Cost per result (node-hours)", cost_lines(a)),
         ("Communication roofline (gradients on the measured allreduce curve)", roofline_lines(a)),
         ("Peak memory per pipeline stage", memory_lines(a)),
+        ("Pipeline micro-batches (the step model's pipeline terms)", a.pipeline),
         ("Containers the ranks ran in", a.containers),
         (f"Missing or failed runs ({len(a.missing)})", [f"`{m}`" for m in a.missing]),
         (f"Unreadable records ({len(a.corrupt)})", list(a.corrupt)),

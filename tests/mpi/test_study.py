@@ -212,7 +212,15 @@ def test_a_pipeline_study_compares_micro_batches_and_reports_the_bubble(tmp_path
             100 * (p - 1) / (m + p - 1), abs=0.051
         )
         assert row["bubble"].endswith("%")
-    assert "## Peak memory per pipeline stage" in (study / "report" / "report.md").read_text()
+    report = (study / "report" / "report.md").read_text()
+    assert "## Peak memory per pipeline stage" in report
+    # the step model, fitted on m=2 at each scale, predicts m=4 and the best count (of 1..16)
+    for n in (2, 3):
+        assert re.search(
+            rf"N={n} horovod gpipe: from m=2 the model predicts m=(1|2|4|8|16) fastest \([0-9.]+ ms\); "
+            rf"measured fastest m=[24] \([0-9.]+ ms\); its error at m=4 [+-][0-9.]+%",
+            report,
+        ), report
 
 
 def test_a_study_whose_every_run_fails_stops_before_the_benchmark_and_exits_4(tmp_path: Path) -> None:

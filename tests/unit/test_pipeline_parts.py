@@ -183,3 +183,19 @@ def test_the_step_predicted_at_other_micro_batch_counts() -> None:
     best = best_microbatches(s, [1, 2, 4, 8, 16, 32])
     assert best is not None and best[0] == 8 and best[1] == pytest.approx(0.04 / 8 + 0.00095 * 8 + 0.13095)
     assert predict_step(dataclasses.replace(s, schedule="interleaved_zb"), 4) is None
+
+
+def test_a_study_at_several_micro_batch_counts_gets_the_predicted_best() -> None:
+    from hpctrain.analysis.pipeline import predict_step, study_lines
+
+    four = _staged(4, 0.1, [(0.1, 0.055, 0.002, 0.003), (0.1, 0.015, 0.002, 0.003)])
+    eight = dataclasses.replace(four, microbatches=8, step_s=0.2)
+    one = dataclasses.replace(four, microbatches=1, step_s=0.3, world_size=2)
+    [line] = study_lines([one, four, eight, dataclasses.replace(four, schedule="zbv", microbatches=2)])
+    # counts 1, 4, 8: fitted on 4; candidates add the powers of two dividing the batch of 32
+    err1 = 100 * (predict_step(four, 1) / 0.3 - 1)
+    err8 = 100 * (predict_step(four, 8) / 0.2 - 1)
+    assert line == (
+        f"N=2 horovod gpipe: from m=4 the model predicts m=8 fastest ({1e3 * predict_step(four, 8):.2f} ms); "
+        f"measured fastest m=4 (150.00 ms); its error at m=1 {err1:+.1f}%, m=8 {err8:+.1f}%"
+    )
