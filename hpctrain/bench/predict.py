@@ -1,6 +1,7 @@
 """`hpctrain bench predict STUDY...`: how well the step-time model explains each study: every
 measured scale predicted with itself (in-sample) and without it (leave-one-out), the term that
-carries the leave-one-out error, and whether the model describes the study at all."""
+carries the leave-one-out error, and whether the model describes the study at all; for pipeline
+studies at several micro-batch counts, the count the pipeline terms predict fastest per scale."""
 
 from __future__ import annotations
 
@@ -77,4 +78,6 @@ def run_predict(args: argparse.Namespace, console: Console) -> int:
             )
         for line in model_lines(a):
             console.print(f"  {line}", highlight=False)
+        for line in a.pipeline:  # a pipeline study at several micro-batch counts: the best one
+            console.print(f"  pipeline micro-batches: {line}", highlight=False)
     return 0

@@ -221,6 +221,8 @@ def test_a_pipeline_study_compares_micro_batches_and_reports_the_bubble(tmp_path
             rf"measured fastest m=[24] \([0-9.]+ ms\); its error at m=4 [+-][0-9.]+%",
             report,
         ), report
+    r = hpctrain("bench", "predict", str(study))  # the same lines, without an allreduce benchmark
+    assert r.returncode == 0 and "pipeline micro-batches: N=2 horovod gpipe: from m=2" in r.stdout, r.stdout
 
 
 def test_a_study_whose_every_run_fails_stops_before_the_benchmark_and_exits_4(tmp_path: Path) -> None:
