@@ -7,7 +7,6 @@ Units are in key names (`_mb`, `_ms`, `_min`), as in Hydra's submitit launcher.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, ClassVar, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -15,107 +14,25 @@ from omegaconf import MISSING
 
 from hpctrain.config.container import ContainerConf
 from hpctrain.config.observe import ProfileConf, TrackingConf
-
-# The option sets. OmegaConf accepts a member by its name, so every name equals its value; a
-# StrEnum compares equal to its string, so code and records keep using plain strings.
-
-
-class Model(StrEnum):
-    cnn = "cnn"
-    mlp = "mlp"
-    resnet18 = "resnet18"
-    resnet50 = "resnet50"
-    transformer = "transformer"
-
-
-class Dataset(StrEnum):
-    synthetic = "synthetic"
-    tokens = "tokens"
-    digits = "digits"
-    folder = "folder"
-
-
-class Precision(StrEnum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
-
-
-class Parallelism(StrEnum):
-    data = "data"  # every rank holds the whole model
-    pipeline = "pipeline"  # the model cut into stages, one per rank
-    hybrid = "hybrid"  # stages x data-parallel replicas
-    fsdp = "fsdp"  # every rank holds 1/N of the parameters, gradients and optimizer state (ZeRO-3)
-    hsdp = "hsdp"  # sharded inside groups of shard.degree ranks, replicated across the groups
-
-
-# Pipeline schedules: gpipe, all forwards then all backwards (Huang et al. 2019); 1f1b, one
-# forward and one backward in the steady state (PipeDream-Flush, Narayanan et al. 2021);
-# interleaved_1f1b, several model pieces per rank (Narayanan et al. 2021); interleaved_zb and
-# zbv, zero bubble: the backward split into input and weight gradients, the weight gradients
-# filling the bubble (Qi et al. 2024, ZB-H1 looped and ZB-V). What each needs: config/layout.py.
-# The functional form because OmegaConf parses enums by member name and "1f1b" is no identifier.
-Schedule = StrEnum(
-    "Schedule",
-    [
-        ("gpipe", "gpipe"),
-        ("1f1b", "1f1b"),
-        ("interleaved_1f1b", "interleaved_1f1b"),
-        ("interleaved_zb", "interleaved_zb"),
-        ("zbv", "zbv"),
-    ],
+from hpctrain.config.options import (  # noqa: F401  (re-exported: the schema's option sets)
+    IMAGE_DATASETS,
+    IMAGE_MODELS,
+    TOKEN_DATASETS,
+    TOKEN_MODELS,
+    Backend,
+    Compression,
+    Dataset,
+    Device,
+    FailMode,
+    LrScaling,
+    Model,
+    MpiPlugin,
+    Optimizer,
+    Parallelism,
+    Precision,
+    Schedule,
+    StudyKind,
 )
-
-
-class Backend(StrEnum):
-    mpi = "mpi"
-    gloo = "gloo"
-
-
-class Compression(StrEnum):
-    none = "none"
-    fp16 = "fp16"
-    bf16 = "bf16"  # ddp only (a communication hook); Horovod has no bf16 compressor
-
-
-class Optimizer(StrEnum):
-    sgd = "sgd"
-    adamw = "adamw"
-
-
-class LrScaling(StrEnum):
-    none = "none"
-    linear = "linear"
-
-
-class Device(StrEnum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class FailMode(StrEnum):
-    exception = "exception"
-    kill = "kill"
-
-
-class StudyKind(StrEnum):
-    strong = "strong"
-    weak = "weak"
-
-
-class MpiPlugin(StrEnum):  # srun --mpi=...
-    pmix = "pmix"
-    pmix_v4 = "pmix_v4"
-    pmix_v3 = "pmix_v3"
-    pmi2 = "pmi2"
-    none = "none"
-
-
-IMAGE_MODELS = (Model.cnn, Model.mlp, Model.resnet18, Model.resnet50)
-TOKEN_MODELS = (Model.transformer,)
-IMAGE_DATASETS = (Dataset.synthetic, Dataset.digits, Dataset.folder)
-TOKEN_DATASETS = (Dataset.tokens,)
 
 
 @dataclass

@@ -103,3 +103,26 @@ def test_an_api_script_requeued_mid_run_resumes_bit_identical_despite_an_edit(us
     a = torch.load(run_dir / "weights.pt")
     b = torch.load(user_project.parent / "straight" / "weights.pt")
     assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"
+
+
+def test_a_script_hung_on_one_node_is_named_by_run_and_status(user_project: Path) -> None:
+    """Issue 23: a hanging script on SLURM once ran for minutes with nothing detected. The script
+    watchdog runs inside each SLURM task as it does under mpirun: rank 1 (on the second node) is
+    named with its stack, the job fails and status agrees."""
+    run_dir = user_project.parent / "hang-slurm"
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        *TWO_NODES,
+        "script=scripts/hang.py",
+        "script.stall_timeout_s=8",
+        cwd=user_project,
+        timeout=240,
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    said = "rank 1 failed: Stalled: no api.step, output or CPU use for 8 s (script.stall_timeout_s)"
+    assert said in r.stderr and "hang.py" in r.stderr, r.stderr
+    assert json.loads((run_dir / "stall.json").read_text())["stalled"][0]["rank"] == 1
+    status = hpctrain("status", str(run_dir)).stdout
+    assert "FAILED" in status and "rank 1 failed: Stalled" in status, status
