@@ -145,10 +145,22 @@ def check_python_packages() -> list[Check]:
     ]
 
 
+def _sinfo_version() -> str:
+    """sinfo's version, or why it gave none: without a slurm.conf (SLURM_CONF unset, no configless
+    DNS record) Debian's sinfo prints only a resolver error, which is no version."""
+    try:
+        out = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return "sinfo did not answer"
+    if out.returncode == 0 and out.stdout.strip():
+        return out.stdout.strip().splitlines()[0]
+    return "no cluster configured here (set SLURM_CONF, or start one: bash slurm/start.sh)"
+
+
 def check_slurm() -> Check:
     found = [c for c in SLURM_COMMANDS if shutil.which(c)]
     missing = [c for c in SLURM_COMMANDS if c not in found]
-    detail = (_first_line(["sinfo", "--version"]) + "; " if "sinfo" in found else "") + (
+    detail = (_sinfo_version() + "; " if "sinfo" in found else "") + (
         f"missing: {', '.join(missing)}" if missing else "all client commands present"
     )
     return Check(

@@ -54,3 +54,20 @@ def test_horovod_built_with_gloo_only_is_usable(monkeypatch) -> None:
     monkeypatch.setattr(hvd, "mpi_built", lambda: False)
     checks = {c.name: c for c in doctor.check_horovod()}
     assert checks["horovod controllers"].ok and checks["horovod controllers"].detail == "Gloo"
+
+
+def test_sinfo_without_a_cluster_is_said_plainly_not_shown_as_a_version(monkeypatch, tmp_path) -> None:
+    """Without a slurm.conf, Debian's sinfo prints only a resolver error (recorded from 22.05);
+    doctor once showed that error where the version goes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in doctor.SLURM_COMMANDS:
+        (bin_dir / name).write_text(
+            "#!/bin/sh\necho 'sinfo: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' >&2\n"
+            "exit 1\n"
+        )
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    check = doctor.check_slurm()
+    assert check.ok and "res_nsearch" not in check.detail, check
+    assert check.detail.startswith("no cluster configured here (set SLURM_CONF, or start one"), check
