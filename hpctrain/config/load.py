@@ -11,6 +11,7 @@ import functools
 import os
 import re
 import sys
+import typing
 from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
@@ -29,7 +30,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-from hpctrain.config.schema import Config, register
+from hpctrain.config.schema import CLUSTER_SCHEMAS, Config, register
 from hpctrain.config.values import expand_user_paths
 from hpctrain.errors import ConfigError, Problem
 
@@ -126,7 +127,7 @@ def _check_group_choices(overrides: Sequence[str], d: Path) -> None:
 def check_parsed(parsed: Sequence[Any], d: Path, groups: set[str] | None = None) -> None:
     """What Hydra would accept but hpctrain would ignore or fail on later: `=5` (no key), `model=5`
     (Hydra raises a bare ValueError), `model=[mlp,cnn]` (Hydra merges both options into one
-    config), and `hydra.*` (hpctrain composes with Hydra's compose API, which applies none of
+    config), a sweep (`model=cnn,mlp`, `train.steps=range(1,3)`) without -m, and `hydra.*` (hpctrain composes with Hydra's compose API, which applies none of
     Hydra's own run, sweep, launcher or job settings)."""
     groups = config_groups(d) if groups is None else groups
     problems = []
@@ -140,6 +141,14 @@ def check_parsed(parsed: Sequence[Any], d: Path, groups: set[str] | None = None)
                     key,
                     "Hydra's own settings are not applied (hpctrain composes the config itself)",
                     "drop it: run.dir / run.output_root place the records, -m sweeps, cluster=slurm submits",
+                )
+            )
+        elif o.is_sweep_override():  # points arrive expanded: a sweep here lacks its -m
+            problems.append(
+                Problem(
+                    key,
+                    f"{o.input_line} gives several values, and only a multirun sweeps them",
+                    f"sweep them with -m ({o.input_line}), or give one value",
                 )
             )
         elif key in groups and o.package is None and isinstance(value, list):
@@ -176,7 +185,7 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[Problem]:
     for key in node.keys():
         full = f"{prefix}{key!s}"
         if names is not None and key not in names:
-            out.append(Problem(full, "unknown key", _valid_keys(schema)))  # type: ignore[arg-type]
+            out.append(Problem(full, "unknown key", _did_you_mean(full) or _valid_keys(schema)))  # type: ignore[arg-type]
             continue
         child = node._get_node(key)
         if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
@@ -296,6 +305,27 @@ def _value(v: Any) -> Any:
     return v
 
 
+def _did_you_mean(key: str) -> str:
+    """`engine=ddp` for `parallelism.engine=ddp`: the keys of the schema that end as this one does."""
+    tail = key.rsplit(".", 1)[-1]
+    paths = _paths(Config) + [p for c in CLUSTER_SCHEMAS.values() for p in _paths(c, "cluster.")]
+    found = [p for p in dict.fromkeys(paths) if p != key and p.rsplit(".", 1)[-1] == tail]
+    return f"did you mean {' or '.join(f'{p}=...' for p in found[:3])}?" if found else ""
+
+
+def _paths(schema: type, prefix: str = "") -> list[str]:
+    """Every dotted key of a schema dataclass, nested sections included."""
+    hints = typing.get_type_hints(schema)
+    out = []
+    for f in dataclasses.fields(schema):
+        out.append(prefix + f.name)
+        t = hints.get(f.name)
+        t = next((a for a in typing.get_args(t) if a is not type(None)), t)  # Optional[X] -> X
+        if isinstance(t, type) and dataclasses.is_dataclass(t):
+            out += _paths(t, f"{prefix}{f.name}.")
+    return out
+
+
 def _valid_keys(schema: type | None) -> str:
     if schema is None or not dataclasses.is_dataclass(schema):
         return ""
@@ -332,7 +362,8 @@ def _translate(e: BaseException, overrides: Sequence[str] = ()) -> ConfigError:
                     Problem(
                         key,
                         f"unknown key ({msg})",
-                        _valid_keys(getattr(err, "object_type", None))
+                        _did_you_mean(key)
+                        or _valid_keys(getattr(err, "object_type", None))
                         or hint
                         or "remove it, or check its spelling",
                     )

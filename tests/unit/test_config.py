@@ -61,6 +61,32 @@ def test_unknown_top_level_key() -> None:
     assert "valid keys are" in str(e.value) and "model" in str(e.value)
 
 
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("engine=ddp", "did you mean parallelism.engine=...?"),
+        ("degree=2", "did you mean parallelism.shard.degree=...?"),
+        ("partition=gpu", "did you mean cluster.partition=...?"),  # a cluster schema's key
+        ("+ranks=4", "cluster.ranks=..."),  # forced in with +: the same hint
+        ("model.steps=3", "did you mean train.steps=... or study.steps=... or profile.steps=...?"),
+    ],
+)
+def test_a_key_given_without_its_section_is_pointed_to_it(override: str, said: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_config([override])
+    assert said in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("override", ["model=cnn,mlp", "train.steps=1,2", "train.steps=range(1,3)"])
+def test_a_sweep_without_multirun_says_to_add_m(override: str) -> None:
+    """Hydra said 'Ambiguous value' for a key and showed its ChoiceSweep object for a group."""
+    with pytest.raises(ConfigError) as e:
+        load_config([override])
+    text = str(e.value)
+    assert f"{override} gives several values, and only a multirun sweeps them" in text, text
+    assert f"sweep them with -m ({override})" in text and "Sweep(" not in text, text
+
+
 def test_appended_unknown_key_is_rejected_not_dropped() -> None:
     with pytest.raises(ConfigError) as e:
         load_config(["+model.x=1"])
