@@ -13,7 +13,7 @@ from hpctrain.analysis.analyze import analyze_dir
 from hpctrain.analysis.report import cost_lines, model_lines, roofline_lines, terminal_table, write_report
 from hpctrain.commands.traces import has_traces, show_traces
 from hpctrain.commands.ui import RichReporter
-from hpctrain.errors import HpctrainError
+from hpctrain.errors import HpctrainError, RecordError
 from hpctrain.orchestrate.study_run import create_study, load_study, run_study, write_study
 
 
@@ -74,4 +74,9 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     path = Path(args.path).resolve()
     if not (path / records.STUDY).exists() and has_traces(path):
         return show_traces(path, console)
+    if not (path / records.STUDY).exists() and (path / records.JOB).exists():
+        raise RecordError(
+            f"{path} is a run without profiler traces: analyze takes a study directory, or a run "
+            f"profiled with profile.enabled=true; this run's figures: hpctrain status {path}"
+        )
     return analyze_and_report(Path(args.path).resolve(), console, Path(args.out) if args.out else None)

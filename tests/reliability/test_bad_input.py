@@ -39,7 +39,10 @@ CASES = [
     (["logs", "{tmp}/nowhere"], 1, "is not a run directory (no job.json)"),
     (["cancel", "{tmp}"], 1, "is not a run, sweep or study directory"),
     (["analyze", "{tmp}"], 1, "is not a study directory (no study.json)"),
+    (["analyze", "{tmp}/arun"], 1, "is a run without profiler traces: analyze takes a study directory"),
     (["study", "resume", "{tmp}"], 1, "is not a study directory (no study.json)"),
+    (["run", "model=cnn,mlp", "--dry-run"], 2, "sweep them with -m (model=cnn,mlp)"),
+    (["run", "engine=ddp", "--dry-run"], 2, "did you mean parallelism.engine=...?"),
     (["study", "resume"], 1, "usage: hpctrain study resume STUDY_DIR"),
     (["study", "strong", "run.dir={tmp}/taken", "--no-progress"], 1, "already exists; resume it with"),
     (["run", "cluster=slurm", "run.dir={tmp}/a%j", "--dry-run"], 2, "run.dir: '{tmp}/a%j' holds '%'"),
@@ -173,6 +176,8 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp / "brokenconf").mkdir()
     (tmp / "brokenconf" / "config.yaml").write_text("defaults:\n  - hpctrain_schema\nfoo: [1, 2\n")
     (tmp / "taken-strong").mkdir()  # an explicit study directory that exists
+    (tmp / "arun").mkdir()  # a run's directory, as far as analyze looks
+    (tmp / "arun" / "job.json").write_text("{}")
     make_folder(tmp / "images")
     return tmp
 
