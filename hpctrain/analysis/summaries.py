@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +26,46 @@ def stamp(st: os.stat_result) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
+def kept(
+    ranks: list[Any], state: Callable[[Any], float], peak: Callable[[Any], float], stage: Callable[[Any], int]
+) -> list[int]:
+    """Which of a summary's ranks the analysis reads, by position: the one holding the most state,
+    and per pipeline stage the one with the highest peak memory."""
+    keep = {max(range(len(ranks)), key=lambda i: state(ranks[i]))}
+    for st in {stage(r) for r in ranks}:
+        keep.add(max((i for i, r in enumerate(ranks) if stage(r) == st), key=lambda i: peak(ranks[i])))
+    return sorted(keep)
+
+
 def compact(s: records.RunSummary) -> records.RunSummary:
-    """The summary with the ranks the analysis reads: the one holding the most state, and per
-    pipeline stage the one with the highest peak memory (so state_bytes and peak_by_stage agree
-    with the full record's)."""
+    """The summary with the ranks the analysis reads (see kept), so that state_bytes and
+    peak_by_stage agree with the full record's."""
     if not s.per_rank:
         return s
-    keep = {max(s.per_rank, key=lambda r: r.state_bytes).rank}
-    for stage in {r.stage for r in s.per_rank}:
-        keep.add(max((r for r in s.per_rank if r.stage == stage), key=lambda r: r.peak_memory_bytes).rank)
-    return dataclasses.replace(s, per_rank=[r for r in s.per_rank if r.rank in keep])
+    keep = kept(s.per_rank, lambda r: r.state_bytes, lambda r: r.peak_memory_bytes, lambda r: r.stage)
+    return dataclasses.replace(s, per_rank=[s.per_rank[i] for i in keep])
+
+
+def read_compact(path: Path) -> records.RunSummary:
+    """compact(records.read(path)) without typing the ranks it drops (a summary of 128 ranks is
+    three quarters per-rank entries). Entries that do not look like ranks are left to the typed
+    reader, which names what is wrong."""
+    data = records.read_json(path)
+    try:
+        ranks = data["per_rank"]
+        keep = kept(
+            ranks,
+            lambda r: r["param_bytes"] + r["grad_bytes"] + r["optimizer_bytes"],
+            lambda r: r["peak_memory_bytes"],
+            lambda r: r["stage"],
+        )
+        data = {**data, "per_rank": [ranks[i] for i in keep]}
+    except (KeyError, TypeError, ValueError, IndexError):
+        pass  # the typed read of the whole record says why
+    try:
+        return compact(records.from_dict(records.RunSummary, data))
+    except RecordError as e:
+        raise RecordError(f"{path}: not a valid RunSummary record: {e}") from None
 
 
 def read_cache(study_dir: Path) -> dict[str, Any]:
@@ -67,13 +98,20 @@ def container_line(run_dir: Path) -> str | None:
     return f"{c.get('runtime')} ({c.get('version') or 'version unknown'}), image {c.get('image')}, {digest}"
 
 
-def fresh_row(run_dir: Path, st: os.stat_result) -> dict[str, Any]:
+def read_fresh(run_dir: Path, st: os.stat_result) -> tuple[dict[str, Any], records.RunSummary | None]:
+    """The run's cache row, read from its record, and the compact summary it holds (None for a
+    record that is no summary): the caller need not build the summary again from the row."""
+    summary = None
     try:
-        summary = records.read(run_dir / records.SUMMARY, records.RunSummary)
-        row: dict[str, Any] = {"summary": records.to_dict(compact(summary))}
+        summary = read_compact(run_dir / records.SUMMARY)
+        row: dict[str, Any] = {"summary": records.to_dict(summary)}
     except RecordError as e:
         row = {"error": str(e)}
-    return {"stamp": stamp(st), "container": container_line(run_dir), **row}
+    return {"stamp": stamp(st), "container": container_line(run_dir), **row}, summary
+
+
+def fresh_row(run_dir: Path, st: os.stat_result) -> dict[str, Any]:
+    return read_fresh(run_dir, st)[0]
 
 
 def from_row(row: Any) -> tuple[records.RunSummary | None, str | None]:
@@ -85,12 +123,16 @@ def from_row(row: Any) -> tuple[records.RunSummary | None, str | None]:
     return records.from_dict(records.RunSummary, row.get("summary")), None
 
 
-def load(study_dir: Path, run_dirs: list[tuple[str, Path]]) -> tuple[dict[str, Any], list[str]]:
+def load(
+    study_dir: Path, run_dirs: list[tuple[str, Path]]
+) -> tuple[dict[str, Any], list[str], dict[str, records.RunSummary]]:
     """Each run's row ({"summary"|"error", "container"}), by its recorded name; runs without a
-    summary are listed as missing. The cache is rewritten when any row changed."""
+    summary are listed as missing; and the summaries read from their records this time, already
+    typed. The cache is rewritten when any row changed."""
     cached = read_cache(study_dir)
     rows: dict[str, Any] = {}
     missing: list[str] = []
+    typed: dict[str, records.RunSummary] = {}
     changed = False
     for name, run_dir in run_dirs:
         try:
@@ -109,10 +151,13 @@ def load(study_dir: Path, run_dirs: list[tuple[str, Path]]) -> tuple[dict[str, A
         if isinstance(hit, dict) and hit.get("stamp") == stamp(st):
             rows[name] = hit
         else:
-            rows[name], changed = fresh_row(run_dir, st), True
+            rows[name], summary = read_fresh(run_dir, st)
+            changed = True
+            if summary is not None:
+                typed[name] = summary
     if changed or len(cached) != len(rows):
         write_cache(study_dir, rows)
-    return rows, missing
+    return rows, missing, typed
 
 
 Found = list[tuple[str, records.RunSummary]]
@@ -123,12 +168,12 @@ def summaries(
 ) -> tuple[Found, list[str], list[str], list[str]]:
     """((name, summary) pairs, missing, corrupt, container lines) of a study's runs, through the
     cache."""
-    rows, missing = load(study_dir, run_dirs)
+    rows, missing, typed = load(study_dir, run_dirs)
     runs, corrupt, containers = [], [], []
     where = dict(run_dirs)
     for name, row in rows.items():
         try:
-            summary, error = from_row(row)
+            summary, error = (typed[name], None) if name in typed else from_row(row)
         except RecordError:  # a damaged row: the record itself decides
             row = fresh_row(where[name], os.stat(where[name] / records.SUMMARY))
             summary, error = from_row(row)

@@ -359,3 +359,39 @@ def test_the_cache_keeps_the_ranks_the_analysis_reads() -> None:
     assert len(small.per_rank) < len(full.per_rank)
     assert small.peak_by_stage == full.peak_by_stage
     assert max(r.state_bytes for r in small.per_rank) == max(r.state_bytes for r in full.per_rank)
+
+
+def test_reading_only_the_kept_ranks_gives_the_compact_summary_and_names_damage(tmp_path: Path) -> None:
+    """The first analysis types only the ranks it keeps (read_compact); what it gives must equal
+    compact() of the whole typed record, and a damaged kept rank is still named."""
+    import json
+
+    from hpctrain.analysis.summaries import compact, read_compact
+
+    full = synthetic_summary(8, 64, 0.1, 0.06, 0.02, 0.01, 1000)
+    ranks = [
+        dataclasses.replace(
+            r,
+            stage=r.rank // 4,
+            peak_memory_bytes=100 + 10 * ((r.rank * 3) % 8),
+            param_bytes=(r.rank * 5) % 7,
+            optimizer_bytes=r.rank % 2,
+        )
+        for r in full.per_rank
+    ]
+    full = dataclasses.replace(full, per_rank=ranks, stages=2)
+    path = tmp_path / "summary.json"
+    records.write(path, full)
+    small = read_compact(path)
+    assert small == compact(records.read(path, records.RunSummary))
+    # state 0 6 3 2 6 5 2 1: rank 1 (the first of the two 6s); peak per stage: rank 2 (160), rank 5 (170)
+    assert [r.rank for r in small.per_rank] == [1, 2, 5]
+    data = json.loads(path.read_text())
+    for rank, field, bad in ((1, "param_bytes", "many"), (2, "host", 5)):  # before / after selection
+        damaged = json.loads(json.dumps(data))
+        damaged["per_rank"][rank][field] = bad
+        path.write_text(json.dumps(damaged))
+        with pytest.raises(
+            records.RecordError, match=rf"summary.json: not a valid RunSummary record: .*{field}"
+        ):
+            read_compact(path)
