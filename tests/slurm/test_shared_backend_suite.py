@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, hpctrain_here, processes_of, wait_for
+from tests.conftest import hpctrain, hpctrain_here, lines, processes_of, wait_for
 
 BACKENDS = {
     "local": ["cluster=local", "cluster.ranks=2"],
@@ -106,6 +106,33 @@ def test_no_wait_run_finishes_and_status_and_logs_show_it(backend: list[str], tm
     wait_for("COMPLETED", lambda: "COMPLETED" in _status(run_dir), timeout_s=180)
     assert "step 8," in _status(run_dir)  # progress from rank 0's step records
     assert json.loads((run_dir / "summary.json").read_text())["world_size"] == 2
+
+
+def test_a_run_outlives_the_command_that_stopped_waiting_for_it(backend: list[str], tmp_path: Path) -> None:
+    """--timeout-min stops the waiting, not the run (issue 23: a local run was once cancelled when
+    its command gave up): it finishes COMPLETED, and status and logs see it."""
+    run_dir = tmp_path / "outlives"
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        "--timeout-min=0.02",
+        f"run.dir={run_dir}",
+        *backend,
+        *SMALL,
+        "train.steps=600",
+    )
+    assert r.returncode == 3 and "they keep running" in r.stderr, r.stdout + r.stderr
+    wait_for(
+        "the run to end",
+        lambda: "RUNNING" not in (st := _status(run_dir)) and "PENDING" not in st,
+        timeout_s=240,
+    )
+    assert "COMPLETED" in _status(run_dir)
+    if _name(backend) == "local":  # the supervisor's own record agrees
+        assert json.loads((run_dir / "state.json").read_text())["state"] == "COMPLETED"
+    assert lines(run_dir / "steps-rank0.jsonl") == 600 and (run_dir / "summary.json").exists()
+    logs = hpctrain("logs", str(run_dir), "--rank", "0")
+    assert logs.returncode == 0 and "step 600/600" in logs.stdout, logs.stdout + logs.stderr
 
 
 def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_path: Path) -> None:
