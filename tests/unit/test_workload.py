@@ -238,6 +238,25 @@ def test_the_throughput_pattern_keeps_the_last_match_of_whole_lines() -> None:
     assert tee.value == 99.0 and out.getvalue().endswith("Total img/sec: 99\n")
 
 
+def test_a_throughput_that_is_not_finite_and_positive_is_refused_naming_its_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """inf, nan, 0 and negative rates would poison every efficiency; the last good value stays, and
+    each refused value is said once, with the line it came from."""
+    from hpctrain.workload.pattern import compile_pattern
+
+    tee = Tee(io.StringIO(), compile_pattern(r"rate: (\S+)"))
+    tee.write("rate: 12.5\nrate: inf\nrate: nan\nrate: 0\nrate: -3\nrate: inf\n")
+    assert tee.value == 12.5
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 4, said  # inf once, though printed twice
+    assert said[0] == (
+        "hpctrain: script.throughput_regex read 'inf', not a finite positive number of samples/s, "
+        "from the line: 'rate: inf' (ignored)"
+    )
+    assert [line.split("read ")[1].split(",")[0] for line in said] == ["'inf'", "'nan'", "'0'", "'-3'"]
+
+
 def test_a_catastrophically_backtracking_pattern_cannot_spin_the_reader() -> None:
     """`(a+)+$` on 40 `a` and a `!` takes ~2**40 steps in Python's `re`; the reader's engine (RE2)
     is linear, so the line is read at once. Run in a thread so a regression fails, not hangs."""
