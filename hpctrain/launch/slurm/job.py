@@ -9,8 +9,10 @@ requeued job resumes every rank from that checkpoint at the same step.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         except BaseException as e:  # noqa: BLE001 - record it and end this task now
             fail(run_dir, e)
         if finished:
+            atexit.register(leave_without_teardown)  # runs first: submitit's result is written by then
             return True
         # Stopped after a checkpoint: rank 0 lets submitit requeue the job (it exits the process).
         if int(os.environ.get("SLURM_PROCID", "0")) == 0 and callable(submitit_handler):
@@ -80,6 +83,22 @@ class TrainingJob(submitit.helpers.Checkpointable):
         """submitit's protocol: what to run after the requeue. The run directory holds the
         checkpoint, so the same job resumes from it."""
         return DelayedSubmission(TrainingJob(self.run_dir))
+
+
+def leave_without_teardown() -> None:
+    """The task's last act, once submitit has pickled the result and returned: finalize MPI as a
+    local rank does (rank.py), then leave without the interpreter's teardown. There a torch
+    process group's worker thread can be destroyed while still running ("terminate called without
+    an active exception", SIGABRT: seen on a loaded machine as a DDP rank killed after its last
+    step, about 1 run in 10), which SLURM reports as a failed job."""
+    from hpctrain.engine.world import finalize_mpi
+
+    try:
+        finalize_mpi()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 class ArrayTask(submitit.helpers.Checkpointable):
