@@ -17,6 +17,13 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   exit 1
 }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+accounting_down() {  # accounting_down WHY: what does not answer, the daemons' last words, the fix
+  echo "[slurm] the cluster's accounting does not answer: $1" >&2
+  tail -n 5 "$STATE/log/slurmdbd.log" "$STATE/log/mariadb.log" >&2 2>/dev/null || true
+  echo "[slurm] fix: if the database was damaged (a disk that filled up), start afresh with" \
+    "bash slurm/stop.sh --purge && bash slurm/start.sh" >&2
+  exit 1
+}
 
 mkdir -p "$STATE"/{etc,ctld,run,log,tmp,spool,mysql}
 # One start (or stop) at a time: two test sessions, or a developer and a test session, that start
@@ -66,7 +73,16 @@ if ! alive "$STATE/run/slurmdbd.pid"; then
   say "starting slurmdbd"
   slurmdbd 9>&-
 fi
-wait_for 60 slurmdbd sacctmgr -n show cluster
+# slurmdbd answering but refused by its database (MariaDB answered above) will not get better by
+# waiting: say so after 10 s instead of waiting out the minute
+for i in $(seq 300); do
+  dbd=$(sacctmgr -n show cluster 2>&1) && break
+  if [ "$i" -ge 50 ] && grep -q "Unable to connect to database" <<<"$dbd"; then
+    accounting_down "slurmdbd runs but cannot reach its database: $(grep -m1 'error' <<<"$dbd")"
+  fi
+  sleep 0.2
+done
+sacctmgr -n show cluster >/dev/null 2>&1 || accounting_down "slurmdbd did not answer within 60 s"
 sacctmgr -i -n show cluster format=cluster | grep -qw hpctrain || sacctmgr -i add cluster hpctrain >/dev/null
 
 # slurmctld
@@ -96,12 +112,6 @@ wait_for 60 "every node to answer (sinfo -N shows their states)" all_up
 # sacctmgr answers from its cache) while its database is down, and then every sacct fails
 accounting_ok() { sacct -n -X -S now-1minutes -o JobID >/dev/null 2>&1; }
 for _ in $(seq 150); do accounting_ok && break; sleep 0.2; done
-if ! accounting_ok; then
-  echo "[slurm] the cluster runs, but accounting does not answer: sacct says: $(sacct -n -X -S now-1minutes 2>&1 | head -1)" >&2
-  tail -n 5 "$STATE/log/slurmdbd.log" "$STATE/log/mariadb.log" >&2 2>/dev/null || true
-  echo "[slurm] fix: if the database was damaged (a disk that filled up), start afresh with" \
-    "bash slurm/stop.sh --purge && bash slurm/start.sh" >&2
-  exit 1
-fi
+accounting_ok || accounting_down "sacct says: $(sacct -n -X -S now-1minutes 2>&1 | head -1)"
 say "cluster up: $(sinfo -h -p debug -o '%D nodes %T (%N)' | tr '\n' ' ')"
 say "use it with: export SLURM_CONF=$SLURM_CONF"

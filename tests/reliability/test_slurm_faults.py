@@ -134,3 +134,35 @@ def test_with_accounting_down_status_and_cancel_fall_back_to_the_queue(tmp_path:
         )
         assert up.returncode == 0, up.stdout + up.stderr
     assert _sacct_answers()
+
+
+def _sql(statement: str) -> str:
+    """A statement run as root on the cluster's MariaDB (its socket); its rows, tab-separated."""
+    argv = ["mariadb", f"--socket={STATE / 'run' / 'mysql.sock'}", "-uroot", "-N", "-e", statement]
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+def test_start_refuses_to_call_the_cluster_up_while_accounting_cannot_reach_its_database() -> None:
+    """Issue 23: after a disk filled up, start.sh said 'cluster up' while slurmdbd could not reach
+    its database and every sacct failed. Here the database refuses slurmdbd for real (its user's
+    password changed, its connections dropped): start.sh must fail within seconds, naming the
+    cause and the fix, and the cluster comes back once the database lets slurmdbd in again."""
+    _sql("ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'locked-out'; FLUSH PRIVILEGES;")
+    try:
+        for conn in _sql("select id from information_schema.processlist where user='slurm'").split():
+            _sql(f"KILL CONNECTION {conn}")  # slurmdbd's open connections: it must log in again
+        wait_for("sacct to fail", lambda: not _sacct_answers(), timeout_s=60)
+        up = subprocess.run(
+            ["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=120
+        )
+        assert up.returncode == 1, up.stdout + up.stderr
+        assert "cluster up" not in up.stdout, up.stdout
+        assert "accounting does not answer: slurmdbd runs but cannot reach its database" in up.stderr
+        assert "fix: if the database was damaged" in up.stderr and "slurm/stop.sh --purge" in up.stderr
+    finally:
+        _sql("ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm'; FLUSH PRIVILEGES;")
+        wait_for("sacct to answer again", _sacct_answers, timeout_s=60)
+    again = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and "cluster up" in again.stdout, again.stdout + again.stderr
