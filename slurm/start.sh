@@ -75,14 +75,15 @@ if ! alive "$STATE/run/slurmdbd.pid"; then
 fi
 # slurmdbd answering but refused by its database (MariaDB answered above) will not get better by
 # waiting: say so after 10 s instead of waiting out the minute
+dbd_up=false
 for i in $(seq 300); do
-  dbd=$(sacctmgr -n show cluster 2>&1) && break
+  dbd=$(sacctmgr -n show cluster 2>&1) && { dbd_up=true; break; }
   if [ "$i" -ge 50 ] && grep -q "Unable to connect to database" <<<"$dbd"; then
     accounting_down "slurmdbd runs but cannot reach its database: $(grep -m1 'error' <<<"$dbd")"
   fi
   sleep 0.2
 done
-sacctmgr -n show cluster >/dev/null 2>&1 || accounting_down "slurmdbd did not answer within 60 s"
+$dbd_up || accounting_down "slurmdbd did not answer within 60 s"
 sacctmgr -i -n show cluster format=cluster | grep -qw hpctrain || sacctmgr -i add cluster hpctrain >/dev/null
 
 # slurmctld

@@ -72,11 +72,12 @@ def analyze_and_report(study_dir: Path, console: Console, out: Path | None = Non
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     path = Path(args.path).resolve()
-    if not (path / records.STUDY).exists() and has_traces(path):
-        return show_traces(path, console)
-    if not (path / records.STUDY).exists() and (path / records.JOB).exists():
-        raise RecordError(
-            f"{path} is a run without profiler traces: analyze takes a study directory, or a run "
-            f"profiled with profile.enabled=true; this run's figures: hpctrain status {path}"
-        )
-    return analyze_and_report(Path(args.path).resolve(), console, Path(args.out) if args.out else None)
+    if not (path / records.STUDY).exists():  # a run: its trace summary, if it was profiled
+        if has_traces(path):
+            return show_traces(path, console)
+        if (path / records.JOB).exists():
+            raise RecordError(
+                f"{path} is a run without profiler traces: analyze takes a study directory, or a run "
+                f"profiled with profile.enabled=true; this run's figures: hpctrain status {path}"
+            )
+    return analyze_and_report(path, console, Path(args.out) if args.out else None)

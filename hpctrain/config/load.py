@@ -127,8 +127,9 @@ def _check_group_choices(overrides: Sequence[str], d: Path) -> None:
 def check_parsed(parsed: Sequence[Any], d: Path, groups: set[str] | None = None) -> None:
     """What Hydra would accept but hpctrain would ignore or fail on later: `=5` (no key), `model=5`
     (Hydra raises a bare ValueError), `model=[mlp,cnn]` (Hydra merges both options into one
-    config), a sweep (`model=cnn,mlp`, `train.steps=range(1,3)`) without -m, and `hydra.*` (hpctrain composes with Hydra's compose API, which applies none of
-    Hydra's own run, sweep, launcher or job settings)."""
+    config), a sweep (`model=cnn,mlp`, `train.steps=range(1,3)`) without -m, and `hydra.*`
+    (hpctrain composes with Hydra's compose API, which applies none of Hydra's own run, sweep,
+    launcher or job settings)."""
     groups = config_groups(d) if groups is None else groups
     problems = []
     for o in parsed:
