@@ -346,6 +346,17 @@ def _host_problems(cfg: Config, f: HostFacts) -> list[Problem]:
             )
         )
     on_gpu = dev == "cuda" or (dev == "auto" and f.cuda_available)
+    if c.name == "local" and on_gpu and f.cuda_devices and c.ranks > f.cuda_devices:
+        # no "share" switch: NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), and every
+        # engine reduces CUDA tensors with NCCL
+        p.append(
+            Problem(
+                "cluster.ranks",
+                f"{c.ranks} ranks on {f.cuda_devices} GPU(s): each local rank needs a GPU of its own "
+                "(NCCL refuses two ranks on one GPU)",
+                f"set cluster.ranks={f.cuda_devices}, or train.device=cpu to run {c.ranks} ranks on the CPUs",
+            )
+        )
     prec = cfg.precision.name
     if on_gpu and prec == "bf16" and not f.cuda_bf16:
         p.append(

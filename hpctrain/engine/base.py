@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from hpctrain.engine.clock import Mark
+
 
 class Engine(ABC):
     name: ClassVar[str]  # set by the registry
@@ -60,6 +62,12 @@ class Engine(ABC):
         return False
 
     @classmethod
+    def needs_mpi(cls, cfg: Config) -> bool:
+        """Do the ranks need MPI (started by mpirun or srun's MPI plugin), or may they be spawned
+        without it (launch/local/spawn.py)?"""
+        return False
+
+    @classmethod
     def needs_gloo_rendezvous(cls, cfg: Config) -> bool:
         """Does the engine meet the other ranks at Horovod's Gloo rendezvous server (started by
         the launcher)?"""
@@ -90,11 +98,13 @@ class Engine(ABC):
     @abstractmethod
     def vote_result(self, handle: Any) -> bool: ...
 
-    def wait_gradients(self, optimizer: Any, backward_end: float) -> float:
-        """Block until the averaged gradients are in place. Returns the part of the backward pass
-        (ending at `backward_end`) that already waited for communication, in seconds; the caller
-        times the rest of this call as exposed communication too."""
-        return 0.0
+    def wait_gradients(self, optimizer: Any) -> Mark | None:
+        """Block until the averaged gradients are in place (for the device: later work on the
+        compute stream sees them). Returns the clock's mark (engine/clock.py) where the backward
+        computation ended when the backward pass itself went on to wait for communication (DDP,
+        FSDP), so the step counts what followed that mark as exposed communication; else None.
+        The caller times the rest of this call as exposed communication too."""
+        return None
 
     def optimizer_step(self, optimizer: Any, scaler: torch.amp.GradScaler | None) -> None:
         step_optimizer(optimizer, scaler)

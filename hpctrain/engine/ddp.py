@@ -14,7 +14,6 @@ import contextlib
 import os
 import socket
 from contextlib import AbstractContextManager
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from hpctrain.config.layout import SCHEDULES
@@ -22,11 +21,12 @@ from hpctrain.config.schema import Config, DdpSettings, ParallelismConf
 from hpctrain.engine.base import Engine, Sharding, StageReplicas
 from hpctrain.engine.world import CommError, RankInfo, export_torch_env
 from hpctrain.errors import Problem
-from hpctrain.facts import wants_cuda
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+    from hpctrain.engine.clock import Mark
 
 
 class DdpEngine(Engine, StageReplicas, Sharding):
@@ -78,9 +78,14 @@ class DdpEngine(Engine, StageReplicas, Sharding):
         self.dist = dist
         env = os.environ
         export_torch_env(env)
-        self.device_type = "cuda" if wants_cuda(cfg.train.device) else "cpu"
-        backend = "nccl" if self.device_type == "cuda" else "gloo"
-        self.dist.init_process_group(backend, timeout=timedelta(minutes=30))
+        from hpctrain.engine.clock import clock_for
+        from hpctrain.engine.device import current_device, init_process_group
+
+        # the rank entry bound the device before this (engine/device.py): NCCL's communicator is
+        # created for it at once, never for cuda:0 by default
+        device = current_device(cfg.train.device)
+        self.device_type, self.clock = device.type, clock_for(device)
+        init_process_group(device)
         size = dist.get_world_size()
         if size != expected_size:
             raise CommError(
@@ -101,7 +106,7 @@ class DdpEngine(Engine, StageReplicas, Sharding):
     def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
         from hpctrain.engine.ddp_wrap import Stamp, wrap_ddp
 
-        self.stamp = Stamp(str(cfg.parallelism.compression))
+        self.stamp = Stamp(str(cfg.parallelism.compression), self.clock)
         return wrap_ddp(cfg.parallelism, model, self.stamp, self.device_type == "cuda"), optimizer
 
     def wrap_stage(
@@ -110,14 +115,14 @@ class DdpEngine(Engine, StageReplicas, Sharding):
         from hpctrain.engine.ddp_wrap import Stamp, wrap_ddp
 
         # torch.distributed.pipelining sees the DDP wrapper and syncs on the last micro-batch only
-        self.stamp = Stamp(str(cfg.parallelism.compression), group)
+        self.stamp = Stamp(str(cfg.parallelism.compression), self.clock, group)
         cuda = self.device_type == "cuda"
         return [wrap_ddp(cfg.parallelism, p, self.stamp, cuda, stage=True) for p in pieces], optimizer
 
     def shard(self, cfg: Config, model: nn.Module, replicate: int, shard: int, units: list[str]) -> nn.Module:
         from hpctrain.engine.fsdp_wrap import shard_model
 
-        self.stamp = shard_model(cfg, model, replicate, shard, units, self.device_type)  # type: ignore[assignment]
+        self.stamp = shard_model(cfg, model, replicate, shard, units, self.device_type, self.clock)  # type: ignore[assignment]
         self.sharded = True
         return model
 
@@ -141,11 +146,11 @@ class DdpEngine(Engine, StageReplicas, Sharding):
         work.wait()
         return float(t[0]) > 0
 
-    def wait_gradients(self, optimizer: Any, backward_end: float) -> float:
+    def wait_gradients(self, optimizer: Any) -> Mark | None:
         # backward() has waited for every bucket (FSDP2: every reduce-scatter); what it spent
         # after the last became ready (no stamp: a model sharded as one unit, not measured)
-        ready, self.stamp.ready = self.stamp.ready, 0.0
-        return max(0.0, backward_end - ready) if ready else 0.0
+        ready, self.stamp.ready = self.stamp.ready, None
+        return ready
 
     def barrier(self, name: str) -> None:
         self.dist.barrier()

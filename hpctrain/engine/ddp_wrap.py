@@ -3,7 +3,6 @@ engine, engine/ddp.py, imports this only on a rank: planning never loads torch.d
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -12,6 +11,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from hpctrain.config.schema import ParallelismConf
+from hpctrain.engine.clock import Clock, Mark
 
 HOOKS = {
     "none": default_hooks.allreduce_hook,
@@ -21,16 +21,18 @@ HOOKS = {
 
 
 class Stamp:
-    """The communication hook's state: when the latest bucket became ready."""
+    """The communication hook's state: the clock's mark of when the latest bucket became ready
+    (on CUDA an event on the compute stream, reached when the bucket's gradients are computed)."""
 
-    def __init__(self, compression: str, group: Any = None) -> None:
+    def __init__(self, compression: str, clock: Clock, group: Any = None) -> None:
         self.hook = HOOKS[compression]
+        self.clock = clock
         self.group = group  # None: the default (world) process group
-        self.ready = 0.0
+        self.ready: Mark | None = None
 
 
 def _timed_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks real annotations; ours are strings
-    state.ready = time.perf_counter()
+    state.ready = state.clock.mark()
     return state.hook(state.group, bucket)
 
 

@@ -13,7 +13,6 @@ is waiting for the reduce-scatters (FSDP2 waits for them at the end of backward)
 
 from __future__ import annotations
 
-import time
 import warnings
 from typing import Any
 
@@ -23,6 +22,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
 from hpctrain.config.schema import Config
+from hpctrain.engine.clock import Clock, Mark
 from hpctrain.errors import HpctrainError
 
 LOW = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -36,13 +36,15 @@ class ShardError(HpctrainError):
 
 
 class Stamp:
-    """When the latest unit's backward computation ended (0: none this step)."""
+    """The clock's mark of when the latest unit's backward computation ended (None: none this
+    step)."""
 
-    def __init__(self) -> None:
-        self.ready = 0.0
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.ready: Mark | None = None
 
     def hook(self, module: nn.Module, grad_in: Any, grad_out: Any) -> None:
-        self.ready = time.perf_counter()
+        self.ready = self.clock.mark()
 
 
 def mesh_for(device_type: str, replicate: int, shard: int) -> Any:
@@ -72,15 +74,22 @@ def find_units(model: nn.Module, names: list[str]) -> list[nn.Module]:
 
 
 def shard_model(
-    cfg: Config, model: nn.Module, replicate: int, shard: int, units: list[str], device_type: str
+    cfg: Config,
+    model: nn.Module,
+    replicate: int,
+    shard: int,
+    units: list[str],
+    device_type: str,
+    clock: Clock,
 ) -> Stamp:
-    """Shard `model` in place, the named units first; the stamp their backward hooks keep."""
+    """Shard `model` in place, the named units first; the stamp their backward hooks keep. The
+    mesh is on the device the rank bound (engine/device.py): its groups are created there."""
     sh = cfg.parallelism.shard
     mesh = mesh_for(device_type, replicate, shard)
     low = LOW.get(str(cfg.precision.name))
     mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
     offload = CPUOffloadPolicy() if sh.cpu_offload else OffloadPolicy()
-    stamp = Stamp()
+    stamp = Stamp(clock)
     # a first unit whose input needs no gradient stamps when its output's gradient is computed: a
     # little early (its own backward follows), which torch warns about on every step
     warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")

@@ -23,9 +23,10 @@ from hpctrain.config.derived import Derived
 from hpctrain.config.layout import SHARDED, layout_for
 from hpctrain.config.schema import Config
 from hpctrain.engine.base import StageReplicas
+from hpctrain.engine.clock import Clock, clock_for
+from hpctrain.engine.device import current_device
 from hpctrain.engine.world import CommError, RankInfo
 from hpctrain.events import format_event
-from hpctrain.facts import wants_cuda
 from hpctrain.parallel.split import declared_checkpoint_blocks
 from hpctrain.train import checkpoint, optim
 from hpctrain.train.data import GlobalBatchSampler, build_loader
@@ -66,13 +67,6 @@ class StopControl:
     checkpoint_interval: int = 0  # also checkpoint every N steps (0: only when stopping)
 
 
-def pick_device(choice: str, local_rank: int) -> torch.device:
-    if wants_cuda(choice):
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())  # one GPU per local rank
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def place_model(cfg: Config, model: nn.Module, device: torch.device) -> nn.Module:
     """On the device, in the memory format the config asks for (NHWC for model.channels_last)."""
     model = model.to(device)
@@ -102,6 +96,7 @@ class Common(TypedDict):
     """What both trainers are built with."""
 
     device: torch.device
+    clock: Clock
     criterion: nn.Module
     watch: Watchdog
     parameters: int
@@ -112,7 +107,7 @@ def build_trainer(
     cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Path
 ) -> tuple[Trainer, checkpoint.Restored]:
     """Model, optimizer and data, restored from the latest checkpoint if there is one."""
-    device = pick_device(cfg.train.device, info.local_rank)
+    device = current_device(cfg.train.device)  # bound by the rank entry, before the engine started
     # watched from the start: a model or dataset constructor (the user's _target_) may hang too
     watch = Watchdog(run_dir, info.rank, d.world_size, cfg.train.stall_timeout_s)
     watch.phase("build", 0)
@@ -126,6 +121,7 @@ def build_trainer(
         probe(module, criterion, dataset, device, workload_label(cfg))
     common = Common(
         device=device,
+        clock=clock_for(device),
         criterion=criterion,
         watch=watch,
         parameters=sum(p.numel() for p in module.parameters()),
@@ -291,11 +287,12 @@ def _steps(
         for step, (x, y) in enumerate(t.loader, start=start):
             _debug_hooks(cfg, info.rank, step, start, t, control, emit if master else None)
             x, y = place_batch(cfg, x, t.device), y.to(t.device, non_blocking=True)
-            sync(t.device)
-            t_data = time.perf_counter()
+            sync(t.device)  # the copy to the device is part of the data wait
+            start = t.clock.mark()
+            t_data = t.clock.settle(start)  # where the data wait ends and the step's parts begin
             lr = lr_at(step, cfg.optim, d.lr)
             vote = control.requested if control is not None else None
-            r = t.train_step(engine, cfg, StepInput(x, y, lr, step, vote, t_data))
+            r = t.train_step(engine, cfg, StepInput(x, y, lr, step, vote, start))
             t.watch.phase("data", step + 1)  # what follows counts as the next step's data wait
             rec = _record(cfg, d, info.rank, step, lr, r, t_data, t_prev)
             t_prev = r.end

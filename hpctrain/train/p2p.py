@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from hpctrain.engine.clock import Clock, Mark
 from hpctrain.errors import HpctrainError
 
 # ping-pong sizes for the link's α–β: one value, and 1 MiB (activations are KiB to MiB)
@@ -68,12 +68,14 @@ def _nbytes(op: Any) -> int:
 
 class Meter:
     """Times the schedule's waits into a Traffic. Holds the posted batches until they are waited
-    on (keyed by the list object the schedule passes back)."""
+    on (keyed by the list object the schedule passes back), and the waits (the clock's marks
+    around them) until the step has settled."""
 
     def __init__(self, link: Link) -> None:
         self.link = link
         self.traffic = Traffic()
         self._posted: dict[int, tuple[list[Any], int, int]] = {}
+        self._waits: list[tuple[Mark, Mark, int, int]] = []
 
     def posted(self, ops: list[Any], works: list[Any]) -> list[Any]:
         sent = sum(_nbytes(op) for op in ops if op.op is dist.isend)
@@ -81,24 +83,34 @@ class Meter:
         self._posted[id(works)] = (works, sent, received)
         return works
 
-    def waited(self, works: list[Any], seconds: float) -> None:
+    def waited(self, works: list[Any], start: Mark, end: Mark) -> None:
         _, sent, received = self._posted.pop(id(works), (works, 0, 0))
-        if not sent and not received:
-            return
-        # sends and receives of one batch move in opposite directions at once
-        moving = min(seconds, self.link.time_s(max(sent, received)))
-        self.traffic.transfer_s += moving
-        self.traffic.idle_s += seconds - moving
-        self.traffic.bytes += sent + received
-        self.traffic.messages += 1
+        if sent or received:
+            self._waits.append((start, end, sent, received))
+
+    def settle(self, clock: Clock) -> Traffic:
+        """The step's waits, read (the step has settled) and split into transfers and idle time."""
+        for start, end, sent, received in self._waits:
+            seconds = clock.seconds(start, end)
+            # sends and receives of one batch move in opposite directions at once
+            moving = min(seconds, self.link.time_s(max(sent, received)))
+            self.traffic.transfer_s += moving
+            self.traffic.idle_s += seconds - moving
+            self.traffic.bytes += sent + received
+            self.traffic.messages += 1
+        self._waits.clear()
+        return self.traffic
 
     def reset(self) -> None:
         self.traffic.reset()
         self._posted.clear()
+        self._waits.clear()
 
 
-def install(meter: Meter) -> None:
-    """Route the pipelining schedules' posts and waits through `meter` (once per process)."""
+def install(meter: Meter, clock: Clock) -> None:
+    """Route the pipelining schedules' posts and waits through `meter` (once per process). A wait
+    is the span between the clock's marks around it: under NCCL, work.wait() makes the compute
+    stream wait, so the span is the device's stall, not the host's return."""
     from torch.distributed.pipelining import schedules
 
     post = getattr(schedules, "_batch_p2p", None)
@@ -117,26 +129,28 @@ def install(meter: Meter) -> None:
 
     @functools.wraps(wait)
     def wait_batch_p2p(work: list[Any]) -> None:
-        t0 = time.perf_counter()
+        start = clock.mark()
         wait(work)
-        meter.waited(work, time.perf_counter() - t0)
+        meter.waited(work, start, clock.mark())
 
     schedules._batch_p2p = batch_p2p
     schedules._wait_batch_p2p = wait_batch_p2p
 
 
-def _round_trip(peer: int, first: bool, buf: torch.Tensor, group: Any) -> float:
-    t0 = time.perf_counter()
+def _round_trip(peer: int, first: bool, buf: torch.Tensor, group: Any, clock: Clock) -> float:
+    start = clock.mark()
     if first:
         dist.send(buf, dst=peer, group=group)
         dist.recv(buf, src=peer, group=group)
     else:
         dist.recv(buf, src=peer, group=group)
         dist.send(buf, dst=peer, group=group)
-    return time.perf_counter() - t0
+    end = clock.mark()
+    clock.settle(end)
+    return clock.seconds(start, end)
 
 
-def measure_link(ranks: list[int], rank: int, group: Any, device: torch.device) -> Link:
+def measure_link(ranks: list[int], rank: int, group: Any, device: torch.device, clock: Clock) -> Link:
     """α–β of this pipeline's links from ping-pongs between neighbouring stages, one pair after
     the other (every rank of the pipeline calls it). A rank fits the links it is part of; the
     one-way time is half the median round trip."""
@@ -147,7 +161,7 @@ def measure_link(ranks: list[int], rank: int, group: Any, device: torch.device) 
         peer = b if rank == a else a
         for size in PROBE_BYTES:
             buf = torch.zeros(max(1, size // 4), dtype=torch.float32, device=device)
-            rounds = [_round_trip(peer, rank == a, buf, group) for _ in range(PROBE_REPEATS + 1)]
+            rounds = [_round_trip(peer, rank == a, buf, group, clock) for _ in range(PROBE_REPEATS + 1)]
             times[size].append(statistics.median(rounds[1:]) / 2)  # the first warms the pair up
     if not times[PROBE_BYTES[0]]:
         return Link()

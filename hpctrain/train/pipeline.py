@@ -22,6 +22,8 @@ from torch import nn
 
 from hpctrain.config.layout import SCHEDULES, Layout
 from hpctrain.config.schema import Config
+from hpctrain.engine.clock import Clock, Mark, clock_for
+from hpctrain.engine.device import init_process_group
 from hpctrain.engine.world import export_torch_env
 from hpctrain.errors import HpctrainError
 from hpctrain.parallel.split import split_points
@@ -33,12 +35,21 @@ class SplitError(HpctrainError):
 
 
 @dataclass
-class Clock:
-    """This rank's compute within the current step, summed over its pieces and micro-batches."""
+class Tally:
+    """This rank's compute within the current step: the clock's marks around each of its pieces'
+    forward and backward chunks, summed once the step has settled."""
 
-    compute_s: float = 0.0
-    backward_end: float = 0.0  # when the latest backward chunk returned
+    clock: Clock
+    spans: list[tuple[Mark, Mark]] = field(default_factory=list)
+    backward_end: Mark | None = None  # when the latest backward chunk ended
     delay_s: float = 0.0  # debug.slow_rank: sleep before each backward chunk (a slow stage, for tests)
+
+    def reset(self) -> None:
+        self.spans.clear()
+        self.backward_end = None
+
+    def compute_s(self) -> float:
+        return sum(self.clock.seconds(a, b) for a, b in self.spans)
 
 
 @dataclass
@@ -49,7 +60,7 @@ class Pipe:
     group: Any  # this replica's pipeline (torch.distributed process group)
     last_rank: int  # global rank holding this pipeline's last piece: it computes the loss
     meter: Meter
-    clock: Clock = field(default_factory=Clock)
+    tally: Tally
 
     @property
     def stage(self) -> int:
@@ -72,7 +83,7 @@ def ensure_process_group(device: torch.device) -> None:
     """Point-to-point transfers go over torch.distributed whatever the engine (Horovod has none)."""
     if not dist.is_initialized():
         export_torch_env()
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        init_process_group(device)
 
 
 def make_groups(layout: Layout, rank: int) -> tuple[Any, Any]:
@@ -117,18 +128,18 @@ def cut(cfg: Config, module: nn.Module, layout: Layout, example: torch.Tensor) -
     return [pipe.get_stage_module(k) for k in range(layout.pieces)]
 
 
-def _timed(fn: Callable[..., Any], clock: Clock, backward: bool, delay: bool = True) -> Callable[..., Any]:
+def _timed(fn: Callable[..., Any], tally: Tally, backward: bool, delay: bool = True) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        if backward and delay and clock.delay_s:
-            time.sleep(clock.delay_s)
+        start = tally.clock.mark()
+        if backward and delay and tally.delay_s:
+            time.sleep(tally.delay_s)
         try:
             return fn(*args, **kwargs)
         finally:
-            t1 = time.perf_counter()
-            clock.compute_s += t1 - t0
+            end = tally.clock.mark()
+            tally.spans.append((start, end))
             if backward:
-                clock.backward_end = t1
+                tally.backward_end = end
 
     return call
 
@@ -150,20 +161,21 @@ def build_pipe(
 
     replica = layout.replica_of(rank)
     ranks = layout.pipeline_ranks(replica)
-    meter = Meter(measure_link(ranks, rank, group, device))
-    install(meter)
+    clock = clock_for(device)
+    meter = Meter(measure_link(ranks, rank, group, device, clock))
+    install(meter, clock)
     # the rank holding the last piece computes the loss: the last stage, or under zbv's V the first
     last = next(r for r in ranks if layout.pieces - 1 in layout.pieces_of(r))
-    pipe = Pipe(None, layout, rank, group, last, meter, Clock(delay_s=delay_s))
+    pipe = Pipe(None, layout, rank, group, last, meter, Tally(clock, delay_s=delay_s))
     stages: list[Any] = []
     for module, k in zip(pieces, layout.pieces_of(rank)):
         stage = pipelining.PipelineStage(module, k, layout.pieces, device, group=group)
         # this stage's bound methods, timed: set on the instance (its __dict__), not the class.
         # Zero-bubble schedules split the backward: input gradients, then weight gradients.
-        vars(stage)["forward_one_chunk"] = _timed(stage.forward_one_chunk, pipe.clock, backward=False)
-        vars(stage)["backward_one_chunk"] = _timed(stage.backward_one_chunk, pipe.clock, backward=True)
+        vars(stage)["forward_one_chunk"] = _timed(stage.forward_one_chunk, pipe.tally, backward=False)
+        vars(stage)["backward_one_chunk"] = _timed(stage.backward_one_chunk, pipe.tally, backward=True)
         vars(stage)["backward_weight_one_chunk"] = _timed(
-            stage.backward_weight_one_chunk, pipe.clock, backward=True, delay=False
+            stage.backward_weight_one_chunk, pipe.tally, backward=True, delay=False
         )
         stages.append(stage)
     m = cfg.parallelism.microbatches

@@ -14,7 +14,6 @@ Checkpoints and model.pt hold the whole model, gathered from replica 0 of every 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from hpctrain.config.schema import Config
 from hpctrain.train import checkpoint
 from hpctrain.train.pipeline import Pipe, StageOptimizer, merge_states
 from hpctrain.train.precision import autocast
-from hpctrain.train.step import StepInput, StepResult, Trainer, sync
+from hpctrain.train.step import StepInput, StepResult, Trainer
 
 if TYPE_CHECKING:
     from hpctrain.engine.base import Engine
@@ -39,9 +38,9 @@ class PipelineTrainer(Trainer):
     pipe: Pipe
 
     def train_step(self, engine: Engine, cfg: Config, b: StepInput) -> StepResult:
-        pipe = self.pipe
+        pipe, clock = self.pipe, self.clock
         vote = self._open(engine, b)
-        pipe.clock.compute_s, pipe.clock.backward_end = 0.0, b.t_start
+        pipe.tally.reset()
         pipe.meter.reset()
         losses: list[torch.Tensor] = []
         with autocast(cfg.precision.name, self.device.type):
@@ -51,35 +50,36 @@ class PipelineTrainer(Trainer):
                 pipe.schedule.step(target=b.y, losses=losses)
             else:
                 pipe.schedule.step()
-        sync(self.device)
-        t_sched = time.perf_counter()
+        sched = clock.mark()
         # every rank of the pipeline logs the loss its last stage computed (micro-batch losses
         # were divided by their number: their sum is the batch mean)
         loss = torch.stack([v.detach().float() for v in losses]).sum() if losses else torch.zeros(())
+        loss = loss.to(self.device)  # NCCL broadcasts device tensors
         sent = dist.broadcast(loss, src=pipe.last_rank, group=pipe.group, async_op=True)
         replicated = pipe.layout.replicas > 1
-        waited, stop = self._communicate(engine, b.step, vote, replicated, pipe.clock.backward_end)
-        t_avg = time.perf_counter()
+        ready, stop = self._communicate(engine, b.step, vote, replicated)
+        averaged = clock.mark()
         # the loss arrives when the last stage's schedule ends; the stages that ended first wait
         # for it: the pipeline's drain, idle time like the waits inside the schedule
         sent.wait()
-        sync(self.device)
-        t_comm = time.perf_counter()
-        drain = t_comm - t_avg
-        t_end = self._update(engine, b.step, averaged=replicated)
-        stage_compute = pipe.clock.compute_s - waited  # DDP waits inside the last backward chunk
-        traffic = pipe.meter.traffic
+        comm = clock.mark()
+        end = self._update(engine, b.step, averaged=replicated)
+        t_end = clock.settle(end)
+        traffic = pipe.meter.settle(clock)
+        compute = pipe.tally.compute_s()
+        waited = self._waited(ready, pipe.tally.backward_end or b.start)  # DDP waits in the last chunk
+        drain, schedule = clock.seconds(averaged, comm), clock.seconds(b.start, sched)
         return StepResult(
             float(loss),
-            stage_compute + (t_end - t_comm),
-            waited + (t_avg - t_sched),
+            compute - waited + clock.seconds(comm, end),
+            waited + clock.seconds(sched, averaged),
             t_end,
             stop,
             bubble_s=traffic.idle_s + drain,
             transfer_s=traffic.transfer_s,
-            schedule_s=max(0.0, (t_sched - b.t_start) - pipe.clock.compute_s - traffic.wait_s),
+            schedule_s=max(0.0, schedule - compute - traffic.wait_s),
             p2p_bytes=traffic.bytes,
-            pipe_s=t_sched - b.t_start + drain,
+            pipe_s=schedule + drain,
         )
 
     def link(self) -> tuple[float, float]:

@@ -3,11 +3,12 @@ it: data timing, resume, cooperative stop, checkpoints and records.
 
 Two trainers share the opening and closing of a step and differ in its middle: the data-parallel
 one runs forward and backward on the whole model (here), the pipeline one runs the schedule over
-this rank's stages (pipeline_step.py). A step is timed in three parts after its data has arrived
-(wall clock; the device is synchronised on GPUs):
+this rank's stages (pipeline_step.py). A step is timed in two parts after its data has arrived:
   compute  forward + backward (+ the optimizer update); allreduces overlap the backward pass
   comm     exposed communication: time the step waits for gradient communication after its
            backward computation is done (the engine says how it measures it: engine/*.py)
+Both are spans between the clock's marks (engine/clock.py): the host's clock on CPUs, CUDA events
+on the compute stream on GPUs, read once the step has ended (settle: the only wait for the device).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from hpctrain.config.schema import Config
+from hpctrain.engine.clock import Clock, Mark
 from hpctrain.train import checkpoint
 from hpctrain.train.checkpoint import Weights
 from hpctrain.train.comm_probe import probe_allreduce
@@ -38,14 +40,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class StepInput:
     """One step's batch (on the device), learning rate and index; `stop_vote` (None: no vote) is
-    this rank's wish to stop; `t_start` when the batch had arrived."""
+    this rank's wish to stop; `start` the clock's mark when the batch had arrived."""
 
     x: torch.Tensor
     y: torch.Tensor
     lr: float
     step: int
     stop_vote: bool | None
-    t_start: float
+    start: Mark
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class StepResult:
     loss: float
     compute_s: float
     comm_s: float
-    end: float  # perf_counter() when the step ended
+    end: float  # perf_counter() when the step had ended on the device (the clock settled)
     stop: bool  # every rank agreed to stop after this step
     bubble_s: float = 0.0  # pipelines: idle, waiting for a neighbouring stage to send
     transfer_s: float = 0.0  # pipelines: waiting for activations and gradients to move
@@ -75,6 +77,7 @@ class Trainer(ABC):
     device: torch.device
     criterion: nn.Module
     weights: Weights  # what checkpoints and model.pt hold: the model without the engine's wrapper
+    clock: Clock  # marks where the work runs (engine/clock.py): host time, or CUDA events
     watch: Watchdog  # told the phase of each step (stall detection)
     parameters: int  # of the whole model (a pipeline rank holds only its stage's)
     delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
@@ -83,7 +86,7 @@ class Trainer(ABC):
     @abstractmethod
     def train_step(self, engine: Engine, cfg: Config, b: StepInput) -> StepResult:
         """Forward, backward, gradient averaging and update on one batch whose data arrived at
-        b.t_start (so data + compute + comm is the whole step). The stop vote is agreed on by a
+        b.start (so data + compute + comm is the whole step). The stop vote is agreed on by a
         one-element allreduce started before the gradients', so every rank stops after the same
         step."""
 
@@ -130,16 +133,20 @@ class Trainer(ABC):
         self.optimizer.zero_grad()
         return vote
 
-    def _communicate(
-        self, engine: Engine, step: int, vote: Any, wait: bool, backward_end: float
-    ) -> tuple[float, bool]:
-        """Wait for the averaged gradients (`wait`) and the stop vote: (seconds the backward pass
-        already waited for communication, whether every rank agreed to stop)."""
+    def _communicate(self, engine: Engine, step: int, vote: Any, wait: bool) -> tuple[Mark | None, bool]:
+        """Wait for the averaged gradients (`wait`) and the stop vote: (the mark where the backward
+        computation ended if the backward pass went on to wait for communication, whether every
+        rank agreed to stop)."""
         self.watch.phase("comm", step)
-        waited = engine.wait_gradients(self.optimizer, backward_end) if wait else 0.0
-        return waited, vote is not None and engine.vote_result(vote)
+        ready = engine.wait_gradients(self.optimizer) if wait else None
+        return ready, vote is not None and engine.vote_result(vote)
 
-    def _update(self, engine: Engine, step: int, averaged: bool) -> float:
+    def _waited(self, ready: Mark | None, backward_end: Mark) -> float:
+        """Seconds the backward pass spent waiting for communication after its computation ended
+        (at `ready`); read after the step settled."""
+        return max(0.0, self.clock.seconds(ready, backward_end)) if ready is not None else 0.0
+
+    def _update(self, engine: Engine, step: int, averaged: bool) -> Mark:
         """The optimizer step (through the engine when it averaged the gradients); its end."""
         self.watch.phase("optimizer", step)
         if averaged:
@@ -148,8 +155,7 @@ class Trainer(ABC):
             from hpctrain.engine.base import step_optimizer
 
             step_optimizer(self.optimizer, self.scaler)
-        sync(self.device)
-        return time.perf_counter()
+        return self.clock.mark()
 
 
 @dataclass(kw_only=True)
@@ -172,14 +178,15 @@ class DataParallelTrainer(Trainer):
                     time.sleep(self.delay_s)
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
             loss_sum += loss.detach()
-        sync(self.device)
-        t_backward = time.perf_counter()
-        waited, stop = self._communicate(engine, b.step, vote, True, t_backward)  # DDP: waited in backward
-        sync(self.device)
-        t_comm = time.perf_counter()
-        t_end = self._update(engine, b.step, averaged=True)
-        compute = (t_backward - b.t_start - waited) + (t_end - t_comm)
-        return StepResult(float(loss_sum), compute, waited + (t_comm - t_backward), t_end, stop)
+        clock = self.clock
+        backward = clock.mark()
+        ready, stop = self._communicate(engine, b.step, vote, True)  # DDP, FSDP: waited in backward
+        comm = clock.mark()
+        end = self._update(engine, b.step, averaged=True)
+        t_end = clock.settle(end)
+        waited = self._waited(ready, backward)
+        compute = clock.seconds(b.start, backward) - waited + clock.seconds(comm, end)
+        return StepResult(float(loss_sum), compute, waited + clock.seconds(backward, comm), t_end, stop)
 
     def train_mode(self) -> None:
         self.model.train()

@@ -24,6 +24,7 @@ def test_torch_facts_are_probed_once_then_read_and_probed_again_when_unreadable(
     truth = {
         "cuda_available": False,
         "cuda_bf16": False,
+        "cuda_devices": 0,
         "cpu_fp16_autocast": True,
         "cpu_bf16_autocast": True,
     }
@@ -35,6 +36,8 @@ def test_torch_facts_are_probed_once_then_read_and_probed_again_when_unreadable(
     cached.write_text('{"cuda_available": "yes"')  # damaged: probed again, and rewritten
     assert facts.torch_facts() == truth and len(probes) == 2
     assert json.loads(cached.read_text()) == truth
+    cached.write_text(json.dumps({**truth, "cuda_devices": True}))  # a count that is not a number
+    assert facts.torch_facts() == truth and len(probes) == 3
 
 
 def test_other_visible_devices_make_another_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ import pytest
 import torch.distributed as dist
 
 from hpctrain.analysis.pipeline import for_pipeline
+from hpctrain.engine.clock import HostClock
 from hpctrain.records import RankSummary, StepRecord
 from hpctrain.train.p2p import Link, Meter, install
 from hpctrain.train.stats import rank_stats, summarize
@@ -39,7 +40,8 @@ def test_a_wait_longer_than_the_transfer_is_idle_beyond_it() -> None:
     m = Meter(LINK)
     works: list[object] = []
     m.posted([Op(dist.irecv, Tensor(25_000))], works)  # 100 kB: 100 us + 100 us
-    m.waited(works, 0.0005)
+    m.waited(works, 1.0, 1.0005)  # host clock marks: a wait of 0.5 ms
+    m.settle(HostClock())
     assert m.traffic.transfer_s == pytest.approx(0.0002)
     assert m.traffic.idle_s == pytest.approx(0.0003)
     assert (m.traffic.bytes, m.traffic.messages) == (100_000, 1)
@@ -51,8 +53,10 @@ def test_a_wait_shorter_than_the_link_time_is_all_transfer() -> None:
     recvs: list[object] = []
     m.posted([Op(dist.isend, Tensor(250_000))], sends)  # 1 MB: 1.1 ms
     m.posted([Op(dist.irecv, Tensor(250)), Op(dist.isend, Tensor(250))], recvs)  # 1 kB each way: 101 us
-    m.waited(sends, 0.0004)  # the bytes were mostly on their way already
-    m.waited(recvs, 0.0003)
+    m.waited(sends, 2.0, 2.0004)  # the bytes were mostly on their way already
+    m.waited(recvs, 3.0, 3.0003)
+    assert m.traffic.wait_s == 0.0  # read once the step has settled, not before
+    m.settle(HostClock())
     assert m.traffic.transfer_s == pytest.approx(0.0004 + 0.000101)
     assert m.traffic.idle_s == pytest.approx(0.0003 - 0.000101)
     assert m.traffic.bytes == 1_002_000
@@ -62,7 +66,8 @@ def test_a_wait_shorter_than_the_link_time_is_all_transfer() -> None:
 
 def test_waiting_on_nothing_posted_counts_nothing() -> None:
     m = Meter(LINK)
-    m.waited([], 0.001)
+    m.waited([], 0.0, 0.001)
+    m.settle(HostClock())
     assert m.traffic.wait_s == 0.0 and m.traffic.messages == 0
 
 
@@ -71,8 +76,8 @@ def test_the_schedules_wait_through_the_functions_the_meter_wraps() -> None:
 
     before = schedules._batch_p2p, schedules._wait_batch_p2p
     try:
-        install(Meter(LINK))
-        install(Meter(LINK))  # installed twice: still one wrapper around torch's own
+        install(Meter(LINK), HostClock())
+        install(Meter(LINK), HostClock())  # installed twice: still one wrapper around torch's own
         assert schedules._batch_p2p.__wrapped__ is before[0]
         assert schedules._wait_batch_p2p.__wrapped__ is before[1]
     finally:

@@ -1,0 +1,58 @@
+"""Which device this rank computes on, bound before any collective.
+
+torch's NCCL collectives (and the object collectives over them) run on the *current* CUDA device:
+a rank that starts a process group, a device mesh or Horovod before it binds its GPU puts every
+rank of a node on cuda:0. So the rank entry binds first (rank.py), from the launcher's local rank,
+and everything after it (engines, meshes, the allreduce workload, the trainer) reads the binding.
+
+One GPU per local rank, as torchrun and Horovod's examples pin it: LOCAL_RANK -> cuda:LOCAL_RANK.
+Where the scheduler gave each task its own GPU (CUDA_VISIBLE_DEVICES of one device, SLURM's
+--gpus-per-task), the rank sees one device and binds cuda:0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+import torch
+
+from hpctrain.engine.world import launcher_local_rank
+from hpctrain.facts import wants_cuda
+
+
+def device_index(local_rank: int, visible: int) -> int:
+    """The CUDA device a local rank binds among the `visible` ones: its own, or (the scheduler
+    gave it one device) that one. More local ranks than devices is refused at plan time (NCCL
+    refuses two ranks on one GPU); past that check, ranks would take the devices in turn."""
+    if visible < 1:
+        raise ValueError("no CUDA device is visible to bind")
+    return local_rank % visible
+
+
+def bind_device(choice: str, environ: Mapping[str, str]) -> torch.device:
+    """Bind this process's device for train.device=`choice` (cpu | cuda | auto) and return it."""
+    if not wants_cuda(choice):
+        return torch.device("cpu")
+    index = device_index(launcher_local_rank(environ), torch.cuda.device_count())
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def current_device(choice: str) -> torch.device:
+    """The device bind_device chose for this process (it must have run)."""
+    if not wants_cuda(choice):
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def init_process_group(device: torch.device, timeout: timedelta = timedelta(minutes=30)) -> None:
+    """torch.distributed's default group for this rank's device: NCCL with its communicator
+    created at once on the bound GPU (device_id), else Gloo. The launcher's variables are already
+    exported (engine/world.py)."""
+    import torch.distributed as dist
+
+    if device.type == "cuda":
+        dist.init_process_group("nccl", timeout=timeout, device_id=device)
+    else:
+        dist.init_process_group("gloo", timeout=timeout)
