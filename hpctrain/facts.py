@@ -7,12 +7,14 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 TORCH_FACTS = ("cuda_available", "cuda_bf16", "cpu_fp16_autocast", "cpu_bf16_autocast")
+TORCH_COUNTS = ("cuda_devices",)
 
 
 @dataclass(frozen=True)
@@ -22,18 +24,23 @@ class HostFacts:
     hostname: str
     cuda_available: bool
     cuda_bf16: bool
+    cuda_devices: int
+    mpirun_found: bool  # an `mpirun` on PATH (local ranks start with it, or with spawn)
     cpu_fp16_autocast: bool
     cpu_bf16_autocast: bool
 
     @classmethod
     def gather(cls) -> HostFacts:
+        t = torch_facts()
         return cls(
             cpu_count=len(os.sched_getaffinity(0))
             if hasattr(os, "sched_getaffinity")
             else (os.cpu_count() or 1),
             is_root=os.geteuid() == 0,
             hostname=socket.gethostname(),
-            **torch_facts(),
+            cuda_devices=int(t["cuda_devices"]),
+            mpirun_found=shutil.which("mpirun") is not None,
+            **{k: bool(t[k]) for k in TORCH_FACTS},
         )
 
     @classmethod
@@ -45,6 +52,8 @@ class HostFacts:
             hostname="host0",
             cuda_available=False,
             cuda_bf16=False,
+            cuda_devices=0,
+            mpirun_found=True,
             cpu_fp16_autocast=True,
             cpu_bf16_autocast=True,
         )
@@ -52,7 +61,7 @@ class HostFacts:
         return cls(**base)  # type: ignore[arg-type]
 
 
-def probe_torch() -> dict[str, bool]:
+def probe_torch() -> dict[str, bool | int]:
     """What torch says of this host's devices and of its own build (imports torch: 1.5-2.5 s)."""
     import torch
 
@@ -60,6 +69,7 @@ def probe_torch() -> dict[str, bool]:
     return {
         "cuda_available": cuda,
         "cuda_bf16": bool(cuda and torch.cuda.is_bf16_supported()),
+        "cuda_devices": torch.cuda.device_count() if cuda else 0,
         "cpu_fp16_autocast": autocast_supported("fp16", "cpu"),
         "cpu_bf16_autocast": autocast_supported("bf16", "cpu"),
     }
@@ -89,15 +99,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hpctrain"
 
 
-def torch_facts() -> dict[str, bool]:
+def torch_facts() -> dict[str, bool | int]:
     """probe_torch(), probed once per key (torch_facts_key) and then read from the cache: every
     dry run and local launch would otherwise import torch only to ask it. An unreadable cache is
     probed again; one that cannot be written is not kept."""
     path = cache_dir() / f"host-facts-{torch_facts_key()}.json"
     try:
         found = json.loads(path.read_text())
-        if isinstance(found, dict) and all(isinstance(found.get(k), bool) for k in TORCH_FACTS):
-            return {k: found[k] for k in TORCH_FACTS}
+        if (
+            isinstance(found, dict)
+            and all(isinstance(found.get(k), bool) for k in TORCH_FACTS)
+            and all(type(found.get(k)) is int for k in TORCH_COUNTS)
+        ):
+            return {k: found[k] for k in TORCH_FACTS + TORCH_COUNTS}
     except (OSError, ValueError):
         pass
     facts = probe_torch()

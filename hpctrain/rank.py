@@ -135,6 +135,7 @@ def parallelism_about(cfg: Config, plan: records.PlanRecord, engine: type[Engine
 
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
     """The built-in trainer (on built-in or user models and data) under the configured engine."""
+    from hpctrain.engine.device import bind_device
     from hpctrain.engine.registry import engine_class
     from hpctrain.train.loop import train
     from hpctrain.train.stats import summarize
@@ -143,6 +144,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     derived = Derived(plan.world_size, plan.batch, plan.lr)
     engine_type = engine_class(str(cfg.parallelism.engine))
     engine = engine_type()
+    bind_device(cfg.train.device, os.environ)  # before the first collective (engine/device.py)
     info = engine.init(cfg, expected_size=plan.world_size)
     hosts = engine.allgather_object(socket.gethostname())
     if info.rank == 0:
@@ -157,6 +159,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     summary = summarize(
         everyone,
         plan.batch.global_,
+        **(model_flops(cfg, plan) if info.rank == 0 else {}),
         started=started,
         finished=time.time(),
         precision=cfg.precision.name,
@@ -172,6 +175,18 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         print(format_event("done", throughput=summary.throughput_samples_per_s), flush=True)
     engine.shutdown()
     return True
+
+
+def model_flops(cfg: Config, plan: records.PlanRecord) -> dict[str, object]:
+    """The summary's MFU inputs, on rank 0 (the others wait at shutdown): the model's FLOPs per
+    sample and one device's peak (train/flops.py)."""
+    from hpctrain.engine.device import current_device
+    from hpctrain.train.flops import device_peak, flops_per_sample
+    from hpctrain.train.parts import make_dataset
+
+    flops, _ = flops_per_sample(cfg, make_dataset(cfg, plan.batch.global_), max(plan.batch.micro, 1))
+    peak = device_peak(cfg, current_device(cfg.train.device))
+    return {"flops_per_sample": flops, "peak_tflops": peak.tflops, "peak_source": peak.source}
 
 
 def fail(run_dir: Path, error: BaseException) -> NoReturn:

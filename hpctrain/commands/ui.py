@@ -152,6 +152,14 @@ def summary_table(s: RunSummary) -> Table:
             if roof.exposed_s > roof.expected_s
             else f"{roof.bound}-bound, {100 * roof.overlap:.0f}% hidden",
         )
+    if s.tflops_per_rank is not None:
+        t.add_row(
+            "model FLOP/s per rank",
+            f"{s.tflops_per_rank:.3g} TFLOP/s",
+            f"MFU {100 * s.mfu:.1f}% of {s.peak_tflops:.3g} ({s.peak_source})"
+            if s.mfu is not None and s.peak_tflops is not None
+            else f"MFU unknown ({s.peak_source})",
+        )
     if known(s.node_hours):
         t.add_row(cost_label(s), f"{s.node_hours:.4f} node-h", f"{s.core_hours:.4f} core-h")
         t.add_row("  energy", energy_text(s.energy_j), "")

@@ -93,6 +93,12 @@ class StudyKind(StrEnum):
     weak = "weak"
 
 
+class RankStarter(StrEnum):  # how local ranks start (launch/local/plan.py)
+    auto = "auto"  # mpirun where it is found or needed, else spawn
+    mpirun = "mpirun"
+    spawn = "spawn"  # one process per rank, as torchrun starts them: no MPI
+
+
 class MpiPlugin(StrEnum):  # srun --mpi=...
     pmix = "pmix"
     pmix_v4 = "pmix_v4"

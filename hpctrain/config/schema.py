@@ -30,6 +30,7 @@ from hpctrain.config.options import (  # noqa: F401  (re-exported: the schema's 
     Optimizer,
     Parallelism,
     Precision,
+    RankStarter,
     Schedule,
     StudyKind,
 )
@@ -218,6 +219,9 @@ class ClusterConf:
     name: str = MISSING
     env: Dict[str, str] = field(default_factory=dict)  # extra environment for every rank
     container: ContainerConf = field(default_factory=ContainerConf)
+    # one device's dense peak at the run's precision, for MFU; null = the known-device table on
+    # GPUs (analysis/peak.py), a GEMM probe on CPUs
+    peak_tflops: Optional[float] = None
     study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
     # jobs may start, or restart, long after submission: user code is copied at submission so an
     # edit meanwhile changes nothing (code.snapshot=null follows this)
@@ -239,6 +243,10 @@ class LocalClusterConf(ClusterConf):
     name: str = "local"
     ranks: int = 2  # processes started by mpirun on this machine
     mpirun: str = "mpirun"  # the mpirun executable
+    # how the ranks start: mpirun, spawn (one process per rank as torchrun starts them, no MPI:
+    # the torch engines and Horovod over Gloo), or auto: mpirun where it is found or something
+    # needs MPI (Horovod over MPI, the allreduce benchmark), else spawn
+    starter: RankStarter = RankStarter.auto
     oversubscribe: Optional[bool] = None  # null = only when ranks exceed this machine's cores
     threads_per_rank: Optional[int] = None  # torch/OpenMP threads; null = cores // ranks
     extra_args: List[str] = field(default_factory=list)  # extra mpirun arguments, one per item

@@ -40,6 +40,16 @@ class HorovodEngine(Engine, StageReplicas, Timeline):
     def problems(cls, cfg: Config) -> list[Problem]:
         par = cfg.parallelism
         p = []
+        if not horovod_installed():
+            p.append(
+                Problem(
+                    "parallelism.engine",
+                    "horovod is not installed in this environment (it is built from source: its last "
+                    "release needs patches for PyTorch 2 and Python 3.12)",
+                    "use parallelism.engine=ddp, or install it with `bash scripts/setup.sh` "
+                    "(HOROVOD_GPU_OPERATIONS=NCCL for GPUs)",
+                )
+            )
         if par.compression == "bf16":
             p.append(
                 Problem(
@@ -85,6 +95,10 @@ class HorovodEngine(Engine, StageReplicas, Timeline):
         return HOROVOD_FUSION_BYTES if mb is None else int(mb * 2**20)  # 0 disables fusion
 
     @classmethod
+    def needs_mpi(cls, cfg: Config) -> bool:
+        return cfg.parallelism.backend == "mpi"
+
+    @classmethod
     def needs_gloo_rendezvous(cls, cfg: Config) -> bool:
         return cfg.parallelism.backend == "gloo"
 
@@ -97,6 +111,10 @@ class HorovodEngine(Engine, StageReplicas, Timeline):
         groups = [layout.replica_ranks(s) for s in range(layout.stages)] if layout.pipelined else []
         import horovod.torch as hvd
 
+        from hpctrain.facts import wants_cuda
+
+        if wants_cuda(cfg.train.device) and not hvd.nccl_built():
+            raise CommError(horovod_without_nccl())
         sets = [hvd.ProcessSet(g) for g in groups]
         self.hvd = init_horovod(self.backend, expected_size=expected_size, process_sets=sets)
         rank = self.hvd.rank()
@@ -151,9 +169,10 @@ class HorovodEngine(Engine, StageReplicas, Timeline):
     def vote_result(self, handle: Any) -> bool:
         return float(self.hvd.synchronize(handle)[0]) > 0
 
-    def wait_gradients(self, optimizer: Any, backward_end: float) -> float:
-        optimizer.synchronize()  # blocks until every gradient allreduce has finished
-        return 0.0
+    def wait_gradients(self, optimizer: Any) -> None:
+        # blocks the host until every gradient allreduce has finished (on GPUs, NCCL's stream
+        # included): the step's next mark is recorded only then
+        optimizer.synchronize()
 
     def optimizer_step(self, optimizer: Any, scaler: torch.amp.GradScaler | None) -> None:
         with optimizer.skip_synchronize():
@@ -226,6 +245,26 @@ def init_horovod(  # -> horovod.torch module
             "the launcher and Horovod disagree (wrong MPI, or processes not started by mpirun/srun)"
         )
     return hvd
+
+
+def horovod_installed() -> bool:
+    """Whether Horovod can be imported here (without importing it: that starts nothing, but takes
+    seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("horovod") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def horovod_without_nccl() -> str:
+    """The refusal for GPU tensors on a Horovod built without NCCL (it would not reduce them)."""
+    return (
+        "engine=horovod on CUDA needs Horovod built with NCCL (horovod.torch.nccl_built() is False "
+        "here): rebuild it with `HOROVOD_GPU_OPERATIONS=NCCL bash scripts/setup.sh` on a GPU node, "
+        "or use parallelism.engine=ddp"
+    )
 
 
 def rank_info(hvd: Any) -> RankInfo:

@@ -98,6 +98,14 @@ def needs_torch_store(cfg: Config) -> bool:
     )
 
 
+def needs_mpi(cfg: Config) -> bool:
+    """The ranks need MPI: the engine says so (Horovod over MPI), or the allreduce benchmark (it
+    times mpi4py and meets with MPI's barrier). A user script may or may not: it is not asked."""
+    if cfg.script.path:
+        return False
+    return cfg.bench.allreduce or engine_class(str(cfg.parallelism.engine)).needs_mpi(cfg)
+
+
 def needs_gloo_rendezvous(cfg: Config) -> bool:
     """Horovod may run over Gloo and needs the launcher's rendezvous: an engine that asks for it,
     or a user script (which may be a Horovod script) with backend=gloo."""

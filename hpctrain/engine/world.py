@@ -49,13 +49,19 @@ MPIRUN = Place(
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"
 )
 SRUN = Place("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
-RANK_VARS = (MPIRUN.rank, "PMIX_RANK", SRUN.rank, "HOROVOD_RANK")
+TORCHRUN = Place("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")  # also hpctrain's spawn
+RANK_VARS = (MPIRUN.rank, "PMIX_RANK", SRUN.rank, "HOROVOD_RANK", TORCHRUN.rank)
 PORT_BASE, PORT_SPAN = 20000, 20000  # SLURM jobs: the master port follows the job id
 
 
 def launcher_place(environ: Mapping[str, str]) -> Place:
-    """mpirun's variables when mpirun started this process (also inside a SLURM job), else srun's."""
-    return MPIRUN if MPIRUN.rank in environ else SRUN
+    """mpirun's variables when mpirun started this process (also inside a SLURM job), else srun's,
+    else torchrun's (hpctrain's spawn sets them too)."""
+    if MPIRUN.rank in environ:
+        return MPIRUN
+    if SRUN.rank not in environ and TORCHRUN.rank in environ:
+        return TORCHRUN
+    return SRUN
 
 
 def launcher_rank(environ: Mapping[str, str]) -> int | None:
@@ -66,9 +72,18 @@ def launcher_rank(environ: Mapping[str, str]) -> int | None:
     return None
 
 
+def launcher_local_rank(environ: Mapping[str, str]) -> int:
+    """This process's rank on its node: LOCAL_RANK (torchrun and hpctrain's spawn set it), else
+    mpirun's or srun's variable; 0 where no launcher says (a single process)."""
+    for var in ("LOCAL_RANK", MPIRUN.local_rank, SRUN.local_rank):
+        if environ.get(var, "").isdigit():
+            return int(environ[var])
+    return 0
+
+
 def launcher_world(environ: Mapping[str, str]) -> int | None:
     """The world size the launcher started, where it says (for the world-size check)."""
-    for var in (MPIRUN.size, SRUN.size):
+    for var in (MPIRUN.size, SRUN.size, TORCHRUN.size):
         if environ.get(var, "").isdigit():
             return int(environ[var])
     return None
@@ -79,7 +94,7 @@ def place_values(environ: Mapping[str, str], need: str) -> tuple[Place, tuple[in
     place = launcher_place(environ)
     missing = [v for v in place.names if v not in environ]
     if missing:
-        raise CommError(f"{need} needs a launcher that sets {', '.join(missing)} (mpirun, or srun)")
+        raise CommError(f"{need} needs a launcher that sets {', '.join(missing)} (mpirun, srun or spawn)")
     r, s, lr, ls = (int(environ[v].split("(")[0]) for v in place.names)  # SLURM: "2(x3)"
     return place, (r, s, lr, ls)
 

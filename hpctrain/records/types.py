@@ -149,6 +149,13 @@ class RunSummary:
     core_hours: float = float("nan")
     energy_j: float | None = None  # sacct's ConsumedEnergyRaw with an energy plugin; None: not measured
     cost_source: str = ""  # "allocation" | "sacct"
+    # model FLOPs utilisation (analysis/peak.py): training FLOPs of one sample (FlopCounterMode),
+    # what each rank achieved, one device's peak and where it came from, their ratio; None: unknown
+    flops_per_sample: float | None = None
+    tflops_per_rank: float | None = None
+    peak_tflops: float | None = None
+    peak_source: str = ""
+    mfu: float | None = None
 
     @property
     def grouping(self) -> str:
@@ -327,6 +334,7 @@ class AllreduceResult:
     n: int
     mpi_library: str
     rows: list[AllreduceRow]
+    device: str = "cpu"  # where torch.distributed and Horovod reduced (cuda: device tensors, NCCL)
 
 
 def new(cls: Any, **values: Any) -> Any:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpctrain.analysis.metrics import share
+from hpctrain.analysis.peak import achieved_tflops, mfu
 from hpctrain.records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
 
 
@@ -87,6 +89,11 @@ def rank_stats(
     )
 
 
+def finite(x: float) -> float | None:
+    """A figure for the records, None where it is unknown (JSON has no NaN)."""
+    return x if math.isfinite(x) else None
+
+
 def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) -> RunSummary:
     """Run summary over all ranks. Throughput uses the slowest rank's timed wall time, because a
     synchronous data-parallel step ends for everyone when the slowest rank ends. `about`: the
@@ -102,6 +109,14 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
     bubble, transfer, schedule = avg("bubble_s"), avg("transfer_s"), avg("schedule_s")
     throughput = global_batch * steps / wall if wall > 0 else float("nan")
     nodes = len({r.host for r in per_rank})
+    if "flops_per_sample" in about:  # MFU (analysis/peak.py), from the slowest rank's throughput
+        flops, peak = about["flops_per_sample"], about["peak_tflops"]
+        about.update(
+            flops_per_sample=finite(flops),
+            peak_tflops=finite(peak),
+            tflops_per_rank=finite(achieved_tflops(flops, throughput, n)),
+            mfu=finite(mfu(flops, throughput, n, peak)),
+        )
     start, end = about.get("started"), about.get("finished")
     hours = (end - start) / 3600 if isinstance(start, float) and isinstance(end, float) else float("nan")
     return RunSummary(

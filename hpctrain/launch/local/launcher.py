@@ -15,6 +15,7 @@ from typing import Any
 
 from hpctrain import records
 from hpctrain.config.schema import Config, LocalClusterConf
+from hpctrain.engine.registry import needs_mpi
 from hpctrain.errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
 from hpctrain.facts import HostFacts
 from hpctrain.launch.base import Job, JobStatus, Launcher, RunSpec
@@ -64,6 +65,16 @@ class LocalLauncher(Launcher):
         )
         if not c.mpirun.strip():
             p.append(Problem("cluster.mpirun", "is empty", "set cluster.mpirun=mpirun (or a full path)"))
+        if c.starter == "spawn" and needs_mpi(cfg):
+            p.append(
+                Problem(
+                    "cluster.starter",
+                    "spawn starts the ranks without MPI, and "
+                    + ("the allreduce benchmark" if cfg.bench.allreduce else "Horovod over MPI")
+                    + " needs it",
+                    "set cluster.starter=mpirun (or auto), or parallelism.backend=gloo / engine=ddp",
+                )
+            )
         return p
 
     @classmethod
