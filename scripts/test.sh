@@ -2,18 +2,38 @@
 # Set everything up (idempotent) and run the whole test suite against real mpirun, Horovod and a
 # real local SLURM cluster. Extra arguments go to pytest, e.g. scripts/test.sh -k equivalence -x
 #   --quick   the daily tier: the gates, then the unit and in-process tests only (no mpirun, no
-#             SLURM; about 2 minutes). CI runs everything.
+#             SLURM; about a minute). CI runs everything but the GPU tier.
+#   --gpu     the GPU tier, on a machine with at least one CUDA GPU: the tests marked gpu (tests/gpu),
+#             those needing more GPUs than the machine has listed as not run with the count they
+#             need; exits non-zero on a machine without a GPU. HPCTRAIN_PYTHON=python3 uses that
+#             interpreter as it is (a GPU image with torch and the packages installed) instead of
+#             setting up the virtual environment.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-quick=()
-if [ "${1:-}" = "--quick" ]; then
-  shift
-  quick=(-m "not mpi and not slurm and not container")
-fi
 VENV=${HPCTRAIN_VENV:-$ROOT/.venv}
 cd "$ROOT"
+if [ "${1:-}" = "--gpu" ]; then
+  shift
+  PY=${HPCTRAIN_PYTHON:-}
+  if [ -z "$PY" ]; then
+    bash "$ROOT/scripts/setup.sh"
+    PY=$VENV/bin/python
+  fi
+  if ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "test.sh --gpu: torch sees no CUDA GPU here ($("$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -1)): run the GPU tier on a GPU node" >&2
+    exit 1
+  fi
+  exec "$PY" -m pytest -m gpu -rs tests/gpu "$@"
+fi
+tier=full
+select="not gpu"
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  tier=quick
+  select="not mpi and not slurm and not container and not gpu"
+fi
 CACHE=${HPCTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpctrain}
-if ((${#quick[@]})); then
+if [ "$tier" = quick ]; then
   bash "$ROOT/scripts/setup.sh"
 else
   HPCTRAIN_CONTAINERS=1 bash "$ROOT/scripts/setup.sh"
@@ -32,4 +52,4 @@ fi
 "$VENV/bin/python" -m ruff format --check hpctrain tests scripts
 "$VENV/bin/lint-imports"
 # two workers: the SLURM stream and the local stream side by side (tests/conftest.py)
-"$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 "${quick[@]}" "$@"
+"$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 -m "$select" "$@"

@@ -58,6 +58,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     side_stream and join the SLURM stream, so the two streams take about as long."""
     # the container tests last in their streams: the image builds in the background meanwhile
     items.sort(key=lambda item: item.get_closest_marker("container") is not None)
+    _gpus_needed(items)
     for item in items:
         if item.get_closest_marker("slurm") or item.get_closest_marker("side_stream"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
@@ -83,6 +84,24 @@ def snapshot(request: pytest.FixtureRequest):
         )
 
     return check
+
+
+def _gpus_needed(items: list[pytest.Item]) -> None:
+    """Tests marked gpu (gpu(n): n GPUs) that this machine cannot run are listed as not run, with
+    the count they need. The GPU tier (scripts/test.sh --gpu) selects them; every other run
+    deselects them (-m "not gpu"), so CI never counts them as skipped."""
+    marked = [(item, item.get_closest_marker("gpu")) for item in items]
+    wanted = [(item, int(m.args[0]) if m.args else 1) for item, m in marked if m is not None]
+    if not wanted:
+        return
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for item, need in wanted:
+        if have < need:
+            item.add_marker(
+                pytest.mark.skip(reason=f"{item.name} needs {need} GPU(s); this machine has {have}")
+            )
 
 
 def hpctrain(*args: str, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
