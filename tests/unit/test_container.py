@@ -38,6 +38,7 @@ def test_a_local_charliecloud_run_matches_snapshot(snapshot) -> None:
         "runtime": "charliecloud",
         "image": "hpctrain",
         "binds": [[base.HOST_PACKAGE, base.IMAGE_SOURCE], ["/runs", "/runs"]],
+        "gpus": False,
     }
     assert plan.env["OMPI_MCA_btl_vader_single_copy_mechanism"] == "none"  # no CMA across namespaces
     assert plan.env["USER"]  # ch-run refuses to start without it
@@ -189,3 +190,35 @@ def test_the_cache_key_follows_what_goes_in() -> None:
     assert a.key() != Inputs(("torch==2.13.1",), *list(a.__dict__.values())[1:]).key()
     assert a.base_key() == Inputs(("torch==2.13.1",), *list(a.__dict__.values())[1:]).base_key()
     assert render_dockerfile("FROM @BASE@\nRUN x\n", "hpctrain-base:1") == "FROM hpctrain-base:1\nRUN x\n"
+
+
+def test_a_local_apptainer_run_gets_the_hosts_gpus_exactly_when_its_ranks_use_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Apptainer, "image_problems", lambda self: [])
+    app = ["cluster.container.runtime=apptainer", "cluster.container.image=/images/hpctrain.sif"]
+    gpu_host = HostFacts.example(cuda_available=True, cuda_bf16=True, cuda_devices=2)
+    for overrides, facts, nv in [
+        ([], gpu_host, True),  # auto on a GPU host
+        (["train.device=cpu"], gpu_host, False),
+        ([], HostFacts.example(), False),  # auto without a GPU
+    ]:
+        plan = plan_local(load_config([*app, *overrides]), facts, "/runs/r1", "/venv/bin/python")
+        assert ("--nv" in plan.argv) is nv, overrides
+        assert plan.container is not None and plan.container["gpus"] is nv
+
+
+def test_charliecloud_with_gpus_injects_the_host_libraries_once_or_names_the_fix(tmp_path: Path) -> None:
+    from hpctrain.errors import LaunchError
+    from hpctrain.launch.container.charliecloud import NVIDIA_MARK, inject_nvidia
+
+    image = tmp_path / "img"
+    (image / "bin").mkdir(parents=True)
+    if not torch.cuda.is_available():  # this machine: the real ch-fromhost finds no NVIDIA driver
+        with pytest.raises(LaunchError) as e:
+            inject_nvidia(image)
+        assert "ch-fromhost --nvidia" in str(e.value) and "nvidia-container-cli" in str(e.value)
+        assert not (image / NVIDIA_MARK).exists()
+    (image / NVIDIA_MARK).parent.mkdir(parents=True, exist_ok=True)
+    (image / NVIDIA_MARK).write_text("injected\n")
+    inject_nvidia(image)  # marked: not run again (it would fail here)

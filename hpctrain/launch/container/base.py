@@ -78,8 +78,9 @@ class Runtime(ABC):
         """The image's content digest where hpctrain built it (its record), else None."""
         return None
 
-    def prepare(self, binds: list[tuple[str, str]]) -> None:
-        """Side effects before the ranks start (Charliecloud: mount points in the image)."""
+    def prepare(self, binds: list[tuple[str, str]], gpus: bool = False) -> None:
+        """Side effects before the ranks start (Charliecloud: mount points in the image, the
+        host's GPU libraries injected when the ranks use GPUs). Raises LaunchError."""
         return None
 
     @classmethod

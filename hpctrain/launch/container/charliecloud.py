@@ -5,9 +5,10 @@ follows the hybrid model (the host's mpirun or srun starts one container per ran
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
-from hpctrain.errors import Problem
+from hpctrain.errors import LaunchError, Problem
 from hpctrain.launch.container.base import Runtime, register_runtime, user
 from hpctrain.launch.container.store import default_storage, image_dir, read_record
 
@@ -65,11 +66,40 @@ class Charliecloud(Runtime):
         rec = read_record(self.directory())
         return str(rec["digest"]) if rec and "digest" in rec else None
 
-    def prepare(self, binds: list[tuple[str, str]]) -> None:
+    def prepare(self, binds: list[tuple[str, str]], gpus: bool = False) -> None:
         """ch-run binds only onto directories that exist in a read-only image: make the empty mount
-        points a run needs (a run directory outside /tmp, say) in the image directory first."""
+        points a run needs (a run directory outside /tmp, say) in the image directory first. With
+        GPUs, the host's driver libraries go into the image once (ch-fromhost --nvidia: ch-run has
+        no --nv), as Charliecloud's documentation does it."""
         root = self.directory()
         for _, dst in binds:
             target = root / dst.lstrip("/")
             if not target.exists():
                 os.makedirs(target, exist_ok=True)
+        if gpus:
+            inject_nvidia(root)
+
+
+NVIDIA_MARK = "etc/hpctrain-fromhost-nvidia"  # in the image: the host libraries were injected
+
+
+def inject_nvidia(root: Path) -> None:
+    """`ch-fromhost --nvidia` on the image directory, once (a mark file records it)."""
+    mark = root / NVIDIA_MARK
+    if mark.exists():
+        return
+    try:
+        r = subprocess.run(
+            ["ch-fromhost", "--nvidia", str(root)], capture_output=True, text=True, timeout=300
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        r = subprocess.CompletedProcess([], 1, "", str(e))
+    if r.returncode != 0:
+        said = (r.stderr or r.stdout).strip().splitlines()[-3:]
+        raise LaunchError(
+            f"the ranks use GPUs, but the host's NVIDIA libraries could not be injected into the "
+            f"Charliecloud image {root} (ch-fromhost --nvidia: {' / '.join(said) or 'failed'}); install "
+            "libnvidia-container-tools (nvidia-container-cli) on the GPU nodes, or set train.device=cpu"
+        )
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(r.stdout)

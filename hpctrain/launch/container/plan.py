@@ -37,16 +37,18 @@ HOST_REQUEUE = (
 )
 
 
-def container_plan(cfg: Config, paths: Iterable[str], requeue_dir: str | None = None) -> ContainerPlan | None:
+def container_plan(
+    cfg: Config, paths: Iterable[str], gpus: bool, requeue_dir: str | None = None
+) -> ContainerPlan | None:
     """None when the ranks run on the host. `paths`: the directories the launcher writes to;
+    `gpus`: whether the ranks use GPUs (the launcher knows: its host facts, or the allocation);
     `requeue_dir`: where a SLURM job's rank 0 leaves its requeue request (submitit's folder)."""
     rt = runtime_for(cfg)
     if rt is None:
         return None
     c = cfg.cluster.container
     binds = container_binds(cfg, rt, paths)
-    gpus = getattr(cfg.cluster, "gpus_per_node", 0) > 0
-    record = {"runtime": rt.name, "image": rt.image, "binds": [[s, d] for s, d in binds]}
+    record = {"runtime": rt.name, "image": rt.image, "binds": [[s, d] for s, d in binds], "gpus": gpus}
     env = {**rt.env(), ENV_VAR: json.dumps({"runtime": rt.name, "image": rt.image}, sort_keys=True)}
     python = [*rt.wrap(binds, gpus), c.python]
     if requeue_dir is not None and rt.wraps_on_host:
@@ -71,5 +73,5 @@ def stage(cfg: Config, record: dict[str, Any], run_dir: Path) -> None:
     if rt is None:
         return
     binds = [(str(s), str(d)) for s, d in record.get("binds", [])]
-    rt.prepare(binds)
+    rt.prepare(binds, bool(record.get("gpus")))
     records.write_json(run_dir / records.CONTAINER, {**record, "version": rt.probe(), "digest": rt.digest()})

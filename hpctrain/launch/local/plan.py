@@ -14,7 +14,7 @@ from typing import Any
 
 from hpctrain.config.derived import derive
 from hpctrain.config.schema import Config, LocalClusterConf
-from hpctrain.engine.registry import needs_gloo_rendezvous, needs_torch_store
+from hpctrain.engine.registry import needs_gloo_rendezvous, needs_mpi, needs_torch_store
 from hpctrain.facts import HostFacts
 from hpctrain.launch.container.plan import container_plan
 from hpctrain.launch.plan import AT_LAUNCH, rank_env
@@ -91,6 +91,34 @@ def mpirun_argv(
     return argv, notes
 
 
+def uses_gpus(cfg: Config, facts: HostFacts) -> bool:
+    """The local ranks compute on this machine's GPUs (train.device=cuda, or auto with one here)."""
+    return cfg.train.device == "cuda" or (cfg.train.device == "auto" and facts.cuda_available)
+
+
+def uses_spawn(cfg: Config, facts: HostFacts) -> bool:
+    """Start the ranks with hpctrain's spawn rather than mpirun: asked for, or (auto) when no
+    mpirun is found and nothing needs MPI (a GPU node or container often has none)."""
+    c: LocalClusterConf = cfg.cluster
+    if c.starter != "auto":
+        return c.starter == "spawn"
+    return not facts.mpirun_found and c.mpirun == "mpirun" and not needs_mpi(cfg)
+
+
+def spawn_argv(
+    c: LocalClusterConf, env: dict[str, str], host_python: str, python: list[str], run_dir: str
+) -> list[str]:
+    """The spawn command for a local launch: mpirun's interface (launch/local/spawn.py), so the
+    supervisor reads its output and failures the same way. The spawner runs on the host; the
+    ranks run `python` (a container's wrapper and interpreter, or the host's)."""
+    argv = [host_python, "-m", "hpctrain.launch.local.spawn", "-np", str(c.ranks), "--tag-output"]
+    for key in sorted(env):
+        argv += ["-x", key if env[key] == AT_LAUNCH else f"{key}={env[key]}"]
+    return [*argv, "--", *python, "-m", "hpctrain.rank", run_dir]
+
+
+SPAWN_NOTE = "ranks start without MPI (cluster.starter): one process each, as torchrun starts them"
+
 GLOO_HOST = "localhost"  # the host name local Gloo ranks and the rendezvous server agree on
 
 
@@ -123,9 +151,13 @@ def plan_local(
         env.update(gloo_env(rendezvous_port))  # Horovod over Gloo: the launcher's rendezvous
     if needs_torch_store(cfg) and "MASTER_PORT" not in env:  # its store: a free port at launch
         env["MASTER_PORT"] = AT_LAUNCH
-    box = container_plan(cfg, [str(Path(run_dir).parent), home or run_dir])
+    box = container_plan(cfg, [str(Path(run_dir).parent), home or run_dir], uses_gpus(cfg, facts))
     env.update(box.env if box else {})
-    argv, notes = mpirun_argv(c, facts, env, box.python if box else [python], run_dir)
+    rank_python = box.python if box else [python]
+    if uses_spawn(cfg, facts):
+        argv, notes = spawn_argv(c, env, python, rank_python, run_dir), [SPAWN_NOTE]
+    else:
+        argv, notes = mpirun_argv(c, facts, env, rank_python, run_dir)
     notes += [box.note] if box else []
     notes += workload_notes(cfg)
     notes += parallel_notes(cfg, n, n)

@@ -89,7 +89,9 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
     home = Path(folder).parent if folder else Path(run_dir)  # a sweep's runs share its directory
     env.update(workload_env(cfg, home))
     folder = folder or c.submitit_folder or str(Path(run_dir) / "submitit")
-    box = container_plan(cfg, [str(Path(run_dir).parent), str(Path(folder).parent)], requeue_dir=folder)
+    box = container_plan(
+        cfg, [str(Path(run_dir).parent), str(Path(folder).parent)], c.gpus_per_node > 0, requeue_dir=folder
+    )
     env.update(box.env if box else {})
     py = shlex.join(box.python) if box else shlex.quote(python)
     d = derive(cfg)
