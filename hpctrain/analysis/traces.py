@@ -8,6 +8,9 @@ CPU run has none, so this module reads the traces' CPU events itself:
   operators      the main thread's operators (cpu_op events), collectives left out
   collectives    torch.distributed's collectives in flight (gloo:, nccl:, c10d:: events); Horovod's
                  run outside torch and appear only as the comm phase (and in its own timeline)
+  kernels        on GPUs, the device's own timeline: CUDA kernels (cat "kernel"), busy time in
+                 the window, the NCCL kernels among them and how much of that ran beside compute
+                 kernels (overlap on the device, where the host's view cannot see it)
 Per step, exposed communication is the comm phase plus, as the DDP engine measures it, the
 backward pass's time after it launched its last gradient collective (waiting for the buckets):
 the records' comm_s. Compute is the rest of compute + optimizer: the records' compute_s."""
@@ -95,6 +98,10 @@ class RankTrace:
     overlapped_s: float  # of those, while the main thread ran operators
     idle_s: float  # neither an operator nor communication
     phases_s: dict[str, float] = field(default_factory=dict)  # every marked phase, summed
+    kernels_s: float = 0.0  # GPU: kernels running (any stream), in the window; 0: no GPU kernels
+    nccl_kernels_s: float = 0.0  # of those, NCCL's (the collectives on the device)
+    nccl_overlapped_s: float = 0.0  # NCCL kernels running beside compute kernels
+    top_kernels: list[tuple[str, float]] = field(default_factory=list)  # the longest, by total seconds
 
     @property
     def overlap_share(self) -> float | None:
@@ -141,6 +148,7 @@ def rank_trace(rank: int, events: Sequence[dict[str, Any]]) -> RankTrace:
     for phases in marks.values():
         for name, ss in phases.items():
             totals[name] += length(ss) / 1e6
+    gpu = kernel_summary(spans, (start, end))
     return RankTrace(
         rank=rank,
         window_s=(end - start) / 1e6,
@@ -150,7 +158,34 @@ def rank_trace(rank: int, events: Sequence[dict[str, Any]]) -> RankTrace:
         overlapped_s=length(intersect(coll_u, ops_u)) / 1e6,
         idle_s=max(0.0, (end - start) - length(busy)) / 1e6,
         phases_s=dict(totals),
+        **gpu,
     )
+
+
+NCCL_KERNEL = re.compile(r"nccl", re.IGNORECASE)
+
+
+def kernel_summary(spans: Sequence[dict[str, Any]], window: Span, top: int = 5) -> dict[str, Any]:
+    """The device's side of the window: kernel busy time, NCCL's share and its overlap with the
+    other kernels (seconds), and the kernels that took longest in all."""
+    kernels = [e for e in spans if e.get("cat") == "kernel"]
+    if not kernels:
+        return {}
+    nccl: list[Span] = []
+    compute: list[Span] = []
+    by_name: dict[str, float] = defaultdict(float)
+    for e in kernels:
+        span = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        (nccl if NCCL_KERNEL.search(str(e.get("name", ""))) else compute).append(span)
+        by_name[str(e.get("name", ""))] += float(e["dur"]) / 1e6
+    inside = [window]
+    nccl_u, compute_u = union(intersect(union(nccl), inside)), union(intersect(union(compute), inside))
+    return {
+        "kernels_s": length([*nccl_u, *compute_u]) / 1e6,
+        "nccl_kernels_s": length(nccl_u) / 1e6,
+        "nccl_overlapped_s": length(intersect(nccl_u, compute_u)) / 1e6,
+        "top_kernels": sorted(by_name.items(), key=lambda kv: -kv[1])[:top],
+    }
 
 
 def _step(

@@ -32,6 +32,30 @@ def load_traces(run_dir: Path) -> list[RankTrace]:
     return out
 
 
+def show_kernels(traces: list[RankTrace], console: Console) -> None:
+    """The GPUs' side of the window, per rank: how busy the device was, NCCL's part of it and how
+    much of that ran beside compute kernels, and the longest kernels over every rank."""
+    table = Table(title="GPU kernels in the window: per rank")
+    for col in ("rank", "busy", "of the window", "NCCL", "NCCL beside compute"):
+        table.add_column(col, justify="right")
+    for t in traces:
+        overlap = t.nccl_overlapped_s / t.nccl_kernels_s if t.nccl_kernels_s else None
+        table.add_row(
+            str(t.rank),
+            f"{t.kernels_s * 1e3:.2f} ms",
+            f"{100 * t.kernels_s / t.window_s:.0f}%" if t.window_s else "-",
+            f"{t.nccl_kernels_s * 1e3:.2f} ms",
+            f"{100 * overlap:.0f}%" if overlap is not None else "-",
+        )
+    console.print(table)
+    total: dict[str, float] = {}
+    for t in traces:
+        for name, sec in t.top_kernels:
+            total[name] = total.get(name, 0.0) + sec
+    for name, sec in sorted(total.items(), key=lambda kv: -kv[1])[:5]:
+        console.print(f"  {sec * 1e3:9.2f} ms  {name[:100]}", highlight=False)
+
+
 def show_traces(run_dir: Path, console: Console) -> int:
     traces = load_traces(run_dir)
     ms = 1e3
@@ -66,6 +90,9 @@ def show_traces(run_dir: Path, console: Console) -> int:
         "steps, as a share of the step",
         highlight=False,
     )
+    gpus = [t for t in traces if t.kernels_s]
+    if gpus:
+        show_kernels(gpus, console)
     slow = straggler(traces)
     if slow is not None:
         console.print(

@@ -126,3 +126,21 @@ def test_an_unreadable_trace_is_named(tmp_path) -> None:
     (tmp_path / "traces" / "rank0.pt.trace.json").write_text('{"traceEvents": [')  # cut short
     with pytest.raises(RecordError, match=r"rank0\.pt\.trace\.json: not a readable profiler trace"):
         load_traces(tmp_path)
+
+
+def test_gpu_kernels_are_summed_on_the_device_with_nccls_overlap() -> None:
+    # the DDP step above, plus the device's kernels (us): a GEMM 150-450, a backward GEMM 500-800,
+    # NCCL's all-reduce 700-1050 on its own stream (100 of it beside the backward GEMM), a kernel
+    # outside the window (ignored)
+    gpu = [
+        X("ampere_sgemm_128x64_nn", 150, 300, tid=7, cat="kernel"),
+        X("ampere_sgemm_128x64_tn", 500, 300, tid=7, cat="kernel"),
+        X("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 700, 350, tid=8, cat="kernel"),
+        X("ampere_sgemm_128x64_nn", 5000, 100, tid=7, cat="kernel"),
+    ]
+    t = rank_trace(0, DDP_STEP + gpu)
+    assert t.kernels_s == pytest.approx((300 + 300 + 350 - 100) * 1e-6)  # 150-450, 500-1050
+    assert t.nccl_kernels_s == pytest.approx(350e-6)
+    assert t.nccl_overlapped_s == pytest.approx(100e-6)  # 700-800
+    assert t.top_kernels[0] == ("ampere_sgemm_128x64_nn", pytest.approx(400e-6))  # over the whole trace
+    assert rank_trace(0, DDP_STEP).kernels_s == 0.0  # a CPU run has none
