@@ -61,6 +61,8 @@ class Point:
     state_bytes: float = float("nan")
     node_hours: float = float("nan")  # per run: allocation x training time, or sacct's (mean over reps)
     node_hours_per_1k: float = float("nan")  # steady state: nodes x step time per 1,000 samples
+    mfu: float = float("nan")  # model FLOPs utilisation (analysis/peak.py), mean over reps; NaN: unknown
+    peak_source: str = ""  # what the MFU is against (the first repetition's peak)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class Prediction:
     throughput: float
     efficiency: float
     band: float  # relative: the truth is expected within step x / (1 + band) .. x (1 + band)
+    mfu: float = float("nan")  # at the predicted throughput (NaN: the study measured none)
 
     def throughput_range(self) -> tuple[float, float]:
         """Throughput at the band's edges (log-symmetric, so never below zero)."""
@@ -180,6 +183,10 @@ def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
             p.node_hours_per_1k = (
                 statistics.fmean(r.nodes * r.step_s / r.global_batch for r in rs) * 1e3 / 3600
             )
+        mfus = [r.mfu for r in rs]
+        if all(m is not None for m in mfus):
+            p.mfu = statistics.fmean(m for m in mfus if m is not None)
+            p.peak_source = rs[0].peak_source
         held = [max(x.state_bytes for x in r.per_rank) for r in rs if r.per_rank]
         if held and all(held):
             p.state_bytes = statistics.fmean(held)
@@ -283,13 +290,17 @@ def predict(kind: str, model: StepModel, points: list[Point]) -> list[Prediction
     base, top = points[0], points[-1]
     global_batch = top.batch_per_rank * top.n
     base_x = base.batch_per_rank * base.n / base.step_s  # measured, as the efficiency column
+    # MFU is FLOPs per sample x samples/s per rank / peak: at the same model and devices it moves
+    # with the throughput per rank, from the largest measured scale's
+    top_per_rank = top.batch_per_rank / top.step_s
     out = []
     for factor in (2, 4, 8):
         n = top.n * factor
         b = global_batch / n if kind == "strong" else top.batch_per_rank
         step = model.estimate(n, b, top.threads).step_s
         x = b * n / step
-        out.append(Prediction(n, b, step, x, x / (n / base.n * base_x), model.loo_band))
+        mfu = top.mfu * (x / n) / top_per_rank
+        out.append(Prediction(n, b, step, x, x / (n / base.n * base_x), model.loo_band, mfu))
     return out
 
 

@@ -136,6 +136,40 @@ def efficiency(a: Analysis, path: Path) -> Path:
     return _save(fig, path)
 
 
+def mfu(a: Analysis, path: Path) -> Path:
+    """Model FLOPs utilisation per scale, and the step model's at the predicted scales."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    drawn = False
+    for i, s in enumerate(a.series):
+        known = [p for p in s.points if math.isfinite(p.mfu)]
+        if not known:
+            continue
+        drawn = True
+        ax.plot(
+            [p.n for p in known],
+            [100 * p.mfu for p in known],
+            "o-",
+            color=f"C{i}",
+            label=_label(a, s, "measured"),
+        )
+        if all(math.isfinite(q.mfu) for q in s.predictions):
+            _predicted(
+                ax,
+                s,
+                f"C{i}",
+                [100 * q.mfu for q in s.predictions],
+                [(100 * q.mfu / (1 + q.band), 100 * q.mfu * (1 + q.band)) for q in s.predictions],
+            )
+    if drawn:
+        _log(ax, "x", 2)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no model FLOPs recorded in this study", ha="center", transform=ax.transAxes)
+    ax.set(xlabel="ranks", ylabel="MFU (%)", title=f"{a.kind} scaling: model FLOPs utilisation")
+    return _save(fig, path)
+
+
 def breakdown(a: Analysis, path: Path) -> Path:
     """Stacked bars per scale; with several series, their bars side by side at each scale."""
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(a.points)), 4))
@@ -249,6 +283,7 @@ def roofline(a: Analysis, path: Path) -> Path:
 PLOTS = {
     "throughput.png": throughput,
     "efficiency.png": efficiency,
+    "mfu.png": mfu,
     "breakdown.png": breakdown,
     "busbw.png": bus_bandwidth,
     "roofline.png": roofline,

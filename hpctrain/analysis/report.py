@@ -22,6 +22,7 @@ COLUMNS = (
     "speedup",
     "effic.",
     "effic. range",
+    "MFU",
     "comm",
     "wait",
     "data",
@@ -78,6 +79,7 @@ def rows(a: Analysis) -> list[list[str]]:
                 _f(p.speedup, ".2f"),
                 _f(100 * p.efficiency, ".1f") + "%",
                 f"{100 * eff.lo:.1f}–{100 * eff.hi:.1f}%" if eff.known else "-",
+                _pct(p.mfu),
                 _f(100 * p.comm_share, ".1f") + "%",
                 _pct(p.imbalance_s / p.step_s if p.n > 1 else math.nan),
                 _f(100 * p.data_share, ".1f") + "%",
@@ -106,8 +108,14 @@ def shown(a: Analysis) -> tuple[list[str], list[list[str]]]:
     return [COLUMNS[i] for i in keep], [[r[i] for i in keep] for r in table]
 
 
+# the terminal keeps its table narrow enough for a wide terminal: these have lines of their own
+ON_THEIR_OWN_LINES = ("MFU",)
+
+
 def terminal_table(a: Analysis) -> Table:
     columns, table = shown(a)
+    keep = [i for i, c in enumerate(columns) if c not in ON_THEIR_OWN_LINES]
+    columns, table = [columns[i] for i in keep], [[r[i] for i in keep] for r in table]
     t = Table(title=f"{a.kind} scaling", caption=interval_note(a))
     for c in columns:
         t.add_column(c, justify="right")
@@ -132,6 +140,23 @@ def cost_lines(a: Analysis) -> list[str]:
             f"({cheap.node_hours_per_1k:.2e}; {per_step:.2e} per step); N={fast.n} is fastest "
             f"({fast.throughput:.1f} samples/s, {fast.node_hours_per_1k / cheap.node_hours_per_1k:.2f}x the "
             "node-hours per sample)"
+        )
+    return lines
+
+
+def mfu_lines(a: Analysis) -> list[str]:
+    """Per series with model FLOPs recorded: MFU at each scale, and at the predicted ones."""
+    lines = []
+    for s in a.series:
+        known = [p for p in s.points if math.isfinite(p.mfu)]
+        if not known:
+            continue
+        name = f"{s.label}: " if a.compares else ""
+        measured = ", ".join(f"N={p.n} {100 * p.mfu:.1f}%" for p in known)
+        predicted = ", ".join(f"N={q.n} {100 * q.mfu:.1f}%" for q in s.predictions if math.isfinite(q.mfu))
+        lines.append(
+            f"{name}MFU (model FLOPs utilisation, against {known[0].peak_source}): {measured}"
+            + (f"; predicted {predicted}" if predicted else "")
         )
     return lines
 
@@ -253,6 +278,7 @@ def sections(a: Analysis) -> list[tuple[str, list[str]]]:
     """The report's headed lists after the main table (empty ones left out)."""
     out = [
         ("Fits and their validation", model_lines(a)),
+        ("Model FLOPs utilisation", mfu_lines(a)),
         ("Cost per result (node-hours)", cost_lines(a)),
         ("Communication roofline (gradients on the measured allreduce curve)", roofline_lines(a)),
         ("Peak memory per pipeline stage", memory_lines(a)),

@@ -10,7 +10,14 @@ from rich.console import Console
 
 from hpctrain import records
 from hpctrain.analysis.analyze import analyze_dir
-from hpctrain.analysis.report import cost_lines, model_lines, roofline_lines, terminal_table, write_report
+from hpctrain.analysis.report import (
+    cost_lines,
+    mfu_lines,
+    model_lines,
+    roofline_lines,
+    terminal_table,
+    write_report,
+)
 from hpctrain.commands.traces import has_traces, show_traces
 from hpctrain.commands.ui import RichReporter
 from hpctrain.errors import HpctrainError, RecordError
@@ -52,7 +59,7 @@ def analyze_and_report(study_dir: Path, console: Console, out: Path | None = Non
         console.print(line, highlight=False, soft_wrap=True)
     for line in roofline_lines(a):
         console.print(f"roofline {line}", highlight=False, soft_wrap=True)
-    for line in cost_lines(a):
+    for line in mfu_lines(a) + cost_lines(a):
         console.print(line, highlight=False, soft_wrap=True)
     if a.missing:
         console.print(

@@ -45,6 +45,7 @@ def test_local_study_produces_the_full_report_and_resumes(tmp_path: Path) -> Non
         "points.csv",
         "throughput.png",
         "efficiency.png",
+        "mfu.png",
         "breakdown.png",
         "busbw.png",
         "roofline.png",
@@ -109,9 +110,13 @@ def check_report_against_the_run_records(study: Path, terminal: str, kind: str =
         "the model does not describe these measurements" in md
     )
     page = (report / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 5
-    for plot in ("throughput", "efficiency", "breakdown", "busbw", "roofline"):
+    assert page.count("data:image/png;base64,") == 6
+    for plot in ("throughput", "efficiency", "mfu", "breakdown", "busbw", "roofline"):
         assert f'alt="{plot}"' in page
+    # every run counted its model FLOPs: MFU per scale, on a line of its own (the table stays narrow)
+    assert re.search(
+        r"MFU \(model FLOPs utilisation, against probe: .*\): N=1 [0-9.]+%, N=2 [0-9.]+%", terminal
+    )
     assert "model err" in terminal and "LOO err" in terminal and "samples/s" in terminal
     assert "allreduce fit (± standard error)" in terminal and "leave-one-out N=1:" in terminal
     # the roofline of the 2-rank point: the gradients' bytes, expected vs exposed, and a verdict

@@ -96,6 +96,13 @@ def test_model_prediction_and_error_with_allreduce_data() -> None:
     assert q.band == pytest.approx(max(abs(c.loo_err) for c in m.checks))
     lo, hi = q.throughput_range()
     assert 0 < lo < q.throughput < hi
+    assert q.mfu != q.mfu  # these runs recorded no model FLOPs: no MFU to predict
+    # with MFU measured at N=4 (40 ms a step of 16 samples), N=8 runs 8 samples in step8 per rank
+    import dataclasses
+
+    with_mfu = [dataclasses.replace(r, mfu=0.5) for r in runs]
+    q = analyze_runs("strong", with_mfu, [], bench).series[0].predictions[0]
+    assert q.mfu == pytest.approx(0.5 * (8 / step8) / (16 / 0.04))
 
 
 def test_a_model_outside_its_physical_range_predicts_nothing() -> None:
@@ -137,7 +144,7 @@ def test_missing_runs_are_listed_and_the_report_is_written(tmp_path: Path) -> No
     for key in ("csv", "markdown", "html", "throughput", "efficiency", "breakdown", "busbw", "roofline"):
         assert paths[key].exists() and paths[key].stat().st_size > 0, key
     html = paths["html"].read_text()
-    assert html.count("data:image/png;base64,") == 5  # self-contained
+    assert html.count("data:image/png;base64,") == 6  # self-contained: every plot, mfu.png too
     assert "failed-0" in paths["markdown"].read_text()
 
 
@@ -395,3 +402,35 @@ def test_reading_only_the_kept_ranks_gives_the_compact_summary_and_names_damage(
             records.RecordError, match=rf"summary.json: not a valid RunSummary record: .*{field}"
         ):
             read_compact(path)
+
+
+def test_a_studys_mfu_is_the_mean_of_its_runs_and_absent_when_one_lacks_it() -> None:
+    import dataclasses
+
+    from hpctrain.analysis.report import rows
+
+    runs = [dataclasses.replace(_run(1, 100, 64), mfu=m) for m in (0.30, 0.40)]
+    [p] = analyze_runs("strong", runs, []).series[0].points
+    assert p.mfu == pytest.approx(0.35)
+    assert dict(zip(COLUMNS, rows(analyze_runs("strong", runs, []))[0]))["MFU"] == "35.0%"
+    older = analyze_runs("strong", [runs[0], _run(1, 100, 64)], [])  # a record from before MFU
+    assert dict(zip(COLUMNS, rows(older)[0]))["MFU"] == "-"
+
+
+def test_mfu_has_its_own_line_in_the_terminal_and_a_column_in_the_report(tmp_path: Path) -> None:
+    import dataclasses
+
+    from hpctrain.analysis.report import mfu_lines, terminal_table
+
+    runs = [
+        dataclasses.replace(_run(n, 100, 64), mfu=0.25, peak_source="table: H100 SXM bf16 dense")
+        for n in (1, 2)
+    ]
+    a = analyze_runs("strong", runs, [])
+    assert mfu_lines(a) == [
+        "MFU (model FLOPs utilisation, against table: H100 SXM bf16 dense): N=1 25.0%, N=2 25.0%"
+    ]
+    assert "MFU" not in [c.header for c in terminal_table(a).columns]
+    md = write_report(a, tmp_path / "report")["markdown"].read_text()
+    assert "MFU" in md.splitlines()[2].strip("| ").split(" | ")  # the main table's header
+    assert "## Model FLOPs utilisation" in md
