@@ -7,9 +7,11 @@
 #   HPCTRAIN_VENV   where the virtual environment lives        (default: <repo>/.venv)
 #   HPCTRAIN_CACHE  where built wheels are kept across clones  (default: ~/.cache/hpctrain)
 #   HPCTRAIN_TORCH  the torch requirement                      (default: torch==2.13.0, CPU here)
-#                   On a CUDA cluster: HPCTRAIN_TORCH='torch==2.13.0' with pip's CUDA index set in
-#                   PIP_INDEX_URL, and HOROVOD_GPU_OPERATIONS=NCCL in the environment to build
-#                   Horovod with NCCL (the cache key then includes "nccl").
+#   HPCTRAIN_GPU=1  a GPU install: a CUDA build of torch (from HPCTRAIN_TORCH_INDEX, PyTorch's CUDA
+#                   wheel index for the nodes' CUDA version) and Horovod built with NCCL
+#                   (HOROVOD_GPU_OPERATIONS=NCCL; the cache key then includes "nccl"). An existing
+#                   environment is checked against the request: a CPU torch or a Horovod without
+#                   NCCL is replaced, and each change is said.
 #   HPCTRAIN_WHEELS install offline from this directory of wheels (a container build: every
 #                   dependency prebuilt on the host, mpi4py and Horovod included; no compilers)
 #   HPCTRAIN_EXTRAS the extras of hpctrain to install (default: dev; empty: none)
@@ -26,6 +28,8 @@ PY=${PYTHON:-python3}
 WHEELS=${HPCTRAIN_WHEELS:-}
 EXTRAS=${HPCTRAIN_EXTRAS-dev}
 if [ -n "$WHEELS" ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELS"; fi
+GPU=${HPCTRAIN_GPU:-}
+if [ -n "$GPU" ]; then export HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}; fi
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
@@ -49,9 +53,19 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --quiet --disable-pip-version-check)
+if [ -n "$GPU" ] && "$VENV/bin/python" -c 'import sys, torch; sys.exit(torch.version.cuda is not None)' >/dev/null 2>&1; then
+  # a GPU install asked for on an environment whose torch is a CPU build: replace it
+  [ -n "${HPCTRAIN_TORCH_INDEX:-}" ] || { echo "HPCTRAIN_GPU=1 needs HPCTRAIN_TORCH_INDEX: PyTorch's CUDA wheel index for your CUDA version" >&2; exit 1; }
+  say "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)') is a CPU build; replacing it with $TORCH_SPEC from $HPCTRAIN_TORCH_INDEX"
+  "${PIP[@]}" install --force-reinstall --no-deps --index-url "$HPCTRAIN_TORCH_INDEX" "$TORCH_SPEC"
+fi
 if ! "$VENV/bin/python" -c 'import torch, mpi4py' >/dev/null 2>&1; then
   say "installing $TORCH_SPEC and build tools"
   "${PIP[@]}" install --upgrade pip setuptools wheel packaging
+  if [ -n "$GPU" ]; then
+    [ -n "${HPCTRAIN_TORCH_INDEX:-}" ] || { echo "HPCTRAIN_GPU=1 needs HPCTRAIN_TORCH_INDEX: PyTorch's CUDA wheel index for your CUDA version" >&2; exit 1; }
+    "${PIP[@]}" install --index-url "$HPCTRAIN_TORCH_INDEX" "$TORCH_SPEC"
+  fi
   "${PIP[@]}" install "$TORCH_SPEC" numpy
   # mpi4py is built against the system OpenMPI so that it and Horovod share one MPI library.
   if [ -n "$WHEELS" ]; then
@@ -69,9 +83,14 @@ gpu_ops=${HOROVOD_GPU_OPERATIONS:-cpu}
 key="horovod-${HOROVOD_VERSION}_torch-${torch_ver}_${py_tag}_${gpu_ops,,}"
 wheel_dir="$CACHE/wheels/$key"
 # Horovod's own `horovodrun --check-build` takes ~13 s; asking horovod.torch directly takes ~3 s.
+nccl_check=True
+[ "${gpu_ops,,}" != nccl ] || nccl_check="h.nccl_built()"
 horovod_ok() {
-  "$VENV/bin/python" -c "import horovod, horovod.torch as h, sys; sys.exit(not (horovod.__version__ == '$HOROVOD_VERSION' and h.mpi_built() and h.gloo_built()))" >/dev/null 2>&1
+  "$VENV/bin/python" -c "import horovod, horovod.torch as h, sys; sys.exit(not (horovod.__version__ == '$HOROVOD_VERSION' and h.mpi_built() and h.gloo_built() and $nccl_check))" >/dev/null 2>&1
 }
+if [ "${gpu_ops,,}" = nccl ] && "$VENV/bin/python" -c 'import horovod.torch as h, sys; sys.exit(h.nccl_built())' >/dev/null 2>&1; then
+  say "the installed Horovod has no NCCL operations and a GPU build was asked for: building one with NCCL"
+fi
 if horovod_ok; then
   say "Horovod $HOROVOD_VERSION already installed"
 else
@@ -86,6 +105,10 @@ else
     # link fails on a duplicate gloo::rendezvous::Store::kDefaultTimeout (see shared design notes).
     sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
     grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt" || { echo "C++17 patch did not apply" >&2; exit 1; }
+    # Python 3.12 has no distutils: Python's include directory from sysconfig, `which` from shutil
+    sed -i "s/from distutils.sysconfig import get_python_inc; print(get_python_inc())/import sysconfig; print(sysconfig.get_paths()['include'])/" "$src/horovod/torch/CMakeLists.txt"
+    sed -i 's/^from distutils.spawn import find_executable$/from shutil import which as find_executable/' "$src/horovod/runner/js_run.py"
+    ! grep -rq 'distutils' "$src/horovod/torch/CMakeLists.txt" "$src/horovod/runner/js_run.py" || { echo "distutils patch did not apply" >&2; exit 1; }
     mkdir -p "$wheel_dir.tmp"
     (cd "$src" && HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
         HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
