@@ -128,5 +128,15 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "${PIP[@]}" install --no-build-isolation -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   echo "$want" > "$stamp"
 fi
-horovod_ok || { echo "Horovod $HOROVOD_VERSION with PyTorch, MPI and Gloo is not importable from $VENV" >&2; exit 1; }
+horovod_ok || { echo "Horovod $HOROVOD_VERSION with PyTorch, MPI and Gloo${GPU:+ and NCCL} is not importable from $VENV" >&2; exit 1; }
+if [ -n "$GPU" ]; then
+  "$VENV/bin/python" - <<'PY'
+import torch
+where = f"torch {torch.__version__} (CUDA {torch.version.cuda})"
+if torch.cuda.is_available():
+    print(f"[setup] {where} sees {torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)}")
+else:
+    print(f"[setup] {where} sees no GPU on this machine (a login node?): the ranks will see theirs on the GPU nodes")
+PY
+fi
 say "ready: $VENV (activate with: source $VENV/bin/activate)"
