@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -67,6 +67,13 @@ class CudaClock(Clock):
     def settle(self, last: Mark) -> float:
         last.synchronize()
         return time.perf_counter()
+
+
+class Stamped(Protocol):
+    """What an engine's hooks keep: the mark where the latest gradients' computation ended (DDP's
+    buckets, FSDP's units), taken by wait_gradients; None when none ended this step."""
+
+    ready: Mark | None
 
 
 def clock_for(device: torch.device) -> Clock:

@@ -26,13 +26,14 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from hpctrain.engine.clock import Mark
+    from hpctrain.engine.clock import Mark, Stamped
 
 
 class DdpEngine(Engine, StageReplicas, Sharding):
     settings = DdpSettings
     collective = "torch_s"
     grouping = "buckets"
+    stamp: Stamped  # DDP's communication hook, or FSDP's units' backward hooks
 
     @classmethod
     def problems(cls, cfg: Config) -> list[Problem]:
@@ -122,7 +123,7 @@ class DdpEngine(Engine, StageReplicas, Sharding):
     def shard(self, cfg: Config, model: nn.Module, replicate: int, shard: int, units: list[str]) -> nn.Module:
         from hpctrain.engine.fsdp_wrap import shard_model
 
-        self.stamp = shard_model(cfg, model, replicate, shard, units, self.device_type, self.clock)  # type: ignore[assignment]
+        self.stamp = shard_model(cfg, model, replicate, shard, units, self.device_type, self.clock)
         self.sharded = True
         return model
 
