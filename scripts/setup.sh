@@ -119,6 +119,7 @@ else
   fi
   say "installing cached Horovod wheel from $wheel_dir"
   "${PIP[@]}" install --force-reinstall --no-deps "$wheel_dir"/horovod-*.whl
+  "${PIP[@]}" install "$wheel_dir"/horovod-*.whl  # its own requirements (psutil, cloudpickle, ...)
 fi
 # Re-install hpctrain only when its dependencies changed (or the venv serves another clone).
 stamp="$VENV/.hpctrain-installed"

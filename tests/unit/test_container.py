@@ -178,7 +178,8 @@ def test_the_debian_mirror_is_read_from_either_sources_format() -> None:
 def test_the_image_gets_the_venvs_runtime_versions_and_no_dev_tools() -> None:
     pins = dict(p.split("==") for p in runtime_pins())
     assert pins["torch"] == torch.__version__  # the CPU build this venv has, not PyPI's newest
-    for needed in ("submitit", "hydra-core", "mpi4py", "pip", "setuptools", "wheel"):
+    # Horovod's own requirements too (an optional extra of hpctrain's; the image runs it)
+    for needed in ("submitit", "hydra-core", "mpi4py", "pip", "setuptools", "wheel", "psutil", "cloudpickle"):
         assert needed in pins, needed
     for absent in ("pytest", "mypy", "ruff", "hpctrain", "horovod"):
         assert absent not in pins, absent

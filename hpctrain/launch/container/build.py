@@ -72,10 +72,11 @@ def _digest(parts: list[str]) -> str:
 
 
 # --- pure: what goes in ----------------------------------------------------------------------
-def runtime_pins(dist: str = "hpctrain") -> tuple[str, ...]:
-    """Every distribution `dist` needs at run time (no extras), at its installed version."""
+def runtime_pins(dist: str = "hpctrain", extra: str = "horovod") -> tuple[str, ...]:
+    """Every distribution `dist` needs at run time with `extra` (the image runs Horovod: its own
+    requirements go in; the wheel itself comes from the cache), at its installed version."""
     seen: dict[str, str] = {}
-    todo = [(dist, "")]
+    todo = [(dist, extra)]
     while todo:
         name, extra = todo.pop()
         try:
