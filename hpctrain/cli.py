@@ -210,6 +210,13 @@ def _add_bench(sub: Subparsers) -> None:
     ov.add_argument("--steps", type=positive_int, default=60)
     ov.add_argument("--batch", type=positive_int, default=64, help="per-rank batch")
     ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
+    ov.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per rank")
+    ov.add_argument(
+        "--starter",
+        choices=("mpirun", "spawn"),
+        default="mpirun",
+        help="spawn: without MPI (cluster.starter)",
+    )
     ar = bsub.add_parser(
         "allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit"
     )

@@ -4,6 +4,10 @@
     --engine ddp       the way torch's DDP tutorial is (init_process_group, DistributedDataParallel)
     --engine none      the same per-rank work with no communication at all: N of these started
                        together are the ceiling no data-parallel engine can beat on this machine
+    --device cuda      each process on its local rank's GPU, as the examples pin it, NCCL for DDP
+                       (Horovod reduces GPU tensors with its own NCCL operations); the loop waits for
+                       the device at each step's end, as a script that logs its loss does
+Started by mpirun (OMPI_COMM_WORLD_*) or as torchrun starts processes (RANK, WORLD_SIZE, LOCAL_RANK).
 
 The sources' CNN, synthetic data, a DistributedSampler (none: the same slices, alone). Timed like
 hpctrain: wall time of the steps after warm-up, from the end of one step to the end of the next.
@@ -49,8 +53,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--samples", type=int, default=4096)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = ap.parse_args()
-    rank, size = int(os.environ["OMPI_COMM_WORLD_RANK"]), int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    env = os.environ
+    rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("RANK", "0")))
+    size = int(env.get("OMPI_COMM_WORLD_SIZE", env.get("WORLD_SIZE", "1")))
+    local = int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("LOCAL_RANK", "0")))
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        torch.cuda.set_device(local)  # one GPU per local rank, before any collective
+        device = torch.device("cuda", local)
 
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -62,7 +74,7 @@ def main() -> None:
         data, num_replicas=size, rank=rank, seed=0
     )
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
-    model: nn.Module = Net()
+    model: nn.Module = Net().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     if args.engine == "horovod":
         import horovod.torch as hvd
@@ -74,8 +86,11 @@ def main() -> None:
     elif args.engine == "ddp":
         import torch.distributed as dist
 
-        dist.init_process_group("gloo", rank=rank, world_size=size)  # MASTER_ADDR/PORT from mpirun -x
-        model = nn.parallel.DistributedDataParallel(model)
+        # MASTER_ADDR/PORT from mpirun -x, or the spawner
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=size)
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[local] if device.type == "cuda" else None
+        )
     loss_fn = nn.CrossEntropyLoss()
 
     step, timed, epoch = 0, 0.0, 0
@@ -85,10 +100,13 @@ def main() -> None:
         for x, y in loader:
             if step >= args.steps:
                 break
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             opt.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
             t = time.perf_counter()
             if step >= args.warmup:
                 timed += t - t_prev

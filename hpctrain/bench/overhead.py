@@ -11,6 +11,7 @@ import os
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -31,44 +32,61 @@ TARGET_CEILING = 0.95  # hpctrain's faster engine against the no-communication c
 CONTENDERS = ("ceiling", "minimal horovod", "minimal ddp", "hpctrain horovod", "hpctrain ddp")
 
 
-def _minimal_argv(engine: str, ranks: int, threads: int, batch: int, steps: int, warmup: int) -> list[str]:
-    argv, _ = mpirun_prefix(ranks, len(os.sched_getaffinity(0)), os.geteuid() == 0)
-    argv += [
-        "-x",
-        f"OMP_NUM_THREADS={threads}",
-        "-x",
-        "MASTER_ADDR=127.0.0.1",
-        "-x",
-        f"MASTER_PORT={free_tcp_port()}",
-        sys.executable,
-        "-m",
-        "hpctrain.bench.minimal",
-        "--engine",
-        engine,
-        "--batch",
-        str(batch),
-        "--steps",
-        str(steps),
-        "--warmup",
-        str(warmup),
-    ]
-    return argv
+@dataclass(frozen=True)
+class Setup:
+    """What every contender shares: the world, the work, where it runs and how it starts."""
+
+    ranks: int
+    threads: int
+    batch: int
+    steps: int
+    warmup: int
+    device: str = "cpu"  # cpu | cuda (one GPU per rank)
+    starter: str = "mpirun"  # mpirun | spawn (as torchrun starts processes: no MPI)
 
 
-def _hpctrain_argv(engine: str, run_dir: Path, ranks: int, batch: int, steps: int, warmup: int) -> list[str]:
+def _minimal_argv(engine: str, s: Setup) -> list[str]:
+    env = [f"OMP_NUM_THREADS={s.threads}", "MASTER_ADDR=127.0.0.1", f"MASTER_PORT={free_tcp_port()}"]
+    if s.starter == "spawn":
+        argv = [sys.executable, "-m", "hpctrain.launch.local.spawn", "-np", str(s.ranks)]
+    else:
+        argv, _ = mpirun_prefix(s.ranks, len(os.sched_getaffinity(0)), os.geteuid() == 0)
+    for var in env:
+        argv += ["-x", var]
+    argv += ["--"] if s.starter == "spawn" else []
+    argv += [sys.executable, "-m", "hpctrain.bench.minimal", "--engine", engine, "--device", s.device]
+    return argv + ["--batch", str(s.batch), "--steps", str(s.steps), "--warmup", str(s.warmup)]
+
+
+def hpctrain_argv(engine: str, run_dir: Path, s: Setup) -> list[str]:
     return hpctrain_run(
         run_dir,
         "model=cnn",
         "data=synthetic",
         "data.num_samples=4096",
-        f"cluster.ranks={ranks}",
-        f"train.batch_per_rank={batch}",
-        f"train.steps={steps}",
-        f"train.warmup_steps={warmup}",
+        f"cluster.ranks={s.ranks}",
+        f"cluster.starter={s.starter}",
+        f"train.device={s.device}",
+        f"train.batch_per_rank={s.batch}",
+        f"train.steps={s.steps}",
+        f"train.warmup_steps={s.warmup}",
         "train.save_model=false",
         "train.log_interval=1000",
         f"parallelism.engine={engine}",
     )
+
+
+def contenders(s: Setup, horovod: bool, horovod_nccl: bool) -> tuple[list[str], str]:
+    """Who runs, and why any is left out: Horovod where it is installed (with NCCL on GPUs)."""
+    if not horovod:
+        return [
+            c for c in CONTENDERS if "horovod" not in c
+        ], "Horovod is not installed: its contenders are left out"
+    if s.device == "cuda" and not horovod_nccl:
+        return [
+            c for c in CONTENDERS if "horovod" not in c
+        ], "Horovod has no NCCL: its contenders are left out"
+    return list(CONTENDERS), ""
 
 
 def _run(argv: list[str]) -> str:
@@ -78,51 +96,69 @@ def _run(argv: list[str]) -> str:
     return r.stdout
 
 
-def _measure(
-    who: str, i: int, out: Path, ranks: int, threads: int, batch: int, steps: int, warmup: int
-) -> float:
+def _measure(who: str, i: int, out: Path, s: Setup) -> float:
     kind, engine = who.split(" ") if " " in who else ("minimal", "none")
     if kind == "hpctrain":
         run_dir = out / f"hpctrain-{engine}-{i}"
-        _run(_hpctrain_argv(engine, run_dir, ranks, batch, steps, warmup))
+        _run(hpctrain_argv(engine, run_dir, s))
         return float(records.read(run_dir / records.SUMMARY, records.RunSummary).throughput_samples_per_s)
-    return throughput(_run(_minimal_argv(engine, ranks, threads, batch, steps, warmup)), batch, steps, warmup)
+    return throughput(_run(_minimal_argv(engine, s)), s.batch, s.steps, s.warmup)
+
+
+def _horovod() -> tuple[bool, bool]:
+    """(installed, built with NCCL), asked in a subprocess: importing it here would start nothing,
+    but a benchmark should not hold Horovod's library in its own process."""
+    code = "import horovod.torch as h; print(int(h.nccl_built()))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return r.returncode == 0, r.stdout.strip() == "1"
 
 
 def run_overhead(args: argparse.Namespace, console: Console) -> int:
     if args.steps < 2:  # one warm-up step and at least one timed step
         raise ConfigError.one("--steps", f"must be at least 2 (got {args.steps})", "e.g. --steps 60")
     cores = len(os.sched_getaffinity(0))
-    threads = max(1, cores // args.ranks)
-    warmup = max(1, args.steps // 10)
+    s = Setup(
+        args.ranks,
+        max(1, cores // args.ranks),
+        args.batch,
+        args.steps,
+        max(1, args.steps // 10),
+        args.device,
+        args.starter,
+    )
+    who, left_out = contenders(s, *_horovod())
     out = Path(args.out) / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-overhead")
-    got: dict[str, list[float]] = {c: [] for c in CONTENDERS}
+    got: dict[str, list[float]] = {c: [] for c in who}
     with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("interleaved runs", total=len(CONTENDERS) * args.repeats)
+        task = bar.add_task("interleaved runs", total=len(who) * args.repeats)
         for i in range(args.repeats):
             # rotated order: no contender always runs first (caches, clocks and neighbours drift)
-            k = i % len(CONTENDERS)
-            for who in CONTENDERS[k:] + CONTENDERS[:k]:
-                got[who].append(_measure(who, i, out, args.ranks, threads, args.batch, args.steps, warmup))
+            k = i % len(who)
+            for c in who[k:] + who[:k]:
+                got[c].append(_measure(c, i, out, s))
                 bar.advance(task)
     med = {c: statistics.median(v) for c, v in got.items()}
     table = Table(
-        title=f"overhead: cnn, synthetic 3x32x32, {args.ranks} ranks x batch {args.batch}, "
-        f"{args.steps} steps ({warmup} warm-up), {threads} thread(s)/rank, {args.repeats} repeats"
+        title=f"overhead: cnn, synthetic 3x32x32, {s.ranks} ranks x batch {s.batch} on {s.device} "
+        f"({s.starter}), {s.steps} steps ({s.warmup} warm-up), {s.threads} thread(s)/rank, "
+        f"{args.repeats} repeats"
     )
     for col in ("contender", "samples/s (median)", "runs", "/ ceiling", "/ own minimal"):
         table.add_column(col, justify="right")
-    for c in CONTENDERS:
+    for c in who:
         own = f"{med[c] / med['minimal ' + c.split()[1]]:.3f}" if c.startswith("hpctrain") else ""
         runs = " ".join(f"{v:.0f}" for v in got[c])
         table.add_row(c, f"{med[c]:.1f}", runs, f"{med[c] / med['ceiling']:.3f}", own)
     console.print(table)
-    best = max(med["hpctrain horovod"], med["hpctrain ddp"]) / med["ceiling"]
-    for label, ratio, target in (
-        ("hpctrain's faster engine / ceiling", best, TARGET_CEILING),
-        ("hpctrain horovod / minimal horovod", med["hpctrain horovod"] / med["minimal horovod"], TARGET_OWN),
-        ("hpctrain ddp / minimal ddp", med["hpctrain ddp"] / med["minimal ddp"], TARGET_OWN),
-    ):
+    if left_out:
+        console.print(left_out, highlight=False)
+    engines = [c.split()[1] for c in who if c.startswith("hpctrain")]
+    best = max(med[f"hpctrain {e}"] for e in engines) / med["ceiling"]
+    verdicts = [("hpctrain's faster engine / ceiling", best, TARGET_CEILING)] + [
+        (f"hpctrain {e} / minimal {e}", med[f"hpctrain {e}"] / med[f"minimal {e}"], TARGET_OWN)
+        for e in engines
+    ]
+    for label, ratio, target in verdicts:
         verdict = "[green]meets[/]" if ratio >= target else "[red]below[/]"
         console.print(f"{label} = {ratio:.3f} ({verdict} the {target} target)")
     console.print(f"runs in {out}")

@@ -16,7 +16,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from hpctrain import records
-from hpctrain.bench.overhead import _hpctrain_argv
+from hpctrain.bench.overhead import Setup, hpctrain_argv
 from hpctrain.errors import LaunchError
 from hpctrain.lifeline import with_lifeline
 
@@ -28,7 +28,8 @@ def _argv(run_dir: Path, which: str, ranks: int, steps: int, warmup: int) -> lis
     window = (
         ["profile.enabled=true", f"profile.steps=[1,{max(warmup - 2, 1)}]"] if which != "profiler off" else []
     )
-    return [*_hpctrain_argv("horovod", run_dir, ranks, 32, steps, warmup), *window]
+    work = Setup(ranks, threads=0, batch=32, steps=steps, warmup=warmup)  # threads: hpctrain's own choice
+    return [*hpctrain_argv("horovod", run_dir, work), *window]
 
 
 def run_profile_bench(args: argparse.Namespace, console: Console) -> int:

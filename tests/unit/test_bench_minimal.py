@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hpctrain.bench.minimal import throughput
@@ -13,3 +15,30 @@ def test_throughput_is_set_by_the_slowest_process_even_from_interleaved_output()
     assert throughput(out, batch=64, steps=60, warmup=10) == pytest.approx(64 * 2 * 50 / 2.0)
     with pytest.raises(ValueError, match="1 of 2 processes reported"):
         throughput('{"rank": 0, "size": 2, "timed_s": 1.5}', 64, 60, 10)
+
+
+def test_horovods_contenders_are_left_out_where_it_cannot_run() -> None:
+    from hpctrain.bench.overhead import CONTENDERS, Setup, contenders
+
+    cpu, gpu = Setup(2, 1, 16, 8, 1), Setup(1, 1, 16, 8, 1, device="cuda", starter="spawn")
+    assert contenders(cpu, horovod=True, horovod_nccl=False) == (list(CONTENDERS), "")
+    who, why = contenders(cpu, horovod=False, horovod_nccl=False)
+    assert who == ["ceiling", "minimal ddp", "hpctrain ddp"] and "not installed" in why
+    who, why = contenders(gpu, horovod=True, horovod_nccl=False)
+    assert "hpctrain horovod" not in who and "no NCCL" in why
+    assert contenders(gpu, horovod=True, horovod_nccl=True)[0] == list(CONTENDERS)
+
+
+def test_the_hand_written_ddp_loop_runs_spawned_and_both_sides_take_the_device() -> None:
+    import sys
+
+    from hpctrain.bench.overhead import Setup, _minimal_argv, _run, hpctrain_argv
+
+    s = Setup(2, 1, 16, 4, 1, device="cpu", starter="spawn")
+    argv = _minimal_argv("ddp", s)
+    assert argv[:5] == [sys.executable, "-m", "hpctrain.launch.local.spawn", "-np", "2"] and "--" in argv
+    assert argv[argv.index("--device") + 1] == "cpu"
+    assert throughput(_run(argv), s.batch, s.steps, s.warmup) > 0  # a real run of the baseline, no mpirun
+    gpu = hpctrain_argv("ddp", Path("/r"), Setup(1, 1, 16, 4, 1, device="cuda", starter="spawn"))
+    assert "train.device=cuda" in gpu and "cluster.starter=spawn" in gpu
+    assert "--device" in _minimal_argv("ddp", Setup(1, 1, 16, 4, 1, device="cuda"))
