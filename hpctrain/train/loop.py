@@ -288,11 +288,11 @@ def _steps(
             _debug_hooks(cfg, info.rank, step, start, t, control, emit if master else None)
             x, y = place_batch(cfg, x, t.device), y.to(t.device, non_blocking=True)
             sync(t.device)  # the copy to the device is part of the data wait
-            start = t.clock.mark()
-            t_data = t.clock.settle(start)  # where the data wait ends and the step's parts begin
+            arrived = t.clock.mark()
+            t_data = t.clock.settle(arrived)  # where the data wait ends and the step's parts begin
             lr = lr_at(step, cfg.optim, d.lr)
             vote = control.requested if control is not None else None
-            r = t.train_step(engine, cfg, StepInput(x, y, lr, step, vote, start))
+            r = t.train_step(engine, cfg, StepInput(x, y, lr, step, vote, arrived))
             t.watch.phase("data", step + 1)  # what follows counts as the next step's data wait
             rec = _record(cfg, d, info.rank, step, lr, r, t_data, t_prev)
             t_prev = r.end
