@@ -18,11 +18,19 @@ STALL = ["data=digits", "train.warmup_steps=1", "train.stall_timeout_s=8"]
 HANG = ["debug.slow_rank=1", "debug.slow_s=100000"]  # rank 1 sleeps in its first backward pass
 
 
+# ranks started without MPI; Horovod over Gloo waits for the hung rank in its comm phase (DDP waits
+# inside backward(), where the waiting rank reads as in compute too, under mpirun as under spawn)
+SPAWNED = ["cluster.starter=spawn", "parallelism.backend=gloo"]
+
+
 @pytest.mark.mpi
 @pytest.mark.side_stream  # mostly waits for the stall timeout
-def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path) -> None:
+@pytest.mark.parametrize("starter", [[], SPAWNED], ids=["mpirun", "spawn"])
+def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path, starter: list[str]) -> None:
     run_dir = tmp_path / "hang"
-    r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *STALL, "train.steps=20", *HANG, timeout=300)
+    r = hpctrain(
+        "run", "--no-progress", f"run.dir={run_dir}", *STALL, "train.steps=20", *HANG, *starter, timeout=300
+    )
     assert r.returncode == 4, r.stdout + r.stderr
     assert (
         "rank 1 failed: Stalled: no step completed for 8 s (train.stall_timeout_s); stalled: rank 1 on "

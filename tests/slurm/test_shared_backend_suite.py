@@ -1,5 +1,6 @@
 """One behavioural suite, run against every launch backend (as Hydra's LauncherTestSuite does):
-local mpirun and SLURM must behave the same from the user's side."""
+local mpirun, local ranks spawned without MPI (Horovod over Gloo) and SLURM must behave the same
+from the user's side."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ from tests.conftest import hpctrain, hpctrain_here, lines, processes_of, wait_fo
 
 BACKENDS = {
     "local": ["cluster=local", "cluster.ranks=2"],
+    "spawn": ["cluster=local", "cluster.ranks=2", "cluster.starter=spawn", "parallelism.backend=gloo"],
     "slurm": ["cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=1"],
 }
 # What each backend's dry run must show: the exact launch of 2 ranks.
-DRY_RUN = {"local": "mpirun -np 2", "slurm": "#SBATCH --nodes=2"}
+DRY_RUN = {
+    "local": "mpirun -np 2",
+    "spawn": "hpctrain.launch.local.spawn -np 2",
+    "slurm": "#SBATCH --nodes=2",
+}
 SMALL = ["data=digits", "train.steps=8", "train.warmup_steps=2", "train.batch_per_rank=16"]
 
 
@@ -32,6 +38,11 @@ def backend(request: pytest.FixtureRequest) -> list[str]:
 
 
 def _name(backend: list[str]) -> str:
+    return next(name for name, overrides in BACKENDS.items() if overrides == backend)
+
+
+def _launcher(backend: list[str]) -> str:
+    """What job.json names: spawn is the local launcher's other way to start ranks."""
     return backend[0].split("=")[1]
 
 
@@ -47,6 +58,10 @@ def test_run_completes_with_full_records(backend: list[str], tmp_path: Path, com
     r = hpctrain(
         "run", "--no-progress", f"run.dir={run_dir}", *backend, *SMALL, f"parallelism.backend={comm}"
     )
+    if _name(backend) == "spawn" and comm == "mpi":  # no MPI without mpirun: refused, nothing made
+        assert r.returncode == 2 and "cluster.starter: spawn starts the ranks without MPI" in r.stderr
+        assert not run_dir.exists()
+        return
     assert r.returncode == 0, r.stdout + r.stderr
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["world_size"] == 2 and s["timed_steps"] == 6 and s["backend"] == comm
@@ -83,8 +98,8 @@ def test_dry_run_starts_nothing(backend: list[str], tmp_path: Path) -> None:
     r = hpctrain_here("run", "--dry-run", f"run.dir={tmp_path / 'd'}", *backend, *SMALL)
     assert r.returncode == 0, r.stderr
     assert DRY_RUN[_name(backend)] in r.stdout
-    other = next(v for k, v in DRY_RUN.items() if k != _name(backend))
-    assert other not in r.stdout
+    for other in (v for k, v in DRY_RUN.items() if k != _name(backend)):
+        assert other not in r.stdout
     assert not (tmp_path / "d").exists()
 
 
@@ -99,7 +114,7 @@ def test_no_wait_run_finishes_and_status_and_logs_show_it(backend: list[str], tm
     r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *backend, *SMALL)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"hpctrain status {run_dir}" in r.stdout  # it says how to follow the run
-    assert json.loads((run_dir / "job.json").read_text())["launcher"] == _name(backend)
+    assert json.loads((run_dir / "job.json").read_text())["launcher"] == _launcher(backend)
     follow = hpctrain("logs", str(run_dir), "--follow", timeout=300)  # returns when the run ends
     assert follow.returncode == 0 and "step 8/8" in follow.stdout, follow.stdout + follow.stderr
     assert "@@hpctrain" not in follow.stdout  # progress events are not shown as log lines
@@ -128,7 +143,7 @@ def test_a_run_outlives_the_command_that_stopped_waiting_for_it(backend: list[st
         timeout_s=240,
     )
     assert "COMPLETED" in _status(run_dir)
-    if _name(backend) == "local":  # the supervisor's own record agrees
+    if _launcher(backend) == "local":  # the supervisor's own record agrees
         assert json.loads((run_dir / "state.json").read_text())["state"] == "COMPLETED"
     assert lines(run_dir / "steps-rank0.jsonl") == 600 and (run_dir / "summary.json").exists()
     logs = hpctrain("logs", str(run_dir), "--rank", "0")
@@ -163,7 +178,7 @@ def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_
     wait_for("CANCELLED", lambda: "CANCELLED" in _status(run_dir), timeout_s=180)
     again = hpctrain("cancel", str(run_dir))  # a second cancel says it had ended, and cancels nothing
     assert again.returncode == 0 and f"already ended: {job} (CANCELLED)" in again.stdout, again.stdout
-    if _name(backend) == "local":  # nothing of the run is left on this machine
+    if _launcher(backend) == "local":  # nothing of the run is left on this machine
         wait_for("no process left", lambda: not processes_of(run_dir), timeout_s=30)
     assert not (run_dir / "summary.json").exists()
     logs = hpctrain("logs", str(run_dir), "--rank", "0")
