@@ -154,3 +154,15 @@ def test_the_summary_carries_mfu_and_stays_json_when_the_peak_is_unknown() -> No
         and unknown.tflops_per_rank == pytest.approx(by_hand)
     )
     json.dumps(dataclasses.asdict(unknown), allow_nan=False)  # strict JSON: no NaN
+
+
+def test_horovod_without_nccl_is_refused_on_cuda_before_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import horovod.torch as hvd
+
+    from hpctrain.engine.world import CommError
+
+    monkeypatch.setattr(hvd, "nccl_built", lambda: 0)  # as this machine's CPU build says
+    with pytest.raises(CommError) as e:
+        HorovodEngine().init(load_config(["train.device=cuda"]), expected_size=2)
+    assert "nccl_built() is False" in str(e.value) and "HOROVOD_GPU_OPERATIONS=NCCL" in str(e.value)
+    assert not hvd.is_initialized()  # refused before Horovod started
