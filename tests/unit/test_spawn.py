@@ -105,3 +105,30 @@ def test_the_spawn_command_carries_the_plans_environment() -> None:
     argv = plan_argv(HostFacts.example(), "parallelism.engine=ddp", "cluster.starter=spawn")
     assert argv[argv.index("--") :] == ["--", "/venv/bin/python", "-m", "hpctrain.rank", "/runs/r"]
     assert "MASTER_PORT" in argv and "-np" in argv and argv[argv.index("-np") + 1] == "2"
+
+
+def test_waiting_for_a_local_run_returns_once_its_supervisor_has_left(tmp_path) -> None:
+    """The outcome is recorded before the supervisor exits: `hpctrain run` waits for the exit too,
+    so nothing of the run outlives the command (a suite run once caught the supervisor alive)."""
+    import socket
+
+    from hpctrain import records
+    from hpctrain.launch.base import Job
+    from hpctrain.launch.local.launcher import LocalLauncher, process_start
+    from hpctrain.launch.local.supervisor import write_state
+
+    write_state(tmp_path, "COMPLETED", exit_code=0)  # recorded; the supervisor still finishing
+    lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    ref = records.new(
+        records.JobRef,
+        launcher="local",
+        job_id=str(lingering.pid),
+        world_size=1,
+        pid=lingering.pid,
+        pid_start=process_start(lingering.pid),
+        host=socket.gethostname(),
+    )
+    states = LocalLauncher().wait([Job(tmp_path, ref)], timeout_s=30, poll_s=0.05)
+    assert states[str(lingering.pid)].state == "COMPLETED"
+    assert lingering.poll() is not None or process_start(lingering.pid) is None  # gone (or a zombie)
+    lingering.wait()

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.rundir import prepare_run_dir, write_run_files
 
 CANCEL_WAIT_S = 20.0
+SUPERVISOR_EXIT_S = 10.0  # a finished run's supervisor leaves within this (it has nothing left to do)
 
 
 def process_start(pid: int) -> int | None:
@@ -134,6 +136,21 @@ class LocalLauncher(Launcher):
             records.write(r.run_dir / records.JOB, ref)
             jobs.append(Job(r.run_dir, ref))
         return jobs
+
+    def wait(
+        self,
+        jobs: list[Job],
+        timeout_s: float,
+        poll_s: float = 1.0,
+        on_poll: Callable[[dict[str, JobStatus]], None] = lambda s: None,
+    ) -> dict[str, JobStatus]:
+        """As every launcher waits; then, the outcome recorded, until each supervisor has left
+        too (it writes state.json before it exits): nothing of the run outlives the command."""
+        states = super().wait(jobs, timeout_s, poll_s, on_poll)
+        deadline = time.monotonic() + SUPERVISOR_EXIT_S
+        while any(supervisor_alive(j.ref) for j in jobs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return states
 
     def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
         out = {}
