@@ -15,6 +15,8 @@
 #   HPCTRAIN_WHEELS install offline from this directory of wheels (a container build: every
 #                   dependency prebuilt on the host, mpi4py and Horovod included; no compilers)
 #   HPCTRAIN_EXTRAS the extras of hpctrain to install (default: dev; empty: none)
+#   HPCTRAIN_HOROVOD=0  no Horovod: the torch engines (DDP, FSDP, pipelines over DDP) only; engine=horovod
+#                   is then refused with the fix. For an interpreter or torch Horovod does not build with.
 #   HPCTRAIN_CONTAINERS=1  also Charliecloud and debootstrap, to build and run the training image
 #                   (hpctrain container build; ch-image runs on Debian's python3 with python3-lark)
 set -euo pipefail
@@ -88,10 +90,23 @@ nccl_check=True
 horovod_ok() {
   "$VENV/bin/python" -c "import horovod, horovod.torch as h, sys; sys.exit(not (horovod.__version__ == '$HOROVOD_VERSION' and h.mpi_built() and h.gloo_built() and $nccl_check))" >/dev/null 2>&1
 }
+horovod_build_failed() {
+  tail -40 "$1" >&2
+  echo "Horovod build failed; the end of its log is above" >&2
+  if grep -q "Could NOT find CUDAToolkit" "$1"; then
+    # a CUDA build of torch makes Horovod compile its CUDA parts, whatever HOROVOD_GPU_OPERATIONS says
+    echo "this torch is a CUDA build ($("$VENV/bin/python" -c 'import torch; print(torch.__version__)')): Horovod's torch" \
+      "extension then needs the CUDA toolkit (nvcc and libcudart): load it (e.g. module load cuda, or set" \
+      "CUDA_HOME) and run setup again, or set HPCTRAIN_HOROVOD=0 to go on without Horovod" >&2
+  fi
+}
 if [ "${gpu_ops,,}" = nccl ] && "$VENV/bin/python" -c 'import horovod.torch as h, sys; sys.exit(h.nccl_built())' >/dev/null 2>&1; then
   say "the installed Horovod has no NCCL operations and a GPU build was asked for: building one with NCCL"
 fi
-if horovod_ok; then
+WITH_HOROVOD=${HPCTRAIN_HOROVOD:-1}
+if [ "$WITH_HOROVOD" = 0 ]; then
+  say "without Horovod (HPCTRAIN_HOROVOD=0): the torch engines run, engine=horovod is refused"
+elif horovod_ok; then
   say "Horovod $HOROVOD_VERSION already installed"
 else
   if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
@@ -114,7 +129,7 @@ else
         HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
         MAKEFLAGS="-j$(nproc)" \
         "$VENV/bin/python" -m pip wheel --no-build-isolation --no-deps -w "$wheel_dir.tmp" . ) \
-        > "$build/build.log" 2>&1 || { tail -40 "$build/build.log" >&2; echo "Horovod build failed; full log above" >&2; exit 1; }
+        > "$build/build.log" 2>&1 || { horovod_build_failed "$build/build.log"; exit 1; }
     rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"   # publish the cache entry atomically
   fi
   say "installing cached Horovod wheel from $wheel_dir"
@@ -129,7 +144,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "${PIP[@]}" install --no-build-isolation -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   echo "$want" > "$stamp"
 fi
-horovod_ok || { echo "Horovod $HOROVOD_VERSION with PyTorch, MPI and Gloo${GPU:+ and NCCL} is not importable from $VENV" >&2; exit 1; }
+[ "$WITH_HOROVOD" = 0 ] || horovod_ok || { echo "Horovod $HOROVOD_VERSION with PyTorch, MPI and Gloo${GPU:+ and NCCL} is not importable from $VENV" >&2; exit 1; }
 if [ -n "$GPU" ]; then
   "$VENV/bin/python" - <<'PY'
 import torch
