@@ -77,7 +77,12 @@ def hpctrain_argv(engine: str, run_dir: Path, s: Setup) -> list[str]:
 
 
 def contenders(s: Setup, horovod: bool, horovod_nccl: bool) -> tuple[list[str], str]:
-    """Who runs, and why any is left out: Horovod where it is installed (with NCCL on GPUs)."""
+    """Who runs, and why any is left out: Horovod where it is installed (with NCCL on GPUs) and
+    started by mpirun (a hand-written Horovod script meets the others through MPI)."""
+    if s.starter == "spawn":
+        return [
+            c for c in CONTENDERS if "horovod" not in c
+        ], "spawn starts no MPI: Horovod's contenders are left out"
     if not horovod:
         return [
             c for c in CONTENDERS if "horovod" not in c

@@ -20,7 +20,9 @@ def test_throughput_is_set_by_the_slowest_process_even_from_interleaved_output()
 def test_horovods_contenders_are_left_out_where_it_cannot_run() -> None:
     from hpctrain.bench.overhead import CONTENDERS, Setup, contenders
 
-    cpu, gpu = Setup(2, 1, 16, 8, 1), Setup(1, 1, 16, 8, 1, device="cuda", starter="spawn")
+    cpu, gpu = Setup(2, 1, 16, 8, 1), Setup(1, 1, 16, 8, 1, device="cuda")
+    who, why = contenders(Setup(2, 1, 16, 8, 1, starter="spawn"), horovod=True, horovod_nccl=True)
+    assert "minimal horovod" not in who and "spawn starts no MPI" in why
     assert contenders(cpu, horovod=True, horovod_nccl=False) == (list(CONTENDERS), "")
     who, why = contenders(cpu, horovod=False, horovod_nccl=False)
     assert who == ["ceiling", "minimal ddp", "hpctrain ddp"] and "not installed" in why
