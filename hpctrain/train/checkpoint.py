@@ -13,6 +13,8 @@ error naming the files rather than start again from step 0 over an earlier attem
 from __future__ import annotations
 
 import io
+import pickle
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,9 +107,36 @@ def latest(run_dir: Path) -> Path | None:
     return path if path.exists() else None
 
 
+class UnsafeCheckpoint(CheckpointError):
+    """A checkpoint that holds Python objects beyond tensors, numbers and containers: unpickling it
+    could run any code its author put there (train.resume_from on a shared file system)."""
+
+    def __init__(self, path: Path, found: str) -> None:
+        self.found = found  # what it holds that hpctrain never writes (torch names the global)
+        super().__init__(
+            f"{path} holds more than tensors, numbers and state dicts ({found}): refused and not run; "
+            "hpctrain's own checkpoints hold nothing else, so someone else wrote this one"
+        )
+
+
+def read_state(path: Path) -> Any:
+    """A .pt checkpoint's contents, unpickled with torch's weights_only loader: tensors, numbers,
+    strings and containers only, which is all hpctrain writes; anything else (a callable, a
+    class) is refused, never run (torch.load's default since 2.6, for this reason)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        # a readable pickle that names a callable or class torch does not allow; other unpickling
+        # errors are damage (truncated, garbage), which the caller treats as such
+        named = re.search(r"GLOBAL (\S+)", str(e))
+        if named is None:
+            raise
+        raise UnsafeCheckpoint(path, named.group(1)) from e
+
+
 def load(path: Path, model: Weights, optimizer: Any, scaler: torch.amp.GradScaler | None) -> int:
     """Restore the states from one checkpoint; return the step to resume at."""
-    return _apply(path, torch.load(path, map_location="cpu", weights_only=False), model, optimizer, scaler)
+    return _apply(path, read_state(path), model, optimizer, scaler)
 
 
 def candidates(run_dir: Path, resume_from: str | None = None) -> tuple[list[Path], list[str]]:
@@ -162,6 +191,9 @@ def newest(
             state = load_any(path)
             if not isinstance(state, dict) or any(k not in state for k in keys):
                 raise ValueError("not an hpctrain checkpoint")
+        except UnsafeCheckpoint as e:  # said in full: someone planted code in it
+            skipped.append(f"{path.name} was refused and not run: it holds {e.found}, not only tensors")
+            continue
         except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign: try the next one
             skipped.append(f"{path.name} is unusable ({type(e).__name__}: {str(e)[:120]})")
             continue
@@ -178,7 +210,7 @@ def load_any(path: Path) -> dict[str, Any]:
     """A checkpoint of either format as one full state (a sharded one has no grad scaler)."""
     if path.is_dir():
         return {"scaler": None, **read_full(path)}
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+    state: dict[str, Any] = read_state(path)
     return state
 
 

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from hpctrain import records
-from hpctrain.train.checkpoint import DIR, SUFFIX, CheckpointError, by_name, param_names, prune
+from hpctrain.train.checkpoint import DIR, SUFFIX, CheckpointError, by_name, param_names, prune, read_state
 
 
 def save(
@@ -87,7 +87,9 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = read_state(path)  # never unpickles code (train/checkpoint.py)
+    except CheckpointError:
+        raise
     except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign
         raise CheckpointError(f"{type(e).__name__}: {e}") from e
     if not isinstance(state, dict):

@@ -253,3 +253,32 @@ def test_diagnose_names_everyone_when_all_wait_in_comm() -> None:
     now = 1000.0
     out = diagnose({0: _beat(0, "comm", now), 1: _beat(1, "comm", now)}, 2, now)
     assert [s.rank for s in out] == [0, 1] and out[0].why.endswith("(every rank waits in communication)")
+
+
+class _Planted:
+    """What an attacker adds to a checkpoint: unpickling it would run a shell command."""
+
+    def __init__(self, mark: Path) -> None:
+        self.mark = mark
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.mark}",))
+
+
+def test_a_checkpoint_carrying_code_is_refused_and_never_run(tmp_path: Path) -> None:
+    """train.resume_from on a shared file system: someone added a pickled callable to the newest
+    checkpoint. Resuming refuses that file, naming it, runs nothing, and takes the one before."""
+    _two_checkpoints(tmp_path)
+    newest = tmp_path / "checkpoints" / "step-000020.pt"
+    mark = tmp_path / "pwned"
+    state = torch.load(newest, weights_only=True)
+    torch.save({**state, "extra": _Planted(mark)}, newest)
+    r, w = _restore(tmp_path)
+    assert not mark.exists()  # the planted command never ran
+    assert (r.step, r.path.name, w) == (10, "step-000010.pt", 1.0)
+    [note] = r.skipped
+    assert note == "step-000020.pt was refused and not run: it holds posix.system, not only tensors"
+    with pytest.raises(checkpoint.UnsafeCheckpoint) as e:  # read alone, the file is named with the reason
+        checkpoint.load(newest, *_state(0.0), None)
+    assert str(newest) in str(e.value) and "(posix.system): refused and not run" in str(e.value)
+    assert not mark.exists()
