@@ -188,19 +188,30 @@ class Watchdog:
         if own:
             return own
         spy = _py_spy()
+        said = ""
         if beat and beat.get("host") == self.host and spy:
-            try:  # a stopped process's memory can still be read (--nonblocking: no ptrace stop)
-                r = subprocess.run(
-                    [spy, "dump", "--nonblocking", "--pid", str(beat["pid"])],
-                    capture_output=True,
-                    text=True,
-                    timeout=20,
-                )
+            # a stopped process's memory can still be read (--nonblocking: no ptrace stop); a read
+            # can fail while the machine is loaded (a suite run once lost the stack): try again
+            for _ in range(SPY_TRIES):
+                try:
+                    r = subprocess.run(
+                        [spy, "dump", "--nonblocking", "--pid", str(beat["pid"])],
+                        capture_output=True,
+                        text=True,
+                        timeout=20,
+                    )
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    said = str(e)
+                    continue
                 if r.returncode == 0 and r.stdout.strip():
                     return r.stdout
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        return "(not available: the rank did not answer, and py-spy could not read it)\n"
+                lines = (r.stderr or r.stdout).strip().splitlines()
+                said = lines[-1] if lines else f"exit status {r.returncode}"
+        why = f" (py-spy: {said[:200]})" if said else ""
+        return f"(not available: the rank did not answer, and py-spy could not read it{why})\n"
+
+
+SPY_TRIES = 3  # py-spy reads of a stalled rank's stack before giving up
 
 
 def _py_spy() -> str | None:
