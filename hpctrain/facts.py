@@ -43,6 +43,11 @@ class HostFacts:
             **{k: bool(t[k]) for k in TORCH_FACTS},
         )
 
+    def on_gpus(self, device: str) -> bool:
+        """Ranks on this host compute on its GPUs for train.device=`device` (cuda, or auto where
+        torch sees one)."""
+        return device == "cuda" or (device == "auto" and self.cuda_available)
+
     @classmethod
     def example(cls, **changes: object) -> HostFacts:
         """A fixed 2-core CPU host, for tests and snapshots."""

@@ -345,7 +345,7 @@ def _host_problems(cfg: Config, f: HostFacts) -> list[Problem]:
                 "set train.device=auto (or cpu), or run on a GPU node",
             )
         )
-    on_gpu = dev == "cuda" or (dev == "auto" and f.cuda_available)
+    on_gpu = f.on_gpus(dev)
     if c.name == "local" and on_gpu and f.cuda_devices and c.ranks > f.cuda_devices:
         # no "share" switch: NCCL refuses two ranks on one GPU ("Duplicate GPU detected"), and every
         # engine reduces CUDA tensors with NCCL

@@ -91,11 +91,6 @@ def mpirun_argv(
     return argv, notes
 
 
-def uses_gpus(cfg: Config, facts: HostFacts) -> bool:
-    """The local ranks compute on this machine's GPUs (train.device=cuda, or auto with one here)."""
-    return cfg.train.device == "cuda" or (cfg.train.device == "auto" and facts.cuda_available)
-
-
 def uses_spawn(cfg: Config, facts: HostFacts) -> bool:
     """Start the ranks with hpctrain's spawn rather than mpirun: asked for, or (auto) when no
     mpirun is found and nothing needs MPI (a GPU node or container often has none)."""
@@ -151,7 +146,7 @@ def plan_local(
         env.update(gloo_env(rendezvous_port))  # Horovod over Gloo: the launcher's rendezvous
     if needs_torch_store(cfg) and "MASTER_PORT" not in env:  # its store: a free port at launch
         env["MASTER_PORT"] = AT_LAUNCH
-    box = container_plan(cfg, [str(Path(run_dir).parent), home or run_dir], uses_gpus(cfg, facts))
+    box = container_plan(cfg, [str(Path(run_dir).parent), home or run_dir], facts.on_gpus(cfg.train.device))
     env.update(box.env if box else {})
     rank_python = box.python if box else [python]
     if uses_spawn(cfg, facts):
