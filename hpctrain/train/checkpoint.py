@@ -45,6 +45,8 @@ class Weights(Protocol):
 class CheckpointError(HpctrainError):
     """Checkpoints exist but none can be used: resuming would silently start over."""
 
+    quiet = True  # the message says all there is: a rank reports it without hpctrain's stack
+
 
 @dataclass(frozen=True)
 class Restored:
@@ -112,6 +114,7 @@ class UnsafeCheckpoint(CheckpointError):
     could run any code its author put there (train.resume_from on a shared file system)."""
 
     def __init__(self, path: Path, found: str) -> None:
+        self.path = path
         self.found = found  # what it holds that hpctrain never writes (torch names the global)
         super().__init__(
             f"{path} holds more than tensors, numbers and state dicts ({found}): refused and not run; "
@@ -126,12 +129,17 @@ def read_state(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        # a readable pickle that names a callable or class torch does not allow; other unpickling
-        # errors are damage (truncated, garbage), which the caller treats as such
-        named = re.search(r"GLOBAL (\S+)", str(e))
-        if named is None:
+        found = planted(e)
+        if found is None:
             raise
-        raise UnsafeCheckpoint(path, named.group(1)) from e
+        raise UnsafeCheckpoint(path, found) from e
+
+
+def planted(e: BaseException) -> str | None:
+    """The callable or class a refused unpickle named (torch's weights_only loader and dcp_read
+    both say 'GLOBAL module.name'); None for other errors, which are damage (truncated, garbage)."""
+    named = re.search(r"GLOBAL (\S+)", str(e)) if isinstance(e, pickle.UnpicklingError) else None
+    return None if named is None else named.group(1)
 
 
 def load(path: Path, model: Weights, optimizer: Any, scaler: torch.amp.GradScaler | None) -> int:
@@ -199,11 +207,19 @@ def newest(
             continue
         return path, state, skipped
     if skipped:
-        raise CheckpointError(
-            f"no usable checkpoint in {paths[0].parent if paths else run_dir / DIR}: {'; '.join(skipped)}. Starting again from step 0 "
-            "would discard this run's progress; to do that on purpose, remove the checkpoints directory"
-        )
+        raise none_usable(paths, run_dir, skipped)
     return None
+
+
+def none_usable(paths: list[Path], run_dir: Path, skipped: list[str]) -> CheckpointError:
+    where = paths[0].parent if paths else run_dir / DIR
+    fix = (
+        "resume with the model and optim settings of the run that wrote them (its config.yaml)"
+        if any(" does not fit " in s for s in skipped)
+        else "starting again from step 0 would discard this run's progress; to do that on purpose, "
+        "remove the checkpoints directory"
+    )
+    return CheckpointError(f"no usable checkpoint in {where}: {'; '.join(skipped)}. To go on: {fix}")
 
 
 def load_any(path: Path) -> dict[str, Any]:
@@ -250,16 +266,27 @@ def param_names(model: nn.Module) -> list[str]:
 def read_full(path: Path) -> dict[str, Any]:
     """A DCP checkpoint as one full state (every tensor whole), read in this process alone: what
     torch's own dcp_to_torch_save does (torch.distributed.checkpoint.format_utils)."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    from hpctrain.train.dcp_read import SafeReader, SafeWholePlanner, read_metadata
 
     if not (path / ".metadata").is_file():
         raise ValueError("no .metadata: not a complete checkpoint")
+    try:
+        read_metadata(path)  # first, alone: DCP would wrap its refusal in an AssertionError
+    except pickle.UnpicklingError as e:
+        if (found := planted(e)) is not None:
+            raise UnsafeCheckpoint(path / ".metadata", found) from e
+        raise
     state: dict[str, Any] = {}
-    _load_state_dict(
-        state, storage_reader=FileSystemReader(path), planner=_EmptyStateDictLoadPlanner(), no_dist=True
-    )
+    try:
+        _load_state_dict(state, storage_reader=SafeReader(path), planner=SafeWholePlanner(), no_dist=True)
+    except CheckpointException as e:  # a BaseException: surfaced as the damage it reports
+        first = next(iter(e.failures.values()))[0]
+        if (found := planted(first)) is not None:
+            raise UnsafeCheckpoint(path, found) from e
+        raise ValueError(f"{type(first).__name__}: {first}") from e
     return state
 
 

@@ -76,21 +76,15 @@ def restore(run_dir: Path, model: nn.Module, optimizer: Any, resume_from: str | 
     """The newest usable checkpoint of either format, resharded to this world as it is read."""
     paths, skipped = checkpoint.candidates(run_dir, resume_from)
     for path in paths:
-        if not path.is_dir() or (path / ".metadata").is_file():
-            try:
-                return checkpoint.Restored(
-                    shard_checkpoint.load_sharded(path, model, optimizer), path, skipped
-                )
-            except checkpoint.CheckpointError as e:
-                if not path.is_dir():
-                    skipped.append(f"{path.name} is unusable ({str(e)[:160]})")
-                    continue
-                raise
-        skipped.append(f"{path.name} is unusable (no .metadata: a partial checkpoint)")
+        if path.is_dir() and not (path / ".metadata").is_file():  # the same on every rank
+            skipped.append(f"{path.name} is unusable (no .metadata: a partial checkpoint)")
+            continue
+        try:
+            step = shard_checkpoint.load_sharded(path, model, optimizer)  # every rank agrees
+        except checkpoint.CheckpointError as e:
+            skipped.append(f"{path.name} {e}")
+            continue
+        return checkpoint.Restored(step, path, skipped)
     if skipped:
-        raise checkpoint.CheckpointError(
-            f"no usable checkpoint in {run_dir / checkpoint.DIR}: {'; '.join(skipped)}. Starting again "
-            "from step 0 would discard this run's progress; to do that on purpose, remove the "
-            "checkpoints directory"
-        )
+        raise checkpoint.none_usable(paths, run_dir, skipped)
     return checkpoint.Restored(0, None, [])

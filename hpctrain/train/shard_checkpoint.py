@@ -24,7 +24,17 @@ import torch
 from torch import nn
 
 from hpctrain import records
-from hpctrain.train.checkpoint import DIR, SUFFIX, CheckpointError, by_name, param_names, prune, read_state
+from hpctrain.train.checkpoint import (
+    DIR,
+    SUFFIX,
+    CheckpointError,
+    UnsafeCheckpoint,
+    by_name,
+    param_names,
+    planted,
+    prune,
+    read_state,
+)
 
 
 def save(
@@ -54,44 +64,99 @@ def save(
 
 
 def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
-    """Into a sharded model and its optimizer, from either format (collective for DCP)."""
+    """Into a sharded model and its optimizer, from either format. Collective: every rank reaches
+    the same verdict (CheckpointError, saying why, on all of them, or the same step everywhere),
+    so a restart moves on to an older checkpoint together."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
+    if path.is_dir():
+        msd, osd = get_state_dict(model, optimizer)
+        state: dict[str, Any] = {
+            "model": msd,
+            "optimizer": osd,
+            "step": 0,
+            "torch_rng": torch.get_rng_state(),
+        }
+        _agree(_unfit(path, state))
+        _agree(_dcp_load(path, state))
+        options = None
+    else:  # a data-parallel checkpoint: whole tensors, optimizer state by parameter index
+        state, why = _read(path)
+        _agree(why)
+        state["optimizer"] = by_name(state["optimizer"], param_names(model))
+        options = StateDictOptions(full_state_dict=True)
     try:
-        if path.is_dir():
-            import torch.distributed.checkpoint as dcp
-
-            msd, osd = get_state_dict(model, optimizer)
-            state: dict[str, Any] = {
-                "model": msd,
-                "optimizer": osd,
-                "step": 0,
-                "torch_rng": torch.get_rng_state(),
-            }
-            dcp.load(state, checkpoint_id=path)
-            set_state_dict(
-                model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
-            )
-        else:  # a data-parallel checkpoint: whole tensors, optimizer state by parameter index
-            state = _read(path)
-            full = StateDictOptions(full_state_dict=True)
-            osd = by_name(state["optimizer"], param_names(model))
-            set_state_dict(
-                model, optimizer, model_state_dict=state["model"], optim_state_dict=osd, options=full
-            )
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+            options=options,
+        )
         torch.set_rng_state(state["torch_rng"])
+        why = None
     except (RuntimeError, KeyError, ValueError) as e:
-        raise CheckpointError(f"{path} does not fit this run's model or optimizer: {e}") from e
+        why = f"does not fit this run's model or optimizer ({type(e).__name__}: {str(e)[:160]})"
+    _agree(why)
     return int(state["step"])
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _agree(why: str | None) -> None:
+    """Raise CheckpointError on every rank if any rank found a problem (the lowest rank's)."""
+    import torch.distributed as dist
+
+    whys: list[str | None] = [why]
+    if dist.is_initialized():
+        whys = [None] * dist.get_world_size()
+        dist.all_gather_object(whys, why)
+    found = [(rank, w) for rank, w in enumerate(whys) if w is not None]
+    if found:
+        rank, w = found[0]
+        same = all(other == w for _, other in found) and len(found) == len(whys)
+        raise CheckpointError(w if same else f"{w} [rank {rank}]")
+
+
+def _unfit(path: Path, state: dict[str, Any]) -> str | None:
+    """Why the checkpoint cannot be loaded into this run's state, judged from its metadata alone."""
+    from hpctrain.train.dcp_read import misfit, read_metadata
+
+    try:
+        md = read_metadata(path)
+    except Exception as e:  # noqa: BLE001 - truncated, garbage or missing metadata
+        if (found := planted(e)) is not None:
+            return f"was refused and not run: its .metadata holds {found}, not only DCP's records"
+        return f"is unusable (its metadata: {type(e).__name__}: {str(e)[:120]})"
+    problem = misfit(md, state)
+    return None if problem is None else f"does not fit this run: {problem}"
+
+
+def _dcp_load(path: Path, state: dict[str, Any]) -> str | None:
+    """DCP's collective read into `state`; a failure on any rank fails it on all (CheckpointException,
+    a BaseException: `except Exception` would miss it)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from hpctrain.train.dcp_read import SafeLoadPlanner, SafeReader
+
+    try:
+        dcp.load(state, storage_reader=SafeReader(path), planner=SafeLoadPlanner())
+    except CheckpointException as e:
+        parts = [
+            f"rank {r}: {type(x).__name__}: {str(x)[:80]}".rstrip(": ") for r, (x, _) in e.failures.items()
+        ]
+        return f"is unusable ({'; '.join(parts)})"
+    return None
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str | None]:
     try:
         state = read_state(path)  # never unpickles code (train/checkpoint.py)
-    except CheckpointError:
-        raise
+    except UnsafeCheckpoint as e:
+        return {}, f"was refused and not run: it holds {e.found}, not only tensors"
     except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign
-        raise CheckpointError(f"{type(e).__name__}: {e}") from e
-    if not isinstance(state, dict):
-        raise CheckpointError("not an hpctrain checkpoint")
-    return state
+        return {}, f"is unusable ({type(e).__name__}: {str(e)[:120]})"
+    if not isinstance(state, dict) or any(
+        k not in state for k in ("model", "optimizer", "step", "torch_rng")
+    ):
+        return {}, "is unusable (not an hpctrain checkpoint)"
+    return state, None

@@ -174,3 +174,54 @@ def test_a_failing_fsdp_rank_is_named_and_the_run_stops_at_that_step(tmp_path: P
     assert "rank 1 failed: InjectedFailure: injected failure on rank 1 at step 3" in r.stderr, r.stderr
     assert json.loads((run_dir / "error-rank1.json").read_text())["type"] == "InjectedFailure"
     assert not (run_dir / "summary.json").exists()
+
+
+def test_a_damaged_or_planted_sharded_checkpoint_falls_back_and_one_that_does_not_fit_is_named(
+    tmp_path: Path,
+) -> None:
+    """Every rank agrees which checkpoint is usable: a truncated shard (one rank cannot read it) or a
+    `.metadata` carrying code (refused, never run) makes the resume take the one before; a model of
+    another width is refused naming the key, not with DCP's traceback."""
+    import os
+    import pickle
+    import shutil
+
+    base, _ = run_ok(
+        tmp_path, "base", *FSDP, "cluster.ranks=2", "train.steps=6", "cluster.checkpoint_interval=2"
+    )
+    planted = tmp_path / "planted"
+    shutil.copytree(base, planted)
+    mark = tmp_path / "pwned"
+    (planted / "checkpoints" / "step-000004.dcp" / ".metadata").write_bytes(
+        pickle.dumps(type("P", (), {"__reduce__": lambda self: (os.system, (f"touch {mark}",))})())
+    )
+    damaged = base / "checkpoints" / "step-000004.dcp" / "__1_0.distcp"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    for src, why in [
+        (base, "step-000004.dcp is unusable (rank 0: RuntimeError: PytorchStreamReader failed"),
+        (planted, "step-000004.dcp was refused and not run: its .metadata holds posix.system"),
+    ]:
+        run_dir, out = resumed(
+            tmp_path, f"from-{src.name}", *FSDP, "cluster.ranks=2", f"train.resume_from={src}"
+        )
+        assert why in out, out
+        assert f"resuming from {src}/checkpoints/step-000002.dcp at step 2" in out, out
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["timed_steps"] == 8 - 2  # steps 2..7 of the 8
+    assert not mark.exists()
+
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={tmp_path / 'wide'}",
+        *FSDP,
+        "cluster.ranks=2",
+        "model.width=64",
+        f"train.resume_from={planted}",
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert (
+        "step-000002.dcp does not fit this run: 'model.net.1.0.weight' has shape [32, 64] there and [64, 64] in this run"
+        in r.stderr
+    ), r.stderr
+    assert "Traceback" not in r.stderr and "CheckpointException" not in r.stderr, r.stderr
