@@ -29,6 +29,54 @@ def test_bad_sweep_syntax_is_a_config_error() -> None:
         expand(["train.seed=range(1,"])
 
 
+@pytest.mark.parametrize(
+    ("sweep", "said"),
+    [
+        (["train.seed=choice(1,choice(2,3))"], "train.seed: a choice cannot hold another sweep"),
+        (["model=glob(zzz*)"], "model=glob(zzz*) matches none of the options of model (cnn, mlp,"),
+        (
+            ["train.seed=range(0,10,0)"],
+            "train.seed: range(start, stop[, step]) needs a start, a stop and a step that is not 0",
+        ),
+        (["train.seed=range(5,0)"], "train.seed lists no values, so the sweep has no points"),
+        (["optim.lr=interval(0,1)"], "optim.lr: interval_sweep cannot be enumerated"),
+        (["train.seed=range(0,100000000)"], "100000000 points exceed the limit of 100000"),
+        (["optim.lr=range(0,1,0.0000001)"], "10000001 points exceed the limit of 100000"),
+        (["train.seed=range(0,1000)", "optim.lr=range(0,1,0.01)", "model=glob(*)"], "500000 points exceed"),
+    ],
+)
+def test_sweeps_are_counted_before_they_are_listed(
+    sweep: list[str], said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused without listing a point: before counting, a range of 10^8 took 8 GB and minutes to
+    list, and these syntax errors were reported as bugs in hpctrain."""
+    from hpctrain.orchestrate import sweep as module
+
+    def listed(*_: object) -> None:
+        raise AssertionError("the sweep was listed before it was counted")
+
+    monkeypatch.setattr(module.BasicSweeper, "split_arguments", staticmethod(listed))
+    with pytest.raises(ConfigError) as e:
+        expand(sweep)
+    assert said in str(e.value)
+
+
+def test_hydra_counts_floats_as_it_lists_them() -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from hpctrain.orchestrate.sweep import count
+
+    for s in [
+        "optim.lr=range(0,1,0.1)",
+        "optim.lr=range(0.5,-1,-0.25)",
+        "train.seed=range(3,30,7)",
+        "a=1,2,3",
+    ]:
+        assert count(OverridesParser.create().parse_overrides([s])) == len(
+            expand([s]) if not s.startswith("a=") else [1, 2, 3]
+        )
+
+
 def test_points_group_into_one_array_per_shape() -> None:
     points = expand(["cluster=slurm", "cluster.nodes=1,2", "precision=fp32,bf16,fp16"])
     planned = [
