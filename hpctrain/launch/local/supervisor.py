@@ -6,7 +6,8 @@ started it, so that `hpctrain run --no-wait`, status, logs and cancel work for l
 
 It splits mpirun's rank-tagged output into logs/rank{R}.log (mpirun's own lines into
 logs/launcher.log), records each run's state in state.json, and names the failed rank. It is the
-leader of its own process group, which holds mpirun and the ranks: SIGTERM, SIGINT or SIGHUP
+leader of its own process group, which holds mpirun and the ranks, and their subreaper: what a
+rank forked and left running (a killed script's pool workers) is ended when mpirun is. SIGTERM, SIGINT or SIGHUP
 stops the current run (mpirun forwards the signal to the ranks; SIGKILL to the whole group after
 a grace period) and marks it and the runs still waiting as CANCELLED. With --parent it does the
 same when that process (the waiting `hpctrain run`) disappears, unless it released the runs
@@ -35,7 +36,7 @@ from hpctrain import records
 from hpctrain.facts import free_tcp_port
 from hpctrain.launch.output import Demux, mpirun_failure
 from hpctrain.launch.plan import AT_LAUNCH
-from hpctrain.lifeline import with_lifeline
+from hpctrain.lifeline import become_subreaper, end_descendants, with_lifeline
 
 TERM_GRACE_S = 10.0
 PARENT_POLL_S = 0.5
@@ -219,6 +220,11 @@ class Supervisor:
         write_state(run_dir, "FAILED", exit_code=code, failure=failure)
         return 4
 
+    @staticmethod
+    def _end_leftovers(proc: subprocess.Popen[str]) -> None:
+        proc.wait()
+        end_descendants()
+
     def _keep(self, f: IO[str], text: str) -> None:
         """A line into its log. A write that fails (a full disk) is remembered, once, and the
         streams are still drained: mpirun must never block on a pipe nobody reads."""
@@ -261,6 +267,10 @@ class Supervisor:
             ]
             for t in threads:
                 t.start()
+            # what a rank forked and left behind (a script's pool workers, when the rank was killed)
+            # is re-parented to this subreaper; once mpirun is done it is ended, which also closes
+            # the streams it may hold
+            threading.Thread(target=self._end_leftovers, args=(self.proc,), daemon=True).start()
             open_streams = len(threads)
             demux = Demux()
             while open_streams:
@@ -348,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_dirs", nargs="+", type=Path)
     args = ap.parse_args(argv)
     sup = Supervisor(args.run_dirs, args.parent)
+    become_subreaper()  # nothing a rank starts outlives the run (end_descendants after mpirun)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, sup.on_signal)
     if args.parent is not None:
