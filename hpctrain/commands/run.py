@@ -72,7 +72,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if live is not None:
         ended.update({j.run_dir: states[j.job_id].state for j in jobs if states[j.job_id].done})
         live.finish()
-        console.print(live.where(), highlight=False)
+        if live.where():
+            console.print(live.where(), highlight=False)
     if prep.group_dir is None:
         summary = orchestrate.result(launcher, jobs[0], states[jobs[0].job_id])
         print_summary(console, summary)

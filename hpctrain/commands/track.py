@@ -11,8 +11,9 @@ from pathlib import Path
 from rich.console import Console
 
 from hpctrain import records
+from hpctrain.config.observe_rules import uri_problem
 from hpctrain.config.schema import Config
-from hpctrain.errors import HpctrainError, RecordError
+from hpctrain.errors import ConfigError, HpctrainError, Problem, RecordError
 from hpctrain.launch.registry import load_job
 from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.tracking.groups import LiveTracking, members, track, where
@@ -41,6 +42,14 @@ def state_of(run_dir: Path) -> str:
 
 def cmd_track(args: argparse.Namespace, console: Console) -> int:
     path = Path(args.path).resolve()
+    if args.uri is not None and (problem := uri_problem(args.uri)):
+        raise ConfigError(
+            [
+                Problem(
+                    "--uri", problem, "give the store's URI: sqlite:///abs/path/mlflow.db or http://host:5000"
+                )
+            ]
+        )
     if not path.is_dir():
         raise HpctrainError(f"{path} is not a directory")
     warnings: list[str] = []
@@ -54,5 +63,6 @@ def cmd_track(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[yellow]warning:[/] {w}", highlight=False)
     kind, _ = members(path)
     console.print(f"tracked {n} run(s) of {kind} {path}", highlight=False)
-    console.print(where(path, kind, t), highlight=False)
+    if t is not None:
+        console.print(where(path, kind, t), highlight=False)
     return 1 if warnings else 0

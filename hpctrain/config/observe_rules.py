@@ -30,11 +30,11 @@ def _tracking_problems(cfg: Config) -> list[Problem]:
                     )
                 )
         return p
-    if t.uri is not None and not URI.match(t.uri):
+    if t.uri is not None and (problem := uri_problem(t.uri)):
         p.append(
             Problem(
                 "tracking.uri",
-                f"must be a URI such as sqlite:///abs/path/mlflow.db or http://host:5000 (got {t.uri!r})",
+                problem,
                 "give the store's URI, or drop tracking.uri for the default store in run.output_root",
             )
         )
@@ -43,6 +43,14 @@ def _tracking_problems(cfg: Config) -> list[Problem]:
     if t.experiment is not None and not t.experiment.strip():
         p.append(Problem("tracking.experiment", "must not be empty", "name it, or drop it for run.name"))
     return p
+
+
+def uri_problem(uri: str) -> str | None:
+    """What is wrong with an MLflow tracking URI (None: nothing). Whitespace and control
+    characters are refused: in a sqlite path they became part of a file's name."""
+    if URI.fullmatch(uri) and uri.isprintable():
+        return None
+    return f"must be a URI such as sqlite:///abs/path/mlflow.db or http://host:5000 (got {uri!r})"
 
 
 def _profile_problems(cfg: Config, world: int) -> list[Problem]:

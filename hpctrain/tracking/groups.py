@@ -49,8 +49,8 @@ def group_targets(
     """Where the group's runs go: as their config says, or where the command says (`uri`,
     `tensorboard`); `hpctrain track` of runs that tracked nothing goes to MLflow's default store."""
     first = runs[0][0] if runs else path
-    experiment = None if (len(runs) == 1 and first == path) else path.name
-    t = targets_of(first, experiment, uri)
+    group = None if (len(runs) == 1 and first == path) else path.name
+    t = targets_of(first, group, uri)
     t.tensorboard = t.tensorboard or tensorboard
     return t
 
@@ -61,13 +61,14 @@ def track(
     tensorboard: bool,
     warn: Callable[[str], None],
     state_of: Callable[[Path], str],
-) -> tuple[Targets, int]:
-    """Send everything new of a run, sweep or study; (where it went, runs synced)."""
+) -> tuple[Targets | None, int]:
+    """Send everything new of a run, sweep or study; (where it went, runs synced). None for where:
+    tracking failed (warned), so nothing is there to be shown."""
     kind, runs = members(path)
     t = group_targets(path, runs, uri, tensorboard)
     if not t.any:  # the runs tracked nothing: MLflow's default store
         t = group_targets(path, runs, "default", tensorboard)
-    guard = Guarded(warn)
+    guard = Guarded(warn, later=False)
     parent = guard(str(path), partial(_study_parent, path, t)) if kind == "study" and t.uri else None
     done = 0
     experiment_id = None
@@ -84,7 +85,7 @@ def track(
     ended = all(state_of(d) not in ("PENDING", "RUNNING") for d, _ in runs if d.exists())
     if parent is not None and ended and not guard.failed:  # once, when every run has ended
         guard(str(path), partial(_study_metrics, path, t, parent, len(runs)))
-    return t, done
+    return (None if guard.failed else t), done
 
 
 def _study_parent(path: Path, t: Targets) -> str:
@@ -156,7 +157,8 @@ class LiveTracking:
             self.guard(str(self.path), partial(s.sync, final, state))
 
     def where(self) -> str:
-        return where(self.path, self.kind, self.targets)
+        """Where the tracking went; nothing once it stopped (the warning said so)."""
+        return "" if self.guard.failed else where(self.path, self.kind, self.targets)
 
 
 def where(path: Path, kind: str, t: Targets) -> str:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+from hpctrain.errors import HpctrainError
 from hpctrain.tracking.source import StepRow
 
 # a live sync must not hang the waiting command on a server that is down: fail fast, warn, go on
@@ -44,6 +46,22 @@ def _store_lock(uri: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def writable(db: Path) -> None:
+    """A local store's file can be written, checked in well under a second: MLflow itself
+    retries an engine it cannot open for about 100 s (mlflow.store.db.utils, 10 tries)."""
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with closing(sqlite3.connect(db, timeout=5)) as c:
+            c.execute("BEGIN IMMEDIATE")  # takes the write lock: fails on a read-only file or mount
+            c.rollback()
+    except (OSError, sqlite3.Error) as e:
+        raise StoreError(f"the MLflow store {db} cannot be written: {e}") from e
+
+
+class StoreError(HpctrainError):
+    """An MLflow store that cannot be used (a read-only or missing place)."""
+
+
 class MlflowSink:
     def __init__(self, uri: str) -> None:
         import logging
@@ -52,7 +70,12 @@ class MlflowSink:
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # no "creating tables" chatter
         self.uri = uri
-        self.client = MlflowClient(tracking_uri=uri)
+        db = local_db(uri)
+        if db is not None:
+            writable(db)
+        with _store_lock(uri):  # a new store's tables are created by one process at a time
+            self.client = MlflowClient(tracking_uri=uri)
+            self.client.search_experiments(max_results=1)  # creates (or migrates) the store now
 
     def experiment(self, name: str) -> str:
         from mlflow.exceptions import MlflowException

@@ -38,10 +38,11 @@ class Targets:
         return self.uri is not None or self.tensorboard
 
 
-def targets_of(run_dir: Path, experiment: str | None = None, uri: str | None = None) -> Targets:
+def targets_of(run_dir: Path, group: str | None = None, uri: str | None = None) -> Targets:
     """From the run's config.yaml (tracking.*); `uri` sends it to that MLflow store. A run that
     tracked nothing goes to MLflow's default store when sent with `hpctrain track`
-    (`uri` = "default")."""
+    (`uri` = "default"). The experiment: tracking.experiment, else the group's (a sweep's or
+    study's directory name), else run.name."""
     try:
         cfg = yaml.safe_load((run_dir / records.CONFIG).read_text()) or {}
     except (OSError, yaml.YAMLError):
@@ -51,7 +52,7 @@ def targets_of(run_dir: Path, experiment: str | None = None, uri: str | None = N
     if uri == "default":
         uri = t.get("uri") or default
     mlflow_uri = uri or ((t.get("uri") or default) if t.get("mlflow") else None)
-    name = experiment or t.get("experiment") or run.get("name") or "hpctrain"
+    name = t.get("experiment") or group or run.get("name") or "hpctrain"
     return Targets(mlflow_uri, bool(t.get("tensorboard")), str(name))
 
 
@@ -156,8 +157,9 @@ class Guarded:
     """Calls a sync; on its first failure warns once and stops trying (tracking never fails a
     run: the records stay, and `hpctrain track DIR` sends them later)."""
 
-    def __init__(self, warn: Callable[[str], None]) -> None:
+    def __init__(self, warn: Callable[[str], None], later: bool = True) -> None:
         self.warn = warn
+        self.later = later  # say how to send them later (not to `hpctrain track` itself)
         self.failed = False
 
     def __call__(self, what: str, fn: Callable[[], Any]) -> Any:
@@ -168,8 +170,6 @@ class Guarded:
         except Exception as e:  # noqa: BLE001 - any tracker failure: a warning, never the run's failure
             self.failed = True
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            self.warn(
-                f"tracking stopped ({type(e).__name__}: {first[:300]}); the records are kept: "
-                f"send them later with `hpctrain track {what}`"
-            )
+            later = f": send them later with `hpctrain track {what}`" if self.later else " as they were"
+            self.warn(f"tracking stopped ({type(e).__name__}: {first[:300]}); the records are kept{later}")
             return None

@@ -119,6 +119,85 @@ def test_a_tracker_that_fails_warns_once_and_keeps_the_records(
     uri = "http://127.0.0.1:9" if store == "server down" else f"sqlite:///{tmp_path / 'a-file' / 'm.db'}"
     warnings: list[str] = []
     t, n = track(run_dir, uri, False, warnings.append, completed)  # nothing listens / no such directory
-    assert n == 0 and len(warnings) == 1
-    assert "tracking stopped" in warnings[0] and f"hpctrain track {run_dir}" in warnings[0]
+    assert n == 0 and len(warnings) == 1 and t is None  # nothing to point at
+    assert "tracking stopped" in warnings[0] and warnings[0].endswith("the records are kept as they were")
     assert len(records.read_steps(run_dir / records.steps_file(0))) == 3
+
+
+def test_a_read_only_store_stops_tracking_at_once_with_one_warning(
+    run_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, MLflow retried opening the store 10 times (about 100 s) while the command waited."""
+    import subprocess
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True)
+    try:
+        warnings: list[str] = []
+        t, n = track(run_dir, f"sqlite:///{ro / 'new.db'}", False, warnings.append, completed)
+    finally:
+        subprocess.run(["umount", "--lazy", str(ro)], check=True)
+    assert (t, n) == (None, 0)
+    [w] = warnings
+    assert f"StoreError: the MLflow store {ro / 'new.db'} cannot be written" in w, w
+    assert "will be retried" not in caplog.text  # MLflow's retry loop was never entered
+
+
+def test_trackers_creating_one_new_store_at_once_all_record(run_dir: Path, tmp_path: Path) -> None:
+    """Four `hpctrain track` processes into a store none has created: before, one failed with
+    'table ... already exists' or 'duplicate column' (both ran MLflow's table creation)."""
+    import subprocess
+    import sys
+
+    write_steps(run_dir, range(2))
+    copies = []
+    for i in range(4):
+        copies.append(tmp_path / f"copy{i}")
+        shutil.copytree(run_dir, copies[-1])
+    uri = f"sqlite:///{tmp_path / 'new.db'}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "hpctrain.cli", "track", "--uri", uri, str(c)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for c in copies
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, outs
+    assert len(mlflow_runs(uri)) == 4
+
+
+def test_a_group_goes_to_the_experiment_its_config_names(tmp_path: Path) -> None:
+    """tracking.experiment names the experiment of a sweep or study too; else the group's name."""
+    import yaml
+
+    from hpctrain.tracking.groups import group_targets, members
+
+    study = tmp_path / "strong"
+    shutil.copytree(STUDY, study)
+    _, runs = members(study)
+    assert group_targets(study, runs, "sqlite:///x.db", False).experiment == "strong"
+    cfg = load_config(["tracking=mlflow", "tracking.experiment=shared"])
+    (runs[0][0] / records.CONFIG).write_text(to_yaml(cfg))
+    assert yaml.safe_load((runs[0][0] / records.CONFIG).read_text())["tracking"]["experiment"] == "shared"
+    assert group_targets(study, runs, "sqlite:///x.db", False).experiment == "shared"
+
+
+@pytest.mark.parametrize("uri", ["sqlite:///x\ny", "sqlite:///x y", "sqlite:///x\n", "mlflow.db"])
+def test_a_store_uri_with_whitespace_or_no_scheme_is_refused_before_anything_is_created(
+    run_dir: Path, tmp_path: Path, uri: str
+) -> None:
+    """Before, `track --uri $'sqlite:///x\\ny'` created a file named 'x\\ny'."""
+    from tests.conftest import hpctrain_here
+
+    r = hpctrain_here("track", "--uri", uri, str(run_dir))
+    assert r.returncode == 2 and "--uri: must be a URI such as sqlite:///abs/path/mlflow.db" in r.stderr, r
+    assert not list(Path("/work").glob("x*")) and not (run_dir / "tracking.json").exists()
+    from hpctrain.config.validate import config_problems
+
+    cfg = load_config(["tracking=mlflow"])
+    cfg.tracking.uri = uri  # the config's tracking.uri follows the same rule
+    assert "tracking.uri" in [p.key for p in config_problems(cfg, None)]
