@@ -170,6 +170,8 @@ def model_lines(a: Analysis) -> list[str]:
 
 
 def _pm(value: float, se: float, scale: float, fmt: str) -> str:
+    if not math.isfinite(value):  # e.g. 1/β of a fitted β = 0, or f without a multi-rank run
+        return "not determined"
     return (
         f"{format(scale * value, fmt)} ± {format(scale * se, fmt)}"
         if math.isfinite(se)

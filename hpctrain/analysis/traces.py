@@ -17,6 +17,7 @@ the records' comm_s. Compute is the rest of compute + optimizer: the records' co
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -111,9 +112,22 @@ class RankTrace:
         return sum(getattr(s, what) for s in self.steps) / len(self.steps) if self.steps else 0.0
 
 
+DAY_US = 86_400e6  # no event of a profiled window lasts a day: a longer one is damage
+
+
+def _sane(e: dict[str, Any]) -> bool:
+    """A complete event whose start and duration are finite numbers, the duration between 0 and a
+    day (a damaged `dur: 1e300` once made a 300-digit phase time)."""
+    try:
+        ts, dur = float(e["ts"]), float(e["dur"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return math.isfinite(ts) and 0.0 <= dur <= DAY_US
+
+
 def rank_trace(rank: int, events: Sequence[dict[str, Any]]) -> RankTrace:
     """The summary of one rank's trace (events: its traceEvents)."""
-    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    spans = [e for e in events if e.get("ph") == "X" and _sane(e)]
     marks: dict[int, dict[str, list[Span]]] = defaultdict(lambda: defaultdict(list))
     main_tid = None
     for e in spans:

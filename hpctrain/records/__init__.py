@@ -26,6 +26,7 @@ every field and raise RecordError naming the file (and line) and what is wrong.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,7 +164,22 @@ def allreduce_file(n: int) -> str:
 def write_json(path: Path, obj: Any, indent: int | None = 2) -> None:
     """indent=None: one line, through json's C encoder (~5x faster; for the files a sweep writes
     per point, and for manifests of 10,000 runs)."""
-    write_atomic(path, json.dumps(obj, indent=indent, sort_keys=True, default=str) + "\n")
+    try:  # standard JSON: no NaN or Infinity (records.to_dict writes them as null)
+        text = json.dumps(obj, indent=indent, sort_keys=True, default=str, allow_nan=False)
+    except ValueError:
+        text = json.dumps(finite(obj), indent=indent, sort_keys=True, default=str, allow_nan=False)
+    write_atomic(path, text + "\n")
+
+
+def finite(obj: Any) -> Any:
+    """`obj` with every float that is not finite replaced by null, as records write them."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def read_json(path: Path) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from collections.abc import Callable
@@ -48,6 +49,8 @@ def _scalar(tp: type) -> Check:
                 return v
             if type(v) is int:
                 return float(v)
+            if v is None:  # how a NaN or infinity is written (to_dict): not a finite number
+                return math.nan
             raise _fail(where, "a number", v)
 
         return check_float
@@ -131,7 +134,8 @@ def _flat_reader(cls: type) -> Callable[[Any], Any] | None:
     reader generated once that checks every field inline and builds the record, or returns None
     when anything is off, for the general path to say what. None if `cls` is not flat."""
     hints = typing.get_type_hints(cls)
-    checks = []
+    checks: list[str] = []
+    nulls: list[str] = []
     if "format_version" in hints or hasattr(cls, "__post_init__"):  # the general path's checks
         return None
     for name, required, _ in _fields(cls):
@@ -142,7 +146,9 @@ def _flat_reader(cls: type) -> Callable[[Any], Any] | None:
         if tp not in _CONDITIONS:
             return None
         cond = _CONDITIONS[tp].replace("v", f"d[{name!r}]")
-        cond = f"(d[{name!r}] is None or {cond})" if optional else f"({cond})"
+        if tp is float and not optional:
+            nulls.append(name)  # null is how a NaN is written: read back as NaN (check_float)
+        cond = f"(d[{name!r}] is None or {cond})" if optional or tp is float else f"({cond})"
         checks.append(cond if required else f"({name!r} not in d or {cond})")
     code = (
         "def read(d):\n"
@@ -151,6 +157,8 @@ def _flat_reader(cls: type) -> Callable[[Any], Any] | None:
         "    record = NEW(CLS)\n"
         "    record.__dict__.update(DEFAULTS)\n"
         "    record.__dict__.update(d)\n"  # what CLS(**d) does, without a frozen __setattr__ per field
+        "    for name in NULLS:\n"
+        "        if record.__dict__[name] is None:\n            record.__dict__[name] = NAN\n"
         "    return record\n"
     )
     scope: dict[str, Any] = {
@@ -159,6 +167,8 @@ def _flat_reader(cls: type) -> Callable[[Any], Any] | None:
         "REQUIRED": _required(cls),
         "NAMES": frozenset(name for name, _, _ in _fields(cls)),
         "NEW": object.__new__,
+        "NULLS": tuple(nulls),
+        "NAN": math.nan,
         "DEFAULTS": {
             f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
             for f in dataclasses.fields(cls)
@@ -203,8 +213,10 @@ SCALARS = (int, float, str, bool, type(None))
 
 
 def to_dict(record: Any) -> dict[str, Any]:
-    """The JSON form of a record (floats stay floats: NaN is written as JSON's NaN extension).
-    dataclasses.asdict deep-copies every value; records hold only scalars, lists and dicts."""
+    """The JSON form of a record. A float that is not finite (a NaN loss, a zero throughput's
+    ratio) becomes null: JSON has no NaN, and readers that follow the standard refuse Python's
+    extension; reading null into a float field gives NaN back. dataclasses.asdict deep-copies
+    every value; records hold only scalars, lists and dicts."""
     out = _plain(record)
     if not isinstance(out, dict):
         raise TypeError(f"{type(record).__name__} is not a record")  # a bug, never user input
@@ -212,12 +224,14 @@ def to_dict(record: Any) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
+    if type(value) is float:
+        return value if math.isfinite(value) else None
     if type(value) in SCALARS:
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, list | tuple):
-        if all(type(x) in SCALARS for x in value):
+        if all(type(x) in SCALARS and (type(x) is not float or math.isfinite(x)) for x in value):
             return list(value)
         return [_plain(x) for x in value]
     if isinstance(value, dict):

@@ -434,3 +434,13 @@ def test_mfu_has_its_own_line_in_the_terminal_and_a_column_in_the_report(tmp_pat
     md = write_report(a, tmp_path / "report")["markdown"].read_text()
     assert "MFU" in md.splitlines()[2].strip("| ").split(" | ")  # the main table's header
     assert "## Model FLOPs utilisation" in md
+
+
+def test_a_fit_that_determined_nothing_says_so_instead_of_nan_or_inf() -> None:
+    """A study once printed `f = nan` and `1/β = inf GB/s`."""
+    from hpctrain.analysis.report import _pm
+
+    assert _pm(float("nan"), float("nan"), 1, ".2f") == "not determined"
+    assert _pm(float("inf"), 0.0, 1e-9, ".2f") == "not determined"
+    assert _pm(2.5e9, 1e8, 1e-9, ".2f") == "2.50 ± 0.10"
+    assert _pm(0.25, float("nan"), 1, ".2f") == "0.25"

@@ -211,3 +211,28 @@ def test_the_generated_reader_of_flat_records_agrees_with_the_general_one() -> N
             records.from_dict(records.RankSummary, bad)
     as_int = {**good, "wall_s": 1}  # an int where a float goes: converted by the general path
     assert fast(as_int) is None and records.from_dict(records.RankSummary, as_int).wall_s == 1.0
+
+
+def test_numbers_that_are_not_finite_are_written_as_standard_json_and_read_back_as_nan(
+    tmp_path: Path,
+) -> None:
+    """A zero throughput once wrote `"throughput_samples_per_s": NaN` into summary.json, which
+    readers that follow the JSON standard refuse."""
+    import math
+
+    def strict(text: str) -> object:
+        def refuse(token: str) -> object:
+            raise ValueError(f"not JSON: {token}")
+
+        return json.loads(text, parse_constant=refuse)
+
+    rank = records.RankSummary(0, "h", 3, 1.0, 0.1, 0.1, 0.2, 0.0, 0.05, 0.02, math.nan, math.inf, 10, 5)
+    records.write(tmp_path / "r.json", rank)
+    written = strict((tmp_path / "r.json").read_text())
+    assert (written["first_loss"], written["last_loss"], written["wait_s"]) == (None, None, None)  # type: ignore[index]
+    back = records.read(tmp_path / "r.json", records.RankSummary)
+    assert math.isnan(back.first_loss) and math.isnan(back.wait_s) and back.step_s == 0.1
+    records.write_json(tmp_path / "d.json", {"a": [1.0, math.nan], "b": {"c": -math.inf}})
+    assert strict((tmp_path / "d.json").read_text()) == {"a": [1.0, None], "b": {"c": None}}
+    line = records.step_line(records.StepRecord(0, 0, math.nan, 0.1, 0.0, 0.1, 0.0, 0.0, 4, 40.0, True))
+    assert strict(line)["loss"] is None  # type: ignore[index]

@@ -61,6 +61,18 @@ def test_a_ddp_step_splits_like_the_step_records() -> None:
     assert t.idle_s == pytest.approx(300e-6)
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [{"dur": 1e300}, {"dur": -5}, {"dur": float("nan")}, {"ts": float("inf")}, {"dur": "x"}, {"ts": None}],
+)
+def test_a_damaged_event_is_left_out_and_the_rest_adds_up_as_before(damage: dict) -> None:
+    """A `dur: 1e300` once made analyze print a 300-digit phase time."""
+    bad = {**mark("optimizer", 3, 1200, 300), **damage}
+    t = rank_trace(0, [*DDP_STEP, {**X("aten::mm", 1300, 100), **damage}, bad])
+    assert t.window_s == pytest.approx(1500e-6) and t.operators_s == pytest.approx(800e-6)
+    assert t.phases_s["optimizer"] == pytest.approx(300e-6)
+
+
 def test_horovod_steps_have_only_their_comm_phase_and_agree_with_records() -> None:
     events = [
         mark("data", 0, 0, 50),
