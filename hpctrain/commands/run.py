@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from rich.console import Console
@@ -13,12 +14,29 @@ from hpctrain.analysis.summaries import container_line
 from hpctrain.commands.track import tracking_for
 from hpctrain.commands.ui import RichReporter, print_summary
 from hpctrain.config import load_config, to_yaml
-from hpctrain.errors import RecordError
+from hpctrain.errors import ConfigError, Problem, RecordError
 from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.orchestrate.sweep import split_common
 
+STUDY = re.compile(r"^[+~]*study([./=@]|$)")  # the study group or its keys
+
+
+def _no_study(overrides: list[str]) -> None:
+    study = [o for o in overrides if STUDY.match(o)]
+    if study:
+        raise ConfigError(
+            [
+                Problem(
+                    study[0].split("=")[0].lstrip("+~"),
+                    "is read by `hpctrain study`; `hpctrain run` would ignore it",
+                    "run the study: hpctrain study strong|weak ..., or drop it",
+                )
+            ]
+        )
+
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    _no_study(args.overrides)
     if args.cfg:
         print(to_yaml(load_config(args.overrides, args.config_dir)), end="")
         return 0

@@ -136,7 +136,7 @@ def check_parsed(parsed: Sequence[Any], d: Path, groups: set[str] | None = None)
         key, value = o.key_or_group, o.value()
         if not key:
             problems.append(Problem(o.input_line, "has no key", "write key=value, e.g. train.steps=5"))
-        elif key == "hydra" or key.startswith("hydra."):
+        elif key == "hydra" or key.startswith(("hydra.", "hydra/")):
             problems.append(
                 Problem(
                     key,

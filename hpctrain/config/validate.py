@@ -96,6 +96,15 @@ def _train_problems(cfg: Config) -> list[Problem]:
                     f"e.g. {key}=300",
                 )
             )
+    interval = getattr(cfg.cluster, "checkpoint_interval", 0)
+    if interval < 0:
+        p.append(
+            Problem(
+                "cluster.checkpoint_interval",
+                f"must be >= 0 (got {interval})",
+                "set it to a number of steps, or 0 for none",
+            )
+        )
     if t.warmup_steps >= t.steps >= 1:
         p.append(
             Problem(
@@ -178,6 +187,15 @@ def _debug_problems(cfg: Config, n: int) -> list[Problem]:
         )
     if dbg.slow_s < 0:
         p.append(Problem("debug.slow_s", f"must be >= 0 (got {dbg.slow_s:g})", "set debug.slow_s=0.1"))
+    elif (dbg.slow_rank is None) != (dbg.slow_s == 0):  # one without the other slows nothing
+        key = "debug.slow_s" if dbg.slow_rank is None else "debug.slow_rank"
+        p.append(
+            Problem(
+                key,
+                "slows nothing without the other of debug.slow_rank and debug.slow_s",
+                "give both, e.g. debug.slow_rank=1 debug.slow_s=0.2",
+            )
+        )
     if dbg.hold_step is not None and not 0 < dbg.hold_step < steps:
         p.append(
             Problem(

@@ -56,6 +56,14 @@ def parallelism_problems(cfg: Config, world: int, facts: HostFacts | None = None
                 "use parallelism=data with script=..., or a model._target_ with the built-in trainer",
             )
         )
+    if par.compression != "none":
+        p.append(
+            Problem(
+                "parallelism.compression",
+                f"compresses a data-parallel gradient allreduce; parallelism={par.name} does not apply it",
+                "drop parallelism.compression (precision=bf16 halves the activations sent between stages)",
+            )
+        )
     if cfg.precision.name == "fp16":
         p.append(
             Problem(

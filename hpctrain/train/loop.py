@@ -231,6 +231,11 @@ def train(
             n = checkpoint.writers(restored.path)
             moved = f" (written by {n} ranks, resharded to {d.world_size})" if n and n != d.world_size else ""
             emit(f"resuming from {restored.path} at step {restored.step}{moved}")
+        if restored.step >= cfg.train.steps:
+            emit(
+                f"note: nothing left to train: the checkpoint is at step {restored.step} and "
+                f"train.steps={cfg.train.steps}; raise train.steps to train on"
+            )
     t.train_mode()
     reset_peak(t.device)  # the peak of training, not of building (a pipeline traces the whole model)
     t.watch.completed(-1)  # built: the timeout counts from the first step on

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpctrain.config.schema import Config, ParallelismConf, ScriptConf
+from hpctrain.config.schema import Config, ParallelismConf, ScriptConf, TrainConf
 from hpctrain.errors import Problem
 from hpctrain.train.targets import orphan_kwargs, target_problems
 from hpctrain.workload.code import snapshot_on
@@ -23,6 +23,7 @@ def workload_problems(cfg: Config) -> list[Problem]:
         )
         return p
     p += _script_problems(cfg, code)
+    p += _trainer_only(cfg)
     p += target_problems(cfg)
     p += _builtin_only(cfg)
     return p
@@ -53,6 +54,20 @@ def _builtin_only(cfg: Config) -> list[Problem]:
                     )
                 )
     return p
+
+
+def _trainer_only(cfg: Config) -> list[Problem]:
+    """The built-in trainer's watchdog does not watch a script (script.stall_timeout_s does): a
+    train.stall_timeout_s beside script= would leave a hang undetected for the other's time."""
+    if not cfg.script.path or cfg.train.stall_timeout_s == TrainConf().stall_timeout_s:
+        return []
+    return [
+        Problem(
+            "train.stall_timeout_s",
+            "watches the built-in trainer's steps; a script is watched by script.stall_timeout_s",
+            f"set script.stall_timeout_s={cfg.train.stall_timeout_s:g} instead",
+        )
+    ]
 
 
 def _unused(cfg: Config) -> list[Problem]:

@@ -209,6 +209,16 @@ def test_a_damaged_or_planted_sharded_checkpoint_falls_back_and_one_that_does_no
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["timed_steps"] == 8 - 2  # steps 2..7 of the 8
     assert not mark.exists()
+    _, out = resumed(
+        tmp_path,
+        "done",
+        *FSDP,
+        "cluster.ranks=2",
+        "train.steps=2",
+        "train.warmup_steps=1",
+        f"train.resume_from={base}",
+    )
+    assert "note: nothing left to train: the checkpoint is at step 2 and train.steps=2" in out, out
 
     r = hpctrain(
         "run",

@@ -157,6 +157,42 @@ CASES = [
         2,
         "is not a regular expression",
     ),
+    # settings that would silently do nothing (issue 36, class 8)
+    (
+        ["run", "script={tmp}/ok.py", "train.stall_timeout_s=10", *NO_SNAP],
+        2,
+        "train.stall_timeout_s: watches the built-in trainer's steps; a script is watched by script.stall_timeout_s",
+    ),
+    (
+        ["run", "cluster.container.image=hpctrain", "--dry-run"],
+        2,
+        "cluster.container.image: is a container setting, and no container runtime is chosen",
+    ),
+    (["run", "hydra/launcher=basic", "--dry-run"], 2, "hydra/launcher: Hydra's own settings are not applied"),
+    (["run", "study=strong", "--dry-run"], 2, "study: is read by `hpctrain study`"),
+    (["run", "-m", "study=strong,weak", "--dry-run"], 2, "study: is read by `hpctrain study`"),
+    (["run", "study.ranks=[1,2]", "--dry-run"], 2, "study.ranks: is read by `hpctrain study`"),
+    (
+        ["run", "debug.hold_step=2", "--dry-run"],
+        2,
+        "debug.hold_step: holds a SLURM run until its requeue signal",
+    ),
+    (
+        ["run", "debug.slow_rank=1", "cluster.ranks=2", "--dry-run"],
+        2,
+        "debug.slow_rank: slows nothing without",
+    ),
+    (["run", "debug.slow_s=1", "--dry-run"], 2, "debug.slow_s: slows nothing without"),
+    (
+        ["run", "parallelism=pipeline", "model=mlp", "parallelism.compression=fp16", "--dry-run"],
+        2,
+        "parallelism.compression: compresses a data-parallel gradient allreduce; parallelism=pipeline",
+    ),
+    (["run", "cluster.checkpoint_interval=-1", "--dry-run"], 2, "cluster.checkpoint_interval: must be >= 0"),
+    # sweeps that cannot be listed (class 5)
+    (["run", "-m", "train.seed=choice(1,choice(2,3))", "--dry-run"], 2, "a choice cannot hold another sweep"),
+    (["run", "-m", "model=glob(zzz*)", "--dry-run"], 2, "matches none of the options of model"),
+    (["run", "-m", "train.seed=range(0,10,0)", "--dry-run"], 2, "a step that is not 0"),
 ]
 
 

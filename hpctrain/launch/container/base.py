@@ -175,7 +175,16 @@ def container_problems(cfg: Config) -> list[Problem]:
     """The runtime is installed here, fits the launcher, and its image is where it is named."""
     rt = runtime_for(cfg)
     if rt is None:
-        return []
+        c, default = cfg.cluster.container, type(cfg.cluster.container)()
+        return [
+            Problem(
+                f"cluster.container.{k}",
+                "is a container setting, and no container runtime is chosen: the ranks would run on the host",
+                "set cluster.container.runtime=charliecloud (or apptainer, pyxis), or drop it",
+            )
+            for k in ("image", "python", "binds", "storage")
+            if getattr(c, k) != getattr(default, k)
+        ]
     if value_problems(cfg):
         return value_problems(cfg)
     key = "cluster.container.runtime"

@@ -67,6 +67,14 @@ class LocalLauncher(Launcher):
         )
         if not c.mpirun.strip():
             p.append(Problem("cluster.mpirun", "is empty", "set cluster.mpirun=mpirun (or a full path)"))
+        if cfg.debug.hold_step is not None:
+            p.append(
+                Problem(
+                    "debug.hold_step",
+                    "holds a SLURM run until its requeue signal; a local run gets none and would never hold",
+                    "use it with cluster=slurm, or drop it",
+                )
+            )
         if c.starter == "spawn" and needs_mpi(cfg):
             p.append(
                 Problem(
