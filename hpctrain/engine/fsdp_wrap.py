@@ -66,9 +66,11 @@ def find_units(model: nn.Module, names: list[str]) -> list[nn.Module]:
         found.update(hits)
     if unknown:
         classes = sorted({type(getattr(m, WRAPPED, m)).__name__ for _, m in modules})
+        names = [n for n, _ in modules if n.count(".") < 2]  # the upper levels: what users name
         raise ShardError(
             f"parallelism.shard.modules: {unknown} are neither module names nor class names of the "
-            f"model; its classes: {', '.join(classes[:20])}"
+            f"model (the model itself and parameters are not units); its modules: "
+            f"{', '.join(names[:20])}{' ...' if len(names) > 20 else ''}; its classes: {', '.join(classes[:20])}"
         )
     return [m for _, m in sorted(found.items(), key=lambda nm: -nm[0].count("."))]
 

@@ -9,6 +9,7 @@ copy; code.json records the commit, whether the tree was dirty, and code.diff ho
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -65,21 +66,31 @@ def _git(src: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "-C", str(src), *args], capture_output=True, text=True, timeout=120)
 
 
+NOT_GIT = (
+    "is not a git work tree, so hpctrain does not know which files are your code; "
+    "set code.include (e.g. code.include='[\"**/*.py\"]') or code.snapshot=false"
+)
+
+
+@functools.cache
+def git_top(src: Path) -> str | None:
+    """The git work tree `src` is in; None if it is in none (or git is missing). Asked once per
+    directory: a sweep's points all check the same one before anything is created."""
+    try:
+        top = _git(src, "rev-parse", "--show-toplevel")
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    return top.stdout.strip() if top.returncode == 0 else None
+
+
 def files_to_copy(src: Path, include: list[str]) -> tuple[list[Path], dict[str, Any]]:
     """Relative paths to copy and what git says about the tree (commit, dirty) if it is one."""
     info: dict[str, Any] = {"source": str(src), "git": False}
     if include:
         found = sorted({p.relative_to(src) for g in include for p in src.glob(g) if p.is_file()})
         return found, info
-    try:
-        top = _git(src, "rev-parse", "--show-toplevel")
-    except FileNotFoundError:
-        top = None
-    if top is None or top.returncode != 0:
-        raise LaunchError(
-            f"code.dir={src} is not a git work tree, so hpctrain does not know which files are your code; "
-            "set code.include (e.g. code.include='[\"**/*.py\"]') or code.snapshot=false"
-        )
+    if git_top(src) is None:
+        raise LaunchError(f"code.dir={src} {NOT_GIT}")
     listed = _git(src, "ls-files", "-z", "--cached", ".")
     files = sorted(Path(f) for f in listed.stdout.split("\0") if f and (src / f).is_file())
     untracked = _git(src, "ls-files", "-z", "--others", "--exclude-standard", ".")

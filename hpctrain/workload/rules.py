@@ -5,23 +5,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hpctrain.config.layout import SHARDED
 from hpctrain.config.schema import Config, ParallelismConf, ScriptConf, TrainConf
 from hpctrain.errors import Problem
 from hpctrain.train.targets import orphan_kwargs, target_problems
-from hpctrain.workload.code import snapshot_on
+from hpctrain.workload.code import NOT_GIT, git_top, snapshot_on
 from hpctrain.workload.pattern import PatternError, compile_pattern
 
 
 def workload_problems(cfg: Config) -> list[Problem]:
     p = orphan_kwargs(cfg)
     if not cfg.user_code:
-        return p + _unused(cfg)
+        return p + _unused(cfg) + _shard_units(cfg)
     code = Path(cfg.code.dir or ".")
     if not code.is_dir():
         p.append(
             Problem("code.dir", f"{code} is not a directory", "point code.dir at your project's directory")
         )
         return p
+    if snapshot_on(cfg) and not cfg.code.include and git_top(code.resolve()) is None:
+        p.append(
+            Problem("code.dir", f"{code.resolve()} {NOT_GIT}", "set code.include, or code.snapshot=false")
+        )
     p += _script_problems(cfg, code)
     p += _trainer_only(cfg)
     p += target_problems(cfg)
@@ -54,6 +59,27 @@ def _builtin_only(cfg: Config) -> list[Problem]:
                     )
                 )
     return p
+
+
+def _shard_units(cfg: Config) -> list[Problem]:
+    """parallelism.shard.modules against a built-in model, built on the meta device (no memory,
+    well under a second): before, a name it lacks failed every rank after the start. A user
+    model is checked where it is built, on the ranks."""
+    if cfg.parallelism.name not in SHARDED or not cfg.parallelism.shard.modules:
+        return []
+    import torch
+
+    from hpctrain.engine.fsdp_wrap import ShardError, find_units
+    from hpctrain.train.parts import make_model
+
+    with torch.device("meta"):
+        model = make_model(cfg)
+    try:
+        find_units(model, list(cfg.parallelism.shard.modules))
+    except ShardError as e:
+        key, _, why = str(e).partition(": ")
+        return [Problem(key, why, "name modules as model.named_modules() does, or classes of the model")]
+    return []
 
 
 def _trainer_only(cfg: Config) -> list[Problem]:

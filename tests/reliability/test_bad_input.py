@@ -189,6 +189,37 @@ CASES = [
         "parallelism.compression: compresses a data-parallel gradient allreduce; parallelism=pipeline",
     ),
     (["run", "cluster.checkpoint_interval=-1", "--dry-run"], 2, "cluster.checkpoint_interval: must be >= 0"),
+    # config errors once found only on the ranks, or after something was created (class 7)
+    *[
+        (
+            ["run", "parallelism=fsdp", "model=cnn", f"parallelism.shard.modules={m}", "--dry-run"],
+            2,
+            "are neither module names nor class names of the model (the model itself and parameters are "
+            "not units); its modules: features, features.0,",
+        )
+        for m in ("[nonexistent]", "['']", "[CNN]", "[features.0.weight]")
+    ],
+    (
+        ["run", "parallelism=pipeline", "model=mlp", "train.resume_from={tmp}/fsdprun", "--dry-run"],
+        2,
+        "holds only sharded checkpoints (fsdp/hsdp), which a pipeline cannot resume from",
+    ),
+    (
+        ["run", "cluster=slurm", "script={tmp}/ok.py", "code.dir={tmp}", "run.dir={tmp}/slurmrun"],
+        2,
+        "code.dir: {tmp} is not a git work tree",
+    ),
+    (
+        [
+            "run",
+            "cluster.container.runtime=charliecloud",
+            "cluster.container.image={tmp}/img",
+            "cluster.container.python=/nonexistent/python",
+            "--dry-run",
+        ],
+        2,
+        "cluster.container.python: /nonexistent/python is not in image",
+    ),
     # sweeps that cannot be listed (class 5)
     (["run", "-m", "train.seed=choice(1,choice(2,3))", "--dry-run"], 2, "a choice cannot hold another sweep"),
     (["run", "-m", "model=glob(zzz*)", "--dry-run"], 2, "matches none of the options of model"),
@@ -212,6 +243,9 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp / "brokenconf").mkdir()
     (tmp / "brokenconf" / "config.yaml").write_text("defaults:\n  - hpctrain_schema\nfoo: [1, 2\n")
     (tmp / "taken-strong").mkdir()  # an explicit study directory that exists
+    (tmp / "fsdprun" / "checkpoints" / "step-000002.dcp").mkdir(parents=True)  # a sharded run's
+    (tmp / "fsdprun" / "checkpoints" / "step-000002.dcp" / ".metadata").write_bytes(b"")
+    (tmp / "img" / "bin").mkdir(parents=True)  # a Charliecloud image directory, without that Python
     (tmp / "arun").mkdir()  # a run's directory, as far as analyze looks
     (tmp / "arun" / "job.json").write_text("{}")
     make_folder(tmp / "images")

@@ -139,8 +139,12 @@ def test_an_image_that_is_not_built_is_refused_before_anything_starts(
     cfg = load_config(["cluster.container.runtime=charliecloud", f"cluster.container.storage={tmp_path}"])
     [p] = problems(cfg, HostFacts.example())
     assert p.key == "cluster.container.image" and p.fix == "run hpctrain container build"
-    (tmp_path / "img" / "hpctrain" / "bin").mkdir(parents=True)  # an image directory: accepted
-    assert problems(cfg, HostFacts.example()) == []
+    (tmp_path / "img" / "hpctrain" / "bin").mkdir(parents=True)  # an image directory...
+    [p] = problems(cfg, HostFacts.example())  # ...without the interpreter the ranks start
+    assert p.key == "cluster.container.python" and "/opt/venv/bin/python3 is not in image" in p.rule
+    (tmp_path / "img" / "hpctrain" / "opt" / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "img" / "hpctrain" / "opt" / "venv" / "bin" / "python3").symlink_to("/usr/bin/python3.11")
+    assert problems(cfg, HostFacts.example()) == []  # an image: accepted (a link into the image counts)
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,16 @@ class Charliecloud(Runtime):
                     how,
                 )
             ]
+        python = self.conf.python
+        bound = any(python.startswith(b.rstrip("/") + "/") for b in self.conf.binds)
+        if not bound and not os.path.lexists(self.directory() / python.lstrip("/")):
+            return [
+                Problem(
+                    "cluster.container.python",
+                    f"{python} is not in image {self.image!r} (every rank would fail to start)",
+                    "give the interpreter's path inside the image (hpctrain's images: /opt/venv/bin/python3)",
+                )
+            ]
         return []
 
     def digest(self) -> str | None:
