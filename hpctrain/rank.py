@@ -198,7 +198,10 @@ def fail(run_dir: Path, error: BaseException) -> NoReturn:
         if getattr(error, "quiet", False)
         else "".join(traceback.format_exception(error))
     )
-    print(tb, file=sys.stderr, flush=True)
+    # a peer's loss is the consequence of another rank's failure, which the launcher names: one
+    # line here, the stack in error-rank{R}.json
+    said = f"{type(error).__name__}: {str(error)[:300]}" if records.PEER_LOST.search(str(error)) else tb
+    print(said, file=sys.stderr, flush=True)
     path = run_dir / records.error_file(rank if rank is not None else -1)
     try:
         if _stalled(path):  # the watchdog named this rank stalled: what follows is its consequence

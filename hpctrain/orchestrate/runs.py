@@ -4,6 +4,7 @@ happens meanwhile goes to a Reporter."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +23,10 @@ from hpctrain.launch.registry import launcher_class, launcher_for, load_job
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.sweep import expand
 from hpctrain.orchestrate.validate import validate_points
+
+# kept in the logs, not shown: submitit's own lines, and the profiler's stage markers (Kineto
+# prints "USDT:<date> ... profiler_start" on every start and stop)
+NOT_SHOWN = re.compile(r"submitit |(USDT|STAGE):\d{4}-\d\d-\d\d ")
 
 
 class Reporter(Protocol):
@@ -149,7 +154,7 @@ class LogFollower:
                 event = parse_event(line)
                 if event is not None:
                     self.reporter.event(event)
-                elif not line.startswith("submitit "):
+                elif not NOT_SHOWN.match(line):
                     self.reporter.line(line)
 
 

@@ -246,13 +246,15 @@ def test_a_failing_rank_is_named_with_its_traceback_and_the_run_stops_at_that_st
     assert not (run_dir / "summary.json").exists()
 
 
-def test_a_killed_rank_is_named_with_its_signal_and_last_output(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["horovod", "ddp"])
+def test_a_killed_rank_is_named_with_its_signal_and_last_output(tmp_path: Path, engine: str) -> None:
     run_dir = tmp_path / "kill"
     r = hpctrain(
         "run",
         "--no-progress",
         f"run.dir={run_dir}",
         *BASE,
+        f"parallelism.engine={engine}",
         "train.steps=400",
         "debug.fail_rank=0",
         "debug.fail_step=9",
@@ -263,8 +265,15 @@ def test_a_killed_rank_is_named_with_its_signal_and_last_output(tmp_path: Path) 
     assert "rank 0 failed" in r.stderr and "signal 9" in r.stderr, r.stderr
     tail = r.stderr.split("last output of that rank:")[1]
     assert "step 8/400" in tail and "step 12/400" not in tail, r.stderr  # rank 0 logs every 4 steps
-    assert not list(run_dir.glob("error-rank*.json"))  # SIGKILL leaves no time to write one
+    assert "@@hpctrain" not in tail, tail  # its progress events are for the progress bar, not output
+    assert not (run_dir / "error-rank0.json").exists()  # SIGKILL leaves no time to write one
     assert [x["step"] for x in steps_of(run_dir, 1)] == list(range(9))
+    # the survivor (DDP's rank 1 sees its peer's socket close) says so in one line, its stack kept
+    # in its error record: no traceback for what is only the consequence
+    survivor = (run_dir / "logs" / "rank1.log").read_text()
+    assert "Traceback" not in survivor, survivor
+    if (run_dir / "error-rank1.json").exists():
+        assert json.loads((run_dir / "error-rank1.json").read_text())["traceback"].startswith("Traceback")
 
 
 def test_dry_run_starts_nothing(tmp_path: Path) -> None:

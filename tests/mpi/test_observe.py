@@ -51,6 +51,8 @@ def test_a_four_rank_run_is_tracked_once_profiled_per_rank_and_costed(tmp_path: 
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"tensorboard --logdir {run_dir / 'tensorboard'}" in r.stdout
+    assert "USDT:" not in r.stdout + r.stderr  # the profiler's stage markers stay in the logs
+    assert "USDT:" in (run_dir / "logs" / "rank0.log").read_text()
     assert "cost (allocation x training)" in r.stdout and "not measured" in r.stdout
     client = MlflowClient(uri)
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])

@@ -220,6 +220,17 @@ CASES = [
         2,
         "cluster.container.python: /nonexistent/python is not in image",
     ),
+    (
+        [
+            "run",
+            "cluster.container.runtime=charliecloud",
+            "cluster.container.image={tmp}/img",
+            "cluster.container.binds=[/nonexistent_dir]",
+            "--dry-run",
+        ],
+        2,
+        "cluster.container.binds[0]: /nonexistent_dir does not exist on this host",
+    ),
     # sweeps that cannot be listed (class 5)
     (["run", "-m", "train.seed=choice(1,choice(2,3))", "--dry-run"], 2, "a choice cannot hold another sweep"),
     (["run", "-m", "model=glob(zzz*)", "--dry-run"], 2, "matches none of the options of model"),

@@ -199,7 +199,23 @@ def container_problems(cfg: Config) -> list[Problem]:
     if rt.probe() is None:
         how = rt.detect or f"none of {', '.join(rt.binaries)} on PATH"
         return [Problem(key, f"{rt.name} is not installed on this machine ({how})", rt.install)]
-    return rt.image_problems()
+    return _bind_problems(cfg) + rt.image_problems()
+
+
+def _bind_problems(cfg: Config) -> list[Problem]:
+    """A local run's binds exist here (on SLURM they are the nodes' paths): before, a missing one
+    surfaced as 'mpirun exited with status 1' with ch-run's reason only on the console."""
+    if cfg.cluster.name != "local":
+        return []
+    return [
+        Problem(
+            f"cluster.container.binds[{i}]",
+            f"{b.split(':')[0]} does not exist on this host, so it cannot be bound into the image",
+            "create it, or drop the bind",
+        )
+        for i, b in enumerate(cfg.cluster.container.binds)
+        if not os.path.exists(b.split(":")[0])
+    ]
 
 
 def describe(rt: Runtime) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hpctrain import records
+from hpctrain.events import PREFIX as EVENT
 from hpctrain.facts import free_tcp_port
 from hpctrain.launch.output import Demux, mpirun_failure
 from hpctrain.launch.plan import AT_LAUNCH
@@ -286,7 +287,8 @@ class Supervisor:
                         self._keep(own, line.text)
                         continue
                     self._keep(logs[line.rank], line.text)
-                    tails[line.rank].append(line.text)
+                    if not line.text.startswith(EVENT):  # progress events are not what a rank said
+                        tails[line.rank].append(line.text)
             code = self.proc.wait()
         return code, tails, "\n".join(mpirun_text)
 
