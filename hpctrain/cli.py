@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
+from hpctrain import records
 from hpctrain.commands.ui import make_console
 from hpctrain.errors import HpctrainError
 
@@ -365,6 +366,7 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    records.keep_writes_private()
     console = make_console(sys.stdout)
     err = make_console(sys.stderr)
     # SIGTERM and SIGHUP stop a command like Ctrl-C does: what it started is stopped too

@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m hpctrain.rank RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(args[0])
+    records.keep_writes_private()  # what the ranks write (checkpoints, records) too
     # a rank never outlives mpirun (a stuck one would keep a core busy for ever)
     die_with_parent(signal.SIGKILL)
     # Whole lines per write: mpirun --tag-output tags every write, so an unbuffered print (text and

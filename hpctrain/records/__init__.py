@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,6 +160,14 @@ def result_written(run_dir: Path) -> bool:
 
 def allreduce_file(n: int) -> str:
     return f"allreduce-n{n}.json"
+
+
+def keep_writes_private() -> None:
+    """Nothing hpctrain creates is writable by other users, whatever the umask (a group-writable
+    one is common on clusters): the ranks import the code snapshot, unpickle submitit's job files
+    and run the plan's command from the run directory, so whoever could write there could run code
+    as this user. Reading stays as the umask allows."""
+    os.umask(os.umask(0) | 0o022)
 
 
 def write_json(path: Path, obj: Any, indent: int | None = 2) -> None:
