@@ -81,6 +81,28 @@ def write(run_dir: Path, step: int, state: dict[str, Any]) -> Path:
     return path
 
 
+def save_failure(path: Path, e: BaseException) -> CheckpointError:
+    """Why writing the checkpoint at `path` failed, in words: a full file system is named as such
+    (torch's zip writer reports it as 'unexpected pos'), with the space left there."""
+    try:
+        free: int | None = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = None
+    chain: list[BaseException] = [x for x, _ in getattr(e, "failures", {}).values()]  # DCP's, per rank
+    cur: BaseException | None = e
+    while cur is not None and len(chain) < 50:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    full = any(getattr(x, "errno", None) == 28 for x in chain) or (free is not None and free < 1 << 20)
+    said = (
+        "[Errno 28] No space left on device"
+        if full
+        else f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    )
+    left = f" ({free} bytes free there)" if free is not None else ""
+    return CheckpointError(f"writing checkpoint {path} failed: {said}{left}")
+
+
 def prune(d: Path) -> None:
     """Remove a killed save's hidden parts and all but the newest KEEP checkpoints, of either
     format (only rank 0 ever publishes a checkpoint)."""

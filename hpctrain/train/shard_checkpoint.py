@@ -34,6 +34,7 @@ from hpctrain.train.checkpoint import (
     planted,
     prune,
     read_state,
+    save_failure,
 )
 
 
@@ -50,10 +51,16 @@ def save(
         d.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # a killed save's part
     barrier(f"hpctrain.dcp.{step}.begin")
+    from torch.distributed.checkpoint.api import CheckpointException
+
     msd, osd = get_state_dict(model, optimizer)
-    dcp.save(
-        {"model": msd, "optimizer": osd, "step": step, "torch_rng": torch.get_rng_state()}, checkpoint_id=tmp
-    )
+    try:
+        dcp.save(
+            {"model": msd, "optimizer": osd, "step": step, "torch_rng": torch.get_rng_state()},
+            checkpoint_id=tmp,
+        )
+    except (Exception, CheckpointException) as e:  # torch's zip writer hides ENOSPC behind its own error
+        raise save_failure(tmp, e) from e
     barrier(f"hpctrain.dcp.{step}.written")
     if master:
         shutil.rmtree(final, ignore_errors=True)

@@ -215,9 +215,7 @@ class Supervisor:
             else records.Failure(0, "mpirun exited 0 but rank 0 wrote no summary.json")
         )
         if self.write_error is not None:  # the cause of whatever the ranks then said
-            failure = records.Failure(
-                None, f"the run directory cannot be written: {self.write_error}", failure.tail
-            )
+            failure = records.Failure(None, _unwritable(self.write_error, failure.tail), failure.tail)
         write_state(run_dir, "FAILED", exit_code=code, failure=failure)
         return 4
 
@@ -291,6 +289,14 @@ class Supervisor:
                         tails[line.rank].append(line.text)
             code = self.proc.wait()
         return code, tails, "\n".join(mpirun_text)
+
+
+def _unwritable(write_error: str, tail: str) -> str:
+    """The log write that failed, and what the rank itself could not write (a checkpoint's shard,
+    say), if its last words name another file: both are the same full disk."""
+    said = next((ln.strip() for ln in reversed(tail.splitlines()) if "[Errno 28]" in ln), "")
+    rank = f"; the rank's own write failed too: {said}" if said and said not in write_error else ""
+    return f"the run directory cannot be written: {write_error}{rank}"
 
 
 def _gloo_rendezvous(hostname: str, ranks: int) -> Any:
