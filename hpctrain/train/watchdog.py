@@ -29,6 +29,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from hpctrain import records
@@ -66,7 +67,7 @@ def diagnose(beats: dict[int, dict[str, Any] | None], world: int, now: float) ->
     if out:
         return out
     current = {r: b for r, b in beats.items() if b is not None}  # every rank's, by now
-    busy = [r for r in range(world) if current[r]["phase"] != "comm"]
+    busy = [r for r in range(world) if not waits(current[r])]
     for r in busy or range(world):
         b = beats[r]
         assert b is not None
@@ -80,6 +81,31 @@ def diagnose(beats: dict[int, dict[str, Any] | None], world: int, now: float) ->
             )
         )
     return out
+
+
+COLLECTIVE_CODE = "/torch/distributed/"  # FSDP's unshard and reduce-scatter, pipelining's p2p
+TORCH_CODE = "/torch/"
+
+
+def in_collective(frame: FrameType | None) -> bool:
+    """Whether the main thread waits in torch.distributed right now: FSDP all-gathers and
+    reduce-scatters inside forward and backward, and a pipeline receives inside its schedule, so
+    the phase alone ("compute") does not tell a rank waiting for a peer from one at work. From
+    the innermost frame out, torch.distributed's code decides, unless other code than torch's (the
+    trainer's, the user's) is at work first: a stage's backward runs inside the schedule too."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if COLLECTIVE_CODE in name:
+            return True
+        if TORCH_CODE not in name and not name.startswith("<"):
+            return False
+        frame = frame.f_back
+    return False
+
+
+def waits(beat: dict[str, Any]) -> bool:
+    """A rank waiting for the others (in the comm phase, or inside a collective), not holding them up."""
+    return beat["phase"] == "comm" or bool(beat.get("collective"))
 
 
 def _done(beat: dict[str, Any]) -> str:
@@ -141,6 +167,7 @@ class Watchdog:
             phase=self.phase_name,
             since=self.since,
             time=time.time(),
+            collective=in_collective(sys._current_frames().get(self.main or 0)),
         )
 
     def _diagnose(self, beats: dict[int, dict[str, Any] | None]) -> list[Stalled]:
