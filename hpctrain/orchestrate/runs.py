@@ -4,6 +4,7 @@ happens meanwhile goes to a Reporter."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -68,7 +69,8 @@ def prepare(
     validate_points(configs, point_labels(points) if multirun else [""], launcher.facts)
     base = default_run_dir(configs[0], now or datetime.now())
     items = list(zip([list(pt) for pt in points], configs))
-    home = base if not multirun else base.parent / f"{base.name}-sweep"
+    # run.dir of a sweep is its directory, as given; the dated default gets "-sweep"
+    home = base if not multirun or configs[0].run.dir else base.parent / f"{base.name}-sweep"
     return placed(launcher, items, home, multirun, dated=configs[0].run.dir is None)
 
 
@@ -80,6 +82,8 @@ def placed(
     if not sweep:
         ((overrides, cfg),) = items
         return Prepared(launcher, [RunSpec(0, overrides, cfg, launcher.plan(cfg, home))], None, dated)
+    for i, (_, c) in enumerate(items):  # each point's config says where its run really is
+        c.run = dataclasses.replace(c.run, dir=str(home / str(i)))  # points may share sections
     runs = [RunSpec(i, o, c, launcher.plan(c, home / str(i), home)) for i, (o, c) in enumerate(items)]
     return Prepared(launcher, runs, home, dated)
 

@@ -70,7 +70,7 @@ def test_a_sweep_of_script_arguments_is_one_array_with_one_snapshot(user_project
         cwd=user_project,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    sweep = sweep.with_name("s-sweep")  # a sweep directory is named after run.dir
+    assert not sweep.with_name("s-sweep").exists()  # run.dir of a sweep is the sweep directory
     manifest = json.loads((sweep / "sweep.json").read_text())
     assert len(manifest["arrays"]) == 1 and len(manifest["runs"]) == 2
     assert sorted(p.name for p in sweep.iterdir() if p.name.startswith("code")) == ["code", "code.json"]

@@ -146,3 +146,14 @@ def test_status_puts_what_needs_attention_first() -> None:
         "PENDING",
         "COMPLETED",
     ]
+
+
+def test_a_sweeps_run_dir_is_its_directory_and_each_point_knows_its_own(tmp_path) -> None:
+    """Before, run.dir=X swept into X-sweep while every point's config (and status) said X."""
+    from hpctrain.orchestrate.runs import prepare
+
+    p = prepare(["train.seed=1,2", f"run.dir={tmp_path / 'X'}", "data=digits"], multirun=True)
+    assert p.group_dir == (tmp_path / "X").resolve()
+    assert [r.cfg.run.dir for r in p.runs] == [str(p.group_dir / "0"), str(p.group_dir / "1")]
+    assert [r.cfg.train.seed for r in p.runs] == [1, 2]
+    assert not (tmp_path / "X").exists()  # prepared, nothing created
