@@ -119,18 +119,25 @@ def study_lock(study_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def checked_runs(study_dir: Path, manifest: records.StudyManifest) -> None:
+def checked_runs(study_dir: Path, manifest: records.StudyManifest) -> records.StudyManifest:
     """Every run of study.json lives in its own directory inside the study, whatever the file
-    says: resume renames and writes only there."""
+    says: resume renames and writes only there. A study copied or moved as a whole (`cp -a`) is
+    resumed where it now is: its runs are found by name, and study.json says so from then on."""
     seen: set[str] = set()
+    here = study_dir.resolve()
     for r in manifest.runs:
-        inside = study_dir.resolve() / r.name
-        if not SAFE_NAME.match(r.name) or r.name in seen or Path(r.run_dir).resolve() != inside:
+        if not SAFE_NAME.match(r.name) or r.name in seen or Path(r.run_dir).name != r.name:
             raise RecordError(
                 f"{study_dir / records.STUDY}: run {r.name!r} has run_dir {r.run_dir!r}; every run must be "
-                f"a distinct directory of the study ({inside}); the file was edited or the study moved"
+                f"a distinct directory of the study named as the run ({here / r.name}): the file was edited"
             )
         seen.add(r.name)
+    if all(Path(r.run_dir) == here / r.name for r in manifest.runs):
+        return manifest
+    runs = [dataclasses.replace(r, run_dir=str(here / r.name)) for r in manifest.runs]
+    moved = dataclasses.replace(manifest, runs=runs)
+    records.write(study_dir / records.STUDY, moved)
+    return moved
 
 
 def run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
@@ -153,8 +160,7 @@ def _in_flight(launcher: Launcher, runs: list[records.StudyRun]) -> list[str]:
 
 
 def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
-    manifest = records.read_study(study_dir)
-    checked_runs(study_dir, manifest)
+    manifest = checked_runs(study_dir, records.read_study(study_dir))
     todo = pending(manifest)
     done = len(manifest.runs) - len(todo)
     if done:

@@ -96,3 +96,22 @@ def test_resume_validates_every_run_again_before_touching_anything(tmp_path: Pat
     assert r.returncode == 2, r.stdout + r.stderr
     assert "train.steps: must be >= 1 (got 0)" in r.stderr and "in: n1-r0" in r.stderr, r.stderr
     assert sorted(p.name for p in study.iterdir()) == before  # nothing renamed or started
+
+
+def test_a_copied_study_resumes_where_it_now_is(tmp_path: Path) -> None:
+    """`cp -a` of a study, then resume of the copy: before, refused as 'edited or moved'. The copy's
+    own runs are found by name and run there; the original is left as it was."""
+    import shutil
+
+    r = hpctrain(*_study(tmp_path, "study.steps=4"), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [study] = list(tmp_path.glob("*/*-strong"))
+    copy = tmp_path / "copy"
+    shutil.copytree(study, copy, symlinks=True)
+    (copy / "n1-r0" / "summary.json").unlink()  # pending in the copy only
+    r = hpctrain("study", "resume", str(copy), "--no-progress", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (copy / "n1-r0" / "summary.json").exists() and (study / "n1-r0" / "summary.json").exists()
+    manifest = json.loads((copy / "study.json").read_text())
+    assert [run["run_dir"] for run in manifest["runs"]] == [str(copy.resolve() / "n1-r0")]
+    assert json.loads((copy / "n1-r0" / "plan.json").read_text())["run_dir"] == str(copy.resolve() / "n1-r0")
