@@ -28,10 +28,11 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
     found.sort(key=lambda f: state_rank(f[1].state))  # stable: submission order within a state
     by_name = orchestrate.overrides_in(path)
     common, varying = split_common([by_name.get(job.run_dir.name, []) for job, _, _ in found])
-    if len(found) > 1:
-        counts = Counter(st.state for _, st, _ in found)
+    unstarted = orchestrate.unstarted_in(path)
+    if len(found) + len(unstarted) > 1:
+        counts = Counter([st.state for _, st, _ in found] + ["NOT STARTED"] * len(unstarted))
         console.print(
-            f"{len(found)} runs: "
+            f"{len(found) + len(unstarted)} runs: "
             + ", ".join(f"{counts[k]} {k.lower()}" for k in sorted(counts, key=state_rank)),
             highlight=False,
         )
@@ -61,6 +62,9 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
         if any(varying):
             row.insert(1, " ".join(own))
         table.add_row(*row)
+    for name, why in unstarted:  # a study's runs without a job
+        own = [" ".join(o for o in by_name.get(name, []) if o not in common)] if any(varying) else []
+        table.add_row(name, *own, "-", "[yellow]NOT STARTED[/]", "-", "-", "-", why)
     console.print(table)
     if hidden:
         rest = Counter(st.state for (_, st, _), _ in rows[len(rows) - hidden :])

@@ -261,6 +261,22 @@ def jobs_in(path: Path) -> list[Job]:
     )
 
 
+def unstarted_in(path: Path) -> list[tuple[str, str]]:
+    """A study's runs that have no job (not started yet, or their directory is not one): (name,
+    why), so that status lists every run of the study, as analyze does."""
+    if (path / records.JOB).exists() or not (path / records.STUDY).exists():
+        return []
+    study = records.read(path / records.STUDY, records.StudyManifest)
+    out = []
+    for r in study.runs:
+        d = records.member_dir(path, r.run_dir)
+        if d.exists() and not d.is_dir():
+            out.append((r.name, f"{d} is not a directory"))
+        elif not (d / records.JOB).exists() and not (d / records.SUMMARY).exists():  # not copied records
+            out.append((r.name, "not started yet"))
+    return out
+
+
 def overrides_in(path: Path) -> dict[str, list[str]]:
     """Each run's overrides by run directory name, for a sweep or study directory ({} otherwise)."""
     manifest: records.SweepManifest | records.StudyManifest

@@ -105,3 +105,23 @@ def test_bench_predict_prints_both_errors_for_recorded_studies() -> None:
     assert text.count("largest error: in-sample") == 3 and "leave-one-out" in text
     assert "the model describes these runs" in text
     assert "does NOT describe these runs" in text and "LOO err" in text
+
+
+def test_status_of_a_study_lists_every_run_also_those_without_a_job(tmp_path: Path) -> None:
+    """Before, a run whose directory was a file (analyze names it) or that never started was left
+    out of status."""
+    import shutil
+
+    from tests.conftest import hpctrain_here
+
+    study = tmp_path / "strong"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "studies" / "local-strong", study)
+    shutil.rmtree(study / "n2-r2")
+    (study / "n2-r2").write_text("not a run")
+    shutil.rmtree(study / "n2-r1")
+    r = hpctrain_here("status", str(study))
+    assert r.returncode == 0, r.stderr
+    assert "2 runs: 2 not started" in r.stdout, r.stdout
+    rows = {line.split("│")[1].strip(): line for line in r.stdout.splitlines() if line.count("│") > 3}
+    assert "NOT STARTED" in rows["n2-r1"] and "not started yet" in rows["n2-r1"], r.stdout
+    assert "NOT STARTED" in rows["n2-r2"] and "n2-r2 is not a directory" in rows["n2-r2"], r.stdout

@@ -237,7 +237,8 @@ class LocalLauncher(Launcher):
         if st.launch_error:
             return LaunchError(st.launch_error)
         if status.state == "CANCELLED":
-            return RunCancelled(f"run {job.run_dir} was cancelled")
+            never = " before it started" if st.started is None else ""  # queued behind a stopped run
+            return RunCancelled(f"run {job.run_dir} was cancelled{never}")
         if st.failure is not None:
             return RankFailure(st.failure.rank, st.failure.cause, st.failure.tail, str(job.run_dir))
         return RankFailure(None, status.reason or f"the run ended {status.state}", run_dir=str(job.run_dir))
