@@ -33,6 +33,12 @@ if [ "${1:-}" = "--quick" ]; then
   select="not mpi and not slurm and not container and not gpu"
 fi
 CACHE=${HPCTRAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpctrain}
+if [ "$tier" = full ] && [ "$(id -u)" -ne 0 ]; then
+  # the tests mount small tmpfs file systems (a full disk, a read-only store), start a SLURM
+  # cluster's daemons and register the account in its database as root
+  echo "test.sh: the full test command runs as root (sudo bash scripts/test.sh); --quick runs as any user" >&2
+  exit 1
+fi
 if [ "$tier" = quick ]; then
   bash "$ROOT/scripts/setup.sh"
 else

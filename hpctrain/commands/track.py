@@ -26,7 +26,9 @@ def tracking_for(
     if not (cfg.tracking.mlflow or cfg.tracking.tensorboard):
         return None
     return LiveTracking(
-        path, lambda text: console.print(f"[yellow]warning:[/] {text}", highlight=False), state_of
+        path,
+        lambda text: console.print(f"[yellow]warning:[/] {text}", highlight=False, soft_wrap=True),
+        state_of,
     )
 
 
@@ -60,7 +62,7 @@ def cmd_track(args: argparse.Namespace, console: Console) -> int:
             orchestrate.accounted(orchestrate.launcher_of(job), job)
     t, n = track(path, args.uri, args.tensorboard, warnings.append, state_of)
     for w in warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
     kind, _ = members(path)
     console.print(f"tracked {n} run(s) of {kind} {path}", highlight=False)
     if t is not None:

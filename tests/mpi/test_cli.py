@@ -186,6 +186,9 @@ def test_bench_allreduce_runs_end_to_end(tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["rows"]
     assert [row["bytes"] for row in rows] == [2**k for k in range(10, 21)]  # 1 KiB .. 1 MiB
     assert all(row["hvd_s"] > 0 and row["mpi_s"] > 0 and row["torch_s"] > 0 for row in rows)
+    # FSDP's collectives beside them: torch.distributed's all-gather and reduce-scatter
+    assert all(0 < row["allgather_s"] < 10 and 0 < row["reduce_scatter_s"] < 10 for row in rows), rows
+    assert "all-gather" in r.stdout and "ag busbw" in r.stdout and "rs busbw" in r.stdout, r.stdout
 
 
 def test_bench_pipeline_runs_end_to_end(tmp_path: Path) -> None:

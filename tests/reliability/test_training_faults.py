@@ -4,10 +4,12 @@ the run naming the step and rank (configurable)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
+from hpctrain import records
 from tests.conftest import hpctrain
 
 pytestmark = pytest.mark.mpi
@@ -22,13 +24,13 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_rank(tmp_path: Path) -> No
     errors = [json.loads(p.read_text()) for p in run_dir.glob("error-rank*.json")]
     error = min(errors, key=lambda e: e["time"])  # the rank that failed first is the one reported
     assert error["type"] == "NonFiniteLoss"
-    steps = [
-        json.loads(line) for line in (run_dir / f"steps-rank{error['rank']}.jsonl").read_text().splitlines()
-    ]
+    path = run_dir / f"steps-rank{error['rank']}.jsonl"
+    steps = records.read_steps(path)
     bad = steps[-1]  # the record of the step that went non-finite is kept, and is the last
-    assert bad["loss"] != bad["loss"] or abs(bad["loss"]) == float("inf")
-    assert all(s["loss"] == s["loss"] and abs(s["loss"]) != float("inf") for s in steps[:-1])
-    assert f"the loss is {bad['loss']} at step {bad['step']} on rank {error['rank']}" in r.stderr, r.stderr
+    assert not math.isfinite(bad.loss) and all(math.isfinite(s.loss) for s in steps[:-1])
+    # written as standard JSON: the non-finite loss is null, not Python's NaN or Infinity
+    assert json.loads(path.read_text().splitlines()[-1], parse_constant=lambda c: c)["loss"] is None
+    assert f"the loss is {bad.loss} at step {bad.step} on rank {error['rank']}" in r.stderr, r.stderr
     assert not (run_dir / "summary.json").exists()
 
 

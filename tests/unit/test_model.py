@@ -93,6 +93,23 @@ def test_roofline_by_hand_on_both_sides_of_the_crossover() -> None:
     assert roofline("horovod", "fusion", 1, 4 * MIB, 64 * MIB, 10, TRUTH, 0.0) is None
 
 
+def test_fsdp_units_are_one_and_a_half_all_reduces_on_the_wire_by_hand() -> None:
+    """FSDP resharded after forward: per unit two all-gathers and a reduce-scatter, each (n-1)/n of
+    the unit's bytes in n-1 steps: 3 (n-1)/n m against an all-reduce's 2 (n-1)/n m (Rajbhandari
+    et al. 2020, section 7). 4 MiB in 5 units on 4 ranks, per collective 2 ms + 6 x 20 us:
+    latency 1.5 x 5 x 2.12 ms = 15.9 ms; bandwidth 3 x 3/4 x 4 MiB x 1 ns = 9.437 ms."""
+    fsdp = roofline("ddp", "shards", 4, 4 * MIB, 0, 5, TRUTH, 4e-3)
+    assert fsdp is not None and fsdp.messages == 5  # one group per unit, whatever the bucket size
+    assert fsdp.latency_s == pytest.approx(1.5 * 5 * 2.12e-3)
+    assert fsdp.bandwidth_s == pytest.approx(3 * 0.75 * 4 * MIB * 1e-9)
+    assert fsdp.overlap == pytest.approx(1 - 4e-3 / (15.9e-3 + 3 * 0.75 * 4 * MIB * 1e-9))
+    assert fsdp.bound == "latency" and "shard coarser units (parallelism.shard.modules; 5 now)" in fsdp.knob
+    assert "1.5x an all-reduce" in fsdp.grouping
+    # 64 MiB in one unit: bandwidth 3 x 3/4 x 64 MiB x 1 ns = 151 ms > latency 1.5 x 2.12 ms
+    big = roofline("ddp", "shards", 4, 64 * MIB, 0, 1, TRUTH, 0.0)
+    assert big is not None and big.bound == "bandwidth" and "reshard_after_forward=false" in big.knob
+
+
 def _scales(
     f: float, noise: float = 0.0, seed: int = 1, threads: tuple[int, ...] = (), jitter: float = 0.0
 ) -> list[Scale]:

@@ -132,3 +132,22 @@ def test_waiting_for_a_local_run_returns_once_its_supervisor_has_left(tmp_path) 
     assert states[str(lingering.pid)].state == "COMPLETED"
     assert lingering.poll() is not None or process_start(lingering.pid) is None  # gone (or a zombie)
     lingering.wait()
+
+
+@pytest.mark.parametrize(
+    ("started", "said"), [(False, "was cancelled before it started"), (True, "was cancelled")]
+)
+def test_a_run_cancelled_while_it_waited_says_it_never_started(tmp_path, started: bool, said: str) -> None:
+    """A killed study's runs queued behind the stopped one were reported as plain 'cancelled'."""
+    from hpctrain import records
+    from hpctrain.launch.base import Job, JobStatus
+    from hpctrain.launch.local.launcher import LocalLauncher
+    from hpctrain.launch.local.supervisor import write_state
+
+    if started:
+        write_state(tmp_path, "RUNNING")
+    write_state(tmp_path, "CANCELLED")
+    job = Job(tmp_path, records.new(records.JobRef, launcher="local", job_id="7", world_size=2))
+    message = str(LocalLauncher().failure(job, JobStatus("7", "CANCELLED")))
+    assert message.endswith(said) and (started or "before it started" in message)
+    assert started == ("before it started" not in message)

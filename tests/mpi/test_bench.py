@@ -1,0 +1,63 @@
+"""`hpctrain bench memory` and `hpctrain bench profile` end to end, on small models: the figures
+they print are checked against the run records they come from (never against wall-clock bounds)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import hpctrain
+
+pytestmark = pytest.mark.mpi
+
+
+def test_bench_memory_shows_fsdp_holding_about_half_of_ddps_state_on_two_ranks(tmp_path: Path) -> None:
+    r = hpctrain(
+        "bench", "memory", "--ranks", "1", "2", "--width", "64", "--depth", "2", "--steps", "2",
+        "--out", str(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {
+        (m[1], int(m[2])): [c.strip() for c in m[3].split("│")]
+        for m in re.finditer(r"^\s*│\s*(ddp|fsdp)\s*│\s*(\d)\s*│(.*)│\s*$", r.stdout, re.M)
+    }
+    assert sorted(rows) == [("ddp", 1), ("ddp", 2), ("fsdp", 1), ("fsdp", 2)], r.stdout
+    [out] = list(tmp_path.glob("*/*-memory"))
+    s = {
+        k: json.loads((out / f"{'data' if k[0] == 'ddp' else 'fsdp'}-n{k[1]}" / "summary.json").read_text())
+        for k in rows
+    }
+
+    def state(rank: dict) -> int:  # parameters + gradients + optimizer state (RankSummary.state_bytes)
+        return int(rank["param_bytes"] + rank["grad_bytes"] + rank["optimizer_bytes"])
+
+    whole = state(s["ddp", 1]["per_rank"][0])
+    for (kind, n), cells in rows.items():
+        held = max(state(x) for x in s[kind, n]["per_rank"])
+        assert cells[3] == f"{held / 2**20:.1f}", (kind, n, cells)  # state MiB, from the records
+        assert cells[4] == f"{whole // (n if kind == 'fsdp' else 1) / 2**20:.1f}"  # ZeRO-3's 1/N
+    ratio = float(rows["fsdp", 2][5])  # fsdp's state per rank over ddp's, at 2 ranks
+    assert 0.5 <= ratio < 0.56 and float(rows["fsdp", 1][5]) == pytest.approx(1.0, abs=1e-3), rows
+
+
+def test_bench_profile_compares_a_window_inside_the_warm_up_with_the_profiler_off(tmp_path: Path) -> None:
+    r = hpctrain(
+        "bench", "profile", "--ranks", "2", "--repeats", "1", "--steps", "10", "--warmup", "5",
+        "--out", str(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    ratio = float(r.stdout.split("window ended / off = ")[1].split()[0])
+    assert ratio > 0  # a figure for the note, never a timing assertion
+    [out] = list(tmp_path.glob("profile-*"))
+    off, window = out / "profiler-off-0", out / "window-ended-0"
+    assert not (off / "traces").exists()
+    profile = yaml.safe_load((window / "config.yaml").read_text())["profile"]
+    assert profile["enabled"] is True and profile["steps"] == [1, 3]
+    assert list((window / "traces").glob("*rank0*")), sorted(p.name for p in window.rglob("*"))
+    # the window (steps 1..3) ends inside the warm-up: every timed step ran with the profiler off
+    steps = [json.loads(line) for line in (window / "steps-rank0.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in steps if x["timed"]] == list(range(5, 10))
