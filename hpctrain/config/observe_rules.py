@@ -17,8 +17,37 @@ def observe_problems(cfg: Config, world: int) -> list[Problem]:
     return _tracking_problems(cfg) + _profile_problems(cfg, world)
 
 
+# what each option of the tracking group turns on (conf/tracking/*.yaml)
+TRACKERS = {
+    "none": (False, False),
+    "mlflow": (True, False),
+    "tensorboard": (False, True),
+    "both": (True, True),
+}
+
+
+def _chosen_trackers(cfg: Config) -> list[Problem]:
+    """tracking=none tracking.mlflow=true tracked anyway: a flag that contradicts the option."""
+    t = cfg.tracking
+    want = TRACKERS.get(t.name)
+    if want is None or want == (t.mlflow, t.tensorboard):
+        return []
+    flags = {"mlflow": t.mlflow, "tensorboard": t.tensorboard}
+    key = next(k for k, on, w in zip(flags, flags.values(), want, strict=True) if on != w)
+    pick = [n for n, w in TRACKERS.items() if w == (t.mlflow, t.tensorboard)][0]
+    return [
+        Problem(
+            f"tracking.{key}",
+            f"={str(flags[key]).lower()} contradicts tracking={t.name}",
+            f"choose the option that says what you want: tracking={pick}",
+        )
+    ]
+
+
 def _tracking_problems(cfg: Config) -> list[Problem]:
-    t, p = cfg.tracking, []
+    t, p = cfg.tracking, _chosen_trackers(cfg)
+    if p:
+        return p
     if not (t.mlflow or t.tensorboard):
         for key in ("uri", "experiment"):
             if getattr(t, key) is not None:

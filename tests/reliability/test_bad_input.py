@@ -231,6 +231,11 @@ CASES = [
         2,
         "cluster.container.binds[0]: /nonexistent_dir does not exist on this host",
     ),
+    (
+        ["run", "tracking=none", "tracking.mlflow=true", "--dry-run"],
+        2,
+        "tracking.mlflow: =true contradicts tracking=none",
+    ),
     # sweeps that cannot be listed (class 5)
     (["run", "-m", "train.seed=choice(1,choice(2,3))", "--dry-run"], 2, "a choice cannot hold another sweep"),
     (["run", "-m", "model=glob(zzz*)", "--dry-run"], 2, "matches none of the options of model"),
