@@ -12,6 +12,7 @@ split by the link's measured α–β (train/p2p.py); the rest of its wall time i
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,7 +116,11 @@ def cut(cfg: Config, module: nn.Module, layout: Layout, example: torch.Tensor) -
             f"parallelism.split_at: {unknown} are not modules of the model; its modules include {some}, ..."
         )
     try:
-        pipe = pipeline(module, mb_args=(example,), split_spec={n: SplitPoint.BEGINNING for n in names})
+        with warnings.catch_warnings():
+            # torch.export's own pytree code deprecates what it calls itself (torch 2.13): not the
+            # user's to act on, so not on their console
+            warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec", category=FutureWarning)
+            pipe = pipeline(module, mb_args=(example,), split_spec={n: SplitPoint.BEGINNING for n in names})
     except Exception as e:  # noqa: BLE001 - tracing fails in many ways; all mean "cannot cut here"
         raise SplitError(
             f"the model cannot be traced for a pipeline (torch.export): {type(e).__name__}: {str(e)[:500]}"

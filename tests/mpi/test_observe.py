@@ -90,3 +90,34 @@ def test_a_ddp_run_whose_tracking_server_is_down_trains_to_the_end(tmp_path: Pat
     assert "Traceback" not in r.stdout + r.stderr
     assert len(records.read_steps(run_dir / records.steps_file(1))) == 10
     assert_traces_agree(run_dir, 2)
+
+
+def test_the_profile_settings_change_what_the_trace_holds(tmp_path: Path) -> None:
+    """profile.ranks picks the ranks that write a trace; record_shapes adds operators' input
+    shapes, with_stack their Python call stacks, memory the allocator's events. One run with all
+    of them against the run above's defaults (none of them)."""
+    import json as _json
+
+    run_dir = tmp_path / "all"
+    r = hpctrain(
+        "run", "--no-progress", f"run.dir={run_dir}", *OBSERVED, "cluster.ranks=2", "profile.ranks=[1]",
+        "profile.record_shapes=true", "profile.with_stack=true", "profile.memory=true",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in (run_dir / "traces").iterdir()) == ["rank1.pt.trace.json"]
+    events = _json.loads((run_dir / "traces" / "rank1.pt.trace.json").read_text())["traceEvents"]
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    assert any("Input Dims" in e.get("args", {}) for e in ops)  # record_shapes
+    assert any(e.get("cat") == "python_function" for e in events)  # with_stack
+    assert any(e.get("name") == "[memory]" for e in events)  # memory
+    plain = tmp_path / "plain"
+    r = hpctrain("run", "--no-progress", f"run.dir={plain}", *OBSERVED, "cluster.ranks=2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in (plain / "traces").iterdir()) == [
+        "rank0.pt.trace.json",
+        "rank1.pt.trace.json",
+    ]
+    events = _json.loads((plain / "traces" / "rank1.pt.trace.json").read_text())["traceEvents"]
+    assert not any("Input Dims" in e.get("args", {}) for e in events if e.get("cat") == "cpu_op")
+    assert not any(e.get("cat") == "python_function" for e in events)
+    assert not any(e.get("name") == "[memory]" for e in events)
