@@ -269,7 +269,8 @@ class Supervisor:
             # what a rank forked and left behind (a script's pool workers, when the rank was killed)
             # is re-parented to this subreaper; once mpirun is done it is ended, which also closes
             # the streams it may hold
-            threading.Thread(target=self._end_leftovers, args=(self.proc,), daemon=True).start()
+            leftovers = threading.Thread(target=self._end_leftovers, args=(self.proc,), daemon=True)
+            leftovers.start()
             open_streams = len(threads)
             demux = Demux()
             while open_streams:
@@ -288,6 +289,8 @@ class Supervisor:
                     if not line.text.startswith(EVENT):  # progress events are not what a rank said
                         tails[line.rank].append(line.text)
             code = self.proc.wait()
+            # done before the next run starts: its reaping (waitpid(-1)) must never take the next mpirun
+            leftovers.join()
         return code, tails, "\n".join(mpirun_text)
 
 
