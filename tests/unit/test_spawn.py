@@ -54,17 +54,22 @@ def test_a_failed_rank_is_reported_as_mpirun_reports_it(code: int, said: str) ->
     assert rank == 1 and cause.startswith(said)
 
 
-def test_the_spawner_stops_the_others_when_one_rank_fails_and_returns_its_status() -> None:
-    # rank 1 exits 3 at once; rank 0 would sleep for a minute: it is stopped, not waited for
-    child = "import os, sys, time; r = int(os.environ['RANK']); print('rank', r, flush=True); " + (
-        "sys.exit(3) if r == 1 else time.sleep(60)"
+def test_the_spawner_stops_the_others_when_one_rank_fails_and_returns_its_status(tmp_path) -> None:
+    # rank 1 exits 3 once rank 0 has printed (a marker file: on a loaded machine rank 0 once had
+    # not started printing when it was stopped); rank 0 would sleep for a minute: it is stopped
+    ready = tmp_path / "rank0-printed"
+    child = (
+        "import os, pathlib, sys, time; r = int(os.environ['RANK']); print('rank', r, flush=True); "
+        f"m = pathlib.Path({str(ready)!r})\n"
+        "if r == 0:\n    m.touch(); time.sleep(60)\n"
+        "else:\n    [time.sleep(0.05) for _ in range(600) if not m.exists()]; sys.exit(3)\n"
     )
     r = subprocess.run(
         [sys.executable, "-m", "hpctrain.launch.local.spawn", "-np", "2", "--tag-output", "--"]
         + [sys.executable, "-c", child],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=60,
     )
     assert r.returncode == 3
     assert "[1,0]<stdout>:rank 0" in r.stdout and "[1,1]<stdout>:rank 1" in r.stdout
