@@ -217,20 +217,28 @@ def newest(
     none at all; CheckpointError if there are some but none is usable."""
     paths, skipped = candidates(run_dir, resume_from)
     for path in paths:
-        try:
-            state = load_any(path)
-            if not isinstance(state, dict) or any(k not in state for k in keys):
-                raise ValueError("not an hpctrain checkpoint")
-        except UnsafeCheckpoint as e:  # said in full: someone planted code in it
-            skipped.append(f"{path.name} was refused and not run: it holds {e.found}, not only tensors")
-            continue
-        except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign: try the next one
-            skipped.append(f"{path.name} is unusable ({type(e).__name__}: {str(e)[:120]})")
+        state, why = read_usable(path, keys)
+        if why is not None:  # truncated, corrupt, foreign or planted: try the next one
+            skipped.append(f"{path.name} {why}")
             continue
         return path, state, skipped
     if skipped:
         raise none_usable(paths, run_dir, skipped)
     return None
+
+
+def read_usable(path: Path, keys: tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
+    """A checkpoint of either format read whole, and why it cannot be used (None: it can): it
+    does not load, lacks `keys`, or carries code (said in full: someone planted it)."""
+    try:
+        state = load_any(path)
+        if not isinstance(state, dict) or any(k not in state for k in keys):
+            raise ValueError("not an hpctrain checkpoint")
+    except UnsafeCheckpoint as e:
+        return {}, f"was refused and not run: it holds {e.found}, not only tensors"
+    except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign
+        return {}, f"is unusable ({type(e).__name__}: {str(e)[:120]})"
+    return state, None
 
 
 def none_usable(paths: list[Path], run_dir: Path, skipped: list[str]) -> CheckpointError:

@@ -28,12 +28,11 @@ from hpctrain.train.checkpoint import (
     DIR,
     SUFFIX,
     CheckpointError,
-    UnsafeCheckpoint,
     by_name,
     param_names,
     planted,
     prune,
-    read_state,
+    read_usable,
     save_failure,
 )
 
@@ -88,7 +87,7 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
         _agree(_dcp_load(path, state))
         options = None
     else:  # a data-parallel checkpoint: whole tensors, optimizer state by parameter index
-        state, why = _read(path)
+        state, why = read_usable(path, ("model", "optimizer", "step", "torch_rng"))
         _agree(why)
         state["optimizer"] = by_name(state["optimizer"], param_names(model))
         options = StateDictOptions(full_state_dict=True)
@@ -153,17 +152,3 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> str | None:
         ]
         return f"is unusable ({'; '.join(parts)})"
     return None
-
-
-def _read(path: Path) -> tuple[dict[str, Any], str | None]:
-    try:
-        state = read_state(path)  # never unpickles code (train/checkpoint.py)
-    except UnsafeCheckpoint as e:
-        return {}, f"was refused and not run: it holds {e.found}, not only tensors"
-    except Exception as e:  # noqa: BLE001 - truncated, corrupt or foreign
-        return {}, f"is unusable ({type(e).__name__}: {str(e)[:120]})"
-    if not isinstance(state, dict) or any(
-        k not in state for k in ("model", "optimizer", "step", "torch_rng")
-    ):
-        return {}, "is unusable (not an hpctrain checkpoint)"
-    return state, None
