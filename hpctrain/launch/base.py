@@ -169,6 +169,11 @@ class Launcher(ABC):
         job does anyway; a local run's supervisor is told not to follow its parent)."""
         return None
 
+    def settled(self, jobs: list[Job]) -> None:
+        """Every job is done: what must also have ended before wait() returns (nothing of a run
+        outlives the command; a local run's supervisor, say)."""
+        return None
+
     def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
         """What to tell the user once the runs are started or submitted."""
         if len(jobs) == 1:
@@ -190,6 +195,7 @@ class Launcher(ABC):
             states = self.status(jobs)
             on_poll(states)
             if len(states) == len(jobs) and all(s.done for s in states.values()):
+                self.settled(jobs)
                 return states
             blocked = [j for j in jobs if j.job_id in states and states[j.job_id].blocked]
             if blocked:  # waiting would be for ever: stop them and say why

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,20 +144,12 @@ class LocalLauncher(Launcher):
             jobs.append(Job(r.run_dir, ref))
         return jobs
 
-    def wait(
-        self,
-        jobs: list[Job],
-        timeout_s: float,
-        poll_s: float = 1.0,
-        on_poll: Callable[[dict[str, JobStatus]], None] = lambda s: None,
-    ) -> dict[str, JobStatus]:
-        """As every launcher waits; then, the outcome recorded, until each supervisor has left
-        too (it writes state.json before it exits): nothing of the run outlives the command."""
-        states = super().wait(jobs, timeout_s, poll_s, on_poll)
+    def settled(self, jobs: list[Job]) -> None:
+        """The outcome recorded, until each supervisor has left too (it writes state.json before
+        it exits)."""
         deadline = time.monotonic() + SUPERVISOR_EXIT_S
         while any(supervisor_alive(j.ref) for j in jobs) and time.monotonic() < deadline:
             time.sleep(0.02)
-        return states
 
     def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
         out = {}
