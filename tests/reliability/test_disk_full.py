@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,20 +25,19 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
 
 
-def test_a_full_disk_is_named_and_the_records_stay_consistent(small_fs: Path) -> None:
-    run_dir = small_fs / "r"
+def run_until_full(run_dir: Path, *overrides: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    """A run whose directory fills up: it must fail (exit 4); its output, and what the failure
+    says before the rank's last output."""
     r = hpctrain(
-        "run",
-        "--no-progress",
-        f"run.dir={run_dir}",
-        "data=digits",
-        "train.steps=100000",
-        "train.log_interval=1",
-        "train.save_model=false",
-        timeout=300,
+        "run", "--no-progress", f"run.dir={run_dir}", "train.save_model=false", *overrides, timeout=300
     )
     assert r.returncode == 4, r.stdout + r.stderr
-    said = r.stderr.split("last output")[0]
+    return r, r.stderr.split("last output")[0]
+
+
+def test_a_full_disk_is_named_and_the_records_stay_consistent(small_fs: Path) -> None:
+    run_dir = small_fs / "r"
+    r, said = run_until_full(run_dir, "data=digits", "train.steps=100000", "train.log_interval=1")
     # the file named, in the run directory (which write fills the disk first, log or steps, varies)
     assert re.search(
         rf"No space left on device \(errno ENOSPC\) writing {re.escape(str(run_dir))}/\S+", said
@@ -57,21 +57,15 @@ def test_a_full_disk_during_a_sharded_save_names_the_checkpoint(tmp_path: Path) 
     (before, only the log file the supervisor could not write was named)."""
     with small_tmpfs(tmp_path / "small", "16m") as mnt:
         run_dir = mnt / "r"
-        r = hpctrain(
-            "run",
-            "--no-progress",
-            f"run.dir={run_dir}",
+        r, said = run_until_full(
+            run_dir,
             "parallelism=fsdp",
             "model=mlp",
             "model.width=1024",
             "cluster.ranks=2",
             "train.steps=50",
             "cluster.checkpoint_interval=1",
-            "train.save_model=false",
-            timeout=300,
         )
-        assert r.returncode == 4, r.stdout + r.stderr
-        said = r.stderr.split("last output")[0]
         assert "No space left on device" in said and ".dcp" in said, r.stderr
         assert (
             not (run_dir / "checkpoints" / "latest").exists()
