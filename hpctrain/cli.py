@@ -208,7 +208,7 @@ def _add_bench(sub: Subparsers) -> None:
     ov = bsub.add_parser("overhead", help="hpctrain's training throughput vs a minimal Horovod script")
     ov.add_argument("--ranks", type=positive_int, default=2)
     ov.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
-    ov.add_argument("--steps", type=positive_int, default=60)
+    ov.add_argument("--steps", type=positive_int, help="per run, a tenth warm-up (default: cpu 60, cuda 400)")
     ov.add_argument("--batch", type=positive_int, default=64, help="per-rank batch")
     ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
     ov.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per rank")

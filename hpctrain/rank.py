@@ -164,7 +164,9 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         finished=time.time(),
         precision=cfg.precision.name,
         model=cfg.model._target_ or cfg.model.name,
-        backend=cfg.parallelism.backend,
+        backend=str(
+            engine.environment().get("backend", cfg.parallelism.backend)
+        ),  # what it ran on: nccl, gloo, mpi
         compression=cfg.parallelism.compression,
         engine=cfg.parallelism.engine,
         parallelism=str(cfg.parallelism.name),

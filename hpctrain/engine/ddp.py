@@ -87,7 +87,7 @@ class DdpEngine(Engine, StageReplicas, Sharding):
         device = current_device(cfg.train.device)
         self.device_type, self.clock = device.type, clock_for(device)
         init_process_group(device)
-        size = dist.get_world_size()
+        size = self.size = dist.get_world_size()
         if size != expected_size:
             raise CommError(
                 f"torch.distributed sees a world of {size} rank(s) but the plan has {expected_size}; "
@@ -139,10 +139,15 @@ class DdpEngine(Engine, StageReplicas, Sharding):
     def vote(self, flag: bool, step: int) -> Any:
         import torch
 
-        t = torch.tensor([float(flag)], device=self.device_type)
+        if self.size == 1:
+            return flag  # nobody to agree with: no collective (a step's kernels on one GPU)
+        # filled on the device: no host-to-device copy, which would wait for the stream
+        t = torch.full((1,), float(flag), device=self.device_type)
         return t, self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX, async_op=True)
 
     def vote_result(self, handle: Any) -> bool:
+        if isinstance(handle, bool):
+            return handle
         t, work = handle
         work.wait()
         return float(t[0]) > 0

@@ -39,7 +39,7 @@ from hpctrain.train.profile import attach
 from hpctrain.train.schedule import lr_at
 from hpctrain.train.shard import sharded_trainer
 from hpctrain.train.stats import rank_stats
-from hpctrain.train.step import DataParallelTrainer, StepInput, StepResult, Trainer, sync
+from hpctrain.train.step import DataParallelTrainer, StepInput, StepResult, Trainer
 from hpctrain.train.targets import probe
 from hpctrain.train.watchdog import Watchdog
 
@@ -292,14 +292,15 @@ def _steps(
         for step, (x, y) in enumerate(t.loader, start=start):
             _debug_hooks(cfg, info.rank, step, start, t, control, emit if master else None)
             x, y = place_batch(cfg, x, t.device), y.to(t.device, non_blocking=True)
-            sync(t.device)  # the copy to the device is part of the data wait
+            # the copies are queued on the compute stream before this mark, so the copy to the
+            # device is part of the data wait, which ends when the device reaches it (the step
+            # reads that once it has settled: StepResult.began)
             arrived = t.clock.mark()
-            t_data = t.clock.settle(arrived)  # where the data wait ends and the step's parts begin
             lr = lr_at(step, cfg.optim, d.lr)
             vote = control.requested if control is not None else None
             r = t.train_step(engine, cfg, StepInput(x, y, lr, step, vote, arrived))
             t.watch.phase("data", step + 1)  # what follows counts as the next step's data wait
-            rec = _record(cfg, d, info.rank, step, lr, r, t_data, t_prev)
+            rec = _record(cfg, d, info.rank, step, lr, r, t_prev)
             t_prev = r.end
             out.append(rec)
             steps_file.write(records.step_line(rec))
@@ -332,14 +333,14 @@ def _checkpoint_due(cfg: Config, control: StopControl, step: int, stop: bool) ->
 
 
 def _record(
-    cfg: Config, d: Derived, rank: int, step: int, lr: float, r: StepResult, t_data: float, t_prev: float
+    cfg: Config, d: Derived, rank: int, step: int, lr: float, r: StepResult, t_prev: float
 ) -> records.StepRecord:
     return records.StepRecord(
         step=step,
         rank=rank,
         loss=r.loss,
         lr=lr,
-        data_s=t_data - t_prev,
+        data_s=max(0.0, r.began - t_prev),  # 0 at worst: both host times read as the device settled
         compute_s=r.compute_s,
         comm_s=r.comm_s,
         step_s=r.end - t_prev,

@@ -57,14 +57,14 @@ class PipelineTrainer(Trainer):
         loss = loss.to(self.device)  # NCCL broadcasts device tensors
         sent = dist.broadcast(loss, src=pipe.last_rank, group=pipe.group, async_op=True)
         replicated = pipe.layout.replicas > 1
-        ready, stop = self._communicate(engine, b.step, vote, replicated)
+        ready = self._communicate(engine, b.step, replicated)
         averaged = clock.mark()
         # the loss arrives when the last stage's schedule ends; the stages that ended first wait
         # for it: the pipeline's drain, idle time like the waits inside the schedule
         sent.wait()
         comm = clock.mark()
         end = self._update(engine, b.step, averaged=replicated)
-        t_end = clock.settle(end)
+        t_end, began = self._settle(b.start, end)
         traffic = pipe.meter.settle(clock)
         compute = pipe.tally.compute_s()
         waited = self._waited(ready, pipe.tally.backward_end or b.start)  # DDP waits in the last chunk
@@ -74,7 +74,8 @@ class PipelineTrainer(Trainer):
             compute - waited + clock.seconds(comm, end),
             waited + clock.seconds(sched, averaged),
             t_end,
-            stop,
+            began,
+            self._agreed(engine, vote),
             bubble_s=traffic.idle_s + drain,
             transfer_s=traffic.transfer_s,
             schedule_s=max(0.0, schedule - compute - traffic.wait_s),

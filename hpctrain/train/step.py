@@ -56,17 +56,13 @@ class StepResult:
     compute_s: float
     comm_s: float
     end: float  # perf_counter() when the step had ended on the device (the clock settled)
+    began: float  # perf_counter() when the device had reached the step's start (its data arrived)
     stop: bool  # every rank agreed to stop after this step
     bubble_s: float = 0.0  # pipelines: idle, waiting for a neighbouring stage to send
     transfer_s: float = 0.0  # pipelines: waiting for activations and gradients to move
     schedule_s: float = 0.0  # pipelines: the schedule's own overhead
     pipe_s: float = 0.0  # pipelines: the schedule's wall time (its compute, idle, transfers, overhead)
     p2p_bytes: int = 0  # pipelines: bytes this rank sent and received
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 @dataclass(kw_only=True)
@@ -133,18 +129,32 @@ class Trainer(ABC):
         self.optimizer.zero_grad()
         return vote
 
-    def _communicate(self, engine: Engine, step: int, vote: Any, wait: bool) -> tuple[Mark | None, bool]:
-        """Wait for the averaged gradients (`wait`) and the stop vote: (the mark where the backward
-        computation ended if the backward pass went on to wait for communication, whether every
-        rank agreed to stop)."""
+    def _communicate(self, engine: Engine, step: int, wait: bool) -> Mark | None:
+        """Wait for the averaged gradients (`wait`): the mark where the backward computation ended
+        if the backward pass went on to wait for communication."""
         self.watch.phase("comm", step)
-        ready = engine.wait_gradients(self.optimizer) if wait else None
-        return ready, vote is not None and engine.vote_result(vote)
+        return engine.wait_gradients(self.optimizer) if wait else None
+
+    @staticmethod
+    def _agreed(engine: Engine, vote: Any) -> bool:
+        """Whether every rank agreed to stop after this step. Read once the step has settled: the
+        vote was started before the gradients' collectives, so it has arrived by then, and reading
+        it earlier would make the host wait for the device in mid-step (on CUDA the update's
+        kernels would then be queued only after the backward pass had run, leaving the GPU idle)."""
+        return vote is not None and engine.vote_result(vote)
 
     def _waited(self, ready: Mark | None, backward_end: Mark) -> float:
         """Seconds the backward pass spent waiting for communication after its computation ended
         (at `ready`); read after the step settled."""
         return max(0.0, self.clock.seconds(ready, backward_end)) if ready is not None else 0.0
+
+    def _settle(self, start: Mark, end: Mark) -> tuple[float, float]:
+        """Wait for the device to reach `end`, the step's last mark: the host's time then, and the
+        host's time when the device had reached `start` (the data's arrival, where the step's parts
+        begin). The one wait per step: the data's arrival is read here, not waited for on its own,
+        so the host queues the forward pass while the batch is still being copied."""
+        t_end = self.clock.settle(end)
+        return t_end, t_end - self.clock.seconds(start, end)
 
     def _update(self, engine: Engine, step: int, averaged: bool) -> Mark:
         """The optimizer step (through the engine when it averaged the gradients); its end."""
@@ -167,26 +177,31 @@ class DataParallelTrainer(Trainer):
     def train_step(self, engine: Engine, cfg: Config, b: StepInput) -> StepResult:
         vote = self._open(engine, b)
         acc = cfg.parallelism.backward_passes_per_step
-        loss_sum = torch.zeros((), device=self.device)
+        losses: list[torch.Tensor] = []
         # The engine averages each gradient after the `acc`-th backward pass, so the micro-batch
-        # losses are divided by acc: the sum of their gradients is the per-rank batch mean.
-        for i, (xs, ys) in enumerate(zip(b.x.chunk(acc), b.y.chunk(acc))):
+        # losses are divided by acc: the sum of their gradients is the per-rank batch mean. With
+        # one micro-batch nothing is divided or summed: each is a kernel the host must queue, and a
+        # small model on a GPU waits for the host (hpctrain bench overhead --device cuda).
+        for i, (xs, ys) in enumerate(zip(b.x.chunk(acc), b.y.chunk(acc)) if acc > 1 else [(b.x, b.y)]):
             with engine.micro_batch(self.model, last=i == acc - 1):
                 with autocast(cfg.precision.name, self.device.type):
-                    loss = self.criterion(self.model(xs), ys) / acc
+                    loss = self.criterion(self.model(xs), ys)
+                    loss = loss / acc if acc > 1 else loss
                 if self.delay_s:
                     time.sleep(self.delay_s)
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
-            loss_sum += loss.detach()
+            losses.append(loss.detach())
+        loss_sum = losses[0] if acc == 1 else torch.stack(losses).sum()
         clock = self.clock
         backward = clock.mark()
-        ready, stop = self._communicate(engine, b.step, vote, True)  # DDP, FSDP: waited in backward
+        ready = self._communicate(engine, b.step, True)  # DDP, FSDP: waited in backward
         comm = clock.mark()
         end = self._update(engine, b.step, averaged=True)
-        t_end = clock.settle(end)
+        t_end, began = self._settle(b.start, end)
         waited = self._waited(ready, backward)
         compute = clock.seconds(b.start, backward) - waited + clock.seconds(comm, end)
-        return StepResult(float(loss_sum), compute, waited + clock.seconds(backward, comm), t_end, stop)
+        comm_s = waited + clock.seconds(backward, comm)
+        return StepResult(float(loss_sum), compute, comm_s, t_end, began, self._agreed(engine, vote))
 
     def train_mode(self) -> None:
         self.model.train()

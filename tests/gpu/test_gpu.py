@@ -119,7 +119,7 @@ def test_one_rank_ddp_over_nccl_on_the_gpu(tmp_path: Path, precision: str) -> No
         "train.steps=12",
     )
     env = json.loads((run / "env.json").read_text())
-    assert env["backend"] == "nccl" and env["cuda_devices"]
+    assert env["backend"] == "nccl" and env["cuda_devices"] and s["backend"] == "nccl"
     assert s["peak_memory_bytes"][0] > 0 and s["last_loss"] == s["last_loss"]  # CUDA's allocator, finite
     assert 0 < s["mfu"] < 1 and s["peak_source"].startswith(("table: ", "config"))
     steps = [StepRecord(**json.loads(line)) for line in (run / "steps-rank0.jsonl").read_text().splitlines()]

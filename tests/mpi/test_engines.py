@@ -38,6 +38,7 @@ def test_ddp_two_ranks_equal_horovod_two_ranks_and_one_rank(
     assert s["grad_bucket_bytes"] == 25 * 2**20 and s["probe_small_s"] > 0 and s["probe_full_s"] > 0
     env = json.loads((ddp / "env.json").read_text())
     assert env["engine"] == "ddp" and env["backend"] == "gloo"  # what torch.distributed runs on
+    assert s["backend"] == "gloo"  # the summary says the same (it once gave Horovod's controller, mpi)
     assert json.loads((reference[0] / "env.json").read_text())["engine"] == "horovod"
 
 
