@@ -11,7 +11,7 @@
     summary.json         RunSummary: rank 0's aggregate over all ranks, written last
     error-rank{R}.json   ErrorRecord: why a rank failed, written before it exits
     heartbeat-rank{R}.json  a rank's last completed step and current phase, once a second
-    stall.json, stack-rank{R}.txt  a detected stall: who held the run up, and their stacks
+    stall.json, stack-rank{R}.txt  a detected stall: who held the run up, when it was found, and their stacks
     logs/rank{R}.log     everything a rank printed (local runs; SLURM keeps submitit's logs)
     logs/launcher.log    the local launcher's own output (mpirun's messages)
     model.pt             final weights (rank 0), when train.save_model is true

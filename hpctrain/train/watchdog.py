@@ -83,19 +83,22 @@ def diagnose(beats: dict[int, dict[str, Any] | None], world: int, now: float) ->
     return out
 
 
-COLLECTIVE_CODE = "/torch/distributed/"  # FSDP's unshard and reduce-scatter, pipelining's p2p
+# torch.distributed: FSDP's unshard and reduce-scatter, pipelining's p2p; Horovod: a script's
+# hvd.allreduce waiting in synchronize (its collectives' Python side)
+COLLECTIVE_CODE = ("/torch/distributed/", "/horovod/")
 TORCH_CODE = "/torch/"
 
 
 def in_collective(frame: FrameType | None) -> bool:
-    """Whether the main thread waits in torch.distributed right now: FSDP all-gathers and
+    """Whether the main thread waits in a collective right now: FSDP all-gathers and
     reduce-scatters inside forward and backward, and a pipeline receives inside its schedule, so
     the phase alone ("compute") does not tell a rank waiting for a peer from one at work. From
-    the innermost frame out, torch.distributed's code decides, unless other code than torch's (the
-    trainer's, the user's) is at work first: a stage's backward runs inside the schedule too."""
+    the innermost frame out, torch.distributed's or Horovod's code decides, unless other code than
+    torch's (the trainer's, the user's) is at work first: a stage's backward runs inside the
+    schedule too."""
     while frame is not None:
         name = frame.f_code.co_filename
-        if COLLECTIVE_CODE in name:
+        if any(code in name for code in COLLECTIVE_CODE):
             return True
         if TORCH_CODE not in name and not name.startswith("<"):
             return False
@@ -184,6 +187,7 @@ class Watchdog:
             self._stop.set()
             return
         os.close(fd)
+        found = time.time()  # when this rank saw the stall (stall.json says so: how long detection took)
         records.write_atomic(self.run_dir / records.stack_file(self.rank), self._own_stack())
         time.sleep(2.5 * HEARTBEAT_S)  # every other live rank writes its stack
         beats = {r: _read_json(self.run_dir / records.heartbeat_file(r)) for r in range(self.world)}
@@ -194,7 +198,8 @@ class Watchdog:
         message = f"{self.silence} for {self.timeout_s:g} s ({self.key}); stalled: {names}"
         text = "\n".join(f"Python stack of rank {s.rank}:\n{st}" for s, st in zip(stalled, stacks))
         records.write_json(
-            self.run_dir / records.STALL, {"message": message, "stalled": [s.__dict__ for s in stalled]}
+            self.run_dir / records.STALL,
+            {"message": message, "stalled": [s.__dict__ for s in stalled], "found": found},
         )
         print(f"hpctrain: {message}", file=sys.stderr, flush=True)
         records.write_json(

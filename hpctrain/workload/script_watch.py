@@ -1,10 +1,14 @@
 """Stall detection for a user's script (script.stall_timeout_s): hpctrain cannot see a script's
 steps unless it calls hpctrain.api.step, so a rank counts as making progress while it calls
-api.step, writes output (stdout or stderr, through Python), or uses CPU (its own process and
-everything it started: at least 5% of a core). A rank with none of these for the timeout is
-stalled: sleeping, deadlocked, or blocked on I/O that never completes. A rank spinning in MPI
-while it waits for a stalled peer uses CPU: the peer is named, not it. The report is the built-in
-trainer's (rank, host, what it was doing, its Python stack; exit status 4)."""
+api.step, writes output (stdout or stderr, through Python), or uses CPU (its main thread and every
+process it started: at least 5% of a core). A rank with none of these for the timeout is
+stalled: sleeping, deadlocked, or blocked on I/O that never completes. The rank's other threads
+do not count: Horovod's background thread polls several times a millisecond and, counted, kept a
+rank asleep in its script looking busy (a 10 s timeout named it after 48 s). A rank spinning in MPI
+while it waits for a stalled peer uses CPU, and one whose main thread waits inside a collective
+(hvd.allreduce, torch.distributed) is waiting for a peer: the peer is named, not it, unless every
+idle rank waits in one (a deadlock: all are named). The report is the built-in trainer's (rank,
+host, what it was doing, its Python stack; exit status 4)."""
 
 from __future__ import annotations
 
@@ -23,17 +27,20 @@ CPU_SHARE = 0.05  # of one core, per heartbeat: more is progress
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def _cpu_s(stat_path: str) -> float:
+    """utime + stime of a /proc stat file, in seconds; 0 once it is gone."""
+    try:
+        stat = Path(stat_path).read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def tree_cpu_s(pid: int) -> float:
-    """CPU seconds used so far by `pid` and its live descendants (/proc/PID/stat utime + stime)."""
-    total = 0.0
-    for p in [pid, *descendants(pid)]:
-        try:
-            stat = Path(f"/proc/{p}/stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        total += (int(fields[11]) + int(fields[12])) / TICK
-    return total
+    """CPU seconds used so far by `pid`'s main thread (its thread id is the pid) and by its live
+    descendants, each whole (/proc/PID/task/PID/stat, /proc/CHILD/stat: utime + stime)."""
+    return _cpu_s(f"/proc/{pid}/task/{pid}/stat") + sum(_cpu_s(f"/proc/{p}/stat") for p in descendants(pid))
 
 
 class ScriptWatchdog(Watchdog):
@@ -84,6 +91,8 @@ class ScriptWatchdog(Watchdog):
             for r, b in beats.items()
             if b is not None and float(b.get("idle", 0)) >= self.timeout_s / 2
         ]
+        holding = [(r, b) for r, b in idle if not b.get("collective")]  # not waiting for a peer
+        idle = holding or idle
         return [
             Stalled(
                 r,

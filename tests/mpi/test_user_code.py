@@ -253,6 +253,30 @@ def test_a_script_hung_on_one_rank_is_named_with_its_stack(user_project: Path) -
     assert not conftest.processes_of(run_dir)
 
 
+def test_a_horovod_script_hung_on_one_rank_is_found_within_its_timeout(user_project: Path) -> None:
+    """Horovod's background thread polls in every rank: counted as progress, it kept rank 1 (asleep
+    in its script) looking busy, and a 10 s timeout named it after 48 s. Only the main thread's CPU
+    counts now, and rank 0, idle too but waiting inside hvd.allreduce, is not named."""
+    run_dir, mark = user_project.parent / "hvd-hang", user_project.parent / "hvd-hang.mark"
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        "script=scripts/hvd_hang.py",
+        "cluster.ranks=2",
+        "script.stall_timeout_s=8",
+        f"+cluster.env.HANG_MARK={mark}",
+        cwd=user_project,
+        timeout=180,
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    stall = json.loads((run_dir / "stall.json").read_text())
+    assert [s["rank"] for s in stall["stalled"]] == [1], stall
+    # the timeout, counted from rank 1's last CPU use, plus heartbeats: not a multiple of it
+    assert 8 <= stall["found"] - float(mark.read_text()) <= 8 + 6, stall
+    assert "hvd_hang.py" in r.stderr and not conftest.processes_of(run_dir)
+
+
 def test_a_model_constructor_hung_on_one_rank_is_named_with_its_stack(user_project: Path) -> None:
     run_dir = user_project.parent / "ctor"
     r = hpctrain(
