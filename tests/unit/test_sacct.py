@@ -101,6 +101,27 @@ def test_squeue_states_stand_in_for_accounting_and_say_so() -> None:
     )
 
 
+def test_a_real_jobs_energy_record_reads_as_its_site_published_it() -> None:
+    """A real job's accounting with an energy plugin: job 38113 on CSCS's santis (4 nodes, 1,152
+    CPUs, 2,102 s, 2024-03-15), as published in jgphpc/dwdi slurm/README.md (commit af6d0f4), its
+    values put in the field order hpctrain asks for. sacct printed ConsumedEnergy 20.54M and
+    AllocTRES energy=20543125 for the job; its .batch step (one node) measured 5094129 J, and its
+    .extern step repeats the whole job's energy, so summing the steps would count it twice."""
+    from hpctrain.launch.slurm.sacct import parse_usage
+
+    text = (
+        "38113|2102|4|1152|20543125\n"
+        "38113.batch|2102|1|288|5094129\n"  # without -X, steps are listed too: not the job's rows
+        "38113.extern|2102|4|1152|20543125\n"
+    )
+    u = parse_usage(text, "38113")
+    assert u is not None and u.incarnations == 1
+    assert u.energy_j == 20543125  # J: sacct's 20.54M
+    assert u.node_hours == 4 * 2102 / 3600 and u.core_hours == 1152 * 2102 / 3600
+    # 20.54 MJ over 4 nodes for 35 min: 2.44 kW a node, a figure of power, not of a unit mix-up
+    assert 2000 < u.energy_j / (4 * 2102) < 3000
+
+
 def test_a_requeued_jobs_cost_sums_its_incarnations_and_energy_is_measured_or_none() -> None:
     from hpctrain.launch.slurm.sacct import parse_usage
 
