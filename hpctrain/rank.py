@@ -147,10 +147,9 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     bind_device(cfg.train.device, os.environ)  # before the first collective (engine/device.py)
     info = engine.init(cfg, expected_size=plan.world_size)
     hosts = engine.allgather_object(socket.gethostname())
+    engine_env = engine.environment() if info.rank == 0 else {}  # rank 0 writes env.json and the summary
     if info.rank == 0:
-        records.write_json(
-            run_dir / records.ENV, {**base_environment(), "hosts": hosts, **engine.environment()}
-        )
+        records.write_json(run_dir / records.ENV, {**base_environment(), "hosts": hosts, **engine_env})
     started = time.time()
     stats = train(cfg, engine, info, derived, run_dir, control=control)
     if stats is None:
@@ -164,9 +163,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         finished=time.time(),
         precision=cfg.precision.name,
         model=cfg.model._target_ or cfg.model.name,
-        backend=str(
-            engine.environment().get("backend", cfg.parallelism.backend)
-        ),  # what it ran on: nccl, gloo, mpi
+        backend=str(engine_env.get("backend", cfg.parallelism.backend)),  # what it ran on: nccl, gloo, mpi
         compression=cfg.parallelism.compression,
         engine=cfg.parallelism.engine,
         parallelism=str(cfg.parallelism.name),
