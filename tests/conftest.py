@@ -274,6 +274,43 @@ def wait_for(what: str, check: Callable[[], object], timeout_s: float = 120) -> 
         time.sleep(0.2)
 
 
+def _exiting(pid: int, cpu_before: float | None) -> tuple[str | None, float | None]:
+    """Why a process that should be gone is still on its way out (None: no sign it is), and its
+    CPU seconds so far (None once it has gone). On its way out: SIGKILL pending (a stopped rank
+    is killed when it is next scheduled), uninterruptible sleep (the kernel finishing its I/O),
+    or CPU used since the last look (running its exit path, or its lifeline noticing its parent)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "gone", None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    cpu = sum(int(x) for x in stat[stat.rindex(")") + 2 :].split()[11:13]) / os.sysconf("SC_CLK_TCK")
+    if any(int(fields.get(k, "0"), 16) & (1 << (signal.SIGKILL - 1)) for k in ("SigPnd", "ShdPnd")):
+        return "SIGKILL pending", cpu
+    if fields.get("State", "").strip().startswith("D"):
+        return "in uninterruptible sleep", cpu
+    if cpu_before is not None and cpu > cpu_before:
+        return f"used {cpu - cpu_before:.2f} s of CPU", cpu
+    return None, cpu
+
+
+def wait_until_gone(run_dir: Path, timeout_s: float = 15, grace_s: float = 60) -> None:
+    """No process of the run left. Past `timeout_s`, each one still there must show it is on its
+    way out (_exiting) at every look to be waited for longer (at most `grace_s`): a busy machine
+    slows an exit, it does not stop one. One asleep with nothing pending is an orphan, and fails
+    at once, named with its state: not a deadline loosened until it passes."""
+    deadline, cpu = time.monotonic() + timeout_s, dict[int, float | None]()
+    while left := processes_of(run_dir):
+        if time.monotonic() > deadline:
+            why = {line: _exiting(int(line.split()[0]), cpu.get(int(line.split()[0]))) for line in left}
+            stuck = [f"{line} (no sign of exiting)" for line, (reason, _) in why.items() if reason is None]
+            assert not stuck, f"still there {timeout_s:g} s after the run ended: {stuck}"
+            assert time.monotonic() < deadline + grace_s, f"exiting for over {grace_s:g} s more: {why}"
+            cpu = {int(line.split()[0]): c for line, (_, c) in why.items()}
+        time.sleep(0.2)
+
+
 def lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 

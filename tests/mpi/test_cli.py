@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, hpctrain, hpctrain_here, lines, processes_of, start_hpctrain, wait_for
+from tests.conftest import (
+    ROOT,
+    hpctrain,
+    hpctrain_here,
+    lines,
+    start_hpctrain,
+    wait_for,
+    wait_until_gone,
+)
 
 pytestmark = pytest.mark.mpi
 
@@ -41,7 +49,7 @@ def test_an_interrupted_run_exits_130_and_leaves_nothing_running(tmp_path: Path,
         proc.kill()
     assert proc.returncode == 130, out + err
     assert err.strip().splitlines()[-1] == "interrupted", err
-    wait_for("no process of the run", lambda: not processes_of(run_dir), timeout_s=20)
+    wait_until_gone(run_dir)
     state = json.loads((run_dir / "state.json").read_text())
     assert state["state"] == "CANCELLED"
     done = lines(run_dir / "steps-rank0.jsonl")

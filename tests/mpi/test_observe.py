@@ -6,6 +6,7 @@ whose tracking server is down trains to the end, warns, and its traces agree too
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,26 +16,43 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from hpctrain import records
 from hpctrain.analysis.traces import agreement
 from hpctrain.commands.traces import load_traces
-from tests.conftest import MLP, hpctrain, hpctrain_here
+from tests.conftest import MLP, hpctrain, hpctrain_here, run_ok
 
 pytestmark = pytest.mark.mpi
 
 # The trace's phases and the step records time the same moments with two clocks (the profiler's
-# and perf_counter); what separates them is the profiler's own bookkeeping between a phase's
-# mark and the record's clock read, and a busy 2-core machine preempting either: on a quiet
-# machine they agree within 1% of a step, with 4 ranks on 2 cores within about 10%.
-TOLERANCE = 0.25
+# and perf_counter); what separates them is the code and the profiler's bookkeeping between a
+# phase's mark and the record's clock read, and a busy 2-core machine preempting a rank right
+# there: on a quiet machine they agree within 1% of a step. A preemption is one run's accident
+# and a real disagreement (a phase measured from the wrong mark) is in every run, so a run that
+# disagrees is run once more: both must disagree to fail, and the message gives both figures.
+TOLERANCE = 0.15
 OBSERVED = [*MLP, "train.steps=10", "profile.enabled=true"]
 
 
-def assert_traces_agree(run_dir: Path, ranks: int) -> None:
+def _worst(run_dir: Path, ranks: int) -> float:
+    """The largest disagreement of any rank's profiled steps, as a share of its step."""
     traces = load_traces(run_dir)
     assert [t.rank for t in traces] == list(range(ranks))
+    worst = 0.0
     for t in traces:
         assert [s.step for s in t.steps] == [2, 3, 4]  # the default window: 3 steps after warm-up
         a = agreement(t, records.read_steps(run_dir / records.steps_file(t.rank)))
         assert a is not None and a.steps == 3
-        assert a.worst() <= TOLERANCE, a
+        worst = max(worst, a.worst())
+    return worst
+
+
+def assert_traces_agree(run_dir: Path, ranks: int, again: Callable[[], Path]) -> None:
+    """The traces of `run_dir` agree with its records, or those of the same run made `again` do."""
+    first = _worst(run_dir, ranks)
+    if first <= TOLERANCE:
+        return
+    second = _worst(again(), ranks)
+    assert second <= TOLERANCE, (
+        f"trace and records disagree by {first:.1%} of a step, and by {second:.1%} in the same run "
+        f"again (tolerance {TOLERANCE:.0%}): a disagreement in every run, not a preemption"
+    )
 
 
 def test_a_four_rank_run_is_tracked_once_profiled_per_rank_and_costed(tmp_path: Path) -> None:
@@ -63,7 +81,7 @@ def test_a_four_rank_run_is_tracked_once_profiled_per_rank_and_costed(tmp_path: 
     assert {t for t in ea.Tags()["scalars"] if t.startswith("comm_ms/")} == {
         f"comm_ms/rank{k}" for k in range(4)
     }
-    assert_traces_agree(run_dir, 4)
+    assert_traces_agree(run_dir, 4, lambda: run_ok(tmp_path, "again", *OBSERVED, "cluster.ranks=4")[0])
     timeline = (run_dir / "traces" / "horovod_timeline.json").read_text()  # Horovod's own, rank 0 writes it
     assert '"ph"' in timeline and "ALLREDUCE" in timeline.upper()
     shown = hpctrain_here("analyze", str(run_dir))
@@ -89,7 +107,7 @@ def test_a_ddp_run_whose_tracking_server_is_down_trains_to_the_end(tmp_path: Pat
     assert "warning: tracking stopped" in r.stdout and f"hpctrain track {run_dir}" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr
     assert len(records.read_steps(run_dir / records.steps_file(1))) == 10
-    assert_traces_agree(run_dir, 2)
+    assert_traces_agree(run_dir, 2, lambda: run_ok(tmp_path, "again", *OBSERVED, "parallelism.engine=ddp")[0])
 
 
 def test_the_profile_settings_change_what_the_trace_holds(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_for
+from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_for, wait_until_gone
 
 pytestmark = pytest.mark.mpi
 
@@ -51,7 +51,7 @@ def test_a_sigkill_leaves_no_process_even_with_a_stopped_rank(tmp_path: Path, vi
         else:
             [mpirun] = [int(p.split()[0]) for p in processes_of(run_dir) if p.split()[2].endswith("mpirun")]
             os.kill(mpirun, signal.SIGKILL)
-        wait_for("no process of the run", lambda: not processes_of(run_dir), timeout_s=15)
+        wait_until_gone(run_dir)
         said = KILLED[victim]
         if said is not None:  # the command, state.json and status agree on what failed
             said = said.format(pid=supervisor)

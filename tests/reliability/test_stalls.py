@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_for
+from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_for, wait_until_gone
 
 STALL = ["data=digits", "train.warmup_steps=1", "train.stall_timeout_s=8"]
 HANG = ["debug.slow_rank=1", "debug.slow_s=100000"]  # rank 1 sleeps in its first backward pass
@@ -91,7 +91,7 @@ def test_a_stopped_rank_is_named_and_its_stack_read_from_outside(tmp_path: Path,
     assert json.loads((run_dir / "stall.json").read_text())["stalled"][0]["rank"] == 1
     state = json.loads((run_dir / "state.json").read_text())  # the message and the state agree
     assert state["failure"]["rank"] == 1 and state["failure"]["cause"].startswith("Stalled"), state
-    wait_for("no process of the run", lambda: not processes_of(run_dir), timeout_s=20)
+    wait_until_gone(run_dir)
 
 
 @pytest.mark.slurm
