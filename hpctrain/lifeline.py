@@ -50,19 +50,26 @@ def become_subreaper() -> bool:
     return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
+def stat_fields(path: str) -> list[str] | None:
+    """The fields of a /proc stat file (/proc/PID/stat, /proc/PID/task/TID/stat) from the state on
+    (`man 5 proc`'s field 3 at index 0), or None once the process has gone. Split after the last
+    ')': the command name before it may hold spaces and parentheses."""
+    try:
+        with open(path) as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
 def descendants(pid: int) -> list[int]:
     """Live descendants of `pid` (from /proc: each process's parent), children first."""
     parents: dict[int, int] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # ended meanwhile
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X"):
+        fields = stat_fields(f"/proc/{entry.name}/stat")
+        if fields is not None and fields[0] not in ("Z", "X"):  # None: ended meanwhile
             parents[int(entry.name)] = int(fields[1])
     out, frontier = [], [pid]
     while frontier:

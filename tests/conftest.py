@@ -279,13 +279,14 @@ def _exiting(pid: int, cpu_before: float | None) -> tuple[str | None, float | No
     CPU seconds so far (None once it has gone). On its way out: SIGKILL pending (a stopped rank
     is killed when it is next scheduled), uninterruptible sleep (the kernel finishing its I/O),
     or CPU used since the last look (running its exit path, or its lifeline noticing its parent)."""
+    from hpctrain.workload.script_watch import cpu_s
+
     try:
         status = Path(f"/proc/{pid}/status").read_text()
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return "gone", None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    cpu = sum(int(x) for x in stat[stat.rindex(")") + 2 :].split()[11:13]) / os.sysconf("SC_CLK_TCK")
+    cpu = cpu_s(f"/proc/{pid}/stat")
     if any(int(fields.get(k, "0"), 16) & (1 << (signal.SIGKILL - 1)) for k in ("SigPnd", "ShdPnd")):
         return "SIGKILL pending", cpu
     if fields.get("State", "").strip().startswith("D"):

@@ -182,7 +182,7 @@ class DataParallelTrainer(Trainer):
         # losses are divided by acc: the sum of their gradients is the per-rank batch mean. With
         # one micro-batch nothing is divided or summed: each is a kernel the host must queue, and a
         # small model on a GPU waits for the host (hpctrain bench overhead --device cuda).
-        for i, (xs, ys) in enumerate(zip(b.x.chunk(acc), b.y.chunk(acc)) if acc > 1 else [(b.x, b.y)]):
+        for i, (xs, ys) in enumerate(zip(b.x.chunk(acc), b.y.chunk(acc))):
             with engine.micro_batch(self.model, last=i == acc - 1):
                 with autocast(cfg.precision.name, self.device.type):
                     loss = self.criterion(self.model(xs), ys)

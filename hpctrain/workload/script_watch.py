@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from hpctrain import api
-from hpctrain.lifeline import descendants
+from hpctrain.lifeline import descendants, stat_fields
 from hpctrain.train.watchdog import HEARTBEAT_S, Stalled, Watchdog, diagnose
 
 DONE = "done"  # the heartbeat phase of a rank whose script has ended
@@ -27,20 +27,16 @@ CPU_SHARE = 0.05  # of one core, per heartbeat: more is progress
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _cpu_s(stat_path: str) -> float:
+def cpu_s(stat_path: str) -> float:
     """utime + stime of a /proc stat file, in seconds; 0 once it is gone."""
-    try:
-        stat = Path(stat_path).read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    fields = stat_fields(stat_path)
+    return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / TICK
 
 
 def tree_cpu_s(pid: int) -> float:
     """CPU seconds used so far by `pid`'s main thread (its thread id is the pid) and by its live
     descendants, each whole (/proc/PID/task/PID/stat, /proc/CHILD/stat: utime + stime)."""
-    return _cpu_s(f"/proc/{pid}/task/{pid}/stat") + sum(_cpu_s(f"/proc/{p}/stat") for p in descendants(pid))
+    return cpu_s(f"/proc/{pid}/task/{pid}/stat") + sum(cpu_s(f"/proc/{p}/stat") for p in descendants(pid))
 
 
 class ScriptWatchdog(Watchdog):

@@ -23,6 +23,7 @@ from hpctrain.launch.local.plan import JobPlan, plan_local
 from hpctrain.launch.local.supervisor import write_state
 from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.rundir import prepare_run_dir, write_run_files
+from hpctrain.lifeline import stat_fields
 
 CANCEL_WAIT_S = 20.0
 SUPERVISOR_EXIT_S = 10.0  # a finished run's supervisor leaves within this (it has nothing left to do)
@@ -31,12 +32,11 @@ SUPERVISOR_EXIT_S = 10.0  # a finished run's supervisor leaves within this (it h
 def process_start(pid: int) -> int | None:
     """A process's start time in clock ticks (/proc/PID/stat field 22): with the pid, it tells
     our supervisor from an unrelated process that reused its pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):  # exited, not yet reaped by its parent (the waiting hpctrain)
+    fields = stat_fields(f"/proc/{pid}/stat")
+    if fields is None or fields[0] in (
+        "Z",
+        "X",
+    ):  # exited, not yet reaped by its parent (the waiting hpctrain)
         return None
     return int(fields[19])
 
