@@ -27,11 +27,11 @@ if TYPE_CHECKING:
 
 from hpctrain import records
 from hpctrain.config.derived import Derived
-from hpctrain.config.layout import PIPELINED, SHARDED, layout_for, shard_mesh
 from hpctrain.config.load import config_from_yaml
 from hpctrain.engine.world import finalize_mpi, launcher_rank
 from hpctrain.events import format_event
 from hpctrain.lifeline import die_with_parent
+from hpctrain.parallel import kind_of
 
 
 def base_environment() -> dict[str, Any]:
@@ -110,27 +110,14 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
 
 
 def parallelism_about(cfg: Config, plan: records.PlanRecord, engine: type[Engine]) -> dict[str, object]:
-    """The summary's account of how the model was spread (stages, or the shard degree) and how
-    its gradients travel: the engine's groups, or FSDP's units (grad_tensors counts them)."""
-    par = cfg.parallelism
-    grads = {
+    """The summary's account of how the model was spread (stages, or the shard degree: the
+    parallelism's) and how its gradients travel (the engine's groups)."""
+    grads: dict[str, object] = {
         "grad_bucket_bytes": engine.grad_bucket_bytes(cfg),
         "grad_grouping": engine.grouping,
         "collective": engine.collective,
     }
-    if par.name in SHARDED:
-        shard = shard_mesh(cfg, plan.world_size, plan.ranks_per_node).shard
-        return {**grads, "shard_degree": shard, "grad_grouping": "shards", "grad_bucket_bytes": 0}
-    if par.name not in PIPELINED:
-        return grads
-    pieces = layout_for(cfg, plan.world_size).virtual
-    return {
-        **grads,
-        "stages": par.stages,
-        "microbatches": par.microbatches,
-        "schedule": str(par.schedule),
-        "pieces_per_rank": pieces,
-    }
+    return kind_of(cfg).about(cfg, plan.layout, grads)
 
 
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
@@ -141,17 +128,17 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     from hpctrain.train.stats import summarize
 
     # derived once, by the planner: the rank uses the plan's world size, batch and lr as they are
-    derived = Derived(plan.world_size, plan.batch, plan.lr)
+    derived = Derived(plan.world_size, plan.batch, plan.lr, plan.layout)
     engine_type = engine_class(str(cfg.parallelism.engine))
     engine = engine_type()
     bind_device(cfg.train.device, os.environ)  # before the first collective (engine/device.py)
-    info = engine.init(cfg, expected_size=plan.world_size)
+    info = engine.init(cfg, plan.layout)
     hosts = engine.allgather_object(socket.gethostname())
     engine_env = engine.environment() if info.rank == 0 else {}  # rank 0 writes env.json and the summary
     if info.rank == 0:
         records.write_json(run_dir / records.ENV, {**base_environment(), "hosts": hosts, **engine_env})
     started = time.time()
-    stats = train(cfg, engine, info, derived, run_dir, control=control)
+    stats = train(cfg, engine, info, derived, run_dir, kind_of(cfg).build, control=control)
     if stats is None:
         return False
     everyone = engine.allgather_object(stats)

@@ -55,7 +55,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         f"directory {where}",
         highlight=False,
     )
-    for note in getattr(prep.runs[0].plan, "notes", []):
+    for note in prep.runs[0].plan.notes:
         console.print(f"[yellow]note:[/] {note}")
     if args.no_wait:
         console.print(

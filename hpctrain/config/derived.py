@@ -1,5 +1,6 @@
-"""Quantities derived from a config, computed in this one place: below both the plan (which
-records them in plan.json) and the rank (which reads them from there)."""
+"""Quantities derived from a config alone, below both the plan (which records them in plan.json)
+and the rank (which reads them from there). What depends on the parallelism (the layout, the
+batch per replica) is derived by parallel/registry.py:derive."""
 
 from __future__ import annotations
 
@@ -7,32 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from hpctrain.config.layout import PIPELINED, layout_for
 from hpctrain.config.schema import Config, OptimConf
-from hpctrain.records import Batch
+from hpctrain.records import Batch, Layout
 
 
 def world_size(cfg: Config) -> int:
     """Ranks the launcher starts, as its cluster config counts them."""
     return int(cfg.cluster.world_size)
-
-
-def replicas(cfg: Config, world: int | None = None) -> int:
-    """Data-parallel copies of the model: the world size, or world / stages for a pipeline."""
-    return layout_for(cfg, world_size(cfg) if world is None else world).replicas
-
-
-def resolve_batch(cfg: Config, world: int | None = None) -> Batch:
-    """Per-replica and global batch from whichever of the two the user set (validated first). A
-    replica is a rank in data parallelism, a whole pipeline otherwise; its batch is cut into
-    backward_passes_per_step (data) or microbatches (pipeline) micro-batches."""
-    n = replicas(cfg, world)
-    per = cfg.train.batch_per_rank
-    if per is None:
-        per = (cfg.train.global_batch or 0) // max(n, 1)
-    par = cfg.parallelism
-    cuts = par.microbatches if par.name in PIPELINED else par.backward_passes_per_step
-    return Batch(per, per * n, per // max(cuts, 1))
 
 
 def target_lr(cfg: OptimConf, global_batch: int, per_rank_batch: int) -> float:
@@ -48,12 +30,7 @@ class Derived:
     world_size: int
     batch: Batch
     lr: float  # learning rate after scaling, reached at the end of warm-up
-
-
-def derive(cfg: Config) -> Derived:
-    n = world_size(cfg)
-    batch = resolve_batch(cfg, n)
-    return Derived(n, batch, target_lr(cfg.optim, batch.global_, batch.per_rank))
+    layout: Layout = Layout()  # which rank holds which part of the model
 
 
 def default_run_dir(cfg: Config, now: datetime) -> Path:

@@ -22,14 +22,10 @@ replicas' gradient all-reduce crosses nodes).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from hpctrain.config.schema import Config
+from hpctrain.records import Layout
 
-
-PIPELINED = ("pipeline", "hybrid")  # the model cut into stages across ranks
-SHARDED = ("fsdp", "hsdp")  # one stage, its parameters sharded across ranks
+__all__ = ["SCHEDULES", "Layout", "ScheduleKind", "describe", "describe_mesh", "placements"]
 
 
 @dataclass(frozen=True)
@@ -56,47 +52,6 @@ SCHEDULES = {
     "interleaved_zb": ScheduleKind("ScheduleInterleavedZeroBubble", "virtual", split_backward=True),
     "zbv": ScheduleKind("ScheduleZBVZeroBubble", "two", split_backward=True),
 }
-
-
-@dataclass(frozen=True)
-class Layout:
-    stages: int  # pipeline depth: ranks one sample's forward pass goes through
-    replicas: int  # data-parallel copies of every stage
-    virtual: int = 1  # model pieces per pipeline rank (interleaved schedules, zbv)
-    v_shape: bool = False  # zbv: stage s holds pieces s and 2*stages - 1 - s
-
-    @property
-    def world_size(self) -> int:
-        return self.stages * self.replicas
-
-    @property
-    def pieces(self) -> int:
-        """How many consecutive pieces the model is cut into."""
-        return self.stages * self.virtual
-
-    def stage_of(self, rank: int) -> int:
-        return rank // self.replicas
-
-    def replica_of(self, rank: int) -> int:
-        return rank % self.replicas
-
-    def pipeline_ranks(self, replica: int) -> list[int]:
-        """The ranks one pipeline of the given replica runs through, first stage first."""
-        return [s * self.replicas + replica for s in range(self.stages)]
-
-    def replica_ranks(self, stage: int) -> list[int]:
-        """The ranks holding copies of one stage: its gradients are averaged among them."""
-        return [stage * self.replicas + r for r in range(self.replicas)]
-
-    def pieces_of(self, rank: int) -> list[int]:
-        s = self.stage_of(rank)
-        if self.v_shape:
-            return [s, 2 * self.stages - 1 - s]
-        return [k * self.stages + s for k in range(self.virtual)]
-
-    @property
-    def pipelined(self) -> bool:
-        return self.stages > 1
 
 
 @dataclass(frozen=True)
@@ -135,53 +90,19 @@ def describe(layout: Layout, ranks_per_node: int) -> list[str]:
     return lines
 
 
-def layout_for(cfg: Config, world: int) -> Layout:
-    """Data parallelism is the one-stage case: every rank a replica of the whole model."""
-    par = cfg.parallelism
-    if par.name not in PIPELINED:
-        return Layout(1, world)
-    stages = max(par.stages, 1)
-    kind = SCHEDULES[str(par.schedule)]
-    virtual = {"one": 1, "two": 2}.get(kind.pieces, max(par.virtual_stages, 1))
-    return Layout(stages, max(world // stages, 1), virtual, v_shape=kind.pieces == "two")
-
-
-@dataclass(frozen=True)
-class ShardMesh:
-    """FSDP2's device mesh: `replicate` groups of `shard` ranks (fsdp: one group)."""
-
-    replicate: int
-    shard: int
-
-    def shard_of(self, rank: int) -> int:
-        return rank % self.shard
-
-    def group_of(self, rank: int) -> int:
-        return rank // self.shard
-
-
-def shard_degree(cfg: Config, world: int, ranks_per_node: int) -> int:
-    """parallelism.shard.degree as given; null: the world (fsdp) or one node's ranks (hsdp)."""
-    given = cfg.parallelism.shard.degree
-    if given is not None:
-        return int(given)
-    return world if cfg.parallelism.name == "fsdp" else min(ranks_per_node, world)
-
-
-def shard_mesh(cfg: Config, world: int, ranks_per_node: int) -> ShardMesh:
-    degree = max(shard_degree(cfg, world, ranks_per_node), 1)
-    return ShardMesh(max(world // degree, 1), degree)
-
-
-def describe_mesh(mesh: ShardMesh, world: int, ranks_per_node: int) -> list[str]:
-    """The plan's lines: per node, which rank holds which shard of which replica group."""
-    lines = []
+def describe_mesh(layout: Layout, ranks_per_node: int) -> list[str]:
+    """The plan's lines: per node, which rank holds which shard (and tensor-parallel slice) of
+    which replica group."""
+    lines, world = [], layout.world_size
     for node in range((world + ranks_per_node - 1) // ranks_per_node):
         ranks = range(node * ranks_per_node, min((node + 1) * ranks_per_node, world))
-        held = ", ".join(
-            f"rank {r}: shard {mesh.shard_of(r)}/{mesh.shard}"
-            + (f" of group {mesh.group_of(r)}" if mesh.replicate > 1 else "")
-            for r in ranks
-        )
-        lines.append(f"node {node}: {held}")
+        lines.append(f"node {node}: " + ", ".join(f"rank {r}: {_held(layout, r)}" for r in ranks))
     return lines
+
+
+def _held(layout: Layout, r: int) -> str:
+    parts = [f"tp {layout.tp_of(r)}/{layout.tp}"] if layout.tp > 1 else []
+    if layout.shard > 1 or not parts:
+        parts.append(f"shard {layout.shard_of(r)}/{layout.shard}")
+    group = f" of group {layout.group_of(r)}" if layout.replicate > 1 else ""
+    return " of ".join(parts) + group

@@ -30,14 +30,6 @@ class Precision(StrEnum):
     bf16 = "bf16"
 
 
-class Parallelism(StrEnum):
-    data = "data"  # every rank holds the whole model
-    pipeline = "pipeline"  # the model cut into stages, one per rank
-    hybrid = "hybrid"  # stages x data-parallel replicas
-    fsdp = "fsdp"  # every rank holds 1/N of the parameters, gradients and optimizer state (ZeRO-3)
-    hsdp = "hsdp"  # sharded inside groups of shard.degree ranks, replicated across the groups
-
-
 # Pipeline schedules: gpipe, all forwards then all backwards (Huang et al. 2019); 1f1b, one
 # forward and one backward in the steady state (PipeDream-Flush, Narayanan et al. 2021);
 # interleaved_1f1b, several model pieces per rank (Narayanan et al. 2021); interleaved_zb and

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpctrain import records
-from hpctrain.config.layout import PIPELINED
 from hpctrain.config.schema import Config
 from hpctrain.errors import Problem
 
@@ -24,11 +23,9 @@ def resume_problems(cfg: Config) -> list[Problem]:
     if path.name.startswith("step-") and path.suffix in (".pt", ".dcp"):
         if path.suffix == ".dcp" and not (path / ".metadata").is_file():
             return [Problem(key, f"{given} is a partial sharded checkpoint (no .metadata)", FIX)]
-        return _format_problems(cfg, [path])
-    d = path / records.CHECKPOINTS
-    found = [*d.glob("step-*.pt"), *d.glob("step-*.dcp")] if path.is_dir() else []
-    if found:
-        return _format_problems(cfg, found)
+        return []
+    if resume_checkpoints(cfg):
+        return []
     return [
         Problem(
             key,
@@ -39,15 +36,13 @@ def resume_problems(cfg: Config) -> list[Problem]:
     ]
 
 
-def _format_problems(cfg: Config, found: list[Path]) -> list[Problem]:
-    """A pipeline's stages load whole tensors with the optimizer state by index; a sharded run's
-    checkpoints (.dcp) hold it by parameter name, resharded only into fsdp/hsdp or one rank."""
-    if cfg.parallelism.name not in PIPELINED or any(p.suffix == ".pt" for p in found):
+def resume_checkpoints(cfg: Config) -> list[Path]:
+    """The checkpoints train.resume_from names (one file or directory, or a run's), if any."""
+    given = cfg.train.resume_from
+    if not given:
         return []
-    return [
-        Problem(
-            "train.resume_from",
-            f"{cfg.train.resume_from} holds only sharded checkpoints (fsdp/hsdp), which a pipeline cannot resume from",
-            "resume it with parallelism=fsdp (or data), or start the pipeline without train.resume_from",
-        )
-    ]
+    path = Path(given).expanduser()
+    if path.name.startswith("step-") and path.suffix in (".pt", ".dcp"):
+        return [path] if path.exists() else []
+    d = path / records.CHECKPOINTS
+    return [*d.glob("step-*.pt"), *d.glob("step-*.dcp")] if path.is_dir() else []

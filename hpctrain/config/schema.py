@@ -28,7 +28,6 @@ from hpctrain.config.options import (  # noqa: F401  (re-exported: the schema's 
     Model,
     MpiPlugin,
     Optimizer,
-    Parallelism,
     Precision,
     RankStarter,
     Schedule,
@@ -135,6 +134,8 @@ class DdpSettings:
 class PipelineSettings:
     """parallelism=pipeline | hybrid: the world is stages x replicas (hybrid: replicas >= 2)."""
 
+    label: ClassVar[str] = "pipeline"  # what foreign-setting refusals call these (parallel/rules.py)
+
     stages: int = 1  # pipeline ranks one sample goes through
     microbatches: int = 1  # micro-batches each replica's batch is cut into, in flight at once
     schedule: Schedule = Schedule.gpipe  # type: ignore[attr-defined]
@@ -160,12 +161,34 @@ class ShardSettings:
 
 @dataclass
 class ShardHolder:
+    label: ClassVar[str] = "sharding"
     shard: ShardSettings = field(default_factory=ShardSettings)
 
 
 @dataclass
+class TensorParallelSettings:
+    """parallelism.tp: tensor parallelism (Megatron-LM's column/row split of each layer's matrices,
+    torch.distributed.tensor.parallel) over groups of consecutive ranks, with parallelism=data
+    (one replica) or fsdp/hsdp (2-D: TP inside a node x sharding across)."""
+
+    degree: int = 1  # ranks one tensor-parallel group spans (consecutive: a group stays on a node); 1 = off
+    # norms and the residual stream split along the sequence between the tensor-parallel regions
+    # (Korthikanti et al. 2022): less activation memory, all-gather/reduce-scatter instead of all-reduce
+    sequence_parallel: bool = False
+    # a user model's plan: module name (fnmatch wildcards over repeated blocks, e.g. layers.*.w1) ->
+    # colwise | rowwise | colwise_gather (an output gathered whole, e.g. a head); {} = the built-in model's
+    plan: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class TpHolder:
+    label: ClassVar[str] = "tensor-parallel"
+    tp: TensorParallelSettings = field(default_factory=TensorParallelSettings)
+
+
+@dataclass
 class ParallelismCommon:
-    name: Parallelism = Parallelism.data
+    name: str = "data"  # how the model is spread: a registered parallelism (parallel/registry.py)
     engine: str = "horovod"  # what averages gradients: horovod | ddp (engine/registry.py)
     backend: Backend = Backend.mpi  # horovod and scripts: controller and CPU collectives (ddp: Gloo/NCCL)
     compression: Compression = Compression.none  # gradient compression on the wire
@@ -173,7 +196,9 @@ class ParallelismCommon:
 
 
 @dataclass
-class ParallelismConf(ShardHolder, PipelineSettings, DdpSettings, HorovodSettings, ParallelismCommon):
+class ParallelismConf(
+    TpHolder, ShardHolder, PipelineSettings, DdpSettings, HorovodSettings, ParallelismCommon
+):
     """How the work is spread: the parallelism and the engine, then each engine's and the
     pipeline's own settings, grouped in the classes above (the keys stay flat: parallelism.<key>;
     an engine names its group, engine.base.Engine.settings)."""

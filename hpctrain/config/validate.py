@@ -7,9 +7,8 @@ from __future__ import annotations
 import re
 
 from hpctrain.config import schema as S
-from hpctrain.config.derived import replicas, resolve_batch, world_size
+from hpctrain.config.derived import world_size
 from hpctrain.config.folder import folder_problems
-from hpctrain.config.layout import PIPELINED
 from hpctrain.config.observe_rules import observe_problems
 from hpctrain.config.resume import resume_problems
 from hpctrain.config.schema import Config
@@ -223,7 +222,7 @@ def _env_problems(cfg: Config) -> list[Problem]:
 
 
 def _batch_problems(cfg: Config) -> list[Problem]:
-    t, acc = cfg.train, cfg.parallelism.backward_passes_per_step
+    t = cfg.train
     if (t.batch_per_rank is None) == (t.global_batch is None):
         return [
             Problem(
@@ -236,48 +235,6 @@ def _batch_problems(cfg: Config) -> list[Problem]:
         return at_least("train.batch_per_rank", t.batch_per_rank, 1)
     if t.global_batch is not None and t.global_batch < 1:
         return at_least("train.global_batch", t.global_batch, 1)
-    if world_size(cfg) < 1 or acc < 1:
-        return []  # reported by the cluster / parallelism checks
-    n = replicas(cfg)
-    if t.global_batch is not None and t.global_batch % n:
-        lo, hi = (t.global_batch // n) * n, (t.global_batch // n + 1) * n
-        what = "the number of replicas" if cfg.parallelism.name in PIPELINED else "the world size"
-        return [
-            Problem(
-                "train.global_batch",
-                f"{t.global_batch} is not divisible by {what} {n}",
-                f"use a multiple of {n} (e.g. {lo or hi} or {hi}), or set train.batch_per_rank",
-            )
-        ]
-    b = resolve_batch(cfg)
-    if b.per_rank % acc:
-        return [
-            Problem(
-                "parallelism.backward_passes_per_step",
-                f"the per-rank batch {b.per_rank} is not divisible by {acc} backward passes",
-                "choose backward_passes_per_step that divides the per-rank batch",
-            )
-        ]
-    if (
-        cfg.data._target_ is None
-        and cfg.data.name in ("synthetic", "tokens")
-        and b.global_ > cfg.data.num_samples
-    ):
-        return [
-            Problem(
-                "data.num_samples",
-                f"{cfg.data.num_samples} samples cannot fill one global batch of {b.global_}",
-                f"set data.num_samples >= {b.global_}, or use a smaller batch",
-            )
-        ]
-    if cfg.data._target_ is None and cfg.data.name == "digits" and b.global_ > 1797:
-        return [
-            Problem(
-                "train.batch_per_rank",
-                f"the global batch {b.global_} exceeds the 1797 digits",
-                "use a global batch of at most 1797",
-            )
-        ]
     return []
 
 

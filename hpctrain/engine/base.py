@@ -4,7 +4,8 @@ what the training step and loop ask it on the ranks (instance methods).
 Only hybrid parallelism (pipeline stages with data-parallel replicas) needs an engine to average
 a stage's gradients over its replicas, and only fsdp/hsdp to shard a model; those are optional
 capabilities, StageReplicas and Sharding, not methods every engine must have (as Lightning
-Fabric's strategies add capabilities as mixins).
+Fabric's strategies add capabilities as mixins). A parallelism names the one it needs
+(parallel/base.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from hpctrain.engine.clock import Mark
+    from hpctrain.records import Layout
 
 
 class Engine(ABC):
@@ -38,6 +40,9 @@ class Engine(ABC):
     # how gradients are grouped into collectives: "fusion" (a buffer filled per cycle) or
     # "buckets" (fixed-size groups, one collective each); the roofline counts messages by it
     grouping: ClassVar[str] = "fusion"
+    # averages in hooks on the gradients' accumulation (DDP), which a backward split into input
+    # and weight gradients (zero-bubble pipeline schedules) never calls
+    reduces_in_hooks: ClassVar[bool] = False
 
     # --- plan time ---------------------------------------------------------------------------
     @classmethod
@@ -75,8 +80,8 @@ class Engine(ABC):
 
     # --- on the ranks ------------------------------------------------------------------------
     @abstractmethod
-    def init(self, cfg: Config, expected_size: int) -> RankInfo:
-        """Join the world the launcher started; check its size against the plan."""
+    def init(self, cfg: Config, layout: Layout) -> RankInfo:
+        """Join the world the launcher started; check its size against the plan's layout."""
 
     @abstractmethod
     def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
@@ -140,13 +145,29 @@ class StageReplicas(ABC):
 
 class Sharding(ABC):
     """The capability sharded data parallelism (fsdp, hsdp) needs: shard a model's parameters,
-    gradients and optimizer state over a mesh of `replicate` x `shard` ranks. The optimizer is built
-    afterwards, on the sharded parameters."""
+    gradients and optimizer state over the layout's `replicate` x `shard` ranks. The optimizer is
+    built afterwards, on the sharded parameters."""
 
     @abstractmethod
-    def shard(self, cfg: Config, model: nn.Module, replicate: int, shard: int, units: list[str]) -> nn.Module:
+    def shard(
+        self, cfg: Config, model: nn.Module, layout: Layout, units: list[str], mesh: Any = None
+    ) -> nn.Module:
         """`model`, sharded in place (what to call, and what checkpoints save): the `units`
-        (module or class names) one by one, then the rest."""
+        (module or class names) one by one, then the rest. `mesh`: the data-parallel part of a
+        larger device mesh (tensor parallelism's), or None for a mesh of the layout's own."""
+
+
+class TensorParallel(ABC):
+    """The capability tensor parallelism needs: a torch.distributed device mesh over the layout's
+    dimensions, and a model split over its "tp" dimension by a plan (config/tp_plan.py)."""
+
+    @abstractmethod
+    def device_mesh(self, layout: Layout) -> Any:
+        """The mesh replicate x shard x tp (dimension names as spelled), on this rank's device."""
+
+    @abstractmethod
+    def split(self, cfg: Config, model: nn.Module, tp_mesh: Any, plan: dict[str, str]) -> nn.Module:
+        """`model`, split in place: the plan's modules hold this rank's slice (DTensors)."""
 
 
 class Timeline(ABC):

@@ -16,9 +16,8 @@ import socket
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from hpctrain.config.layout import SCHEDULES
 from hpctrain.config.schema import Config, DdpSettings, ParallelismConf
-from hpctrain.engine.base import Engine, Sharding, StageReplicas
+from hpctrain.engine.base import Engine, Sharding, StageReplicas, TensorParallel
 from hpctrain.engine.world import CommError, RankInfo, export_torch_env
 from hpctrain.errors import Problem
 
@@ -27,12 +26,14 @@ if TYPE_CHECKING:
     from torch import nn
 
     from hpctrain.engine.clock import Mark, Stamped
+    from hpctrain.records import Layout
 
 
-class DdpEngine(Engine, StageReplicas, Sharding):
+class DdpEngine(Engine, StageReplicas, Sharding, TensorParallel):
     settings = DdpSettings
     collective = "torch_s"
     grouping = "buckets"
+    reduces_in_hooks = True
     stamp: Stamped  # DDP's communication hook, or FSDP's units' backward hooks
 
     @classmethod
@@ -51,18 +52,6 @@ class DdpEngine(Engine, StageReplicas, Sharding):
                     "drop parallelism.backend, or set parallelism.engine=horovod",
                 )
             )
-        schedule = str(cfg.parallelism.schedule)
-        if cfg.parallelism.name == "hybrid" and SCHEDULES[schedule].split_backward:
-            # DDP reduces in hooks on the gradients' accumulation, which a backward split into
-            # input and weight gradients (torch.autograd.grad) never fires: replicas would drift
-            p.append(
-                Problem(
-                    "parallelism.schedule",
-                    f"{schedule} splits the backward into input and weight gradients, which DDP's "
-                    "gradient hooks do not see: a stage's replicas would not be averaged",
-                    "use parallelism.engine=horovod (it averages at the optimizer step), or schedule=1f1b",
-                )
-            )
         return p
 
     @classmethod
@@ -73,7 +62,8 @@ class DdpEngine(Engine, StageReplicas, Sharding):
     def needs_torch_store(cls, cfg: Config) -> bool:
         return True
 
-    def init(self, cfg: Config, expected_size: int) -> RankInfo:
+    def init(self, cfg: Config, layout: Layout) -> RankInfo:
+        expected_size = layout.world_size
         import torch.distributed as dist
 
         self.dist = dist
@@ -120,19 +110,40 @@ class DdpEngine(Engine, StageReplicas, Sharding):
         cuda = self.device_type == "cuda"
         return [wrap_ddp(cfg.parallelism, p, self.stamp, cuda, stage=True) for p in pieces], optimizer
 
-    def shard(self, cfg: Config, model: nn.Module, replicate: int, shard: int, units: list[str]) -> nn.Module:
-        from hpctrain.engine.fsdp_wrap import shard_model
+    def shard(
+        self, cfg: Config, model: nn.Module, layout: Layout, units: list[str], mesh: Any = None
+    ) -> nn.Module:
+        from hpctrain.engine.fsdp_wrap import mesh_for, shard_model
 
-        self.stamp = shard_model(cfg, model, replicate, shard, units, self.device_type, self.clock)
-        self.sharded = True
+        mesh = mesh if mesh is not None else mesh_for(self.device_type, layout.replicate, layout.shard)
+        self.stamp = shard_model(cfg, model, mesh, units, self.clock)
+        self.mode = "fsdp"
         return model
+
+    def device_mesh(self, layout: Layout) -> Any:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        shape = (layout.replicate, layout.shard, layout.tp)
+        return init_device_mesh(self.device_type, shape, mesh_dim_names=("replicate", "shard", "tp"))
+
+    def split(self, cfg: Config, model: nn.Module, tp_mesh: Any, plan: dict[str, str]) -> nn.Module:
+        from hpctrain.engine.ddp_wrap import Stamp
+        from hpctrain.engine.tp_wrap import split_model
+
+        # no data-parallel wrapper (yet): nothing syncs gradients between replicas, and the
+        # tensor-parallel collectives run inside forward and backward
+        self.stamp, self.mode = Stamp("none", self.clock), "tp"
+        return split_model(model, tp_mesh, plan, cfg.parallelism.tp.sequence_parallel)
 
     def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
         pass  # DistributedDataParallel broadcast rank 0's parameters and buffers when it wrapped them
 
     def micro_batch(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:
-        if getattr(self, "sharded", False):  # FSDP2: no reduce-scatter (nor HSDP all-reduce) until the last
+        mode = getattr(self, "mode", "ddp")
+        if mode == "fsdp":  # FSDP2: no reduce-scatter (nor HSDP all-reduce) until the last
             model.set_requires_gradient_sync(last)  # type: ignore[operator]
+            return contextlib.nullcontext()
+        if mode == "tp":  # tensor parallelism alone: no replicas, nothing to hold back
             return contextlib.nullcontext()
         return contextlib.nullcontext() if last else model.no_sync()  # type: ignore[operator]
 

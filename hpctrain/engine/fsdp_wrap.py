@@ -75,19 +75,11 @@ def find_units(model: nn.Module, names: list[str]) -> list[nn.Module]:
     return [m for _, m in sorted(found.items(), key=lambda nm: -nm[0].count("."))]
 
 
-def shard_model(
-    cfg: Config,
-    model: nn.Module,
-    replicate: int,
-    shard: int,
-    units: list[str],
-    device_type: str,
-    clock: Clock,
-) -> Stamp:
-    """Shard `model` in place, the named units first; the stamp their backward hooks keep. The
-    mesh is on the device the rank bound (engine/device.py): its groups are created there."""
+def shard_model(cfg: Config, model: nn.Module, mesh: Any, units: list[str], clock: Clock) -> Stamp:
+    """Shard `model` in place over `mesh` (replicate x shard, or shard alone), the named units
+    first; the stamp their backward hooks keep. The mesh is on the device the rank bound
+    (engine/device.py): its groups are created there."""
     sh = cfg.parallelism.shard
-    mesh = mesh_for(device_type, replicate, shard)
     low = LOW.get(str(cfg.precision.name))
     mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
     offload = CPUOffloadPolicy() if sh.cpu_offload else OffloadPolicy()

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from hpctrain.records import Layout
+
 HOROVOD_FUSION_BYTES = 64 * 2**20  # Horovod's HOROVOD_FUSION_THRESHOLD default
 
 
@@ -102,12 +104,9 @@ class HorovodEngine(Engine, StageReplicas, Timeline):
     def needs_gloo_rendezvous(cls, cfg: Config) -> bool:
         return cfg.parallelism.backend == "gloo"
 
-    def init(self, cfg: Config, expected_size: int) -> RankInfo:
-        from hpctrain.config.layout import layout_for
-
-        self.backend = str(cfg.parallelism.backend)
+    def init(self, cfg: Config, layout: Layout) -> RankInfo:
+        self.backend, expected_size = str(cfg.parallelism.backend), layout.world_size
         # hybrid: one process set per pipeline stage, holding its replicas (registered at init)
-        layout = layout_for(cfg, expected_size)
         groups = [layout.replica_ranks(s) for s in range(layout.stages)] if layout.pipelined else []
         import horovod.torch as hvd
 

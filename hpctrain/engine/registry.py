@@ -8,10 +8,10 @@ attributes and class methods of that class; nothing else changes.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from hpctrain.errors import ConfigError, Problem
+from hpctrain.errors import Problem
+from hpctrain.registry import Registry
 
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
@@ -22,29 +22,30 @@ ENGINES: dict[str, str] = {
     "horovod": "hpctrain.engine.horovod:HorovodEngine",
     "ddp": "hpctrain.engine.ddp:DdpEngine",
 }
-_LOADED: dict[str, type[Engine]] = {}
+_REGISTRY: Registry[Engine] = Registry("engine", ENGINES)
 
 
 def register_engine(name: str, target: str) -> None:
     """Make `target` ("package.module:Class") available as parallelism.engine=`name`."""
-    ENGINES[name] = target
-    _LOADED.pop(name, None)
+    _REGISTRY.register(name, target)
 
 
 def unknown_engine(key: str, name: str) -> Problem:
-    names = ", ".join(ENGINES)
-    return Problem(key, f"no engine named {name!r}: not one of {names}", f"use one of: {names}")
+    return _REGISTRY.unknown(key, name)
 
 
 def engine_class(name: str) -> type[Engine]:
-    if name not in ENGINES:
-        raise ConfigError([unknown_engine("parallelism.engine", name)])
-    if name not in _LOADED:
-        module, _, cls_name = ENGINES[name].partition(":")
-        cls: type[Engine] = getattr(importlib.import_module(module), cls_name)
-        cls.name = name
-        _LOADED[name] = cls
-    return _LOADED[name]
+    return _REGISTRY.get(name, "parallelism.engine")
+
+
+def engines_with(capability: type) -> list[str]:
+    """The registered engines that have a capability (engine/base.py: Sharding, ...)."""
+    return [n for n in ENGINES if issubclass(engine_class(n), capability)]
+
+
+def lacks(name: str, capability: type) -> bool:
+    """A registered engine without the capability (an unknown name is reported elsewhere)."""
+    return name in ENGINES and not issubclass(engine_class(name), capability)
 
 
 def engine_for(name: str) -> Engine:
@@ -59,43 +60,9 @@ def engine_problems(cfg: Config) -> list[Problem]:
     name = str(cfg.parallelism.engine)
     if name not in ENGINES:
         return [unknown_engine("parallelism.engine", name)]
-    from hpctrain.engine.base import Sharding, StageReplicas
-
     engine = engine_class(name)
     others = [engine_class(n) for n in ENGINES if n != name]
-    p = engine.problems(cfg) + foreign_settings(cfg, engine, others)
-    if cfg.parallelism.name in ("fsdp", "hsdp") and not issubclass(engine, Sharding):
-        able = ", ".join(n for n in ENGINES if issubclass(engine_class(n), Sharding))
-        p.append(
-            Problem(
-                "parallelism.engine",
-                f"parallelism={cfg.parallelism.name} shards with torch.distributed's FSDP2; engine "
-                f"{engine.name} cannot shard a model",
-                f"set parallelism.engine to one of: {able} (or use parallelism=data with {engine.name})",
-            )
-        )
-    if cfg.parallelism.name == "hybrid" and not issubclass(engine, StageReplicas):
-        able = ", ".join(n for n in ENGINES if issubclass(engine_class(n), StageReplicas))
-        p.append(
-            Problem(
-                "parallelism.engine",
-                f"engine {engine.name} cannot average a pipeline stage over its replicas (hybrid)",
-                f"use parallelism=pipeline, or one of these engines: {able}",
-            )
-        )
-    return p
-
-
-def needs_torch_store(cfg: Config) -> bool:
-    """torch.distributed may run and needs MASTER_ADDR/MASTER_PORT: an engine that uses it, a
-    user script, a pipeline (its stages talk point to point over torch.distributed whatever the
-    engine), or the allreduce benchmark (it times torch.distributed too)."""
-    return (
-        bool(cfg.script.path)
-        or cfg.bench.allreduce
-        or cfg.parallelism.name != "data"
-        or engine_class(str(cfg.parallelism.engine)).needs_torch_store(cfg)
-    )
+    return engine.problems(cfg) + foreign_settings(cfg, engine, others)
 
 
 def needs_mpi(cfg: Config) -> bool:

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from hpctrain import records
 from hpctrain.config.schema import ClusterConf, Config
@@ -49,7 +49,9 @@ DONE = frozenset(
 
 
 class Plan(Protocol):
-    """What every launcher's plan has: enough to write plan.json and to start the ranks."""
+    """What every launcher's plan has: enough to write plan.json and to start the ranks, and the
+    decisions worth telling the user. Each launcher's own plan type flows through its launcher
+    (Launcher[SlurmPlan], as TorchX's Scheduler[T] does), so nothing downcasts."""
 
     @property
     def run_dir(self) -> str: ...
@@ -57,17 +59,23 @@ class Plan(Protocol):
     @property
     def world_size(self) -> int: ...
 
+    @property
+    def notes(self) -> list[str]: ...
+
     def to_dict(self) -> dict[str, Any]: ...
 
 
+P = TypeVar("P", bound=Plan)
+
+
 @dataclass(frozen=True)
-class RunSpec:
+class RunSpec(Generic[P]):
     """One run to start: its place in a sweep, its overrides, its validated config and plan."""
 
     index: int
     overrides: list[str]
     cfg: Config
-    plan: Plan
+    plan: P
 
     @property
     def run_dir(self) -> Path:
@@ -105,7 +113,7 @@ class JobStatus:
         return self.state in DONE
 
 
-class Launcher(ABC):
+class Launcher(ABC, Generic[P]):
     name: ClassVar[str]  # set by @register_launcher
     schema: ClassVar[type[ClusterConf]]  # the cluster config this launcher reads
     sequential: ClassVar[bool] = False  # runs of a sweep go one after another (not at once)
@@ -128,19 +136,19 @@ class Launcher(ABC):
 
     # --- planning (pure) --------------------------------------------------------------------
     @abstractmethod
-    def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> Plan: ...
+    def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> P: ...
 
     @abstractmethod
-    def describe(self, runs: list[RunSpec]) -> str: ...
+    def describe(self, runs: list[RunSpec[P]]) -> str: ...
 
     # --- side effects -----------------------------------------------------------------------
-    def admit(self, runs: list[RunSpec]) -> None:
+    def admit(self, runs: list[RunSpec[P]]) -> None:
         """Refuse, before anything is written or submitted, runs the scheduler would not accept
         (e.g. more jobs than the user may queue). Raises LaunchError. Default: accept all."""
         return None
 
     @abstractmethod
-    def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
+    def submit(self, runs: list[RunSpec[P]], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
         """Write each run's files, then start or submit. `detach=False`: the caller waits, and
         the runs may end with it (a local launch watches its parent)."""
 
@@ -174,7 +182,7 @@ class Launcher(ABC):
         outlives the command; a local run's supervisor, say)."""
         return None
 
-    def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
+    def started_message(self, runs: list[RunSpec[P]], jobs: list[Job]) -> str:
         """What to tell the user once the runs are started or submitted."""
         if len(jobs) == 1:
             return (

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from hpctrain.config.schema import Config, Parallelism, StudyConf
+from hpctrain.config.schema import Config, PipelineSettings, StudyConf
 from hpctrain.engine.registry import ENGINES, unknown_engine
 from hpctrain.errors import ConfigError, Problem
+from hpctrain.parallel.registry import PARALLELISMS, kind_of
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,8 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
                 "drop study.engines, or pass the engine to the script in a sweep of script.args",
             )
         )
-    pipeline = cfg.parallelism.name == "pipeline"
-    if s.microbatches and cfg.parallelism.name == "data":
+    kind = kind_of(cfg)
+    if s.microbatches and PipelineSettings not in kind.settings:
         problems.append(
             Problem(
                 "study.microbatches",
@@ -119,8 +120,7 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
                 *([f"parallelism={q}"] if q else []),  # the group first: the keys below override it
                 f"cluster.{scale}={n}",
                 *common,
-                # a pipeline (one replica) has one stage per rank: its stages grow with the scale
-                *([f"parallelism.stages={_world(cfg, scale, n)}"] if pipeline else []),
+                *kind.study_overrides(cfg, _world(cfg, scale, n)),  # a pipeline's stages grow
                 *([f"parallelism.microbatches={m}"] if m else []),
                 *([f"parallelism.engine={e}"] if e else []),
             ),
@@ -145,7 +145,7 @@ def _parallelisms_problems(s: StudyConf) -> list[Problem]:
     given = [str(x) for x in s.parallelisms] if s.parallelisms is not None else None
     if given is None:
         return []
-    names = [str(x) for x in Parallelism]
+    names = list(PARALLELISMS)
     p = [
         Problem(f"study.parallelisms[{i}]", f"no parallelism named {x!r}", f"use one of: {', '.join(names)}")
         for i, x in enumerate(given)

@@ -1,234 +1,163 @@
-"""Config rules of the parallelism axis: the world must be stages x replicas, micro-batches must
-divide each replica's batch and suit the schedule, the model must have enough split points.
-Each problem names the key, the rule and the fix."""
+"""Config rules every parallelism shares, then the chosen one's own (its class's `problems`): a
+known name, settings of another parallelism refused (they would do nothing), the engine able to
+do what the parallelism needs, a batch the replicas divide, blocks to recompute. Each problem
+names the key, the rule and the fix."""
 
 from __future__ import annotations
 
-from hpctrain.config.layout import PIPELINED, SCHEDULES
+import dataclasses
+from typing import Any
+
+from hpctrain.config.derived import world_size
+from hpctrain.config.resume import resume_checkpoints
 from hpctrain.config.schema import Config
+from hpctrain.config.split import declared_checkpoint_blocks
+from hpctrain.engine.registry import engines_with, lacks
 from hpctrain.errors import Problem
 from hpctrain.facts import HostFacts
-from hpctrain.parallel import layout_for
-from hpctrain.parallel.shard_rules import shard_problems
-from hpctrain.parallel.split import declared_checkpoint_blocks, declared_split_points
-
-PIPELINE_KEYS = ("stages", "microbatches", "virtual_stages", "split_at", "schedule")
-NEUTRAL = {"stages": 1, "microbatches": 1, "virtual_stages": 1, "split_at": [], "schedule": "gpipe"}
+from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.registry import (
+    PARALLELISMS,
+    layout_of,
+    parallelism_class,
+    resolve_batch,
+    unknown_parallelism,
+)
 
 
 def parallelism_problems(cfg: Config, world: int, facts: HostFacts | None = None) -> list[Problem]:
-    par = cfg.parallelism
-    p = _checkpointing_problems(cfg) + shard_problems(cfg, world, facts)
-    if par.name not in PIPELINED:
-        return p + [
-            Problem(
-                f"parallelism.{k}",
-                f"is a pipeline setting; with parallelism={par.name} it would do nothing",
-                f"use parallelism=pipeline (or hybrid), or drop parallelism.{k}",
-            )
-            for k in PIPELINE_KEYS
-            if _plain(getattr(par, k)) != NEUTRAL[k]
-        ]
-    if par.stages < 2:
-        return p + [
-            Problem(
-                "parallelism.stages",
-                f"a pipeline needs at least 2 stages (got {par.stages})",
-                "set parallelism.stages=2 or more, or use parallelism=data",
-            )
-        ]
-    p += _world_problems(cfg, world)
-    p += _schedule_problems(cfg)
-    p += _split_problems(cfg)
-    if par.backward_passes_per_step != 1:
-        p.append(
-            Problem(
-                "parallelism.backward_passes_per_step",
-                "a pipeline already accumulates its micro-batches' gradients",
-                "use parallelism.microbatches instead, and set backward_passes_per_step=1",
-            )
-        )
-    if cfg.script.path:
+    name = str(cfg.parallelism.name)
+    if name not in PARALLELISMS:
+        return [unknown_parallelism("parallelism.name", name)]
+    kind = parallelism_class(name)
+    p = _checkpointing_problems(cfg) + foreign_settings(cfg, kind) + _engine_problems(cfg, kind)
+    if kind.builtin_only and cfg.script.path:
         p.append(
             Problem(
                 "parallelism.name",
-                f"parallelism={par.name} cuts hpctrain's model into stages; a script runs its own training",
+                f"parallelism={name} changes how hpctrain's trainer holds the model; a script runs "
+                "its own training",
                 "use parallelism=data with script=..., or a model._target_ with the built-in trainer",
             )
         )
-    if par.compression != "none":
-        p.append(
-            Problem(
-                "parallelism.compression",
-                f"compresses a data-parallel gradient allreduce; parallelism={par.name} does not apply it",
-                "drop parallelism.compression (precision=bf16 halves the activations sent between stages)",
-            )
+    found = resume_checkpoints(cfg)  # a parallelism may not read every checkpoint format
+    if found:
+        p += kind.resume_problems(cfg, sharded_only=all(f.suffix == ".dcp" for f in found))
+    return p + kind.problems(cfg, world, facts) + batch_problems(cfg)
+
+
+def settings_keys(group: type[Any], prefix: str = "") -> list[str]:
+    """The parallelism.* keys of a schema group, nested groups as dotted keys (shard.degree)."""
+    keys = []
+    for f in dataclasses.fields(group):
+        inner = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner):
+            keys += settings_keys(inner, f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+def foreign_settings(cfg: Config, kind: type[ParallelismKind]) -> list[Problem]:
+    """Settings only other parallelisms read, given to this one, would silently do nothing."""
+    from hpctrain.config.schema import ParallelismConf
+
+    owners: dict[str, list[str]] = {}  # key -> the parallelisms that read it
+    labels: dict[str, str] = {}
+    for name in PARALLELISMS:
+        for group in parallelism_class(name).settings:
+            for key in settings_keys(group):
+                owners.setdefault(key, []).append(name)
+                labels[key] = str(getattr(group, "label", group.__name__))
+    own = {k for group in kind.settings for k in settings_keys(group)}
+    defaults = ParallelismConf()
+    return [
+        Problem(
+            f"parallelism.{key}",
+            f"is a {labels[key]} setting; with parallelism={kind.name} it would do nothing",
+            f"use parallelism={names[0]}"
+            + (f" (or {', '.join(names[1:])})" if names[1:] else "")
+            + f", or drop parallelism.{key}",
         )
-    if cfg.precision.name == "fp16":
-        p.append(
-            Problem(
-                "precision.name",
-                "fp16 needs one loss-scale decision across all stages, which pipelines do not make yet",
-                "use precision=bf16 (no loss scaling needed) or fp32",
-            )
-        )
-    return p
+        for key, names in owners.items()
+        if key not in own and _plain(_get(cfg.parallelism, key)) != _plain(_get(defaults, key))
+    ]
+
+
+def _get(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _plain(v: object) -> object:
-    return [str(x) for x in v] if isinstance(v, list) else str(v) if not isinstance(v, int) else v
+    """A list (or OmegaConf's ListConfig) as a list of strings; an enum as its string."""
+    if isinstance(v, (bool, int, float, type(None))):
+        return v
+    if isinstance(v, str):
+        return str(v)
+    return [str(x) for x in v]  # type: ignore[attr-defined]
 
 
-def _world_problems(cfg: Config, world: int) -> list[Problem]:
-    par = cfg.parallelism
-    if world < 1:
-        return []  # the cluster checks report it
-    if world % par.stages:
-        return [
-            Problem(
-                "parallelism.stages",
-                f"stages x replicas must equal the world size: {world} ranks are not a multiple of "
-                f"{par.stages} stages",
-                f"use a world size that is a multiple of {par.stages}, or stages that divide {world}",
-            )
-        ]
-    reps = world // par.stages
-    if par.name == "pipeline" and reps != 1:
-        return [
-            Problem(
-                "parallelism.stages",
-                f"parallelism=pipeline needs one rank per stage: {world} ranks for {par.stages} stages "
-                f"would make {reps} replicas",
-                f"use parallelism=hybrid for {par.stages} stages x {reps} replicas, or set the world "
-                f"size to {par.stages}",
-            )
-        ]
-    return []
-
-
-def _schedule_problems(cfg: Config) -> list[Problem]:
-    par = cfg.parallelism
-    p = []
-    if par.microbatches < 1:
-        return [Problem("parallelism.microbatches", f"must be >= 1 (got {par.microbatches})", "e.g. 4")]
-    from hpctrain.config.derived import resolve_batch
-
-    b = resolve_batch(cfg)
-    if b.per_rank >= 1 and b.per_rank % par.microbatches:
-        p.append(
-            Problem(
-                "parallelism.microbatches",
-                f"{par.microbatches} micro-batches do not divide each replica's batch of {b.per_rank}",
-                "choose microbatches that divide train.batch_per_rank (or global batch / replicas)",
-            )
-        )
-    name = str(par.schedule)
-    kind = SCHEDULES[name]
-    if name == "1f1b" and par.microbatches < par.stages:
-        p.append(
-            Problem(
-                "parallelism.microbatches",
-                f"1F1B keeps one micro-batch in flight per stage: it needs microbatches >= stages "
-                f"({par.microbatches} < {par.stages})",
-                f"set parallelism.microbatches={par.stages} or more, or schedule=gpipe",
-            )
-        )
-    if kind.pieces == "virtual" and par.virtual_stages < kind.min_virtual:
-        p.append(
-            Problem(
-                "parallelism.virtual_stages",
-                f"{name} gives each rank several model pieces (got {par.virtual_stages})",
-                f"set parallelism.virtual_stages={kind.min_virtual} or more, or use schedule=1f1b",
-            )
-        )
-    rounds = max(1, par.microbatches // par.stages)
-    if kind.multi and par.microbatches % rounds:
-        p.append(
-            Problem(
-                "parallelism.microbatches",
-                f"{name} runs micro-batches in {rounds} equal rounds of about one per stage: "
-                f"{par.microbatches} is not a multiple of {rounds}",
-                f"set parallelism.microbatches to a multiple of {par.stages}",
-            )
-        )
-    if kind.pieces != "virtual" and par.virtual_stages != 1:
-        two = " (zbv always gives each rank two, in a V)" if kind.pieces == "two" else ""
-        p.append(
-            Problem(
-                "parallelism.virtual_stages",
-                f"only interleaved_1f1b and interleaved_zb put a chosen number of pieces on a rank "
-                f"(schedule={name}){two}",
-                "set parallelism.virtual_stages=1, or schedule=interleaved_1f1b",
-            )
-        )
-    return p
-
-
-def _builtin_cut(cfg: Config, given: list[str]) -> list[Problem]:
-    """A built-in model can be cut only where it declares (a user model is checked on the ranks,
-    where it is built): the names must be among those places, in forward order."""
-    if cfg.model._target_:
+def _engine_problems(cfg: Config, kind: type[ParallelismKind]) -> list[Problem]:
+    """The engine must have the capability the parallelism needs (engine/base.py)."""
+    engine = str(cfg.parallelism.engine)
+    if kind.needs is None or not lacks(engine, kind.needs):
         return []
-    declared = declared_split_points(cfg.model)
-    unknown = [n for n in given if n not in declared]
-    if unknown:
-        return [
-            Problem(
-                "parallelism.split_at",
-                f"{unknown} are not places model {cfg.model.name} can be cut",
-                f"choose from: {', '.join(declared)} (in forward order)",
-            )
-        ]
-    if [declared.index(n) for n in given] != sorted(declared.index(n) for n in given):
-        return [
-            Problem(
-                "parallelism.split_at",
-                f"{given} is not in forward order",
-                f"list them as the model runs them: {', '.join(n for n in declared if n in given)}",
-            )
-        ]
-    return []
+    return [kind.engine_refusal(engine, engines_with(kind.needs))]
 
 
-def _split_problems(cfg: Config) -> list[Problem]:
-    par = cfg.parallelism
-    pieces = layout_for(cfg, par.stages).pieces  # replicas do not change the cut
-    given = list(par.split_at)
-    if given:
-        if len(given) != pieces - 1:
-            return [
-                Problem(
-                    "parallelism.split_at",
-                    f"{len(given)} split point(s) make {len(given) + 1} pieces, the schedule needs "
-                    f"{pieces} ({par.stages} stages x {pieces // max(par.stages, 1)} per rank)",
-                    f"name {pieces - 1} module(s) where a piece begins, in forward order",
-                )
-            ]
-        if len(set(given)) != len(given) or any(not n for n in given):
-            return [
-                Problem(
-                    "parallelism.split_at",
-                    f"{given} has an empty or repeated name",
-                    "name distinct modules, in forward order",
-                )
-            ]
-        return _builtin_cut(cfg, given)
-    declared = declared_split_points(cfg.model)
-    if cfg.model._target_:
+def batch_problems(cfg: Config) -> list[Problem]:
+    """The batch against the layout's data-parallel replicas (the batch's own rules, one of the
+    two set and at least 1, are the config's: config/validate.py)."""
+    t, acc = cfg.train, cfg.parallelism.backward_passes_per_step
+    world = world_size(cfg)
+    if (t.batch_per_rank is None) == (t.global_batch is None) or world < 1 or acc < 1:
+        return []
+    if min(t.batch_per_rank or 1, t.global_batch or 1) < 1:
+        return []
+    n = layout_of(cfg).replicas
+    if t.global_batch is not None and t.global_batch % n:
+        lo, hi = (t.global_batch // n) * n, (t.global_batch // n + 1) * n
+        what = "the world size" if n == world else "the number of replicas"
         return [
             Problem(
-                "parallelism.split_at",
-                "your model does not declare where it may be cut",
-                f"name {pieces - 1} module(s) where a stage begins, e.g. parallelism.split_at=[layer3]",
+                "train.global_batch",
+                f"{t.global_batch} is not divisible by {what} {n}",
+                f"use a multiple of {n} (e.g. {lo or hi} or {hi}), or set train.batch_per_rank",
             )
         ]
-    if len(declared) < pieces - 1:
+    return _sample_problems(cfg)
+
+
+def _sample_problems(cfg: Config) -> list[Problem]:
+    b, acc = resolve_batch(cfg), cfg.parallelism.backward_passes_per_step
+    if b.per_rank % acc:
         return [
             Problem(
-                "parallelism.stages",
-                f"model {cfg.model.name} can be cut in at most {len(declared) + 1} pieces "
-                f"({', '.join(declared)}); {pieces} were asked for",
-                "use fewer stages (or virtual_stages), or a deeper model (model.depth)",
+                "parallelism.backward_passes_per_step",
+                f"the per-rank batch {b.per_rank} is not divisible by {acc} backward passes",
+                "choose backward_passes_per_step that divides the per-rank batch",
+            )
+        ]
+    if (
+        cfg.data._target_ is None
+        and cfg.data.name in ("synthetic", "tokens")
+        and b.global_ > cfg.data.num_samples
+    ):
+        return [
+            Problem(
+                "data.num_samples",
+                f"{cfg.data.num_samples} samples cannot fill one global batch of {b.global_}",
+                f"set data.num_samples >= {b.global_}, or use a smaller batch",
+            )
+        ]
+    if cfg.data._target_ is None and cfg.data.name == "digits" and b.global_ > 1797:
+        return [
+            Problem(
+                "train.batch_per_rank",
+                f"the global batch {b.global_} exceeds the 1797 digits",
+                "use a global batch of at most 1797",
             )
         ]
     return []

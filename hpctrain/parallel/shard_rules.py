@@ -1,25 +1,22 @@
 """Config rules of sharded data parallelism (parallelism=fsdp | hsdp): the shard degree must fit
-the world (fsdp: all of it; hsdp: a divisor leaving at least 2 replica groups),
-reshard_after_forward must be what FSDP2 takes, and sharding settings given to another
-parallelism are refused (they would do nothing). Pure: nothing is built."""
+the world (fsdp: all of it; hsdp: a divisor leaving at least 2 replica groups) and
+reshard_after_forward must be what FSDP2 takes. Pure: nothing is built."""
 
 from __future__ import annotations
 
-from hpctrain.config.layout import SHARDED, shard_degree
-from hpctrain.config.schema import Config, DdpSettings, ShardSettings
+from hpctrain.config.schema import Config, DdpSettings
 from hpctrain.errors import Problem
 from hpctrain.facts import HostFacts
 
-SHARD_KEYS = ("degree", "reshard_after_forward", "modules", "cpu_offload")
 
-
-def shard_problems(cfg: Config, world: int, facts: HostFacts | None = None) -> list[Problem]:
-    """`facts`: the host the ranks run on, when known (local launches)."""
+def shard_problems(
+    cfg: Config, world: int, degree: int, whole_world: bool, facts: HostFacts | None
+) -> list[Problem]:
+    """`degree`: the shard degree the layout takes; `whole_world`: fsdp (one shard group), not
+    hsdp (at least two); `facts`: the host the ranks run on, when known (local launches)."""
     par = cfg.parallelism
-    if par.name not in SHARDED:
-        return _unused(cfg)
-    p = _degree_problems(cfg, world)
-    p += _reshard_problems(cfg, world)
+    p = _degree_problems(cfg, world, degree, whole_world)
+    p += _reshard_problems(cfg, degree)
     p += _idle_settings(cfg)
     if par.shard.cpu_offload and not _on_gpus(cfg, facts):
         p.append(
@@ -30,41 +27,13 @@ def shard_problems(cfg: Config, world: int, facts: HostFacts | None = None) -> l
                 "drop parallelism.shard.cpu_offload, or train on GPUs (train.device=cuda)",
             )
         )
-    if cfg.script.path:
-        p.append(
-            Problem(
-                "parallelism.name",
-                f"parallelism={par.name} shards hpctrain's model; a script runs its own training",
-                "use parallelism=data with script=..., or a model._target_ with the built-in trainer",
-            )
-        )
     return p
 
 
-def _unused(cfg: Config) -> list[Problem]:
-    given, default = cfg.parallelism.shard, ShardSettings()
-    return [
-        Problem(
-            f"parallelism.shard.{k}",
-            f"is a sharding setting; with parallelism={cfg.parallelism.name} it would do nothing",
-            f"use parallelism=fsdp (or hsdp), or drop parallelism.shard.{k}",
-        )
-        for k in SHARD_KEYS
-        if _plain(getattr(given, k)) != _plain(getattr(default, k))
-    ]
-
-
-def _plain(v: object) -> object:
-    """A list (or OmegaConf's ListConfig) as a list of strings; scalars as they are."""
-    return v if isinstance(v, (str, bool, int, float, type(None))) else [str(x) for x in v]  # type: ignore[attr-defined]
-
-
-def _degree_problems(cfg: Config, world: int) -> list[Problem]:
-    par, given = cfg.parallelism, cfg.parallelism.shard.degree
+def _degree_problems(cfg: Config, world: int, degree: int, whole_world: bool) -> list[Problem]:
+    given = cfg.parallelism.shard.degree
     if world < 1:
         return []  # the cluster checks report it
-    node = max(int(cfg.cluster.node_size), 1)
-    degree = shard_degree(cfg, world, node)
     if given is not None and not 1 <= given <= world:
         return [
             Problem("parallelism.shard.degree", f"must be in [1, {world}] (got {given})", _degree_fix(world))
@@ -77,7 +46,7 @@ def _degree_problems(cfg: Config, world: int) -> list[Problem]:
                 _degree_fix(world),
             )
         ]
-    if par.name == "fsdp" and degree != world:
+    if whole_world and degree != world:
         return [
             Problem(
                 "parallelism.shard.degree",
@@ -86,7 +55,7 @@ def _degree_problems(cfg: Config, world: int) -> list[Problem]:
                 "parallelism.shard.degree",
             )
         ]
-    if par.name == "hsdp" and world // degree < 2:
+    if not whole_world and world // degree < 2:
         why = "one node holds every rank" if given is None else f"degree {degree} leaves one group"
         return [
             Problem(
@@ -103,11 +72,10 @@ def _degree_fix(world: int, hsdp: bool = False) -> str:
     return f"set parallelism.shard.degree to one of {', '.join(map(str, divisors))}"
 
 
-def _reshard_problems(cfg: Config, world: int) -> list[Problem]:
+def _reshard_problems(cfg: Config, degree: int) -> list[Problem]:
     r = cfg.parallelism.shard.reshard_after_forward
     if isinstance(r, bool):
         return []
-    degree = shard_degree(cfg, world, max(int(cfg.cluster.node_size), 1))
     divisors = [d for d in range(2, degree) if degree % d == 0]
     fits = isinstance(r, int) and r in divisors
     if fits:

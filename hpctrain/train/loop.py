@@ -11,37 +11,23 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
 from hpctrain import records
 from hpctrain.config.derived import Derived
-from hpctrain.config.layout import SHARDED, layout_for
 from hpctrain.config.schema import Config
-from hpctrain.engine.base import StageReplicas
-from hpctrain.engine.clock import Clock, clock_for
-from hpctrain.engine.device import current_device
-from hpctrain.engine.world import CommError, RankInfo
+from hpctrain.engine.world import RankInfo
 from hpctrain.events import format_event
-from hpctrain.parallel.split import declared_checkpoint_blocks
-from hpctrain.train import checkpoint, optim
-from hpctrain.train.data import GlobalBatchSampler, build_loader
+from hpctrain.train import checkpoint
 from hpctrain.train.memory import peak_bytes, reset_peak
-from hpctrain.train.parts import make_criterion, make_dataset, make_model, workload_label
-from hpctrain.train.pipeline import checkpoint_blocks
-from hpctrain.train.pipeline_step import PipelineTrainer
-from hpctrain.train.precision import make_scaler
 from hpctrain.train.profile import attach
 from hpctrain.train.schedule import lr_at
-from hpctrain.train.shard import sharded_trainer
+from hpctrain.train.setup import Build, prepare
 from hpctrain.train.stats import rank_stats
-from hpctrain.train.step import DataParallelTrainer, StepInput, StepResult, Trainer
-from hpctrain.train.targets import probe
-from hpctrain.train.watchdog import Watchdog
+from hpctrain.train.step import StepInput, StepResult, Trainer
 
 if TYPE_CHECKING:
     from hpctrain.engine.base import Engine
@@ -67,148 +53,11 @@ class StopControl:
     checkpoint_interval: int = 0  # also checkpoint every N steps (0: only when stopping)
 
 
-def place_model(cfg: Config, model: nn.Module, device: torch.device) -> nn.Module:
-    """On the device, in the memory format the config asks for (NHWC for model.channels_last)."""
-    model = model.to(device)
-    if cfg.model.channels_last and cfg.data.name != "tokens":
-        # Module.to takes memory_format (torch docs); its type stubs leave the keyword out
-        model = cast(Any, model).to(memory_format=torch.channels_last)
-    return model
-
-
 def place_batch(cfg: Config, x: torch.Tensor, device: torch.device) -> torch.Tensor:
     x = x.to(device, non_blocking=True)
     if cfg.model.channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
     return x
-
-
-def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Optimizer:
-    o = cfg.optim
-    if o.name == "adamw":
-        return optim.AdamW(
-            model.parameters(), lr=lr, betas=(o.betas[0], o.betas[1]), weight_decay=o.weight_decay
-        )
-    return optim.SGD(model.parameters(), lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
-
-
-class Common(TypedDict):
-    """What both trainers are built with."""
-
-    device: torch.device
-    clock: Clock
-    criterion: nn.Module
-    watch: Watchdog
-    parameters: int
-    delay_s: float
-
-
-def build_trainer(
-    cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Path
-) -> tuple[Trainer, checkpoint.Restored]:
-    """Model, optimizer and data, restored from the latest checkpoint if there is one."""
-    device = current_device(cfg.train.device)  # bound by the rank entry, before the engine started
-    # watched from the start: a model or dataset constructor (the user's _target_) may hang too
-    watch = Watchdog(run_dir, info.rank, d.world_size, cfg.train.stall_timeout_s)
-    watch.phase("build", 0)
-    watch.start()
-    torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
-    module = place_model(cfg, make_model(cfg), device)
-    layout = layout_for(cfg, d.world_size)
-    criterion = make_criterion(cfg)
-    dataset = make_dataset(cfg, d.batch.global_)
-    if cfg.user_code:
-        probe(module, criterion, dataset, device, workload_label(cfg))
-    common = Common(
-        device=device,
-        clock=clock_for(device),
-        criterion=criterion,
-        watch=watch,
-        parameters=sum(p.numel() for p in module.parameters()),
-        delay_s=cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0,
-    )
-    sampler = partial(
-        GlobalBatchSampler,
-        len(dataset),
-        d.batch.global_,
-        layout.replica_of(info.rank),  # a pipeline's stages all read their replica's batches
-        d.batch.per_rank,
-        cfg.train.steps,
-        cfg.train.seed,
-        cfg.data.shuffle,
-    )
-    if layout.pipelined:
-        return _pipeline_trainer(cfg, engine, info, d, run_dir, module, dataset, sampler, common)
-    if cfg.model.activation_checkpointing:
-        checkpoint_blocks(module, declared_checkpoint_blocks(cfg.model))
-    if cfg.parallelism.name in SHARDED:
-        watch.phase("comm", 0)  # sharding creates the mesh's process groups: every rank must arrive
-        opt = partial(make_optimizer, cfg, lr=cfg.optim.lr)
-        return sharded_trainer(cfg, engine, info, d, run_dir, module, opt, sampler, dataset, common)
-    scaler = make_scaler(cfg.precision, device.type)
-    watch.phase("comm", 0)  # wrapping (DDP) and the broadcast wait for every rank to get here
-    model, optimizer = engine.wrap(cfg, module, make_optimizer(cfg, module, cfg.optim.lr))
-    # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
-    # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
-    restored = checkpoint.restore(run_dir, module, optimizer, scaler, cfg.train.resume_from)
-    if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
-        engine.broadcast_initial(module, optimizer)
-    loader = build_loader(cfg.data, dataset, sampler(start_step=restored.step))
-    t = DataParallelTrainer(
-        model=model, optimizer=optimizer, scaler=scaler, loader=loader, weights=module, **common
-    )
-    return t, restored
-
-
-def _pipeline_trainer(
-    cfg: Config,
-    engine: Engine,
-    info: RankInfo,
-    d: Derived,
-    run_dir: Path,
-    module: nn.Module,
-    dataset: Any,  # the built-in or the user's map-style dataset
-    sampler: Callable[..., GlobalBatchSampler],
-    common: Common,
-) -> tuple[Trainer, checkpoint.Restored]:
-    """This rank's stages of the model under the schedule; the stage's replicas average their
-    gradients through the engine. Checkpoints hold the whole model (gathered at save)."""
-    from hpctrain.train.pipeline import (
-        StageOptimizer,
-        StageWeights,
-        build_pipe,
-        ensure_process_group,
-        make_groups,
-        pieces_for,
-    )
-
-    layout = layout_for(cfg, d.world_size)
-    device = common["device"]
-    ensure_process_group(device)
-    pp_group, dp_group = make_groups(layout, info.rank)
-    x0 = dataset[0][0]
-    example = x0.unsqueeze(0).expand(d.batch.micro, *x0.shape).contiguous().to(device)
-    pieces = pieces_for(cfg, module, layout, info.rank, example, device)
-    del module  # this rank keeps its pieces only
-    base = make_optimizer(cfg, nn.ModuleList(pieces), cfg.optim.lr)
-    run, optimizer = pieces, base
-    if layout.replicas > 1:
-        if not isinstance(engine, StageReplicas):
-            raise CommError(f"engine {engine.name} cannot average a pipeline stage over its replicas")
-        run, optimizer = engine.wrap_stage(cfg, pieces, base, dp_group)
-    stage = layout.stage_of(info.rank)
-    weights = StageWeights(pieces)
-    restored = checkpoint.restore(
-        run_dir, weights, StageOptimizer(optimizer, stage), None, cfg.train.resume_from
-    )
-    pipe = build_pipe(
-        cfg, run, layout, info.rank, device, pp_group, common["criterion"], delay_s=common["delay_s"]
-    )
-    loader = build_loader(cfg.data, dataset, sampler(start_step=restored.step))
-    t = PipelineTrainer(
-        pipe=pipe, optimizer=optimizer, scaler=None, loader=loader, weights=weights, stage=stage, **common
-    )
-    return t, restored
 
 
 def train(
@@ -217,12 +66,14 @@ def train(
     info: RankInfo,
     d: Derived,
     run_dir: Path,
+    build: Build,
     emit: Callable[[str], None] = print,
     control: StopControl | None = None,
 ) -> records.RankSummary | None:
-    """Run cfg.train.steps steps; return this rank's summary, or None if stopped by `control`
-    (after a checkpoint). Rank 0 also logs and reports."""
-    t, restored = build_trainer(cfg, engine, info, d, run_dir)
+    """Run cfg.train.steps steps with the trainer the parallelism `build`s (parallel/*.py:
+    ParallelismKind.build); return this rank's summary, or None if stopped by `control` (after a
+    checkpoint). Rank 0 also logs and reports."""
+    t, restored = build(prepare(cfg, engine, info, d, run_dir))
     master = info.rank == 0
     if master:
         for note in restored.skipped:

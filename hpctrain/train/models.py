@@ -146,29 +146,93 @@ class ResNet(nn.Module):
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
+class Attention(nn.Module):
+    """Causal multi-head self-attention with its projections as separate Linear modules, so tensor
+    parallelism can split them (wq, wk, wv by columns: each rank a group of heads; wo by rows).
+    The number of heads follows from the local width, so a rank holding heads / tp of them runs
+    as it is (TorchTitan's attention does the same)."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.head_dim = width // heads
+        self.wq = nn.Linear(width, width)
+        self.wk = nn.Linear(width, width)
+        self.wv = nn.Linear(width, width)
+        self.wo = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t = x.shape[0], x.shape[1]
+        q, k, v = (w(x).view(b, t, -1, self.head_dim).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, width: int, hidden: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(width, hidden)
+        self.w2 = nn.Linear(hidden, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(nn.functional.relu(self.w1(x)))
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block (GPT-2's order): x + attn(norm(x)), then x + ffn(norm(x))."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.attn = Attention(width, heads)
+        self.norm2 = nn.LayerNorm(width)
+        self.ffn = FeedForward(width, 4 * width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.ffn(self.norm2(x))
+
+
+class Blocks(nn.Module):
+    def __init__(self, width: int, heads: int, depth: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Block(width, heads) for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Embed(nn.Module):
+    """Token plus learned position embeddings: one module, so that sequence parallelism can split
+    its output along the sequence (train/tensor.py)."""
+
+    def __init__(self, vocab: int, seq_len: int, width: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Parameter(torch.zeros(1, seq_len, width))
+
+    def reset_parameters(self) -> None:
+        """What the constructor drew (nothing: positions start at zero), for a build on the meta
+        device (train/materialize.py)."""
+        nn.init.zeros_(self.pos)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.tok(tokens) + self.pos[:, : tokens.shape[1]]
+
+
 class TinyTransformerLM(nn.Module):
     """A causal pre-norm transformer language model (GPT-style) for next-token prediction."""
 
-    mask: torch.Tensor
-
     def __init__(self, spec: InputSpec, width: int, depth: int, heads: int) -> None:
         super().__init__()
-        self.tok = nn.Embedding(spec.vocab_size, width)
-        self.pos = nn.Parameter(torch.zeros(1, spec.seq_len, width))
-        layer = nn.TransformerEncoderLayer(
-            width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
-        )
-        self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.embed = Embed(spec.vocab_size, spec.seq_len, width)
+        self.blocks = Blocks(width, heads, depth)
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, spec.vocab_size, bias=False)
-        mask = nn.Transformer.generate_square_subsequent_mask(spec.seq_len)
-        self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        t = tokens.shape[1]
-        x = self.tok(tokens) + self.pos[:, :t]
-        x = self.blocks(x, mask=self.mask[:t, :t], is_causal=True)
-        return self.head(self.norm(x))
+        return self.head(self.norm(self.blocks(self.embed(tokens))))
 
 
 def build_model(cfg: ModelConf, spec: InputSpec) -> nn.Module:

@@ -23,11 +23,11 @@ from torch import nn
 
 from hpctrain.config.layout import SCHEDULES, Layout
 from hpctrain.config.schema import Config
+from hpctrain.config.split import split_points
 from hpctrain.engine.clock import Clock, Mark, clock_for
 from hpctrain.engine.device import init_process_group
 from hpctrain.engine.world import export_torch_env
 from hpctrain.errors import HpctrainError
-from hpctrain.parallel.split import split_points
 from hpctrain.train.p2p import Meter, install, measure_link
 
 

@@ -1,26 +1,25 @@
-"""Sharded data parallelism on the ranks (parallelism=fsdp | hsdp): the model is sharded by the
-engine (FSDP2's fully_shard over the mesh config/layout.py describes), the optimizer is built on
-the shards, and checkpoints are sharded (shard_checkpoint.py). A step is the data-parallel one:
+"""Sharded models on the ranks: data parallelism sharded by the engine (parallelism=fsdp | hsdp,
+FSDP2's fully_shard over the mesh of the plan's layout), tensor parallelism (each layer split
+over a group of ranks, torch.distributed.tensor.parallel), or both (2-D). The optimizer is built
+on the shards, and checkpoints are sharded (shard_checkpoint.py). A step is the data-parallel one:
 each rank a slice of the global batch; the engine's micro_batch holds the gradient sync back until
 the last micro-batch of an accumulation."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from hpctrain.config.derived import Derived
-from hpctrain.config.layout import shard_mesh
-from hpctrain.config.schema import Config
-from hpctrain.engine.base import Sharding
-from hpctrain.engine.world import CommError, RankInfo
-from hpctrain.parallel.split import shard_units
+from hpctrain.config.split import shard_units
+from hpctrain.config.tp_plan import plan_for
+from hpctrain.engine.base import Sharding, TensorParallel
+from hpctrain.engine.world import CommError
 from hpctrain.train import checkpoint, shard_checkpoint
-from hpctrain.train.data import GlobalBatchSampler, build_loader
+from hpctrain.train.data import build_loader
+from hpctrain.train.setup import Setup, make_optimizer, recompute_blocks
 from hpctrain.train.step import DataParallelTrainer
 
 if TYPE_CHECKING:
@@ -48,28 +47,58 @@ class ShardedTrainer(DataParallelTrainer):
         return sum(1 for m in self.model.modules() if isinstance(m, FSDPModule))
 
 
-def sharded_trainer(
-    cfg: Config,
-    engine: Engine,
-    info: RankInfo,
-    d: Derived,
-    run_dir: Path,
-    module: nn.Module,
-    make_optimizer: Callable[[nn.Module], Any],
-    sampler: Callable[..., GlobalBatchSampler],
-    dataset: Any,
-    common: Any,
-) -> tuple[ShardedTrainer, checkpoint.Restored]:
+def sharded_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
+    """fsdp/hsdp, and with parallelism.tp.degree > 1 2-D: each block split over a tensor-parallel
+    group first, then sharded over the data-parallel part of the same mesh (TorchTitan's order)."""
+    cfg, engine, layout = s.cfg, s.engine, s.d.layout
     if not isinstance(engine, Sharding):
         raise CommError(f"engine {engine.name} cannot shard a model")
-    mesh = shard_mesh(cfg, d.world_size, info.local_size)
+    s.common["watch"].phase("comm", 0)  # sharding creates the mesh's process groups: every rank must arrive
+    model, dp_mesh = s.module, None
+    if layout.tp > 1:
+        mesh = device_mesh(s)
+        model = split(s, mesh["tp"])
+        dp_mesh = mesh["shard"] if layout.replicate == 1 else mesh["replicate", "shard"]
+    recompute_blocks(s)
     units = shard_units(cfg.model, list(cfg.parallelism.shard.modules))
-    model = engine.shard(cfg, module, mesh.replicate, mesh.shard, units)
-    optimizer = make_optimizer(model)  # on the shards: each rank's optimizer state is its shards'
-    restored = restore(run_dir, model, optimizer, cfg.train.resume_from)
-    loader = build_loader(cfg.data, dataset, sampler(start_step=restored.step))
-    t = ShardedTrainer(model=model, optimizer=optimizer, scaler=None, loader=loader, weights=model, **common)
+    model = s.materialize(engine.shard(cfg, model, layout, units, dp_mesh))
+    return dcp_trainer(s, model)
+
+
+def dcp_trainer(s: Setup, model: nn.Module) -> tuple[ShardedTrainer, checkpoint.Restored]:
+    """The optimizer on the model's shards (each rank's state is its shards'), restored from the
+    newest usable checkpoint, sharded or whole."""
+    cfg = s.cfg
+    optimizer = make_optimizer(cfg, model, cfg.optim.lr)
+    restored = restore(s.run_dir, model, optimizer, cfg.train.resume_from)
+    loader = build_loader(cfg.data, s.dataset, s.sampler(start_step=restored.step))
+    t = ShardedTrainer(
+        model=model, optimizer=optimizer, scaler=None, loader=loader, weights=model, **s.common
+    )
     return t, restored
+
+
+def tensor_parallel_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
+    """parallelism=data with parallelism.tp.degree = the world: one replica, split over the ranks."""
+    s.common["watch"].phase("comm", 0)  # the mesh's process groups: every rank must arrive
+    model = s.materialize(split(s, device_mesh(s)["tp"]))
+    recompute_blocks(s)
+    return dcp_trainer(s, model)
+
+
+def device_mesh(s: Setup) -> Any:
+    if not isinstance(s.engine, TensorParallel):
+        raise CommError(f"engine {s.engine.name} cannot split a model over a device mesh")
+    return s.engine.device_mesh(s.d.layout)
+
+
+def split(s: Setup, tp_mesh: Any) -> nn.Module:
+    """The model split by the plan in force (the user's, or the built-in model's own)."""
+    if not isinstance(s.engine, TensorParallel):
+        raise CommError(f"engine {s.engine.name} cannot split a model over a device mesh")
+    tp = s.cfg.parallelism.tp
+    plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
+    return s.engine.split(s.cfg, s.module, tp_mesh, plan)
 
 
 def restore(run_dir: Path, model: nn.Module, optimizer: Any, resume_from: str | None) -> checkpoint.Restored:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpctrain.config.layout import SHARDED
 from hpctrain.config.schema import Config, ParallelismConf, ScriptConf, TrainConf
+from hpctrain.config.tp_plan import STYLES
 from hpctrain.errors import Problem
 from hpctrain.train.targets import orphan_kwargs, target_problems
 from hpctrain.workload.code import NOT_GIT, git_top, snapshot_on
@@ -16,7 +16,7 @@ from hpctrain.workload.pattern import PatternError, compile_pattern
 def workload_problems(cfg: Config) -> list[Problem]:
     p = orphan_kwargs(cfg)
     if not cfg.user_code:
-        return p + _unused(cfg) + _shard_units(cfg)
+        return p + _unused(cfg) + _shard_units(cfg) + _tp_plan(cfg)
     code = Path(cfg.code.dir or ".")
     if not code.is_dir():
         p.append(
@@ -66,7 +66,7 @@ def _shard_units(cfg: Config) -> list[Problem]:
     well under a second): before, a name it lacks failed every rank after the start. A user
     model is checked where it is built, on the ranks. Once per model, data and names: a sweep's
     points share them (2,000 resnet50 points built it 2,000 times, 21 s)."""
-    if cfg.parallelism.name not in SHARDED or not cfg.parallelism.shard.modules:
+    if not cfg.parallelism.shard.modules:  # given to a parallelism that does not shard: refused there
         return []
     modules = tuple(str(m) for m in cfg.parallelism.shard.modules)
     key = (repr(cfg.model), repr(cfg.data), modules)
@@ -93,6 +93,29 @@ def _unit_problems(cfg: Config, modules: list[str]) -> list[Problem]:
     except ShardError as e:
         key, _, why = str(e).partition(": ")
         return [Problem(key, why, "name modules as model.named_modules() does, or classes of the model")]
+    return []
+
+
+def _tp_plan(cfg: Config) -> list[Problem]:
+    """A plan given for a built-in model, against the model built on the meta device (a user
+    model's is checked where it is built, on the ranks, as its shard units are)."""
+    tp = cfg.parallelism.tp
+    if not tp.plan or tp.degree < 2 or any(str(v) not in STYLES for v in tp.plan.values()):
+        return []  # no plan, no tensor parallelism, or a style refused by the parallelism's rules
+    import torch
+
+    from hpctrain.engine.tp_wrap import TensorParallelError, check_plan
+    from hpctrain.train.parts import make_model
+
+    with torch.device("meta"):
+        model = make_model(cfg)
+    try:
+        check_plan(model, {str(k): str(v) for k, v in tp.plan.items()})
+    except TensorParallelError as e:
+        key, _, why = str(e).partition(": ")
+        return [
+            Problem(key, why, "name Linear or Embedding modules as model.named_modules() does (wildcards: *)")
+        ]
     return []
 
 

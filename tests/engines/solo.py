@@ -15,6 +15,7 @@ from hpctrain.config.schema import Config
 from hpctrain.engine.base import Engine
 from hpctrain.engine.world import CommError, RankInfo
 from hpctrain.errors import Problem
+from hpctrain.records import Layout
 
 
 class SoloEngine(Engine):
@@ -33,9 +34,9 @@ class SoloEngine(Engine):
     def rank_env(cls, cfg: Config) -> dict[str, str]:
         return {"HPCTRAIN_SOLO": "1"}
 
-    def init(self, cfg: Config, expected_size: int) -> RankInfo:
-        if expected_size != 1:
-            raise CommError(f"the solo engine runs one rank, not {expected_size}")
+    def init(self, cfg: Config, layout: Layout) -> RankInfo:
+        if layout.world_size != 1:
+            raise CommError(f"the solo engine runs one rank, not {layout.world_size}")
         return RankInfo(0, 1, 0, 1, 0, 1, socket.gethostname())
 
     def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:

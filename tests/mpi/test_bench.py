@@ -27,10 +27,7 @@ def test_bench_memory_shows_fsdp_holding_about_half_of_ddps_state_on_two_ranks(t
     }
     assert sorted(rows) == [("ddp", 1), ("ddp", 2), ("fsdp", 1), ("fsdp", 2)], r.stdout
     [out] = list(tmp_path.glob("*/*-memory"))
-    s = {
-        k: json.loads((out / f"{'data' if k[0] == 'ddp' else 'fsdp'}-n{k[1]}" / "summary.json").read_text())
-        for k in rows
-    }
+    s = {k: json.loads((out / f"{k[0]}-n{k[1]}" / "summary.json").read_text()) for k in rows}
 
     def state(rank: dict) -> int:  # parameters + gradients + optimizer state (RankSummary.state_bytes)
         return int(rank["param_bytes"] + rank["grad_bytes"] + rank["optimizer_bytes"])
@@ -42,6 +39,8 @@ def test_bench_memory_shows_fsdp_holding_about_half_of_ddps_state_on_two_ranks(t
         assert cells[4] == f"{whole // (n if kind == 'fsdp' else 1) / 2**20:.1f}"  # ZeRO-3's 1/N
     ratio = float(rows["fsdp", 2][5])  # fsdp's state per rank over ddp's, at 2 ranks
     assert 0.5 <= ratio < 0.56 and float(rows["fsdp", 1][5]) == pytest.approx(1.0, abs=1e-3), rows
+    tp = re.search(r"^\s*│\s*tp\s*│\s*2\s*│(.*)│\s*$", r.stdout, re.M)  # the model split over 2 ranks
+    assert tp is not None and 0.5 <= float(tp[1].split("│")[5]) < 0.6, r.stdout
 
 
 def test_bench_profile_compares_a_window_inside_the_warm_up_with_the_profiler_off(tmp_path: Path) -> None:

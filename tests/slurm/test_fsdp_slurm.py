@@ -1,10 +1,12 @@
 """Sharded data parallelism on the local SLURM cluster: hsdp on 2 nodes x 2 ranks (each node a
-shard group, the groups replicas) and fsdp with its shards across the 2 nodes give the weights of
-one local rank, and an fsdp job requeued mid-run resumes from its sharded checkpoint
-bit-identically (the DDP engine's rendezvous again on the requeued job, as for plain DDP)."""
+shard group, the groups replicas) and 2-D TP x FSDP (a tensor-parallel group inside each node,
+the shards across the 2 nodes) give the weights of one local rank, and the 2-D job requeued
+mid-run resumes from its sharded checkpoint bit-identically (the DDP engine's rendezvous again on
+the requeued job, as for plain DDP)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -26,10 +28,10 @@ def test_hsdp_with_a_shard_group_per_node_matches_one_local_rank(tmp_path: Path,
     assert s["shard_degree"] == 2 and s["parallelism"] == "hsdp"
 
 
-def test_fsdp_across_nodes_matches_one_rank_and_resumes_a_requeue_bit_identically(
+def test_tp_inside_nodes_x_fsdp_across_matches_one_rank_and_resumes_a_requeue_bit_identically(
     tmp_path: Path, mlp_one_rank
 ) -> None:
-    common = [*MLP, "parallelism=fsdp", *TWO_NODES, "cluster.ranks_per_node=1"]
+    common = [*MLP, "parallelism=fsdp", "parallelism.tp.degree=2", *TWO_NODES, "cluster.ranks_per_node=2"]
     run_dir = tmp_path / "interrupted"
     r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common, "debug.hold_step=4")
     assert r.returncode == 0, r.stderr
@@ -39,9 +41,13 @@ def test_fsdp_across_nodes_matches_one_rank_and_resumes_a_requeue_bit_identicall
     log = hpctrain("logs", str(run_dir)).stdout
     assert "checkpoint step-000005.dcp written after step 5" in log, log
     assert "step-000005.dcp at step 5" in log, log
-    for rank in (0, 1):
+    for rank in range(4):
         assert _recorded_steps(run_dir, rank) == list(range(8))
     assert _wait_done(straight) == "COMPLETED"
     assert_same_weights(tmp_path / "straight", mlp_one_rank[0], rtol=1e-5, atol=1e-6)  # shards across nodes
+    s = json.loads((tmp_path / "straight" / "summary.json").read_text())
+    hosts = [r["host"] for r in s["per_rank"]]
+    assert hosts[0] == hosts[1] != hosts[2] == hosts[3], hosts  # a tensor-parallel group is one node's
+    assert (s["tp_degree"], s["shard_degree"]) == (2, 2)
     a, b = weights(run_dir), weights(tmp_path / "straight")
     assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"

@@ -7,12 +7,12 @@ import os
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.config.derived import resolve_batch
 from hpctrain.config.load import config_from_yaml, to_yaml
 from hpctrain.config.schema import LocalClusterConf
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts
 from hpctrain.orchestrate.validate import validate
+from hpctrain.parallel import resolve_batch
 
 
 def test_defaults_compose_to_typed_config() -> None:
@@ -65,7 +65,7 @@ def test_unknown_top_level_key() -> None:
     ("override", "said"),
     [
         ("engine=ddp", "did you mean parallelism.engine=...?"),
-        ("degree=2", "did you mean parallelism.shard.degree=...?"),
+        ("degree=2", "did you mean parallelism.shard.degree=... or parallelism.tp.degree=...?"),
         ("partition=gpu", "did you mean cluster.partition=...?"),  # a cluster schema's key
         ("+ranks=4", "cluster.ranks=..."),  # forced in with +: the same hint
         ("model.steps=3", "did you mean train.steps=... or study.steps=... or profile.steps=...?"),

@@ -18,6 +18,7 @@ from hpctrain.engine.world import launcher_local_rank
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts
 from hpctrain.orchestrate.validate import validate
+from hpctrain.records import Layout
 from hpctrain.train.data import build_dataset
 from hpctrain.train.flops import device_peak, flops_per_sample
 
@@ -163,6 +164,6 @@ def test_horovod_without_nccl_is_refused_on_cuda_before_it_starts(monkeypatch: p
 
     monkeypatch.setattr(hvd, "nccl_built", lambda: 0)  # as this machine's CPU build says
     with pytest.raises(CommError) as e:
-        HorovodEngine().init(load_config(["train.device=cuda"]), expected_size=2)
+        HorovodEngine().init(load_config(["train.device=cuda"]), Layout(replicate=2))
     assert "nccl_built() is False" in str(e.value) and "HOROVOD_GPU_OPERATIONS=NCCL" in str(e.value)
     assert not hvd.is_initialized()  # refused before Horovod started

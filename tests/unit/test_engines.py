@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.config.derived import derive
 from hpctrain.engine import registry
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts
 from hpctrain.launch.local.plan import plan_local
 from hpctrain.orchestrate.validate import validate
+from hpctrain.parallel import derive, kind_of
+from hpctrain.records import Layout
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_the_built_in_trainer_trains_with_the_new_engine(solo: str, tmp_path: Pa
 
     cfg = _cfg("train.steps=4", "train.warmup_steps=1", "train.batch_per_rank=16", "train.stall_timeout_s=0")
     engine = registry.engine_for("solo")
-    info = engine.init(cfg, expected_size=1)
-    stats = train(cfg, engine, info, derive(cfg), tmp_path, emit=lambda line: None)
+    info = engine.init(cfg, Layout())
+    stats = train(cfg, engine, info, derive(cfg), tmp_path, kind_of(cfg).build, emit=lambda line: None)
     assert stats is not None and stats.timed_steps == 3 and math.isfinite(stats.last_loss)
     assert (tmp_path / "model.pt").exists() and (tmp_path / "steps-rank0.jsonl").read_text().count("\n") == 4

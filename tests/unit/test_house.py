@@ -46,3 +46,45 @@ def test_the_trainer_has_no_type_ignore() -> None:
         if "type: ignore" in line
     ]
     assert not found, f"type the trainer instead: {found}"
+
+
+def _names_a_parallelism(node: ast.expr, names: set[str]) -> bool:
+    """`cfg.parallelism.name`, `par.name`, or a literal (or tuple of literals) naming a parallelism."""
+    text = ast.unparse(node)
+    if text.endswith("parallelism.name") or text == "par.name":
+        return True
+    consts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return any(isinstance(c, ast.Constant) and c.value in names for c in consts)
+
+
+def test_no_code_branches_on_a_parallelisms_name() -> None:
+    """A parallelism is asked, never named: every comparison with its name (or with a literal
+    name next to something called parallelism) would be a branch outside its module (issue 37).
+    The registry looks names up; nothing else may."""
+    from hpctrain.parallel.registry import PARALLELISMS
+
+    names, found = set(PARALLELISMS), []
+    for p in modules():
+        if p == PACKAGE / "parallel" / "registry.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            by_attr = any(ast.unparse(o).endswith(("parallelism.name", "par.name")) for o in operands)
+            by_literal = "parallel" in ast.unparse(node) and any(
+                _names_a_parallelism(o, names) for o in operands
+            )
+            if by_attr or by_literal:
+                found.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, "ask the parallelism (parallel/base.py) instead of naming it: " + "; ".join(found)
+
+
+def test_the_launchers_have_no_type_ignore() -> None:
+    found = [
+        f"{p.relative_to(PACKAGE)}:{i}"
+        for p in sorted((PACKAGE / "launch").rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if "type: ignore" in line
+    ]
+    assert not found, f"type the launchers' plans instead: {found}"

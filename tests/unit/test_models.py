@@ -47,7 +47,8 @@ def test_resnet_depths_match_the_paper() -> None:
 
 @pytest.mark.parametrize("channels_last", [True, False])
 def test_channels_last_changes_the_memory_format_of_weights_and_batches(channels_last: bool) -> None:
-    from hpctrain.train.loop import place_batch, place_model
+    from hpctrain.train.loop import place_batch
+    from hpctrain.train.setup import place_model
 
     cfg = load_config(["model=resnet18", "model.width=8", f"model.channels_last={channels_last}"])
     cpu = torch.device("cpu")

@@ -6,17 +6,16 @@ from __future__ import annotations
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.config.derived import resolve_batch
 from hpctrain.config.layout import Layout, describe, placements
+from hpctrain.config.split import evenly, split_points
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts
 from hpctrain.orchestrate.validate import validate
-from hpctrain.parallel import layout_for
-from hpctrain.parallel.split import evenly, split_points
+from hpctrain.parallel import layout_of, resolve_batch
 
 
 def test_a_stages_replicas_are_consecutive_ranks_on_one_node() -> None:
-    lay = Layout(stages=2, replicas=2)
+    lay = Layout(stages=2, replicate=2)
     assert [(p.rank, p.node, p.stage, p.replica) for p in placements(lay, ranks_per_node=2)] == [
         (0, 0, 0, 0),
         (1, 0, 0, 1),
@@ -31,15 +30,15 @@ def test_a_stages_replicas_are_consecutive_ranks_on_one_node() -> None:
 
 
 def test_interleaved_pieces_loop_over_the_stages() -> None:
-    lay = Layout(stages=2, replicas=1, virtual=2)
+    lay = Layout(stages=2, virtual=2)
     assert lay.pieces == 4 and lay.pieces_of(0) == [0, 2] and lay.pieces_of(1) == [1, 3]
 
 
 def test_zbv_pieces_make_a_v_and_interleaved_zb_takes_virtual_stages() -> None:
     base = ["model=mlp", "model.depth=8", "parallelism=pipeline", "cluster.ranks=4", "parallelism.stages=4"]
-    zbv = layout_for(load_config([*base, "parallelism.schedule=zbv"]), 4)
+    zbv = layout_of(load_config([*base, "parallelism.schedule=zbv"]), 4)
     assert zbv.pieces == 8 and [zbv.pieces_of(r) for r in range(4)] == [[0, 7], [1, 6], [2, 5], [3, 4]]
-    zb = layout_for(
+    zb = layout_of(
         load_config([*base, "parallelism.schedule=interleaved_zb", "parallelism.virtual_stages=2"]), 4
     )
     assert zb.pieces == 8 and zb.pieces_of(1) == [1, 5] and not zb.v_shape
@@ -60,7 +59,7 @@ def test_a_pipelines_batch_is_per_replica() -> None:
         ["parallelism=hybrid", "cluster.ranks=4", "train.batch_per_rank=null", "train.global_batch=64"]
     )
     b = resolve_batch(cfg)
-    assert layout_for(cfg, 4) == Layout(2, 2)
+    assert layout_of(cfg, 4) == Layout(stages=2, replicate=2)
     assert (b.per_rank, b.global_, b.micro) == (32, 64, 8)  # 2 replicas; 4 micro-batches each
 
 
@@ -157,7 +156,7 @@ INVALID = [
             "model.depth=4",
         ],
         "parallelism.schedule",
-        "DDP's gradient hooks do not see",
+        "gradient hooks do not see",
     ),
     (
         ["parallelism=pipeline", "cluster.ranks=4", "parallelism.stages=4"],

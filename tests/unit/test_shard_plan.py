@@ -9,22 +9,21 @@ from pathlib import Path
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.config.derived import resolve_batch
-from hpctrain.config.layout import ShardMesh, describe_mesh, layout_for, shard_mesh
+from hpctrain.config.layout import Layout, describe_mesh
+from hpctrain.config.split import shard_units
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts
 from hpctrain.orchestrate.study import expand_study
 from hpctrain.orchestrate.validate import validate
-from hpctrain.parallel import parallel_notes
-from hpctrain.parallel.split import shard_units
+from hpctrain.parallel import layout_of, parallel_notes, resolve_batch
 from hpctrain.train.checkpoint import KEEP, by_index, by_name, candidates, prune
 
 
 def test_hsdp_groups_are_one_nodes_consecutive_ranks() -> None:
     cfg = load_config(["parallelism=hsdp", "cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=2"])
-    mesh = shard_mesh(cfg, 4, 2)
-    assert mesh == ShardMesh(replicate=2, shard=2)
-    assert describe_mesh(mesh, 4, 2) == [
+    mesh = layout_of(cfg)
+    assert mesh == Layout(replicate=2, shard=2)
+    assert describe_mesh(mesh, 2) == [
         "node 0: rank 0: shard 0/2 of group 0, rank 1: shard 1/2 of group 0",
         "node 1: rank 2: shard 0/2 of group 1, rank 3: shard 1/2 of group 1",
     ]
@@ -35,11 +34,11 @@ def test_fsdp_shards_over_the_world_and_every_rank_reads_its_own_batch() -> None
     cfg = load_config(
         ["parallelism=fsdp", "cluster.ranks=4", "train.batch_per_rank=null", "train.global_batch=64"]
     )
-    assert shard_mesh(cfg, 4, 4) == ShardMesh(1, 4)
-    assert layout_for(cfg, 4).replicas == 4  # one stage: each rank a slice of the global batch
+    assert layout_of(cfg) == Layout(shard=4)
+    assert layout_of(cfg).replicas == 4  # one stage: each rank a slice of the global batch
     b = resolve_batch(cfg)
     assert (b.per_rank, b.global_, b.micro) == (16, 64, 16)
-    notes = parallel_notes(cfg, 4, 4)
+    notes = parallel_notes(cfg, layout_of(cfg), 4)
     assert notes[0].startswith("fsdp: mesh 1 replica group(s) x 4 shards; shards units features")
     validate(cfg, HostFacts.example())
 

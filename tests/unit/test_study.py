@@ -8,9 +8,9 @@ from datetime import datetime
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.config.derived import derive
 from hpctrain.errors import ConfigError
 from hpctrain.orchestrate.study_run import create_study
+from hpctrain.parallel import derive
 
 COMMON = [
     "study.ranks=[1,2,4]",

@@ -51,7 +51,7 @@ def supervisor_alive(ref: records.JobRef) -> bool | None:
 
 
 @register_launcher("local")
-class LocalLauncher(Launcher):
+class LocalLauncher(Launcher[JobPlan]):
     schema = LocalClusterConf
     sequential = True
     cancel_on_interrupt = True
@@ -99,15 +99,17 @@ class LocalLauncher(Launcher):
         home = str(group_dir) if group_dir is not None else None
         return plan_local(cfg, self._facts(), str(run_dir), self.python, home=home)
 
-    def describe(self, runs: list[RunSpec]) -> str:
+    def describe(self, runs: list[RunSpec[JobPlan]]) -> str:
         if len(runs) == 1:
             plan: Any = runs[0].plan
             notes = "".join(f"# note: {n}\n" for n in plan.notes)
             return f"{notes}# launch command\n{plan.command_line}\n"
         return "".join(f"# {r.index}: {' '.join(r.overrides)}\n" for r in runs)
 
-    def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
-        mpirun = runs[0].plan.argv[0]  # type: ignore[attr-defined]
+    def submit(
+        self, runs: list[RunSpec[JobPlan]], group_dir: Path | None = None, detach: bool = True
+    ) -> list[Job]:
+        mpirun = runs[0].plan.argv[0]
         if shutil.which(mpirun) is None:
             raise LaunchError(
                 f"cannot start {mpirun!r}: not found; install OpenMPI "

@@ -12,29 +12,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpctrain.config.derived import derive
 from hpctrain.config.schema import Config, LocalClusterConf
-from hpctrain.engine.registry import needs_gloo_rendezvous, needs_mpi, needs_torch_store
+from hpctrain.engine.registry import needs_gloo_rendezvous, needs_mpi
 from hpctrain.facts import HostFacts
 from hpctrain.launch.container.plan import container_plan
 from hpctrain.launch.plan import AT_LAUNCH, rank_env
-from hpctrain.parallel import parallel_notes
-from hpctrain.records import FORMAT_VERSION, Batch
+from hpctrain.parallel import derive, parallel_notes
+from hpctrain.parallel.needs import needs_torch_store
+from hpctrain.records import FORMAT_VERSION, RankPlan
 from hpctrain.workload import workload_env, workload_notes
 
 
-@dataclass(frozen=True)
-class JobPlan:
-    run_dir: str
-    world_size: int
-    nodes: int
-    ranks_per_node: int
+@dataclass(frozen=True, kw_only=True)
+class JobPlan(RankPlan):
+    """A local launch: the shared plan plus the command that starts the ranks."""
+
     threads_per_rank: int
-    batch: Batch
-    lr: float  # learning rate after scaling, reached at the end of warm-up
-    env: dict[str, str]  # variables every rank gets (beyond the launcher's own environment)
     argv: list[str] = field(default_factory=list)  # the launch command, one argument per item
-    notes: list[str] = field(default_factory=list)  # decisions worth telling the user
     container: dict[str, Any] | None = None  # runtime, image and binds when the ranks run in one
 
     @property
@@ -155,7 +149,7 @@ def plan_local(
         argv, notes = mpirun_argv(c, facts, env, rank_python, run_dir)
     notes += [box.note] if box else []
     notes += workload_notes(cfg)
-    notes += parallel_notes(cfg, n, n)
+    notes += parallel_notes(cfg, d.layout, n)
     return JobPlan(
         run_dir=run_dir,
         world_size=n,
@@ -168,4 +162,5 @@ def plan_local(
         argv=argv,
         notes=notes,
         container=box.record if box else None,
+        layout=d.layout,
     )

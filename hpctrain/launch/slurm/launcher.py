@@ -23,7 +23,7 @@ from hpctrain.launch.slurm.watcher import StatusWatcher
 
 
 @register_launcher("slurm")
-class SlurmLauncher(Launcher):
+class SlurmLauncher(Launcher[SlurmPlan]):
     schema = SlurmClusterConf
     _limits: Limits | None = None
 
@@ -49,7 +49,7 @@ class SlurmLauncher(Launcher):
     def _read_limits(self, qos: str | None) -> None:
         self._limits = read_limits(qos)
 
-    def limits(self, runs: list[RunSpec]) -> Limits:
+    def limits(self, runs: list[RunSpec[SlurmPlan]]) -> Limits:
         """The scheduler's limits (read once per launcher)."""
         if self._asking is not None:
             self._asking.join()
@@ -58,15 +58,12 @@ class SlurmLauncher(Launcher):
             self._limits = read_limits(runs[0].cfg.cluster.qos)
         return self._limits
 
-    def describe(self, runs: list[RunSpec]) -> str:
+    def describe(self, runs: list[RunSpec[SlurmPlan]]) -> str:
         from hpctrain.launch.slurm.submit import group_by_shape
 
         if len(runs) == 1:
-            from hpctrain.parallel import parallel_notes
-
-            c = runs[0].cfg.cluster
-            notes = "".join(f"# note: {n}\n" for n in parallel_notes(runs[0].cfg, c.world_size, c.node_size))
-            script = runs[0].plan.sbatch_script()  # type: ignore[attr-defined]
+            notes = "".join(f"# note: {n}\n" for n in runs[0].plan.notes)
+            script = runs[0].plan.sbatch_script()
             return f"{notes}# sbatch script (submitted by submitit; nothing was submitted)\n{script}"
         limits = self.limits(runs)
         out = [f"# arrays of at most {limits.max_array_size} runs ({limits.source})"]
@@ -77,7 +74,7 @@ class SlurmLauncher(Launcher):
                 head = (
                     f"# array {k + 1}/{len(parts)} of this shape: {len(part)} run(s), sweep points {indices}"
                 )
-                script = group[0].plan.sbatch_script(array_size=len(part))  # type: ignore[attr-defined]
+                script = group[0].plan.sbatch_script(array_size=len(part))
                 out.append(
                     head
                     + "\n"
@@ -85,21 +82,23 @@ class SlurmLauncher(Launcher):
                 )
         return "\n".join(out)
 
-    def admit(self, runs: list[RunSpec]) -> None:
+    def admit(self, runs: list[RunSpec[SlurmPlan]]) -> None:
         from hpctrain.launch.slurm.submit import check_room
 
         if len(runs) > 1:
             check_room(runs, self.limits(runs))
 
-    def submit(self, runs: list[RunSpec], group_dir: Path | None = None, detach: bool = True) -> list[Job]:
+    def submit(
+        self, runs: list[RunSpec[SlurmPlan]], group_dir: Path | None = None, detach: bool = True
+    ) -> list[Job]:
         from hpctrain.launch.slurm.submit import submit_runs
 
         limits = self.limits(runs) if len(runs) > 1 else Limits(SLURM_DEFAULT_MAX_ARRAY_SIZE, None, 0, "")
         return submit_runs(runs, limits)[0]
 
-    def started_message(self, runs: list[RunSpec], jobs: list[Job]) -> str:
+    def started_message(self, runs: list[RunSpec[SlurmPlan]], jobs: list[Job]) -> str:
         if len(jobs) == 1:
-            plan: SlurmPlan = runs[0].plan  # type: ignore[assignment]
+            plan = runs[0].plan
             return (
                 f"[bold]submitted[/] job {jobs[0].job_id} ({plan.nodes} node(s) x {plan.ranks_per_node} "
                 "rank(s))"

@@ -9,25 +9,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpctrain.config.derived import derive
 from hpctrain.config.schema import Config, SlurmClusterConf
 from hpctrain.launch.container.plan import container_plan
 from hpctrain.launch.plan import rank_env
-from hpctrain.records import FORMAT_VERSION, Batch
+from hpctrain.parallel import derive, parallel_notes
+from hpctrain.records import FORMAT_VERSION, RankPlan
 from hpctrain.workload import workload_env
 
 SUBMIT_MODULE = "submitit.core._submit"  # what submitit's sbatch script runs in every task
 
 
-@dataclass(frozen=True)
-class SlurmPlan:
-    run_dir: str
-    world_size: int
-    nodes: int
-    ranks_per_node: int
-    batch: Batch
-    lr: float
-    env: dict[str, str]  # exported in the sbatch script; srun passes it to every task
+@dataclass(frozen=True, kw_only=True)
+class SlurmPlan(RankPlan):
+    """A SLURM submission: the shared plan (its env exported in the sbatch script, srun passing
+    it to every task) plus submitit's parameters."""
+
     executor: dict[str, Any]  # submitit SlurmExecutor.update_parameters(**executor)
     python: str  # the interpreter command each task runs (inside the container, if any)
     folder: str  # submitit's folder for pickles and logs (%j = job id)
@@ -108,4 +104,6 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
         folder=folder,
         max_requeues=c.max_requeues,
         container=box.record if box else None,
+        layout=d.layout,
+        notes=parallel_notes(cfg, d.layout, c.ranks_per_node),
     )

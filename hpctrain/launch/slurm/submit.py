@@ -80,15 +80,15 @@ def sbatch_errors() -> Iterator[None]:
         raise LaunchError("sbatch not found: install slurm-client, or run on a cluster login node") from e
 
 
-def group_by_shape(runs: list[RunSpec]) -> list[list[RunSpec]]:
+def group_by_shape(runs: list[RunSpec[SlurmPlan]]) -> list[list[RunSpec[SlurmPlan]]]:
     """Runs that need the same resources share one sbatch script: one job array each."""
-    groups: dict[str, list[RunSpec]] = defaultdict(list)
+    groups: dict[str, list[RunSpec[SlurmPlan]]] = defaultdict(list)
     for r in runs:
-        groups[r.plan.shape()].append(r)  # type: ignore[attr-defined]
+        groups[r.plan.shape()].append(r)
     return list(groups.values())
 
 
-def check_room(runs: list[RunSpec], limits: Limits) -> None:
+def check_room(runs: list[RunSpec[SlurmPlan]], limits: Limits) -> None:
     """Refuse, before anything is submitted, a sweep the user's MaxSubmitJobs cannot hold."""
     room = limits.room()
     if room is not None and len(runs) > room:
@@ -99,7 +99,7 @@ def check_room(runs: list[RunSpec], limits: Limits) -> None:
         )
 
 
-def submit_runs(runs: list[RunSpec], limits: Limits) -> tuple[list[Job], list[records.ArrayRef]]:
+def submit_runs(runs: list[RunSpec[SlurmPlan]], limits: Limits) -> tuple[list[Job], list[records.ArrayRef]]:
     """One sbatch call for a single run; for several, one `sbatch --array` per resource shape,
     split into arrays of at most the cluster's MaxArraySize. (Launcher.admit has checked the
     user's submit limit before anything was written.)"""
@@ -117,15 +117,15 @@ def submit_runs(runs: list[RunSpec], limits: Limits) -> tuple[list[Job], list[re
 
 
 def submit_groups(
-    runs: list[RunSpec],
-    shapes: list[list[RunSpec]],
+    runs: list[RunSpec[SlurmPlan]],
+    shapes: list[list[RunSpec[SlurmPlan]]],
     limits: Limits,
     jobs: list[Job],
     arrays: list[records.ArrayRef],
 ) -> None:
     """One sbatch (--array) per part of each shape; each run's job.json as it is known."""
     for group in [[shape[i] for i in part] for shape in shapes for part in limits.arrays(len(shape))]:
-        plan: SlurmPlan = group[0].plan  # type: ignore[assignment]
+        plan = group[0].plan
         ex = _executor(plan)
         with sbatch_errors():
             if len(runs) == 1:
@@ -140,7 +140,7 @@ def submit_groups(
                 launcher="slurm",
                 job_id=job_id,
                 world_size=r.plan.world_size,
-                folder=r.plan.folder,  # type: ignore[attr-defined]
+                folder=r.plan.folder,
             )
             records.write(r.run_dir / records.JOB, ref, indent=None)  # durable by the sync below
             jobs.append(Job(r.run_dir, ref))

@@ -1,0 +1,73 @@
+"""parallelism=data: every rank holds the whole model and a slice of the global batch; the engine
+averages the gradients (Horovod's ring-allreduce, or DDP's buckets). With parallelism.tp.degree
+set to the world, one replica split over the ranks instead (pure tensor parallelism)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpctrain.config.layout import describe_mesh
+from hpctrain.config.schema import TpHolder
+from hpctrain.errors import Problem
+from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
+from hpctrain.records import Layout
+
+if TYPE_CHECKING:
+    from hpctrain.config.schema import Config
+    from hpctrain.facts import HostFacts
+    from hpctrain.train.checkpoint import Restored
+    from hpctrain.train.setup import Setup
+    from hpctrain.train.step import Trainer
+
+
+class Data(ParallelismKind):
+    settings = (TpHolder,)
+
+    @classmethod
+    def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
+        tp = tp_degree(cfg)
+        return Layout(replicate=max(world // tp, 1), tp=tp)
+
+    @classmethod
+    def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
+        tp = tp_degree(cfg)
+        p = tp_problems(cfg, world)
+        if tp > 1 and not p and world // tp > 1:
+            p.append(
+                Problem(
+                    "parallelism.tp.degree",
+                    f"parallelism=data with tensor parallelism runs one replica split over every rank: "
+                    f"tp.degree {tp} leaves {world // tp} replicas, which nothing would average",
+                    f"set parallelism.tp.degree={world}, or use parallelism=fsdp (or hsdp) for "
+                    "data-parallel replicas of a tensor-parallel model",
+                )
+            )
+        if tp > 1 and cfg.script.path:
+            p.append(
+                Problem(
+                    "parallelism.tp.degree",
+                    "tensor parallelism splits hpctrain's model; a script runs its own training",
+                    "drop parallelism.tp.degree, or use a model._target_ with the built-in trainer",
+                )
+            )
+        return p
+
+    @classmethod
+    def notes(cls, cfg: Config, layout: Layout, ranks_per_node: int) -> list[str]:
+        return [tp_note(cfg), *describe_mesh(layout, ranks_per_node)] if layout.tp > 1 else []
+
+    @classmethod
+    def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
+        if layout.tp == 1:
+            return grads
+        return {**grads, "tp_degree": layout.tp, "grad_grouping": "none", "grad_bucket_bytes": 0}
+
+    @classmethod
+    def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
+        from hpctrain.train.setup import data_parallel_trainer
+        from hpctrain.train.shard import tensor_parallel_trainer
+
+        if setup.d.layout.tp > 1:
+            return tensor_parallel_trainer(setup)
+        return data_parallel_trainer(setup)

@@ -1,0 +1,134 @@
+"""parallelism=pipeline | hybrid: the model cut into stages across ranks
+(torch.distributed.pipelining), each replica's batch cut into micro-batches in flight at once;
+hybrid adds data-parallel replicas of every stage, averaged by the engine.
+
+The world is stages x replicas ranks; rank r holds stage r // replicas as replica r % replicas
+(records.Layout), so a stage's replicas share a node and the allreduce of its gradients stays on
+it. Interleaved schedules give each rank several pieces; zbv two, in a V (config/layout.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from hpctrain.config.layout import SCHEDULES, describe
+from hpctrain.config.schema import PipelineSettings
+from hpctrain.config.split import split_points
+from hpctrain.engine.base import StageReplicas
+from hpctrain.engine.registry import ENGINES, engine_class
+from hpctrain.errors import Problem
+from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
+from hpctrain.records import Layout
+
+if TYPE_CHECKING:
+    from hpctrain.config.schema import Config
+    from hpctrain.facts import HostFacts
+    from hpctrain.train.checkpoint import Restored
+    from hpctrain.train.setup import Setup
+    from hpctrain.train.step import Trainer
+
+
+class Pipeline(ParallelismKind):
+    """One rank per stage: one replica."""
+
+    settings = (PipelineSettings,)
+    one_replica: ClassVar[bool] = True
+    torch_store = True  # stages talk point to point over torch.distributed whatever the engine
+    builtin_only = True
+
+    @classmethod
+    def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
+        stages = max(cfg.parallelism.stages, 1)
+        return Layout(
+            stages=stages,
+            replicate=max(world // stages, 1),
+            virtual=pieces_per_rank(cfg),
+            v_shape=SCHEDULES[str(cfg.parallelism.schedule)].pieces == "two",
+        )
+
+    @classmethod
+    def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
+        return pipeline_problems(cfg, world, one_replica=cls.one_replica)
+
+    @classmethod
+    def notes(cls, cfg: Config, layout: Layout, ranks_per_node: int) -> list[str]:
+        par = cfg.parallelism
+        head = (
+            f"{cls.name}: {layout.stages} stages x {layout.replicas} replica(s), {par.microbatches} "
+            f"micro-batches, schedule {par.schedule}; the model is cut at "
+            f"{', '.join(split_points(cfg, layout.pieces))}"
+        )
+        return [head, *describe(layout, ranks_per_node)]
+
+    @classmethod
+    def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
+        par = cfg.parallelism
+        return {
+            **grads,
+            "stages": par.stages,
+            "microbatches": par.microbatches,
+            "schedule": str(par.schedule),
+            "pieces_per_rank": layout.virtual,
+        }
+
+    @classmethod
+    def batch_cuts(cls, cfg: Config) -> int:
+        return int(cfg.parallelism.microbatches)
+
+    @classmethod
+    def study_overrides(cls, cfg: Config, world: int) -> tuple[str, ...]:
+        return (f"parallelism.stages={world}",)  # one replica: its stages grow with the scale
+
+    @classmethod
+    def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
+        """A pipeline's stages load whole tensors with the optimizer state by index; sharded
+        checkpoints (.dcp) hold it by parameter name, resharded only into a data layout."""
+        if not sharded_only:
+            return []
+        return [
+            Problem(
+                "train.resume_from",
+                f"{cfg.train.resume_from} holds only sharded checkpoints (fsdp/hsdp), which a pipeline "
+                "cannot resume from",
+                "resume it with parallelism=fsdp (or data), or start the pipeline without train.resume_from",
+            )
+        ]
+
+    @classmethod
+    def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
+        from hpctrain.train.pipeline_setup import pipeline_trainer
+
+        return pipeline_trainer(setup)
+
+
+class Hybrid(Pipeline):
+    """Stages x data-parallel replicas: the engine averages each stage over its replicas."""
+
+    needs = StageReplicas
+    one_replica = False
+
+    @classmethod
+    def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
+        p = super().problems(cfg, world, facts)
+        schedule, engine = str(cfg.parallelism.schedule), str(cfg.parallelism.engine)
+        hooks = engine in ENGINES and engine_class(engine).reduces_in_hooks
+        if SCHEDULES[schedule].split_backward and hooks:
+            # an engine that reduces in hooks on the gradients' accumulation is never called by a
+            # backward split into input and weight gradients (torch.autograd.grad): replicas drift
+            p.append(
+                Problem(
+                    "parallelism.schedule",
+                    f"{schedule} splits the backward into input and weight gradients, which engine "
+                    f"{engine}'s gradient hooks do not see: a stage's replicas would not be averaged",
+                    "use parallelism.engine=horovod (it averages at the optimizer step), or schedule=1f1b",
+                )
+            )
+        return p
+
+    @classmethod
+    def engine_refusal(cls, engine: str, able: list[str]) -> Problem:
+        return Problem(
+            "parallelism.engine",
+            f"engine {engine} cannot average a pipeline stage over its replicas (hybrid)",
+            f"use parallelism=pipeline, or one of these engines: {', '.join(able)}",
+        )

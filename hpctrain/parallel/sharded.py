@@ -1,0 +1,105 @@
+"""parallelism=fsdp | hsdp: PyTorch's FSDP2 (fully_shard) over a device mesh. fsdp shards every
+parameter, gradient and optimizer state over the whole world (ZeRO-3); hsdp shards them inside
+groups of parallelism.shard.degree ranks (by default one node's) and replicates the groups.
+
+The mesh is replicate x shard; rank r holds shard r % degree of replica group r // degree
+(records.Layout), so a shard group is consecutive ranks and stays inside a node when the degree
+divides the ranks per node (HSDP's usual layout: the all-gathers and reduce-scatters of every
+block stay on the node, and only the replicas' gradient all-reduce crosses nodes)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from hpctrain.config.layout import describe_mesh
+from hpctrain.config.schema import ShardHolder, TpHolder
+from hpctrain.config.split import shard_units
+from hpctrain.engine.base import Sharding
+from hpctrain.errors import Problem
+from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.shard_rules import shard_problems
+from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
+from hpctrain.records import Layout
+
+if TYPE_CHECKING:
+    from hpctrain.config.schema import Config
+    from hpctrain.facts import HostFacts
+    from hpctrain.train.checkpoint import Restored
+    from hpctrain.train.setup import Setup
+    from hpctrain.train.step import Trainer
+
+
+class Fsdp(ParallelismKind):
+    """One shard group: the whole world."""
+
+    settings = (ShardHolder, TpHolder)
+    needs = Sharding
+    torch_store = True  # the mesh's process groups
+    builtin_only = True
+    whole_world: ClassVar[bool] = True
+
+    @classmethod
+    def degree(cls, cfg: Config, world: int, ranks_per_node: int) -> int:
+        """parallelism.shard.degree as given; null: every data-parallel rank (fsdp) or one node's
+        (hsdp). With tensor parallelism the data-parallel ranks are the world / tp.degree."""
+        given, tp = cfg.parallelism.shard.degree, tp_degree(cfg)
+        if given is not None:
+            return int(given)
+        dp = max(world // tp, 1)
+        return dp if cls.whole_world else min(max(ranks_per_node // tp, 1), dp)
+
+    @classmethod
+    def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
+        degree, tp = max(cls.degree(cfg, world, ranks_per_node), 1), tp_degree(cfg)
+        return Layout(replicate=max(world // tp // degree, 1), shard=degree, tp=tp)
+
+    @classmethod
+    def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
+        node, tp = max(int(cfg.cluster.node_size), 1), tp_degree(cfg)
+        p = tp_problems(cfg, world)
+        dp = world // tp if not p else world  # the data-parallel ranks the shard degree divides
+        return p + shard_problems(cfg, dp, cls.degree(cfg, world, node), cls.whole_world, facts)
+
+    @classmethod
+    def notes(cls, cfg: Config, layout: Layout, ranks_per_node: int) -> list[str]:
+        sh = cfg.parallelism.shard
+        units = shard_units(cfg.model, list(sh.modules))
+        what = (
+            f"units {', '.join(units)}, then the rest of the model"
+            if units
+            else "the model as one unit (name blocks in parallelism.shard.modules to gather one at a time)"
+        )
+        head = (
+            f"{cls.name}: mesh {layout.replicate} replica group(s) x {layout.shard} shards; shards "
+            f"{what}; reshard_after_forward={sh.reshard_after_forward}"
+            + ("; parameters and optimizer state offloaded to host memory" if sh.cpu_offload else "")
+        )
+        tp = [tp_note(cfg)] if layout.tp > 1 else []
+        return [head, *tp, *describe_mesh(layout, ranks_per_node)]
+
+    @classmethod
+    def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
+        """FSDP's units group the gradients (grad_tensors counts them), not the engine's buckets."""
+        shards = {"shard_degree": layout.shard, "tp_degree": layout.tp}
+        return {**grads, **shards, "grad_grouping": "shards", "grad_bucket_bytes": 0}
+
+    @classmethod
+    def engine_refusal(cls, engine: str, able: list[str]) -> Problem:
+        return Problem(
+            "parallelism.engine",
+            f"parallelism={cls.name} shards with torch.distributed's FSDP2; engine {engine} cannot "
+            "shard a model",
+            f"set parallelism.engine to one of: {', '.join(able)} (or use parallelism=data with {engine})",
+        )
+
+    @classmethod
+    def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
+        from hpctrain.train.shard import sharded_trainer
+
+        return sharded_trainer(setup)
+
+
+class Hsdp(Fsdp):
+    """Shard groups (one node's ranks by default) x replicas of them."""
+
+    whole_world = False

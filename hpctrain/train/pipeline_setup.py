@@ -1,0 +1,54 @@
+"""The pipeline's trainer on a rank (parallelism=pipeline | hybrid): this rank's pieces of the
+model under the schedule; a stage's replicas average their gradients through the engine.
+Checkpoints hold the whole model (gathered at save)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from hpctrain.engine.base import StageReplicas
+from hpctrain.engine.world import CommError
+from hpctrain.train import checkpoint
+from hpctrain.train.data import build_loader
+from hpctrain.train.pipeline import (
+    StageOptimizer,
+    StageWeights,
+    build_pipe,
+    ensure_process_group,
+    make_groups,
+    pieces_for,
+)
+from hpctrain.train.pipeline_step import PipelineTrainer
+from hpctrain.train.setup import Setup, make_optimizer
+from hpctrain.train.step import Trainer
+
+
+def pipeline_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
+    cfg, layout, rank = s.cfg, s.d.layout, s.info.rank
+    device = s.common["device"]
+    s.materialize(s.module)
+    ensure_process_group(device)
+    pp_group, dp_group = make_groups(layout, rank)
+    x0 = s.dataset[0][0]
+    example = x0.unsqueeze(0).expand(s.d.batch.micro, *x0.shape).contiguous().to(device)
+    pieces = pieces_for(cfg, s.module, layout, rank, example, device)
+    del s.module  # this rank keeps its pieces only
+    base = make_optimizer(cfg, nn.ModuleList(pieces), cfg.optim.lr)
+    run, optimizer = pieces, base
+    if layout.replicas > 1:
+        if not isinstance(s.engine, StageReplicas):
+            raise CommError(f"engine {s.engine.name} cannot average a pipeline stage over its replicas")
+        run, optimizer = s.engine.wrap_stage(cfg, pieces, base, dp_group)
+    stage = layout.stage_of(rank)
+    weights = StageWeights(pieces)
+    restored = checkpoint.restore(
+        s.run_dir, weights, StageOptimizer(optimizer, stage), None, cfg.train.resume_from
+    )
+    pipe = build_pipe(
+        cfg, run, layout, rank, device, pp_group, s.common["criterion"], delay_s=s.common["delay_s"]
+    )
+    loader = build_loader(cfg.data, s.dataset, s.sampler(start_step=restored.step))
+    t = PipelineTrainer(
+        pipe=pipe, optimizer=optimizer, scaler=None, loader=loader, weights=weights, stage=stage, **s.common
+    )
+    return t, restored

@@ -1,0 +1,165 @@
+"""What every rank builds before its parallelism takes the model: the device, the model (with the
+same initial weights everywhere), the loss, the dataset and the sampler, under the watchdog. The
+parallelism's `build` (parallel/*.py) then wraps, shards or cuts the model into its trainer; the
+data-parallel trainer is here, the pipeline's in pipeline_setup.py, the sharded one in shard.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict, cast
+
+import torch
+from torch import nn
+
+from hpctrain.config.derived import Derived
+from hpctrain.config.schema import Config
+from hpctrain.config.split import declared_checkpoint_blocks
+from hpctrain.engine.clock import Clock, clock_for
+from hpctrain.engine.device import current_device
+from hpctrain.engine.world import RankInfo
+from hpctrain.train import checkpoint, optim
+from hpctrain.train.data import GlobalBatchSampler, build_loader
+from hpctrain.train.materialize import Deferred, defer, materialize, replayable
+from hpctrain.train.parts import make_criterion, make_dataset, make_model, workload_label
+from hpctrain.train.pipeline import checkpoint_blocks
+from hpctrain.train.precision import make_scaler
+from hpctrain.train.step import DataParallelTrainer, Trainer
+from hpctrain.train.targets import probe
+from hpctrain.train.watchdog import Watchdog
+
+if TYPE_CHECKING:
+    from hpctrain.engine.base import Engine
+
+
+class Common(TypedDict):
+    """What every trainer is built with."""
+
+    device: torch.device
+    clock: Clock
+    criterion: nn.Module
+    watch: Watchdog
+    parameters: int
+    delay_s: float
+
+
+@dataclass
+class Setup:
+    """One rank's wiring, handed to its parallelism's `build`: the run's config, engine, world,
+    derived quantities (with the plan's layout) and directory, and what was built from them."""
+
+    cfg: Config
+    engine: Engine
+    info: RankInfo
+    d: Derived
+    run_dir: Path
+    module: nn.Module  # the whole model, on the device, initialised alike on every rank
+    dataset: Any  # the built-in or the user's map-style dataset
+    sampler: Callable[..., GlobalBatchSampler]  # this rank's batches (start_step=...)
+    common: Common
+    deferred: Deferred | None = None  # `module` is on the meta device until materialize()
+
+    def materialize(self, model: nn.Module) -> nn.Module:
+        """`model` (the module, split or sharded) on this rank's device with the one-rank initial
+        weights, when it was built on the meta device; as it is otherwise."""
+        if self.deferred is not None:
+            materialize(model, self.deferred, self.common["device"])
+            self.deferred = None
+        return model
+
+
+Build = Callable[[Setup], "tuple[Trainer, checkpoint.Restored]"]
+
+
+def place_model(cfg: Config, model: nn.Module, device: torch.device) -> nn.Module:
+    """On the device, in the memory format the config asks for (NHWC for model.channels_last)."""
+    model = model.to(device)
+    if cfg.model.channels_last and cfg.data.name != "tokens":
+        # Module.to takes memory_format (torch docs); its type stubs leave the keyword out
+        model = cast(Any, model).to(memory_format=torch.channels_last)
+    return model
+
+
+def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    o = cfg.optim
+    if o.name == "adamw":
+        return optim.AdamW(
+            model.parameters(), lr=lr, betas=(o.betas[0], o.betas[1]), weight_decay=o.weight_decay
+        )
+    return optim.SGD(model.parameters(), lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
+
+
+def prepare(cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Path) -> Setup:
+    """Model, loss and data on this rank, before its parallelism takes them."""
+    device = current_device(cfg.train.device)  # bound by the rank entry, before the engine started
+    # watched from the start: a model or dataset constructor (the user's _target_) may hang too
+    watch = Watchdog(run_dir, info.rank, d.world_size, cfg.train.stall_timeout_s)
+    watch.phase("build", 0)
+    watch.start()
+    torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
+    module, deferred = build_model(cfg, d, device)
+    criterion = make_criterion(cfg)
+    dataset = make_dataset(cfg, d.batch.global_)
+    if cfg.user_code:
+        probe(module, criterion, dataset, device, workload_label(cfg))
+    common = Common(
+        device=device,
+        clock=clock_for(device),
+        criterion=criterion,
+        watch=watch,
+        parameters=sum(p.numel() for p in module.parameters()),
+        delay_s=cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0,
+    )
+    sampler = partial(
+        GlobalBatchSampler,
+        len(dataset),
+        d.batch.global_,
+        d.layout.replica_of(info.rank),  # a pipeline's stages all read their replica's batches
+        d.batch.per_rank,
+        cfg.train.steps,
+        cfg.train.seed,
+        cfg.data.shuffle,
+    )
+    return Setup(cfg, engine, info, d, run_dir, module, dataset, sampler, common, deferred)
+
+
+def build_model(cfg: Config, d: Derived, device: torch.device) -> tuple[nn.Module, Deferred | None]:
+    """The model whole on the device, or, where the layout splits or shards it and the model's
+    weights can be drawn again (materialize.py), on the meta device until it is."""
+    splits = d.layout.shard > 1 or d.layout.tp > 1
+    if splits and not cfg.user_code and not cfg.model.channels_last and not cfg.parallelism.shard.cpu_offload:
+        state = torch.get_rng_state()
+        with torch.device("meta"):
+            module = make_model(cfg)
+        if replayable(module):
+            return module, defer(module, state)
+        torch.set_rng_state(state)
+    return place_model(cfg, make_model(cfg), device), None
+
+
+def recompute_blocks(s: Setup) -> None:
+    """model.activation_checkpointing: the declared blocks recompute in the backward pass."""
+    if s.cfg.model.activation_checkpointing:
+        checkpoint_blocks(s.module, declared_checkpoint_blocks(s.cfg.model))
+
+
+def data_parallel_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
+    """The whole model on every rank, wrapped by the engine to average its gradients."""
+    cfg, engine = s.cfg, s.engine
+    s.materialize(s.module)
+    recompute_blocks(s)
+    scaler = make_scaler(cfg.precision, s.common["device"].type)
+    s.common["watch"].phase("comm", 0)  # wrapping (DDP) and the broadcast wait for every rank
+    model, optimizer = engine.wrap(cfg, s.module, make_optimizer(cfg, s.module, cfg.optim.lr))
+    # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
+    # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
+    restored = checkpoint.restore(s.run_dir, s.module, optimizer, scaler, cfg.train.resume_from)
+    if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
+        engine.broadcast_initial(s.module, optimizer)
+    loader = build_loader(cfg.data, s.dataset, s.sampler(start_step=restored.step))
+    t = DataParallelTrainer(
+        model=model, optimizer=optimizer, scaler=scaler, loader=loader, weights=s.module, **s.common
+    )
+    return t, restored

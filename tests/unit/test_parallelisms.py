@@ -1,0 +1,72 @@
+"""The parallelism axis is open: a sixth parallelism (tests/parallelisms/solo.py, registered in
+one line) is validated with its own rule, refuses another parallelism's settings, is planned with
+its own notes and layout, and trains with the built-in trainer like the shipped ones."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hpctrain.config import load_config
+from hpctrain.engine import registry as engines
+from hpctrain.errors import ConfigError
+from hpctrain.facts import HostFacts
+from hpctrain.launch.local.plan import plan_local
+from hpctrain.orchestrate.validate import validate
+from hpctrain.parallel import derive, kind_of, registry
+from hpctrain.records import Layout
+
+
+@pytest.fixture
+def solo() -> Iterator[str]:
+    before = dict(registry.PARALLELISMS)
+    registry.register_parallelism("solo", "tests.parallelisms.solo:Solo")  # the one registration line
+    yield "solo"
+    registry.PARALLELISMS.clear()
+    registry.PARALLELISMS.update(before)
+
+
+def _cfg(*overrides: str):
+    return load_config(["parallelism.name=solo", "parallelism.engine=ddp", "data=digits", *overrides])
+
+
+def test_a_registered_parallelism_has_its_own_rules_notes_and_layout(solo: str) -> None:
+    cfg = _cfg("cluster.ranks=1")
+    validate(cfg, HostFacts.example())
+    plan = plan_local(cfg, HostFacts.example(), "/tmp/r", "python")
+    assert plan.layout == Layout() and "solo: rank 0 holds the whole model" in plan.notes
+    with pytest.raises(ConfigError) as e:
+        validate(_cfg("cluster.ranks=2", "parallelism.stages=2"), HostFacts.example())
+    text = str(e.value)
+    assert "cluster.ranks: solo holds the model on one rank (got 2)" in text
+    assert "parallelism.stages: is a pipeline setting; with parallelism=solo it would do nothing" in text
+
+
+def test_an_unknown_parallelism_names_the_registered_ones() -> None:
+    with pytest.raises(ConfigError, match=r"parallelism.name: no parallelism named 'zero'.*data, pipeline"):
+        validate(load_config(["parallelism.name=zero"]))
+
+
+def test_the_built_in_trainer_trains_with_the_new_parallelism(solo: str, tmp_path: Path) -> None:
+    from hpctrain.train.loop import train
+
+    engines.register_engine("solo", "tests.engines.solo:SoloEngine")  # one rank, no launcher needed
+    try:
+        cfg = _cfg("cluster.ranks=1", "parallelism.engine=solo", "train.steps=3", "train.warmup_steps=1")
+        engine = engines.engine_for("solo")
+        stats = train(
+            cfg,
+            engine,
+            engine.init(cfg, Layout()),
+            derive(cfg),
+            tmp_path,
+            kind_of(cfg).build,
+            emit=lambda _: None,
+        )
+    finally:
+        engines.ENGINES.pop("solo")
+    assert stats is not None and stats.timed_steps == 2 and math.isfinite(stats.last_loss)
+    assert kind_of(cfg).about(cfg, Layout(), {"grad_grouping": "buckets"}) == {"grad_grouping": "none"}
