@@ -15,6 +15,7 @@ from hpctrain.events import parse_event
 from hpctrain.launch.registry import load_job
 from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.orchestrate.sweep import split_common, state_rank
+from hpctrain.records import State
 
 SHOWN = 50  # rows of a large sweep's table (the counts above cover every run; --all lists all)
 
@@ -47,7 +48,7 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
     rows = list(zip(found, varying))
     hidden = 0 if show_all else max(0, len(rows) - SHOWN)
     for (job, st, error), own in rows[: len(rows) - hidden]:
-        color = {"COMPLETED": "green", "RUNNING": "cyan", "FAILED": "red"}.get(st.state, "yellow")
+        color = {State.COMPLETED: "green", State.RUNNING: "cyan", State.FAILED: "red"}.get(st.state, "yellow")
         row = [
             job.run_dir.name,
             job.job_id,
@@ -56,7 +57,7 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
             st.elapsed,
             orchestrate.progress_of(job.run_dir),
             (error or st.reason) + (" (it can never start as submitted: cancel it)" if st.blocked else "")
-            if st.state != "COMPLETED"
+            if st.state != State.COMPLETED
             else "",
         ]
         if any(varying):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -17,6 +18,7 @@ from hpctrain.config import load_config, to_yaml
 from hpctrain.errors import ConfigError, Problem, RecordError
 from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.orchestrate.sweep import split_common
+from hpctrain.records import State
 
 STUDY = re.compile(r"^[+~]*study([./=@]|$)")  # the study group or its keys
 
@@ -73,8 +75,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         if prep.group_dir is not None
         else []
     )
-    ended: dict[Path, str] = {}
-    live = tracking_for(where, prep.runs[0].cfg, console, lambda d: ended.get(d, "RUNNING"))
+    ended: dict[Path, State] = {}
+    live = tracking_for(where, prep.runs[0].cfg, console, lambda d: ended.get(d, State.RUNNING))
     try:
         states = orchestrate.follow(
             launcher,
@@ -103,7 +105,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     rows = []
     for r, job in zip(prep.runs, jobs):
         st = states[job.job_id]
-        if st.state != "COMPLETED" and launcher.sequential:
+        if st.state != State.COMPLETED and launcher.sequential:
             console.print(
                 f"[red]point {r.index} failed:[/] {str(launcher.failure(job, st)).splitlines()[0]}",
                 highlight=False,
@@ -112,7 +114,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     return sweep_table(console, prep.group_dir, rows)
 
 
-def sweep_table(console: Console, sweep_dir: Path, rows: list[tuple[list[str], Path, str]]) -> int:
+def sweep_table(console: Console, sweep_dir: Path, rows: Sequence[tuple[list[str], Path, str]]) -> int:
     common, varying = split_common([overrides for overrides, _, _ in rows])
     table = Table(
         title=f"sweep {sweep_dir}", caption="common to every point: " + " ".join(common) if common else None
@@ -125,7 +127,7 @@ def sweep_table(console: Console, sweep_dir: Path, rows: list[tuple[list[str], P
             s: records.RunSummary | None = records.read(run_dir / records.SUMMARY, records.RunSummary)
         except RecordError:
             s = None
-        failed += state != "COMPLETED"
+        failed += state != State.COMPLETED
         table.add_row(
             run_dir.name,
             " ".join(overrides),

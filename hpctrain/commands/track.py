@@ -16,11 +16,12 @@ from hpctrain.config.schema import Config
 from hpctrain.errors import ConfigError, HpctrainError, Problem, RecordError
 from hpctrain.launch.registry import load_job
 from hpctrain.orchestrate import runs as orchestrate
+from hpctrain.records import State
 from hpctrain.tracking.groups import LiveTracking, members, track, where
 
 
 def tracking_for(
-    path: Path, cfg: Config, console: Console, state_of: Callable[[Path], str]
+    path: Path, cfg: Config, console: Console, state_of: Callable[[Path], State]
 ) -> LiveTracking | None:
     """Live tracking for `hpctrain run` (None: the config tracks nothing)."""
     if not (cfg.tracking.mlflow or cfg.tracking.tensorboard):
@@ -32,14 +33,14 @@ def tracking_for(
     )
 
 
-def state_of(run_dir: Path) -> str:
+def state_of(run_dir: Path) -> State:
     """The run's state as its launcher tells it; a directory without a job (copied records):
     COMPLETED if it has a summary."""
     try:
         ((_, status, _),) = orchestrate.statuses([load_job(run_dir)])
         return status.state
     except (RecordError, HpctrainError, ValueError):
-        return "COMPLETED" if (run_dir / records.SUMMARY).exists() else "FAILED"
+        return State.COMPLETED if (run_dir / records.SUMMARY).exists() else State.FAILED
 
 
 def cmd_track(args: argparse.Namespace, console: Console) -> int:
@@ -57,7 +58,7 @@ def cmd_track(args: argparse.Namespace, console: Console) -> int:
     warnings: list[str] = []
     _, runs = members(path)
     for run_dir, _ in runs:  # runs nobody waited for (--no-wait): their cost from accounting now
-        if (run_dir / records.JOB).exists() and state_of(run_dir) == "COMPLETED":
+        if (run_dir / records.JOB).exists() and state_of(run_dir) == State.COMPLETED:
             job = load_job(run_dir)
             orchestrate.accounted(orchestrate.launcher_of(job), job)
     t, n = track(path, args.uri, args.tensorboard, warnings.append, state_of)

@@ -31,21 +31,7 @@ from hpctrain.config.schema import ClusterConf, Config
 from hpctrain.errors import HpctrainError, LaunchError, Problem
 from hpctrain.facts import HostFacts
 
-# A job is done in any of these states (SLURM's words; the local launcher uses a subset).
-DONE = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "ENDED",  # SLURM, accounting down: the job left the queue; its records say whether it completed
-    }
-)
+DONE = records.DONE  # a job is done in any of these states (records/states.py)
 
 
 class Plan(Protocol):
@@ -102,7 +88,7 @@ class Job:
 @dataclass(frozen=True)
 class JobStatus:
     job_id: str
-    state: str
+    state: records.State
     nodes: int | None = None
     elapsed: str = "-"
     reason: str = ""  # why it is pending, or how it ended

@@ -10,6 +10,7 @@ from pathlib import Path
 from hpctrain import records
 from hpctrain.config.schema import Config
 from hpctrain.launch.base import Launcher, RunSpec
+from hpctrain.records import State
 
 
 def allreduce_config(cfg: Config, max_mb: int) -> Config:
@@ -33,6 +34,6 @@ def run_allreduce(
     launcher.admit([run])
     (job,) = launcher.submit([run], None, detach=False)
     status = launcher.wait([job], timeout_s, poll_s=0.5)[job.job_id]
-    if status.state != "COMPLETED":
+    if status.state != State.COMPLETED:
         raise launcher.failure(job, status)
     return records.read(run_dir / records.allreduce_file(run.plan.world_size), records.AllreduceResult)

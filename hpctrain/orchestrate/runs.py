@@ -24,6 +24,7 @@ from hpctrain.launch.registry import launcher_class, launcher_for, load_job
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.sweep import expand
 from hpctrain.orchestrate.validate import validate_points
+from hpctrain.records import State
 
 # kept in the logs, not shown: submitit's own lines, and the profiler's stage markers (Kineto
 # prints "USDT:<date> ... profiler_start" on every start and stop)
@@ -172,7 +173,7 @@ class PendingNotes:
     def __call__(self, states: dict[str, JobStatus]) -> None:
         now: dict[str, int] = {}
         for st in states.values():
-            if st.state == "PENDING" and st.reason.startswith("pending: "):
+            if st.state == State.PENDING and st.reason.startswith("pending: "):
                 now[st.reason] = now.get(st.reason, 0) + 1
         for reason, n in now.items():
             if reason not in self.last:
@@ -224,7 +225,7 @@ def follow(
 
 def result(launcher: Launcher, job: Job, status: JobStatus) -> records.RunSummary:
     """The run's summary, or the error that explains why there is none."""
-    if status.state != "COMPLETED":
+    if status.state != State.COMPLETED:
         raise launcher.failure(job, status)
     return accounted(launcher, job)
 
@@ -304,10 +305,10 @@ def statuses(jobs: list[Job]) -> list[tuple[Job, JobStatus, str]]:
     out = []
     for job in jobs:
         st = found.get(
-            job.job_id, JobStatus(job.job_id, "PENDING", reason="not in the scheduler's records yet")
+            job.job_id, JobStatus(job.job_id, State.PENDING, reason="not in the scheduler's records yet")
         )
         error = ""
-        if st.done and st.state != "COMPLETED":
+        if st.done and st.state != State.COMPLETED:
             error = str(launcher_of(job).failure(job, st)).splitlines()[0]
         out.append((job, st, error))
     return out

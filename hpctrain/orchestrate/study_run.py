@@ -26,6 +26,7 @@ from hpctrain.orchestrate.probe import run_allreduce
 from hpctrain.orchestrate.runs import Reporter, accounted, follow, one_launcher, write_sweep
 from hpctrain.orchestrate.study import expand_study
 from hpctrain.orchestrate.validate import validate_points
+from hpctrain.records import State
 
 LOCK = ".lock"  # in a study directory: held by the hpctrain running the study
 
@@ -206,7 +207,7 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
         failures = []
         for r, job in zip(todo, jobs):
             st = states[job.job_id]
-            if st.state != "COMPLETED":  # one failed point does not stop the study; analyze lists it
+            if st.state != State.COMPLETED:  # one failed point does not stop the study; analyze lists it
                 failures.append(f"{r.name} failed: {str(launcher.failure(job, st)).splitlines()[0]}")
                 reporter.note(failures[-1])
             else:

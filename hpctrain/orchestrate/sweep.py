@@ -14,6 +14,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from hpctrain.errors import ConfigError, Problem
+from hpctrain.records import State
 
 MAX_POINTS = 100_000  # planned and submitted in seconds (hpctrain bench submit); scheduler limits still apply
 
@@ -118,8 +119,15 @@ def split_common(points: Sequence[Sequence[str]]) -> tuple[list[str], list[list[
 
 
 # `hpctrain status` order: what needs attention first (failed, then running), then the rest.
-STATE_ORDER = {"FAILED": 0, "TIMEOUT": 0, "OUT_OF_MEMORY": 0, "NODE_FAIL": 0, "CANCELLED": 0, "RUNNING": 1}
+STATE_ORDER = {
+    State.FAILED: 0,
+    State.TIMEOUT: 0,
+    State.OUT_OF_MEMORY: 0,
+    State.NODE_FAIL: 0,
+    State.CANCELLED: 0,
+    State.RUNNING: 1,
+}
 
 
 def state_rank(state: str) -> int:
-    return STATE_ORDER.get(state.split()[0] if state else state, 2)
+    return STATE_ORDER.get(State.of(state), 2)

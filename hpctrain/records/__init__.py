@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from hpctrain.errors import RecordError, RecordMissing
 from hpctrain.records.io import one_sync, read_new_lines, write_atomic
+from hpctrain.records.states import DONE, State
 from hpctrain.records.typed import FORMAT_VERSION, from_dict, to_dict
 from hpctrain.records.types import (
     AllreduceResult,
@@ -59,6 +60,8 @@ from hpctrain.records.types import (
 )
 
 __all__ = [
+    "DONE",
+    "State",
     "AllreduceResult",
     "AllreduceRow",
     "ArrayRef",

@@ -13,6 +13,7 @@ from pathlib import Path
 from hpctrain import records
 from hpctrain.analysis.analyze import analyze_dir
 from hpctrain.errors import RecordError
+from hpctrain.records import State
 from hpctrain.tracking.sinks import MlflowSink
 from hpctrain.tracking.sync import (
     TB_DIR,
@@ -60,7 +61,7 @@ def track(
     uri: str | None,
     tensorboard: bool,
     warn: Callable[[str], None],
-    state_of: Callable[[Path], str],
+    state_of: Callable[[Path], State],
 ) -> tuple[Targets | None, int]:
     """Send everything new of a run, sweep or study; (where it went, runs synced). None for where:
     tracking failed (warned), so nothing is there to be shown."""
@@ -77,12 +78,12 @@ def track(
             continue
         sync = RunSync(run_dir, t, run_dir.name, overrides, parent, experiment_id)
         state = state_of(run_dir)
-        guard(str(path), lambda: sync.sync(final=state not in ("PENDING", "RUNNING"), status=state))
+        guard(str(path), lambda: sync.sync(final=state not in (State.PENDING, State.RUNNING), status=state))
         if guard.failed:
             break
         experiment_id = sync.experiment_id
         done += 1
-    ended = all(state_of(d) not in ("PENDING", "RUNNING") for d, _ in runs if d.exists())
+    ended = all(state_of(d) not in (State.PENDING, State.RUNNING) for d, _ in runs if d.exists())
     if parent is not None and ended and not guard.failed:  # once, when every run has ended
         guard(str(path), partial(_study_metrics, path, t, parent, len(runs)))
     return (None if guard.failed else t), done
@@ -132,7 +133,7 @@ def logdir_hint(path: Path, kind: str) -> str:
 class LiveTracking:
     """For the waiting command: syncs the runs it follows every few seconds, and at the end."""
 
-    def __init__(self, path: Path, warn: Callable[[str], None], state_of: Callable[[Path], str]) -> None:
+    def __init__(self, path: Path, warn: Callable[[str], None], state_of: Callable[[Path], State]) -> None:
         self.path, self.warn, self.state_of = path, warn, state_of
         kind, runs = members(path)
         self.kind = kind
@@ -153,7 +154,10 @@ class LiveTracking:
             return
         for s in self.syncs:
             state = self.state_of(s.run_dir)
-            final = state not in ("PENDING", "RUNNING")  # still running: `hpctrain track` ends it later
+            final = state not in (
+                State.PENDING,
+                State.RUNNING,
+            )  # still running: `hpctrain track` ends it later
             self.guard(str(self.path), partial(s.sync, final, state))
 
     def where(self) -> str:

@@ -17,12 +17,13 @@ from typing import Any
 import yaml
 
 from hpctrain import records
+from hpctrain.records import State
 from hpctrain.tracking.sinks import MlflowSink, TensorBoardSink, default_uri, step_metrics
 from hpctrain.tracking.source import params_of, step_rows, summary_metrics, world_of
 
 TRACKING = "tracking.json"
 TB_DIR = "tensorboard"
-FINAL = {"COMPLETED": "FINISHED", "CANCELLED": "KILLED"}  # any other end: FAILED
+FINAL = {State.COMPLETED: "FINISHED", State.CANCELLED: "KILLED"}  # MLflow's words; any other end: FAILED
 
 
 @dataclass
@@ -89,7 +90,7 @@ class RunSync:
     experiment_id: str | None = None
     _mlflow: MlflowSink | None = None
 
-    def sync(self, final: bool = False, status: str = "COMPLETED") -> None:
+    def sync(self, final: bool = False, status: State = State.COMPLETED) -> None:
         state = load_state(self.run_dir)
         state.setdefault("uid", uuid.uuid4().hex)
         world = world_of(self.run_dir)
@@ -105,7 +106,7 @@ class RunSync:
             self._mlflow = MlflowSink(self.targets.uri)
         return self._mlflow
 
-    def _sync_mlflow(self, state: dict[str, Any], world: int, final: bool, status: str) -> None:
+    def _sync_mlflow(self, state: dict[str, Any], world: int, final: bool, status: State) -> None:
         sink, uri = self.mlflow(), str(self.targets.uri)
         mine = state.setdefault("mlflow", {}).setdefault(uri, {"step": -1})
         if self.experiment_id is None:

@@ -88,3 +88,26 @@ def test_the_launchers_have_no_type_ignore() -> None:
         if "type: ignore" in line
     ]
     assert not found, f"type the launchers' plans instead: {found}"
+
+
+def test_job_states_are_compared_as_states_never_as_bare_words() -> None:
+    """A job state is a records.State, mapped from each scheduler's words in one place (State.of):
+    no SLURM state word appears as a string literal elsewhere (issue 37)."""
+    from hpctrain.records import State
+
+    words = {s.value for s in State}
+    allowed = {
+        ("records/states.py", None),  # the vocabulary itself
+        ("launch/slurm/sacct.py", "PENDING"),  # squeue's -t argument
+        ("tracking/sync.py", "FAILED"),  # MLflow's word for a failed run
+    }
+    found = [
+        f"{p.relative_to(PACKAGE)}:{node.lineno} {node.value!r}"
+        for p in modules()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Constant)
+        and node.value in words
+        and (str(p.relative_to(PACKAGE)), None) not in allowed
+        and (str(p.relative_to(PACKAGE)), node.value) not in allowed
+    ]
+    assert not found, "use records.State: " + ", ".join(found)

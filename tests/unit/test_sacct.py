@@ -135,3 +135,13 @@ def test_a_requeued_jobs_cost_sums_its_incarnations_and_energy_is_measured_or_no
     measured = parse_usage("9_1|3600|1|8|7200000\n", "9_1")
     assert measured is not None and measured.energy_j == 7.2e6 and measured.node_hours == 1.0
     assert parse_usage("", "77") is None and parse_usage("77|bad|2|4|\n", "77") is None
+
+
+def test_scheduler_words_map_to_states_in_one_place() -> None:
+    from hpctrain.records import State
+
+    assert State.of("CANCELLED by 0") is State.CANCELLED and State.CANCELLED.done
+    assert State.of("REQUEUED") is State.REQUEUED and not State.REQUEUED.done
+    assert State.of("SOMETHING_NEW") is State.UNKNOWN and not State.UNKNOWN.done
+    assert State.of("") is State.UNKNOWN and State.PENDING.live and not State.COMPLETED.live
+    assert State.COMPLETED == "COMPLETED"  # a State is its word, in state.json and on screen

@@ -24,6 +24,7 @@ from hpctrain.launch.local.supervisor import write_state
 from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.rundir import prepare_run_dir, write_run_files
 from hpctrain.lifeline import stat_fields
+from hpctrain.records import State
 
 CANCEL_WAIT_S = 20.0
 SUPERVISOR_EXIT_S = 10.0  # a finished run's supervisor leaves within this (it has nothing left to do)
@@ -118,7 +119,7 @@ class LocalLauncher(Launcher[JobPlan]):
         with records.one_sync():
             for r in runs:
                 write_run_files(prepare_run_dir(r.run_dir), r.cfg, r.plan)
-                write_state(r.run_dir, "PENDING")
+                write_state(r.run_dir, State.PENDING)
         home = group_dir or runs[0].run_dir
         home.mkdir(parents=True, exist_ok=True)
         argv = [self.python, "-m", "hpctrain.launch.local.supervisor"]
@@ -160,18 +161,18 @@ class LocalLauncher(Launcher[JobPlan]):
                 st = records.read(job.run_dir / records.STATE, records.LocalState)
             except records.RecordMissing:
                 st = None
-            state = st.state if st else "PENDING"
+            state = State.of(st.state) if st else State.PENDING
             reason = ""
-            if state in ("PENDING", "RUNNING") and supervisor_alive(job.ref) is False:
+            if state in (State.PENDING, State.RUNNING) and supervisor_alive(job.ref) is False:
                 # read again: the supervisor may have finished between the two looks
                 st = records.read(job.run_dir / records.STATE, records.LocalState)
-                if st.state in ("PENDING", "RUNNING"):
-                    state, reason = "FAILED", self._supervisor_gone(job)
+                if st.state in (State.PENDING, State.RUNNING):
+                    state, reason = State.FAILED, self._supervisor_gone(job)
                 else:
-                    state = st.state
+                    state = State.of(st.state)
             elapsed = "-"
             if st is not None and st.started is not None:
-                end = st.updated if state not in ("PENDING", "RUNNING") else time.time()
+                end = st.updated if state not in (State.PENDING, State.RUNNING) else time.time()
                 elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0.0, end - st.started)))
             out[job.job_id] = JobStatus(job.job_id, state, nodes=1, elapsed=elapsed, reason=reason)
         return out
@@ -185,7 +186,7 @@ class LocalLauncher(Launcher[JobPlan]):
             f"the local supervisor (pid {job.ref.pid}) was killed before it recorded an outcome; "
             "its mpirun and ranks were stopped with it"
         )
-        write_state(job.run_dir, "FAILED", failure=records.Failure(None, reason))
+        write_state(job.run_dir, State.FAILED, failure=records.Failure(None, reason))
         return reason
 
     def log_paths(self, job: Job, rank: int) -> list[Path]:
@@ -216,8 +217,8 @@ class LocalLauncher(Launcher[JobPlan]):
                 os.killpg(pid, signal.SIGKILL)
             for job in group:  # a supervisor killed before it could write says nothing more
                 st = records.read(job.run_dir / records.STATE, records.LocalState)
-                if st.state in ("PENDING", "RUNNING"):
-                    write_state(job.run_dir, "CANCELLED")
+                if st.state in (State.PENDING, State.RUNNING):
+                    write_state(job.run_dir, State.CANCELLED)
 
     def release(self, jobs: list[Job]) -> None:
         """A marker in each run directory: the supervisor, seeing its parent gone, finds it and
@@ -229,7 +230,7 @@ class LocalLauncher(Launcher[JobPlan]):
         st = records.read(job.run_dir / records.STATE, records.LocalState)
         if st.launch_error:
             return LaunchError(st.launch_error)
-        if status.state == "CANCELLED":
+        if status.state == State.CANCELLED:
             never = " before it started" if st.started is None else ""  # queued behind a stopped run
             return RunCancelled(f"run {job.run_dir} was cancelled{never}")
         if st.failure is not None:

@@ -38,6 +38,7 @@ from hpctrain.facts import free_tcp_port
 from hpctrain.launch.output import Demux, mpirun_failure
 from hpctrain.launch.plan import AT_LAUNCH
 from hpctrain.lifeline import become_subreaper, end_descendants, with_lifeline
+from hpctrain.records import State
 
 TERM_GRACE_S = 10.0
 PARENT_POLL_S = 0.5
@@ -71,12 +72,12 @@ def write_state(run_dir: Path, state: str, **extra: Any) -> None:
     bytes, so that when the file system is full the outcome still overwrites it in place."""
     old = _read_state(run_dir)
     started = old.started if old and old.started is not None else None
-    if state == "RUNNING":
+    if state == State.RUNNING:
         started = time.time()
     rec = records.new(records.LocalState, state=state, updated=time.time(), started=started, **extra)
     text = json.dumps(records.to_dict(rec), indent=2, sort_keys=True, default=str) + "\n"
     path = run_dir / records.STATE
-    if state in ("PENDING", "RUNNING"):
+    if state in (State.PENDING, State.RUNNING):
         text = text.ljust(STATE_RESERVE)
     try:
         records.write_atomic(path, text)
@@ -158,7 +159,7 @@ class Supervisor:
         worst = 0
         for run_dir in self.run_dirs:
             if self.cancelled.is_set():
-                write_state(run_dir, "CANCELLED")
+                write_state(run_dir, State.CANCELLED)
                 continue
             worst = max(worst, self.run_one(run_dir))
         return worst
@@ -169,12 +170,12 @@ class Supervisor:
             argv: list[str] = plan["argv"]
             world = int(plan["world_size"])
         except (records.RecordError, KeyError, TypeError, ValueError) as e:
-            write_state(run_dir, "FAILED", launch_error=f"cannot read the plan: {e}")
+            write_state(run_dir, State.FAILED, launch_error=f"cannot read the plan: {e}")
             return 1
         env = dict(os.environ)
         rendezvous = None
         self.write_error = None
-        write_state(run_dir, "RUNNING")
+        write_state(run_dir, State.RUNNING)
         try:
             if plan.get("env", {}).get("HOROVOD_GLOO_RENDEZVOUS_PORT") == AT_LAUNCH:
                 rendezvous = _gloo_rendezvous(plan["env"].get("HPCTRAIN_GLOO_HOSTNAME", "localhost"), world)
@@ -185,7 +186,7 @@ class Supervisor:
         except StartError as e:
             write_state(
                 run_dir,
-                "FAILED",
+                State.FAILED,
                 launch_error=f"cannot start {argv[0]!r}: {e}; install "
                 "OpenMPI (apt-get install openmpi-bin) or set cluster.mpirun",
             )
@@ -194,16 +195,16 @@ class Supervisor:
             if rendezvous is not None:
                 rendezvous.close()
         if self.cancelled.is_set():
-            write_state(run_dir, "CANCELLED", exit_code=code)
+            write_state(run_dir, State.CANCELLED, exit_code=code)
             return 130
         if code == 0 and records.result_written(run_dir):
-            write_state(run_dir, "COMPLETED", exit_code=0)
+            write_state(run_dir, State.COMPLETED, exit_code=0)
             return 0
         if code > 0 and _never_started(run_dir, tails, mpirun_text):
             said = "\n".join(mpirun_text.strip().splitlines()[-15:]) or "(it printed nothing)"
             write_state(
                 run_dir,
-                "FAILED",
+                State.FAILED,
                 exit_code=code,
                 launch_error=f"{argv[0]} failed before any rank started (exit status {code}):\n{said}\n"
                 "check cluster.mpirun and cluster.extra_args",
@@ -216,7 +217,7 @@ class Supervisor:
         )
         if self.write_error is not None:  # the cause of whatever the ranks then said
             failure = records.Failure(None, _unwritable(self.write_error, failure.tail), failure.tail)
-        write_state(run_dir, "FAILED", exit_code=code, failure=failure)
+        write_state(run_dir, State.FAILED, exit_code=code, failure=failure)
         return 4
 
     @staticmethod

@@ -20,6 +20,7 @@ from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, r
 from hpctrain.launch.slurm.plan import SlurmPlan, plan_slurm
 from hpctrain.launch.slurm.sacct import ENDED, explain_pending, job_usage
 from hpctrain.launch.slurm.watcher import StatusWatcher
+from hpctrain.records import State
 
 
 @register_launcher("slurm")
@@ -115,8 +116,8 @@ class SlurmLauncher(Launcher[SlurmPlan]):
             if s.state == ENDED:  # accounting is down: the run's records say whether it completed
                 done = (by_id[k].run_dir / records.SUMMARY).exists()
                 note = s.note + ("" if done else "; it left the queue without a summary.json")
-                out[k] = JobStatus(k, "COMPLETED" if done else ENDED, s.nodes, s.elapsed, note)
-            elif s.state == "PENDING" and why:
+                out[k] = JobStatus(k, State.COMPLETED if done else ENDED, s.nodes, s.elapsed, note)
+            elif s.state == State.PENDING and why:
                 reason, never = explain_pending(why)
                 note = f"pending: {reason}" + (f"; {s.note}" if s.note else "")
                 out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, note, blocked=never)
@@ -155,7 +156,7 @@ class SlurmLauncher(Launcher[SlurmPlan]):
     def failure(self, job: Job, status: JobStatus) -> HpctrainError:
         """Cancelled first (ranks stopped by scancel may leave errors that are its effect), then
         the rank's own error file, then srun's report of the task that died (signal, exit code)."""
-        if status.state == "CANCELLED":
+        if status.state == State.CANCELLED:
             return RunCancelled(f"job {job.job_id} was cancelled (run directory {job.run_dir})")
         first = records.first_error(job.run_dir, causes_only=True)
         if first is not None:

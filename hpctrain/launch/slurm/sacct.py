@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from hpctrain.errors import LaunchError
 from hpctrain.launch.base import DONE
+from hpctrain.records import State
 
 SACCT_FIELDS = ("JobID", "JobName", "State", "NNodes", "Elapsed", "ExitCode", "NodeList", "Reason")
 
@@ -46,7 +47,7 @@ def explain_pending(reason: str) -> tuple[str, bool]:
 class JobState:
     job_id: str  # "123", or "123_4" for an array task
     name: str
-    state: str  # first word of sacct's State ("CANCELLED by 0" -> "CANCELLED")
+    state: State  # sacct's State as one of ours ("CANCELLED by 0" -> State.CANCELLED)
     nodes: int
     elapsed: str
     exit_code: str
@@ -70,7 +71,7 @@ def parse_sacct(text: str) -> dict[str, JobState]:
         out[jid] = JobState(
             jid,
             name,
-            state.split()[0] if state else "UNKNOWN",
+            State.of(state),
             int(nodes) if nodes.isdigit() else 0,
             elapsed,
             code,
@@ -131,7 +132,7 @@ def sacct(job_ids: list[str]) -> dict[str, JobState]:
 
 
 SQUEUE_FORMAT = "%i|%j|%T|%D|%M|%N|%r"
-ENDED = "ENDED"  # left the queue while accounting could not say how: the run's records tell
+ENDED = State.ENDED  # left the queue while accounting could not say how: the run's records tell
 
 
 def parse_squeue(text: str) -> dict[str, JobState]:
@@ -142,9 +143,9 @@ def parse_squeue(text: str) -> dict[str, JobState]:
         if len(parts) != 7:
             continue
         jid, name, state, nodes, elapsed, nodelist, reason = parts
-        reason = reason if state == "PENDING" and reason != "None" else ""
+        reason = reason if State.of(state) == State.PENDING and reason != "None" else ""
         out[jid] = JobState(
-            jid, name, state, int(nodes) if nodes.isdigit() else 0, elapsed, "", nodelist, reason
+            jid, name, State.of(state), int(nodes) if nodes.isdigit() else 0, elapsed, "", nodelist, reason
         )
     return out
 

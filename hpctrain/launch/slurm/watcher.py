@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hpctrain.launch.slurm.sacct import JobState, pending_reasons, sacct
+from hpctrain.records import State
 
 MIN_S, MAX_S, SHARE = 1.0, 60.0, 0.1
 
@@ -62,7 +63,7 @@ class StatusWatcher:
         self.calls.sacct += 1
         found = self.query(job_ids)
         self._states.update(found)
-        pending = [k for k, s in found.items() if s.state == "PENDING"]
+        pending = [k for k, s in found.items() if s.state == State.PENDING]
         for k in found:
             self._reasons.pop(k, None)
         if pending:
