@@ -91,15 +91,15 @@ def train(
     reset_peak(t.device)  # the peak of training, not of building (a pipeline traces the whole model)
     t.watch.completed(-1)  # built: the timeout counts from the first step on
     prof = attach(cfg, info.rank, run_dir, engine, t.watch)  # profile.*: None unless this rank profiles
-    out = _steps(cfg, engine, info, d, run_dir, t, restored.step, emit, control)
+    out = _steps(t, Place(info.rank, d, run_dir), restored.step, emit, control)
     t.watch.stop()
     if prof is not None:
         prof.close()
     if out is None:
         return None
-    probe, wait = t.after_training(engine, out, d.world_size, info.rank, str(cfg.parallelism.compression))
+    probe, wait = t.after_training(out, d.world_size, info.rank)
     if cfg.train.save_model:
-        weights = t.whole_model_state(engine)
+        weights = t.whole_model_state()
         if master:
             buf = io.BytesIO()
             torch.save(weights, buf)
@@ -120,28 +120,30 @@ def train(
     )
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where this rank's steps are recorded: its rank, the run's derived quantities, its directory."""
+
+    rank: int
+    d: Derived
+    run_dir: Path
+
+
 def _steps(
-    cfg: Config,
-    engine: Engine,
-    info: RankInfo,
-    d: Derived,
-    run_dir: Path,
-    t: Trainer,
-    start: int,
-    emit: Callable[[str], None],
-    control: StopControl | None,
+    t: Trainer, at: Place, start: int, emit: Callable[[str], None], control: StopControl | None
 ) -> list[records.StepRecord] | None:
     """The steps from `start` on, each recorded as it completes; None when every rank agreed to
     stop (after a checkpoint)."""
-    master, last_event = info.rank == 0, 0.0
-    steps_path = run_dir / records.steps_file(info.rank)
+    cfg, engine, d, run_dir, rank = t.cfg, t.engine, at.d, at.run_dir, at.rank
+    master, last_event = rank == 0, 0.0
+    steps_path = run_dir / records.steps_file(rank)
     out = records.resume_steps(steps_path, start)
     t.watch.phase("data", start)
     with open(steps_path, "w", buffering=1) as steps_file:  # line by line: status sees progress
         steps_file.writelines(records.step_line(r) for r in out)
         t_prev = time.perf_counter()
         for step, (x, y) in enumerate(t.loader, start=start):
-            _debug_hooks(cfg, info.rank, step, start, t, control, emit if master else None)
+            _debug_hooks(cfg, rank, step, start, t, control, emit if master else None)
             x, y = place_batch(cfg, x, t.device), y.to(t.device, non_blocking=True)
             # the copies are queued on the compute stream before this mark, so the copy to the
             # device is part of the data wait, which ends when the device reaches it (the step
@@ -149,9 +151,9 @@ def _steps(
             arrived = t.clock.mark()
             lr = lr_at(step, cfg.optim, d.lr)
             vote = control.requested if control is not None else None
-            r = t.train_step(engine, cfg, StepInput(x, y, lr, step, vote, arrived))
+            r = t.train_step(StepInput(x, y, lr, step, vote, arrived))
             t.watch.phase("data", step + 1)  # what follows counts as the next step's data wait
-            rec = _record(cfg, d, info.rank, step, lr, r, t_prev)
+            rec = _record(cfg, at, step, lr, r, t_prev)
             t_prev = r.end
             out.append(rec)
             steps_file.write(records.step_line(rec))
@@ -160,7 +162,7 @@ def _steps(
                 reset_peak(t.device)  # the first step's lazy imports and kernel choice are not the model's
             if cfg.train.stop_on_nonfinite_loss and not math.isfinite(r.loss):
                 raise NonFiniteLoss(
-                    f"the loss is {r.loss} at step {step} on rank {info.rank} (lr {lr:g}); lower "
+                    f"the loss is {r.loss} at step {step} on rank {rank} (lr {lr:g}); lower "
                     "optim.lr or use a wider precision, or set train.stop_on_nonfinite_loss=false"
                 )
             if master:
@@ -168,7 +170,7 @@ def _steps(
             if control is not None:
                 if _checkpoint_due(cfg, control, step, r.stop):
                     steps_file.flush()
-                    path = t.save_checkpoint(run_dir, step + 1, engine, master)
+                    path = t.save_checkpoint(run_dir, step + 1, master)
                     if path is not None:
                         emit(f"checkpoint {path.name} written after step {step + 1}")
                     engine.barrier(f"hpctrain.ckpt.{step}")  # all wait for it
@@ -183,12 +185,11 @@ def _checkpoint_due(cfg: Config, control: StopControl, step: int, stop: bool) ->
     return stop or bool(every and (step + 1) % every == 0 and step + 1 < cfg.train.steps)
 
 
-def _record(
-    cfg: Config, d: Derived, rank: int, step: int, lr: float, r: StepResult, t_prev: float
-) -> records.StepRecord:
+def _record(cfg: Config, at: Place, step: int, lr: float, r: StepResult, t_prev: float) -> records.StepRecord:
+    d = at.d
     return records.StepRecord(
         step=step,
-        rank=rank,
+        rank=at.rank,
         loss=r.loss,
         lr=lr,
         data_s=max(0.0, r.began - t_prev),  # 0 at worst: both host times read as the device settled

@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
-from hpctrain.config.schema import Config
 from hpctrain.train import checkpoint
 from hpctrain.train.pipeline import Pipe, StageOptimizer, merge_states
 from hpctrain.train.precision import autocast
 from hpctrain.train.step import StepInput, StepResult, Trainer
 
 if TYPE_CHECKING:
-    from hpctrain.engine.base import Engine
+    pass
 
 
 @dataclass(kw_only=True)
@@ -37,9 +36,9 @@ class PipelineTrainer(Trainer):
 
     pipe: Pipe
 
-    def train_step(self, engine: Engine, cfg: Config, b: StepInput) -> StepResult:
-        pipe, clock = self.pipe, self.clock
-        vote = self._open(engine, b)
+    def train_step(self, b: StepInput) -> StepResult:
+        pipe, clock, cfg = self.pipe, self.clock, self.cfg
+        vote = self._open(b)
         pipe.tally.reset()
         pipe.meter.reset()
         losses: list[torch.Tensor] = []
@@ -57,13 +56,13 @@ class PipelineTrainer(Trainer):
         loss = loss.to(self.device)  # NCCL broadcasts device tensors
         sent = dist.broadcast(loss, src=pipe.last_rank, group=pipe.group, async_op=True)
         replicated = pipe.layout.replicas > 1
-        ready = self._communicate(engine, b.step, replicated)
+        ready = self._communicate(b.step, replicated)
         averaged = clock.mark()
         # the loss arrives when the last stage's schedule ends; the stages that ended first wait
         # for it: the pipeline's drain, idle time like the waits inside the schedule
         sent.wait()
         comm = clock.mark()
-        end = self._update(engine, b.step, averaged=replicated)
+        end = self._update(b.step, averaged=replicated)
         t_end, began = self._settle(b.start, end)
         traffic = pipe.meter.settle(clock)
         compute = pipe.tally.compute_s()
@@ -75,7 +74,7 @@ class PipelineTrainer(Trainer):
             waited + clock.seconds(sched, averaged),
             t_end,
             began,
-            self._agreed(engine, vote),
+            self._agreed(vote),
             bubble_s=traffic.idle_s + drain,
             transfer_s=traffic.transfer_s,
             schedule_s=max(0.0, schedule - compute - traffic.wait_s),
@@ -90,7 +89,7 @@ class PipelineTrainer(Trainer):
     def grad_tensors(self) -> int:
         return 0  # a stage's replicas average its pieces; the roofline models data parallelism only
 
-    def _gathered(self, engine: Engine, optimizer: bool) -> dict[str, Any]:
+    def _gathered(self, optimizer: bool) -> dict[str, Any]:
         """The whole model (and every stage's optimizer) from replica 0 of each stage.
         Collective: every rank calls it."""
         mine: dict[str, Any] = {}  # one type on every rank: Horovod names the allgather by it
@@ -99,14 +98,14 @@ class PipelineTrainer(Trainer):
                 StageOptimizer(self.optimizer, self.pipe.stage).state_dict() if optimizer else {"stages": {}}
             )
             mine = {"model": self.weights.state_dict(), "optimizer": opt}
-        return merge_states([s for s in engine.allgather_object(mine) if s])
+        return merge_states([s for s in self.engine.allgather_object(mine) if s])
 
-    def whole_model_state(self, engine: Engine) -> dict[str, Any]:
-        state: dict[str, Any] = self._gathered(engine, optimizer=False)["model"]
+    def whole_model_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self._gathered(optimizer=False)["model"]
         return state
 
-    def save_checkpoint(self, run_dir: Path, step: int, engine: Engine, master: bool) -> Path | None:
-        state = self._gathered(engine, optimizer=True)
+    def save_checkpoint(self, run_dir: Path, step: int, master: bool) -> Path | None:
+        state = self._gathered(optimizer=True)
         if not master:
             return None
         return checkpoint.write(

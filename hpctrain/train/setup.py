@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 class Common(TypedDict):
     """What every trainer is built with."""
 
+    cfg: Config
+    engine: Engine
     device: torch.device
     clock: Clock
     criterion: nn.Module
@@ -105,6 +107,8 @@ def prepare(cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Pa
     if cfg.user_code:
         probe(module, criterion, dataset, device, workload_label(cfg))
     common = Common(
+        cfg=cfg,
+        engine=engine,
         device=device,
         clock=clock_for(device),
         criterion=criterion,

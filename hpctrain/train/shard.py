@@ -23,22 +23,22 @@ from hpctrain.train.setup import Setup, make_optimizer, recompute_blocks
 from hpctrain.train.step import DataParallelTrainer
 
 if TYPE_CHECKING:
-    from hpctrain.engine.base import Engine
+    pass
 
 
 @dataclass(kw_only=True)
 class ShardedTrainer(DataParallelTrainer):
     """Every rank holds a shard of the model (model and weights: the sharded module)."""
 
-    def whole_model_state(self, engine: Engine) -> dict[str, Any]:
+    def whole_model_state(self) -> dict[str, Any]:
         """Gathered into rank 0's memory (collective; the others get an empty dict)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(self.model, options=opts)
 
-    def save_checkpoint(self, run_dir: Path, step: int, engine: Engine, master: bool) -> Path | None:
-        return shard_checkpoint.save(run_dir, step, self.model, self.optimizer, master, engine.barrier)
+    def save_checkpoint(self, run_dir: Path, step: int, master: bool) -> Path | None:
+        return shard_checkpoint.save(run_dir, step, self.model, self.optimizer, master, self.engine.barrier)
 
     def grad_tensors(self) -> int:
         """FSDP's units: each all-gathers its parameters and reduce-scatters its gradients as one."""

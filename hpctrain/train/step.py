@@ -67,6 +67,11 @@ class StepResult:
 
 @dataclass(kw_only=True)
 class Trainer(ABC):
+    """A rank's training, holding its wiring: the run's config and engine live here, so a step is
+    given only its batch."""
+
+    cfg: Config
+    engine: Engine
     optimizer: Any  # the engine's optimizer (Horovod's DistributedOptimizer, or the plain one)
     scaler: torch.amp.GradScaler | None  # fp16 only
     loader: torch.utils.data.DataLoader[Any]
@@ -80,7 +85,7 @@ class Trainer(ABC):
     stage: int = 0  # the pipeline stage this rank holds (0 in data parallelism)
 
     @abstractmethod
-    def train_step(self, engine: Engine, cfg: Config, b: StepInput) -> StepResult:
+    def train_step(self, b: StepInput) -> StepResult:
         """Forward, backward, gradient averaging and update on one batch whose data arrived at
         b.start (so data + compute + comm is the whole step). The stop vote is agreed on by a
         one-element allreduce started before the gradients', so every rank stops after the same
@@ -105,43 +110,42 @@ class Trainer(ABC):
         """Gradient tensors the engine averages (what the roofline counts messages by)."""
 
     def after_training(
-        self, engine: Engine, out: list[StepRecord], world: int, rank: int, compression: str
+        self, out: list[StepRecord], world: int, rank: int
     ) -> tuple[tuple[float, float], float]:
         """(the run's own allreduce probe, this rank's wait for the slowest rank): collectives
         every rank calls after its last step. Not measured here: (0, 0) and NaN."""
         return (0.0, 0.0), (0.0 if world == 1 else float("nan"))
 
     @abstractmethod
-    def whole_model_state(self, engine: Engine) -> dict[str, Any]:
+    def whole_model_state(self) -> dict[str, Any]:
         """The whole model's state dict (collective: every rank calls it)."""
 
     @abstractmethod
-    def save_checkpoint(self, run_dir: Path, step: int, engine: Engine, master: bool) -> Path | None:
+    def save_checkpoint(self, run_dir: Path, step: int, master: bool) -> Path | None:
         """Rank 0 writes the checkpoint of the whole model (collective: every rank calls it)."""
 
     # --- the opening and closing every step shares ----------------------------------------------
-    def _open(self, engine: Engine, b: StepInput) -> Any:
+    def _open(self, b: StepInput) -> Any:
         """Compute begins: start the stop vote, set the learning rate, clear the gradients."""
         self.watch.phase("compute", b.step)
-        vote = engine.vote(b.stop_vote, b.step) if b.stop_vote is not None else None
+        vote = self.engine.vote(b.stop_vote, b.step) if b.stop_vote is not None else None
         for group in self.optimizer.param_groups:
             group["lr"] = b.lr
         self.optimizer.zero_grad()
         return vote
 
-    def _communicate(self, engine: Engine, step: int, wait: bool) -> Mark | None:
+    def _communicate(self, step: int, wait: bool) -> Mark | None:
         """Wait for the averaged gradients (`wait`): the mark where the backward computation ended
         if the backward pass went on to wait for communication."""
         self.watch.phase("comm", step)
-        return engine.wait_gradients(self.optimizer) if wait else None
+        return self.engine.wait_gradients(self.optimizer) if wait else None
 
-    @staticmethod
-    def _agreed(engine: Engine, vote: Any) -> bool:
+    def _agreed(self, vote: Any) -> bool:
         """Whether every rank agreed to stop after this step. Read once the step has settled: the
         vote was started before the gradients' collectives, so it has arrived by then, and reading
         it earlier would make the host wait for the device in mid-step (on CUDA the update's
         kernels would then be queued only after the backward pass had run, leaving the GPU idle)."""
-        return vote is not None and engine.vote_result(vote)
+        return vote is not None and self.engine.vote_result(vote)
 
     def _waited(self, ready: Mark | None, backward_end: Mark) -> float:
         """Seconds the backward pass spent waiting for communication after its computation ended
@@ -156,11 +160,11 @@ class Trainer(ABC):
         t_end = self.clock.settle(end)
         return t_end, t_end - self.clock.seconds(start, end)
 
-    def _update(self, engine: Engine, step: int, averaged: bool) -> Mark:
+    def _update(self, step: int, averaged: bool) -> Mark:
         """The optimizer step (through the engine when it averaged the gradients); its end."""
         self.watch.phase("optimizer", step)
         if averaged:
-            engine.optimizer_step(self.optimizer, self.scaler)
+            self.engine.optimizer_step(self.optimizer, self.scaler)
         else:
             from hpctrain.engine.base import step_optimizer
 
@@ -174,8 +178,9 @@ class DataParallelTrainer(Trainer):
 
     model: nn.Module  # what to call: the engine's wrapper (DDP) or the model itself (Horovod)
 
-    def train_step(self, engine: Engine, cfg: Config, b: StepInput) -> StepResult:
-        vote = self._open(engine, b)
+    def train_step(self, b: StepInput) -> StepResult:
+        engine, cfg = self.engine, self.cfg
+        vote = self._open(b)
         acc = cfg.parallelism.backward_passes_per_step
         losses: list[torch.Tensor] = []
         # The engine averages each gradient after the `acc`-th backward pass, so the micro-batch
@@ -194,14 +199,14 @@ class DataParallelTrainer(Trainer):
         loss_sum = losses[0] if acc == 1 else torch.stack(losses).sum()
         clock = self.clock
         backward = clock.mark()
-        ready = self._communicate(engine, b.step, True)  # DDP, FSDP: waited in backward
+        ready = self._communicate(b.step, True)  # DDP, FSDP: waited in backward
         comm = clock.mark()
-        end = self._update(engine, b.step, averaged=True)
+        end = self._update(b.step, averaged=True)
         t_end, began = self._settle(b.start, end)
         waited = self._waited(ready, backward)
         compute = clock.seconds(b.start, backward) - waited + clock.seconds(comm, end)
         comm_s = waited + clock.seconds(backward, comm)
-        return StepResult(float(loss_sum), compute, comm_s, t_end, began, self._agreed(engine, vote))
+        return StepResult(float(loss_sum), compute, comm_s, t_end, began, self._agreed(vote))
 
     def train_mode(self) -> None:
         self.model.train()
@@ -210,16 +215,17 @@ class DataParallelTrainer(Trainer):
         return sum(1 for p in self.model.parameters() if p.requires_grad)
 
     def after_training(
-        self, engine: Engine, out: list[StepRecord], world: int, rank: int, compression: str
+        self, out: list[StepRecord], world: int, rank: int
     ) -> tuple[tuple[float, float], float]:
         if world == 1:
             return (0.0, 0.0), 0.0
-        probe = probe_allreduce(engine, self.parameters, self.device, compression)
+        engine = self.engine
+        probe = probe_allreduce(engine, self.parameters, self.device, str(self.cfg.parallelism.compression))
         busy = {r.step: r.data_s + r.compute_s for r in out if r.timed}  # one type on every rank
         return probe, straggler_waits(engine.allgather_object(busy))[rank]
 
-    def whole_model_state(self, engine: Engine) -> dict[str, Any]:
+    def whole_model_state(self) -> dict[str, Any]:
         return self.weights.state_dict()
 
-    def save_checkpoint(self, run_dir: Path, step: int, engine: Engine, master: bool) -> Path | None:
+    def save_checkpoint(self, run_dir: Path, step: int, master: bool) -> Path | None:
         return checkpoint.save(run_dir, step, self.weights, self.optimizer, self.scaler) if master else None

@@ -84,7 +84,12 @@ def test_injected_delays_land_in_compute_and_in_exposed_communication(tmp_path: 
     cycles, device = sleep_cycles(DELAY_S), torch.device("cuda", torch.cuda.current_device())
     model = Sleepy(cycles).to(device)
     clock = CudaClock()
+    from hpctrain.config import load_config
+
+    cfg, engine = load_config([]), SideStreamComm(2 * cycles)
     t = DataParallelTrainer(
+        cfg=cfg,
+        engine=engine,
         model=model,
         optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
         scaler=None,
@@ -96,12 +101,9 @@ def test_injected_delays_land_in_compute_and_in_exposed_communication(tmp_path: 
         parameters=18,
         clock=clock,
     )
-    from hpctrain.config import load_config
-
-    cfg, engine = load_config([]), SideStreamComm(2 * cycles)
     x, y = torch.randn(4, 8, device=device), torch.zeros(4, dtype=torch.long, device=device)
     for step in range(3):  # the first warms cuBLAS up
-        r = t.train_step(engine, cfg, StepInput(x, y, 0.1, step, None, clock.mark()))
+        r = t.train_step(StepInput(x, y, 0.1, step, None, clock.mark()))
     assert r.compute_s == pytest.approx(DELAY_S, rel=0.1)
     assert r.comm_s == pytest.approx(2 * DELAY_S, rel=0.1)
 

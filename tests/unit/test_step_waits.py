@@ -13,6 +13,8 @@ import torch
 from torch import nn
 
 from hpctrain.config import load_config
+from hpctrain.config.schema import Config
+from hpctrain.engine.base import Engine
 from hpctrain.engine.clock import HostClock, Mark
 from hpctrain.engine.ddp import DdpEngine
 from hpctrain.train.step import DataParallelTrainer, StepInput
@@ -42,9 +44,11 @@ class LoggingEngine(SoloEngine):
         return bool(handle)
 
 
-def _trainer(tmp_path: Path, clock: HostClock) -> DataParallelTrainer:
+def _trainer(tmp_path: Path, clock: HostClock, engine: Engine, cfg: Config) -> DataParallelTrainer:
     model = nn.Linear(8, 2)
     return DataParallelTrainer(
+        cfg=cfg,
+        engine=engine,
         model=model,
         optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
         scaler=None,
@@ -61,10 +65,10 @@ def _trainer(tmp_path: Path, clock: HostClock) -> DataParallelTrainer:
 def test_a_step_waits_for_the_device_once_and_reads_the_stop_vote_after_that(tmp_path: Path) -> None:
     log: list[str] = []
     clock = LoggingClock(log)
-    t, engine, cfg = _trainer(tmp_path, clock), LoggingEngine(log), load_config([])
+    t = _trainer(tmp_path, clock, LoggingEngine(log), load_config([]))
     x, y = torch.randn(4, 8), torch.zeros(4, dtype=torch.long)
     arrived = clock.mark()
-    r = t.train_step(engine, cfg, StepInput(x, y, 0.1, 0, True, arrived))
+    r = t.train_step(StepInput(x, y, 0.1, 0, True, arrived))
     # before: the vote was read between the backward pass and the update, a wait in mid-step
     assert log == ["vote", "settle", "vote_result"]
     assert r.stop
@@ -78,12 +82,11 @@ def test_accumulated_micro_batches_log_the_batch_mean_and_wait_once(tmp_path: Pa
     log: list[str] = []
     clock = LoggingClock(log)
     torch.manual_seed(0)
-    t, engine = _trainer(tmp_path, clock), LoggingEngine(log)
-    cfg = load_config(["parallelism.backward_passes_per_step=2"])
+    t = _trainer(tmp_path, clock, LoggingEngine(log), load_config(["parallelism.backward_passes_per_step=2"]))
     x, y = torch.randn(4, 8), torch.tensor([0, 1, 1, 0])
     with torch.no_grad():
         want = float(nn.CrossEntropyLoss()(t.model(x), y))  # the whole batch, before the update
-    r = t.train_step(engine, cfg, StepInput(x, y, 0.1, 0, None, clock.mark()))
+    r = t.train_step(StepInput(x, y, 0.1, 0, None, clock.mark()))
     assert log == ["settle"]  # no vote asked for: none started or read
     assert abs(r.loss - want) < 1e-6  # two halves' losses, each divided by 2, summed
 
