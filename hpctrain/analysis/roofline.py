@@ -180,16 +180,19 @@ def roofline(
 
 
 def for_run(s: RunSummary) -> Roofline | None:
-    """A run's roofline on its own probe (None: a single rank, a pipeline, or an older record)."""
+    """A run's roofline on its own probe (None: a single rank, a pipeline, one tensor-parallel
+    replica, or an older record). The gradients' collectives span the data-parallel ranks and
+    carry a tensor-parallel rank's slice: world / tp ranks, grad_bytes / tp each."""
     comm = from_probe(s.world_size, s.grad_bytes, s.probe_small_s, s.probe_full_s)
     if comm is None or not math.isfinite(s.comm_s):
         return None
     wait = s.imbalance_s if math.isfinite(s.imbalance_s) else 0.0
+    tp = max(s.tp_degree, 1)
     return roofline(
         s.engine,
         s.grouping,
-        s.world_size,
-        s.grad_bytes,
+        s.world_size // tp,
+        s.grad_bytes / tp,
         s.grad_bucket_bytes,
         s.grad_tensors,
         comm,

@@ -82,7 +82,8 @@ def test_a_slow_stage_shows_as_its_neighbours_idle_time(tmp_path: Path) -> None:
     assert first["compute_s"] < 0.25 * delay, first
 
 
-@pytest.mark.parametrize("engine,schedule", [("horovod", "gpipe"), ("ddp", "gpipe"), ("horovod", "zbv")])
+# Horovod's process sets under the zero-bubble schedule, DDP's stage groups under gpipe
+@pytest.mark.parametrize("engine,schedule", [("ddp", "gpipe"), ("horovod", "zbv")])
 def test_two_stages_by_two_replicas_equal_one_rank(
     tmp_path: Path, one_rank: Path, engine: str, schedule: str
 ) -> None:

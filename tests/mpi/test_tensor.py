@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from hpctrain.analysis.roofline import for_run
+from hpctrain.records import RunSummary, read
 from tests.conftest import MLP, assert_same_weights, hpctrain, run_ok
 
 pytestmark = pytest.mark.mpi
@@ -56,6 +58,12 @@ def test_a_tensor_parallel_mlp_equals_one_rank(
     held = [r["param_bytes"] for r in s["per_rank"]]
     assert max(held) < whole, held  # each rank holds a slice of the split layers
     assert json.loads((run / "plan.json").read_text())["layout"]["tp"] == 2
+    summary = read(run / "summary.json", RunSummary)
+    roof = for_run(summary)  # the gradients' collectives: over the data-parallel ranks only
+    if shard:
+        assert roof is not None and roof.n == 2 and roof.grad_bytes == summary.grad_bytes / 2
+    else:
+        assert roof is None  # one replica: no gradient is averaged
 
 
 @pytest.mark.parametrize(

@@ -98,7 +98,7 @@ def run_cli(*args: str) -> tuple[int, str]:
     return code, err.getvalue()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     name=st.sampled_from(FILES),
     how=st.sampled_from(["truncate", "flip", "drop key", "replace"]),
