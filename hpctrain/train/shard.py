@@ -86,19 +86,22 @@ def tensor_parallel_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restor
     return dcp_trainer(s, model)
 
 
-def device_mesh(s: Setup) -> Any:
+def _tp_engine(s: Setup) -> TensorParallel:
+    """The engine's tensor-parallel capability (the plan's rules refused engines without it)."""
     if not isinstance(s.engine, TensorParallel):
         raise CommError(f"engine {s.engine.name} cannot split a model over a device mesh")
-    return s.engine.device_mesh(s.d.layout)
+    return s.engine
+
+
+def device_mesh(s: Setup) -> Any:
+    return _tp_engine(s).device_mesh(s.d.layout)
 
 
 def split(s: Setup, tp_mesh: Any) -> nn.Module:
     """The model split by the plan in force (the user's, or the built-in model's own)."""
-    if not isinstance(s.engine, TensorParallel):
-        raise CommError(f"engine {s.engine.name} cannot split a model over a device mesh")
     tp = s.cfg.parallelism.tp
     plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
-    return s.engine.split(s.cfg, s.module, tp_mesh, plan)
+    return _tp_engine(s).split(s.cfg, s.module, tp_mesh, plan)
 
 
 def restore(run_dir: Path, model: nn.Module, optimizer: Any, resume_from: str | None) -> checkpoint.Restored:
