@@ -17,6 +17,7 @@ from hpctrain.config.split import shard_units
 from hpctrain.engine.base import Sharding
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.registry import node_size
 from hpctrain.parallel.shard_rules import shard_problems
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
@@ -55,7 +56,7 @@ class Fsdp(ParallelismKind):
 
     @classmethod
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
-        node, tp = max(int(cfg.cluster.node_size), 1), tp_degree(cfg)
+        node, tp = node_size(cfg), tp_degree(cfg)
         p = tp_problems(cfg, world)
         dp = world // tp if not p else world  # the data-parallel ranks the shard degree divides
         return p + shard_problems(cfg, dp, cls.degree(cfg, world, node), cls.whole_world, facts)
