@@ -80,10 +80,11 @@ def descendants(pid: int) -> list[int]:
 
 def end_descendants(grace_s: float = 2.0) -> list[int]:
     """SIGTERM every descendant of this process, SIGKILL those left after `grace_s`, and reap
-    them: when a rank's work ends, nothing it started outlives it or holds its output open."""
+    them: when a rank's work ends, nothing it started outlives it or holds its output open.
+    The group guard (guard_group) is left alone: it ends after this process."""
     import time
 
-    found = descendants(os.getpid())
+    found = [p for p in descendants(os.getpid()) if p != _guard_pid]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for p in found:
             try:
@@ -108,3 +109,31 @@ def _reap() -> None:
             return
         if pid == 0:
             return
+
+
+_guard_pid: int | None = None
+
+
+def guard_group() -> int | None:
+    """Nothing this process starts outlives it, even when it is killed first (SIGKILL included)
+    and its children are re-parented to init: a guard process (hpctrain/guard.py) waits for this
+    one's death and ends what it left behind. For a SLURM task, whose step loses track of such
+    children. The guard's pid, or None where not supported (not Linux)."""
+    global _guard_pid
+    import subprocess
+    from pathlib import Path
+
+    if not sys.platform.startswith("linux") or _guard_pid is not None:
+        return _guard_pid
+    script = Path(__file__).with_name("guard.py")
+    guard = subprocess.Popen(  # its own session: a signal to this group is not for it
+        [sys.executable, "-I", "-S", str(script), str(os.getpid())],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+    )
+    assert guard.stdout is not None
+    guard.stdout.readline()  # ready (or gone: an empty line, and no guard)
+    guard.stdout.close()
+    _guard_pid = guard.pid
+    return guard.pid

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import assert_same_weights, hpctrain, signal_at_step, start_run
+from tests.conftest import assert_same_weights, hpctrain, signal_at_step, start_run, wait_until_gone
 from tests.mpi.test_user_code import USER_MODEL, run_ok
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done
 
@@ -126,3 +126,4 @@ def test_a_script_hung_on_one_node_is_named_by_run_and_status(user_project: Path
     assert json.loads((run_dir / "stall.json").read_text())["stalled"][0]["rank"] == 1
     status = hpctrain("status", str(run_dir)).stdout
     assert "FAILED" in status and "rank 1 failed: Stalled" in status, status
+    wait_until_gone(run_dir)  # rank 1's pool workers too: killed first, it could not end them
