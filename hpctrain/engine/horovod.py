@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpctrain.config.schema import Config, HorovodSettings
 from hpctrain.engine.base import Engine, StageReplicas, Timeline, step_optimizer
+from hpctrain.engine.quiet_wait import optimizer_handles, wait_quietly
 from hpctrain.engine.world import CommError, RankInfo, gloo_env
 from hpctrain.errors import Problem
 
@@ -166,11 +167,16 @@ class HorovodEngine(Engine, StageReplicas, Timeline):
         )
 
     def vote_result(self, handle: Any) -> bool:
-        return float(self.hvd.synchronize(handle)[0]) > 0
+        return float(self._synchronize(handle)[0]) > 0
+
+    def _synchronize(self, handle: Any) -> Any:
+        wait_quietly([handle], self.hvd.poll)  # not Horovod's spin (engine/quiet_wait.py)
+        return self.hvd.synchronize(handle)
 
     def wait_gradients(self, optimizer: Any) -> None:
         # blocks the host until every gradient allreduce has finished (on GPUs, NCCL's stream
         # included): the step's next mark is recorded only then
+        wait_quietly(optimizer_handles(optimizer), self.hvd.poll)
         optimizer.synchronize()
 
     def optimizer_step(self, optimizer: Any, scaler: torch.amp.GradScaler | None) -> None:
@@ -180,10 +186,10 @@ class HorovodEngine(Engine, StageReplicas, Timeline):
     def barrier(self, name: str) -> None:
         import torch
 
-        self.hvd.allreduce(torch.zeros(1), name=name)
+        self._synchronize(self.hvd.allreduce_async(torch.zeros(1), name=name))
 
     def allreduce_now(self, t: torch.Tensor, name: str) -> None:
-        self.hvd.allreduce(t, op=self.hvd.Sum, name=name)
+        self._synchronize(self.hvd.allreduce_async_(t, op=self.hvd.Sum, name=name))  # in place, as DDP's
 
     def allgather_object(self, obj: Any) -> list[Any]:
         return list(self.hvd.allgather_object(obj))
