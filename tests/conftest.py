@@ -195,6 +195,32 @@ def one_rank_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     )
 
 
+@pytest.fixture(scope="session")
+def strong_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A finished local strong-scaling study (1 and 2 ranks, 2 repetitions each, the allreduce
+    benchmark, the report) and what `hpctrain study` printed: tests/mpi/test_study.py checks it
+    and resumes it, the reader fuzz damages copies of it. Run once per session."""
+    root = tmp_path_factory.mktemp("study")
+    r = hpctrain(
+        "study",
+        "strong",
+        "--no-progress",
+        "study.ranks=[1,2]",
+        "study.repetitions=2",
+        "study.steps=8",
+        "study.warmup_steps=2",
+        "study.global_batch=32",
+        "study.allreduce_max_mb=1",
+        "data=digits",
+        f"run.output_root={root}",
+        "run.name=st",
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    [study] = list(root.glob("*/*-st-strong"))
+    return study, r.stdout
+
+
 # an MLP of 4 hidden blocks on the digits: pipelines cut it between blocks 2 and 3 (net.3)
 MLP = ["model=mlp", "model.depth=4", "model.width=32", "data=digits", "train.steps=8", "train.warmup_steps=2"]
 

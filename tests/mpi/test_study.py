@@ -16,24 +16,8 @@ from tests.conftest import hpctrain
 pytestmark = pytest.mark.mpi
 
 
-def test_local_study_produces_the_full_report_and_resumes(tmp_path: Path) -> None:
-    r = hpctrain(
-        "study",
-        "strong",
-        "--no-progress",
-        "study.ranks=[1,2]",
-        "study.repetitions=2",
-        "study.steps=8",
-        "study.warmup_steps=2",
-        "study.global_batch=32",
-        "study.allreduce_max_mb=1",
-        "data=digits",
-        f"run.output_root={tmp_path}",
-        "run.name=st",
-        timeout=900,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    [study] = list(tmp_path.glob("*/*-st-strong"))
+def test_local_study_produces_the_full_report_and_resumes(strong_study: tuple[Path, str]) -> None:
+    study, printed = strong_study
     manifest = json.loads((study / "study.json").read_text())
     assert [(e["world_size"], e["rep"]) for e in manifest["runs"]] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     bench = json.loads((study / "allreduce-n2.json").read_text())
@@ -51,7 +35,7 @@ def test_local_study_produces_the_full_report_and_resumes(tmp_path: Path) -> Non
         "roofline.png",
     ):
         assert (report / name).stat().st_size > 0, name
-    check_report_against_the_run_records(study, r.stdout)
+    check_report_against_the_run_records(study, printed)
 
     # An interrupted study: one run never finished. Resume runs only that one.
     (study / "n2-r1" / "summary.json").unlink()

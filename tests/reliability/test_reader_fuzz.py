@@ -16,9 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpctrain import cli
-from tests.conftest import hpctrain
 
-pytestmark = [pytest.mark.mpi, pytest.mark.side_stream]  # in-process after one small study
+pytestmark = pytest.mark.mpi  # in-process, on the study tests/mpi/test_study.py checks (conftest.py)
 
 FILES = [
     "study.json",
@@ -35,26 +34,9 @@ FILES = [
 JUNK = [None, 0, -1, 1e308, "", "x", [], {}, True, [1, 2], {"a": None}]
 
 
-@pytest.fixture(scope="module")
-def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("fuzz")
-    r = hpctrain(
-        "study",
-        "strong",
-        "study.ranks=[1,2]",
-        "study.repetitions=1",
-        "study.global_batch=16",
-        "study.steps=4",
-        "study.warmup_steps=1",
-        "study.allreduce_max_mb=1",
-        "data=digits",
-        "--no-progress",
-        f"run.output_root={root}",
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    [study] = list(root.glob("*/*-strong"))
-    return study
+@pytest.fixture
+def study(strong_study: tuple[Path, str]) -> Path:
+    return strong_study[0]
 
 
 def _replace_somewhere(doc: object, path: list[int], junk: object) -> object:

@@ -19,7 +19,6 @@ from tests.conftest import (
     run_ok,
     sacct_state,
     signal_at_step,
-    start_run,
     wait_done,
     wait_for,
     weights,
@@ -109,33 +108,6 @@ def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:
 
 
 _wait_done, _recorded_steps = wait_done, recorded_steps
-
-
-def test_requeue_resumes_bit_identical_with_no_step_lost_or_repeated(tmp_path: Path) -> None:
-    common = [
-        "data=digits",
-        "train.steps=150",
-        "train.warmup_steps=2",
-        "cluster=slurm",
-        "cluster.nodes=2",
-        "cluster.ranks_per_node=1",
-    ]
-    run_dir = tmp_path / "interrupted"
-    # debug.hold_step: both ranks wait at step 40 until the signal, so it is certain to arrive mid-run
-    r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *common, "debug.hold_step=40")
-    assert r.returncode == 0, r.stderr
-    straight = start_run(tmp_path / "straight", *common)  # the uninterrupted run, alongside
-    job = signal_at_step(run_dir, 40)  # what SLURM sends before the time limit
-    assert _wait_done(job) == "COMPLETED"
-    log = hpctrain("logs", str(run_dir)).stdout
-    # the ranks agreed to stop after step 40 (the first step after the signal): resume at 41
-    assert "checkpoint step-000041.pt written after step 41" in log, log
-    assert f"resuming from {run_dir / 'checkpoints' / 'step-000041.pt'} at step 41" in log, log
-    for rank in (0, 1):
-        assert _recorded_steps(run_dir, rank) == list(range(150))  # no step lost, none repeated
-    assert _wait_done(straight) == "COMPLETED"
-    a, b = weights(run_dir), weights(tmp_path / "straight")
-    assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"
 
 
 def test_a_real_time_limit_requeues_up_to_max_requeues(slurm_cluster: SlurmCluster) -> None:
@@ -265,24 +237,30 @@ def test_a_sweep_larger_than_max_array_size_goes_out_as_several_arrays(tmp_path:
 
 
 def test_a_requeued_task_of_a_job_array_resumes_bit_identically(tmp_path: Path) -> None:
-    """A sweep is one array from one pickle (each task's name a hard link to it): task 0 holds
-    and is signalled, checkpoints and is requeued as its own TrainingJob; task 1, the same
-    training without the hold, runs straight through. Same weights, bit for bit."""
+    """What SLURM sends before the time limit, mid-run: no step lost or repeated, the same weights
+    as the uninterrupted run, bit for bit. A sweep is one array from one pickle (each task's name a
+    hard link to it): task 0 (2 nodes) holds at step 4 and is signalled, checkpoints and is
+    requeued as its own TrainingJob; task 1, the same training without the hold, runs straight
+    through."""
     from tests.conftest import MLP
 
     r = hpctrain(
-        "run", "-m", "--no-wait", *MLP, "cluster=slurm", "debug.hold_step=4,null",
-        f"run.output_root={tmp_path}", "run.name=arr",
+        "run", "-m", "--no-wait", *MLP, "cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=1",
+        "debug.hold_step=4,null", f"run.output_root={tmp_path}", "run.name=arr",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     [sweep] = list(tmp_path.glob("*/*-arr-sweep"))
     held, straight = sweep / "0", sweep / "1"
-    job = signal_at_step(held, 4)
+    job = signal_at_step(held, 4)  # both ranks wait at step 4 until the signal: it arrives mid-run
     assert job.endswith("_0") and _wait_done(job) == "COMPLETED"
     other = json.loads((straight / "job.json").read_text())["job_id"]
     assert _wait_done(other) == "COMPLETED"
-    assert "at step 5" in hpctrain("logs", str(held)).stdout
-    assert _recorded_steps(held, 0) == list(range(8))
+    log = hpctrain("logs", str(held)).stdout
+    # the ranks agreed to stop after step 4 (the first step after the signal): resume at 5
+    assert "checkpoint step-000005.pt written after step 5" in log, log
+    assert f"resuming from {held / 'checkpoints' / 'step-000005.pt'} at step 5" in log, log
+    for rank in (0, 1):
+        assert _recorded_steps(held, rank) == list(range(8))  # no step lost, none repeated
     a, b = weights(held), weights(straight)
     assert all(torch.equal(a[k], b[k]) for k in a), "the requeued task's weights differ"
     from submitit.core.utils import DelayedSubmission
