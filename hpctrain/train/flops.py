@@ -8,16 +8,21 @@ parallelism, and user models (model._target_) are counted the same way as the bu
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from hpctrain import __version__, records
 from hpctrain.analysis.peak import Peak, table_peak
 from hpctrain.config.schema import Config
-from hpctrain.train.parts import make_criterion, make_model
+from hpctrain.facts import cache_dir
+from hpctrain.train.parts import make_criterion, make_model, workload_label
 
 PROBE_N = 512  # the CPU probe's square GEMM: 2 n^3 FLOPs a call, large enough to reach the BLAS peak
 
@@ -25,9 +30,14 @@ PROBE_N = 512  # the CPU probe's square GEMM: 2 n^3 FLOPs a call, large enough t
 def flops_per_sample(cfg: Config, dataset: Any, batch: int) -> tuple[float, str]:
     """(training FLOPs of one sample, forward + backward; NaN where it cannot be counted, with the
     reason) on `batch` samples like the dataset's first. Never raises: the count runs after
-    training, and a model it cannot count must not cost the run its summary."""
+    training, and a model it cannot count must not cost the run its summary. Built-in models are
+    counted once per configuration and then read from the cache (flops_cache)."""
     try:
         x0, y0 = (torch.as_tensor(v) for v in dataset[0])
+        path = flops_cache(cfg, x0, y0, batch)
+        cached = _read_count(path)
+        if cached is not None:
+            return cached, "FlopCounterMode (cached)"
         with torch.device("meta"):
             model = make_model(cfg)
         x = x0.unsqueeze(0).expand(batch, *x0.shape).to("meta")
@@ -36,7 +46,45 @@ def flops_per_sample(cfg: Config, dataset: Any, batch: int) -> tuple[float, str]
             make_criterion(cfg)(model(x), y).backward()
     except Exception as e:  # noqa: BLE001 - a model that cannot live on the meta device is not counted
         return float("nan"), f"not counted: {type(e).__name__}: {str(e)[:200]}"
-    return counter.get_total_flops() / batch, "FlopCounterMode"
+    flops = counter.get_total_flops() / batch
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            records.write_atomic(path, json.dumps({"flops_per_sample": flops}))
+        except OSError:
+            pass  # a cache that cannot be written is not kept
+    return flops, "FlopCounterMode"
+
+
+def flops_cache(cfg: Config, x0: torch.Tensor, y0: torch.Tensor, batch: int) -> Path | None:
+    """Where the count of this configuration is kept; None for user code (model, loss or data
+    `_target_`s), whose source may change under the same settings. Counting imports
+    torch._dynamo (every TorchDispatchMode's dispatch is wrapped by torch._disable_dynamo): about
+    1.5 CPU-seconds a run on this machine, where a Horovod rank would otherwise never import it."""
+    if workload_label(cfg):
+        return None
+    key = repr(
+        (
+            __version__,
+            torch.__version__,
+            cfg.model,
+            cfg.data,
+            cfg.loss,
+            (tuple(x0.shape), str(x0.dtype), tuple(y0.shape), str(y0.dtype)),
+            batch,
+        )
+    )
+    return cache_dir() / "flops" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _read_count(path: Path | None) -> float | None:
+    if path is None:
+        return None
+    try:
+        found = json.loads(path.read_text()).get("flops_per_sample")
+    except (OSError, ValueError, AttributeError):
+        return None  # absent or damaged: counted again
+    return float(found) if isinstance(found, (int, float)) and math.isfinite(found) and found > 0 else None
 
 
 def gemm_probe_tflops(precision: str, n: int = PROBE_N, seconds: float = 0.2) -> float:

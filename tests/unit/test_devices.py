@@ -5,6 +5,7 @@ the peak table and MFU's arithmetic."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -82,15 +83,30 @@ def test_host_clock_spans_are_host_time_and_cuda_devices_get_events() -> None:
     assert isinstance(clock_for(torch.device("cuda", 0)), CudaClock)
 
 
-def test_model_flops_are_counted_as_by_hand() -> None:
+def test_model_flops_are_counted_as_by_hand_once_per_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the MLP 3072 -> 256 -> 256 -> 10: forward 2 * in * out per sample and layer; backward the
     # weight gradients (2 * in * out) everywhere and the input gradients except the first layer's
+    monkeypatch.setenv("HPCTRAIN_CACHE", str(tmp_path))
     cfg = load_config(["model=mlp", "model.width=256", "model.depth=2"])
     layers = [(3072, 256), (256, 256), (256, 10)]
     by_hand = sum(4 * i * o for i, o in layers) + sum(2 * i * o for i, o in layers[1:])
-    flops, how = flops_per_sample(cfg, build_dataset(cfg.data, 0), batch=8)
-    assert how == "FlopCounterMode"
-    assert flops == by_hand == 3_554_304
+    data = build_dataset(cfg.data, 0)
+    assert (
+        flops_per_sample(cfg, data, batch=8) == (by_hand, "FlopCounterMode") == (3_554_304, "FlopCounterMode")
+    )
+    # the same configuration again: read, not counted (counting imports torch._dynamo)
+    assert flops_per_sample(cfg, data, batch=8) == (by_hand, "FlopCounterMode (cached)")
+    [kept] = (tmp_path / "flops").iterdir()
+    kept.write_text('{"flops_per_sample": "x"')  # damaged: counted again, and kept again
+    assert flops_per_sample(cfg, data, batch=8) == (by_hand, "FlopCounterMode")
+    assert flops_per_sample(cfg, data, batch=8)[1] == "FlopCounterMode (cached)"
+    wider = load_config(["model=mlp", "model.width=128", "model.depth=2"])  # another configuration
+    assert flops_per_sample(wider, data, batch=8)[1] == "FlopCounterMode"
+    user = load_config(["model._target_=torch.nn.Flatten", "loss._target_=torch.nn.MSELoss"])
+    flops_per_sample(user, [(torch.zeros(3), torch.zeros(3))], batch=2)  # user code: never cached
+    assert len(list((tmp_path / "flops").iterdir())) == 2
 
 
 def test_a_model_that_cannot_be_counted_says_why() -> None:
