@@ -269,13 +269,19 @@ def analyze_runs(
     allreduce: Sequence[records.AllreduceRow] = (),
     corrupt: list[str] | None = None,
 ) -> Analysis:
-    """One series per parallelism, engine and micro-batch count, in the order they first appear."""
-    keys = list(dict.fromkeys((r.parallelism, r.engine, r.microbatches) for r in runs))
+    """One series per layout (parallelism and tensor-parallel degree), engine and micro-batch
+    count, in the order they first appear."""
+
+    def key(r: records.RunSummary) -> tuple[str, str, int]:
+        layout = r.parallelism + (f" tp={r.tp_degree}" if r.tp_degree > 1 else "")
+        return layout, r.engine, r.microbatches
+
+    keys = list(dict.fromkeys(key(r) for r in runs))
     several_m = len({m for _, _, m in keys}) > 1
     several_p = len({p for p, _, _ in keys}) > 1
     series = []
     for par, engine, m in keys:
-        mine = [r for r in runs if (r.parallelism, r.engine, r.microbatches) == (par, engine, m)]
+        mine = [r for r in runs if key(r) == (par, engine, m)]
         s = analyze_series(kind, mine, allreduce)
         s.label = (f"{par} " if several_p else "") + (f"{engine} m={m}" if several_m else engine)
         series.append(s)

@@ -200,3 +200,66 @@ def for_run(s: RunSummary) -> Roofline | None:
         s.compression,
         wait,
     )
+
+
+@dataclass(frozen=True)
+class TpRoofline:
+    """Tensor parallelism's collectives on the same curve: they run inside the forward and
+    backward passes, between the layers that need their results, so nothing hides them: the
+    step's compute time holds them (the split cannot time them apart; this is their expected
+    share)."""
+
+    tp: int
+    messages: int
+    allreduce_bytes: float  # the all-reduce bytes that put as much on the wire (train/tp_comm.py)
+    latency_s: float
+    bandwidth_s: float
+    compute_s: float  # the step's measured compute, which holds them
+
+    @property
+    def expected_s(self) -> float:
+        return self.latency_s + self.bandwidth_s
+
+    @property
+    def bound(self) -> str:
+        return "latency" if self.latency_s > self.bandwidth_s else "bandwidth"
+
+    @property
+    def knob(self) -> str:
+        if self.bound == "latency":
+            return (
+                "more work per collective: a larger batch per rank, or a smaller parallelism.tp.degree "
+                "(fewer ranks per layer, more data-parallel replicas or shards)"
+            )
+        return (
+            "keep each tensor-parallel group inside a node (consecutive ranks: the default) on the "
+            "fastest links, or trade tp.degree for sharding (parallelism=fsdp)"
+        )
+
+    def line(self) -> str:
+        share = self.expected_s / self.compute_s if self.compute_s > 0 else math.nan
+        return (
+            f"tensor parallel: {self.messages} collective(s) per step over {self.tp} ranks, "
+            f"{self.allreduce_bytes / MIB:.2f} MiB as all-reduce bytes: expected {1e3 * self.expected_s:.2f} ms "
+            f"(latency {1e3 * self.latency_s:.2f} + bandwidth {1e3 * self.bandwidth_s:.2f}), "
+            f"{100 * share:.0f}% of the step's compute, which holds them; {self.bound}-bound: {self.knob}"
+        )
+
+
+def for_tensor_parallel(s: RunSummary) -> TpRoofline | None:
+    """The TP collectives of a run on its own probe (None: no tensor parallelism, not counted, or
+    no probe). The probe times an all-reduce over the whole world; its per-step latency and
+    per-byte cost stand in for the TP group's (the same links within a node)."""
+    if s.tp_degree <= 1 or s.tp_messages <= 0:
+        return None
+    comm = from_probe(s.world_size, s.grad_bytes, s.probe_small_s, s.probe_full_s)
+    if comm is None:
+        return None
+    return TpRoofline(
+        s.tp_degree,
+        s.tp_messages,
+        s.tp_bytes,
+        comm.latency_part(s.tp_degree, s.tp_messages),
+        comm.bandwidth_part(s.tp_degree, s.tp_bytes),
+        s.compute_s,
+    )

@@ -19,7 +19,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from hpctrain.analysis.roofline import for_run
+from hpctrain.analysis.roofline import for_run, for_tensor_parallel
 from hpctrain.records import RunSummary
 
 NOT_A_TERMINAL_WIDTH = 100_000  # pipes, SLURM log files, CI: never cut a table or wrap a line
@@ -152,6 +152,15 @@ def summary_table(s: RunSummary) -> Table:
             if roof.exposed_s > roof.expected_s
             else f"{roof.bound}-bound, {100 * roof.overlap:.0f}% hidden",
         )
+    tp = for_tensor_parallel(s)
+    if tp is not None:
+        t.add_row(
+            f"    of compute: tensor parallel ({tp.messages} collectives, {tp.allreduce_bytes / 2**20:.2f} MiB)",
+            f"expected {1e3 * tp.expected_s:.2f} ms",
+            f"{tp.bound}-bound, {100 * tp.expected_s / s.compute_s:.1f}% of compute"
+            if s.compute_s > 0
+            else f"{tp.bound}-bound",
+        )
     if s.tflops_per_rank is not None:
         t.add_row(
             "model FLOP/s per rank",
@@ -205,8 +214,10 @@ def summary_advice(s: RunSummary) -> list[str]:
     table as wide as the advice in a log file)."""
     from hpctrain.analysis.pipeline import for_pipeline
 
-    roof, pipe = for_run(s), for_pipeline(s)
+    roof, pipe, tp = for_run(s), for_pipeline(s), for_tensor_parallel(s)
     out = [] if roof is None else [f"to communicate faster: {roof.knob}"]
+    if tp is not None:
+        out.append(tp.line())
     if pipe is not None:
         out.append(f"pipeline {pipe.bound}-bound: {pipe.knob}")
     return out

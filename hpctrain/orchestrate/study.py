@@ -4,6 +4,7 @@ directory names; running them is study_run.py's job."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 
 from hpctrain.config.schema import Config, PipelineSettings, StudyConf
@@ -23,7 +24,7 @@ class StudyPoint:
 
     @property
     def name(self) -> str:
-        par = f"{self.parallelism}-" if self.parallelism else ""
+        par = f"{self.parallelism.replace('/', '-')}-" if self.parallelism else ""
         engine = f"{self.engine}-" if self.engine else ""
         m = f"m{self.microbatches}-" if self.microbatches else ""
         return f"{par}{engine}{m}n{self.scale}-r{self.rep}"
@@ -117,7 +118,7 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
             n,
             r,
             (
-                *([f"parallelism={q}"] if q else []),  # the group first: the keys below override it
+                *(layout_overrides(q) if q else []),  # the group first: the keys below override it
                 f"cluster.{scale}={n}",
                 *common,
                 *kind.study_overrides(cfg, _world(cfg, scale, n)),  # a pipeline's stages grow
@@ -141,6 +142,25 @@ def _world(cfg: Config, scale: str, n: int) -> int:
     return int(dataclasses.replace(cfg.cluster, **{scale: n}).world_size)
 
 
+TP_SUFFIX = re.compile(r"tp([0-9]+)")
+
+
+def split_layout(entry: str) -> tuple[str, int]:
+    """A study.parallelisms entry: a parallelism group, optionally split by tensor parallelism
+    (`fsdp/tp2`: parallelism=fsdp with parallelism.tp.degree=2); (group, degree), degree 1 without.
+    The degree is 0 when the suffix is not tp<N>."""
+    group, _, suffix = entry.partition("/")
+    if not suffix:
+        return group, 1
+    m = TP_SUFFIX.fullmatch(suffix)
+    return group, int(m.group(1)) if m else 0
+
+
+def layout_overrides(entry: str) -> list[str]:
+    group, tp = split_layout(entry)
+    return [f"parallelism={group}", *([f"parallelism.tp.degree={tp}"] if tp > 1 else [])]
+
+
 def _parallelisms_problems(s: StudyConf) -> list[Problem]:
     given = [str(x) for x in s.parallelisms] if s.parallelisms is not None else None
     if given is None:
@@ -149,14 +169,24 @@ def _parallelisms_problems(s: StudyConf) -> list[Problem]:
     p = [
         Problem(f"study.parallelisms[{i}]", f"no parallelism named {x!r}", f"use one of: {', '.join(names)}")
         for i, x in enumerate(given)
-        if x not in names
+        if split_layout(x)[0] not in names
+    ]
+    p += [
+        Problem(
+            f"study.parallelisms[{i}]",
+            f"{x!r}: what follows '/' must be a tensor-parallel degree of at least 2",
+            f"e.g. {split_layout(x)[0]}/tp2 (parallelism.tp.degree=2), or {split_layout(x)[0]} alone",
+        )
+        for i, x in enumerate(given)
+        if split_layout(x)[0] in names and "/" in x and split_layout(x)[1] < 2
     ]
     if not given or len(set(given)) != len(given):
         p.append(
             Problem(
                 "study.parallelisms",
                 f"{given} must name distinct parallelisms",
-                "e.g. study.parallelisms=[data,fsdp], or drop it to study the config's parallelism alone",
+                "e.g. study.parallelisms=[data,fsdp,fsdp/tp2], or drop it to study the config's "
+                "parallelism alone",
             )
         )
     return p

@@ -74,6 +74,10 @@ class RankSummary:
     pipe_s: float = 0.0
     p2p_alpha_s: float = 0.0
     p2p_beta_s_per_byte: float = 0.0
+    # tensor parallelism: collectives per step on this rank and their bytes, as all-reduce bytes
+    # (train/tp_comm.py; counted on the first warm-up step, 0: none or not counted)
+    tp_messages: int = 0
+    tp_bytes: float = 0.0
 
     @property
     def state_bytes(self) -> int:
@@ -132,6 +136,8 @@ class RunSummary:
     pipe_s: float = 0.0  # the schedule's wall time: what a schedule's theoretical bubble is a share of
     p2p_alpha_s: float = 0.0  # the link between neighbouring stages: alpha + beta * bytes
     p2p_beta_s_per_byte: float = 0.0
+    tp_messages: int = 0  # see RankSummary (rank 0's: every rank of a TP group sends the same)
+    tp_bytes: float = 0.0
     threads_per_rank: int = 0  # torch threads per rank (0: not recorded)
     grad_tensors: int = 0
     grad_bucket_bytes: int = 0  # Horovod's fusion threshold or DDP's bucket size (0: no fusion)

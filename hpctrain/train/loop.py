@@ -117,6 +117,7 @@ def train(
         wait_s=wait,
         held=t.held_bytes(),
         link=t.link(),
+        tp=t.tp_traffic(),
     )
 
 

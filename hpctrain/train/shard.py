@@ -20,15 +20,33 @@ from hpctrain.engine.world import CommError
 from hpctrain.train import checkpoint, shard_checkpoint
 from hpctrain.train.data import build_loader
 from hpctrain.train.setup import Setup, make_optimizer, recompute_blocks
-from hpctrain.train.step import DataParallelTrainer
+from hpctrain.train.step import DataParallelTrainer, StepInput, StepResult
 
 if TYPE_CHECKING:
-    pass
+    from hpctrain.train.tp_comm import TpTraffic
 
 
 @dataclass(kw_only=True)
 class ShardedTrainer(DataParallelTrainer):
-    """Every rank holds a shard of the model (model and weights: the sharded module)."""
+    """Every rank holds a shard of the model (model and weights: the sharded module). Split by
+    tensor parallelism (count_tp), its first warm-up step counts the TP collectives (tp_comm.py)."""
+
+    count_tp: bool = False
+    traffic: TpTraffic | None = None
+
+    def train_step(self, b: StepInput) -> StepResult:
+        if not self.count_tp or self.traffic is not None or b.step >= self.cfg.train.warmup_steps:
+            return super().train_step(b)  # a timed step is never slowed by the counting
+        from hpctrain.train.tp_comm import CollectiveLog  # DTensor's debug mode: only where TP runs
+
+        with CollectiveLog() as log:
+            out = super().train_step(b)
+        self.traffic = log.traffic()
+        return out
+
+    def tp_traffic(self) -> tuple[int, float]:
+        t = self.traffic
+        return (t.messages, t.allreduce_bytes) if t is not None else (0, 0.0)
 
     def whole_model_state(self) -> dict[str, Any]:
         """Gathered into rank 0's memory (collective; the others get an empty dict)."""
@@ -73,7 +91,13 @@ def dcp_trainer(s: Setup, model: nn.Module) -> tuple[ShardedTrainer, checkpoint.
     restored = restore(s.run_dir, model, optimizer, cfg.train.resume_from)
     loader = build_loader(cfg.data, s.dataset, s.sampler(start_step=restored.step))
     t = ShardedTrainer(
-        model=model, optimizer=optimizer, scaler=None, loader=loader, weights=model, **s.common
+        model=model,
+        optimizer=optimizer,
+        scaler=None,
+        loader=loader,
+        weights=model,
+        count_tp=s.d.layout.tp > 1,
+        **s.common,
     )
     return t, restored
 

@@ -48,6 +48,7 @@ def rank_stats(
     wait_s: float = float("nan"),
     held: dict[str, int] | None = None,
     link: tuple[float, float] = (0.0, 0.0),
+    tp: tuple[int, float] = (0, 0.0),
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
@@ -79,6 +80,8 @@ def rank_stats(
         pipe_s=mean("pipe_s"),
         p2p_alpha_s=link[0],
         p2p_beta_s_per_byte=link[1],
+        tp_messages=tp[0],
+        tp_bytes=tp[1],
         stage=stage,
         threads=threads,
         grad_tensors=grad_tensors,
@@ -150,6 +153,8 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
         pipe_s=avg("pipe_s"),
         p2p_alpha_s=avg("p2p_alpha_s"),
         p2p_beta_s_per_byte=avg("p2p_beta_s_per_byte"),
+        tp_messages=per_rank[0].tp_messages,
+        tp_bytes=per_rank[0].tp_bytes,
         first_loss=avg("first_loss"),
         last_loss=avg("last_loss"),
         peak_memory_bytes=[r.peak_memory_bytes for r in per_rank],

@@ -129,7 +129,8 @@ def test_checkpoints_move_between_world_sizes_and_formats(
 
 
 def test_a_study_compares_data_and_fsdp_state_per_rank(tmp_path: Path) -> None:
-    """study.parallelisms: one series each; the fsdp ranks hold half the state of the data ranks."""
+    """study.parallelisms: one series each, tensor-parallel layouts too (data/tp2: the model split
+    over both ranks); the fsdp ranks hold half the state of the data ranks."""
     r = hpctrain(
         "study",
         "weak",
@@ -140,7 +141,7 @@ def test_a_study_compares_data_and_fsdp_state_per_rank(tmp_path: Path) -> None:
         "study.steps=4",
         "study.warmup_steps=1",
         "study.allreduce_bench=false",
-        "study.parallelisms=[data,fsdp]",
+        "study.parallelisms=[data,fsdp,data/tp2]",
         "parallelism.engine=ddp",
         f"run.output_root={tmp_path}",
         "run.name=par",
@@ -153,8 +154,11 @@ def test_a_study_compares_data_and_fsdp_state_per_rank(tmp_path: Path) -> None:
     for key in ("param_bytes", "grad_bytes", "optimizer_bytes"):
         whole = s["data"]["per_rank"][0][key]
         assert sum(x[key] for x in s["fsdp"]["per_rank"]) == whole, key  # 2 shards of the same state
+    tp = json.loads((study / "data-tp2-n2-r0" / "summary.json").read_text())
+    assert (tp["parallelism"], tp["tp_degree"]) == ("data", 2) and tp["tp_messages"] == 3
     rows = list(csv.DictReader((study / "report" / "points.csv").open()))
-    assert sorted(row["series"] for row in rows) == ["data ddp", "fsdp ddp"]  # parallelism, engine
+    # layout, engine
+    assert [row["series"] for row in rows] == ["data ddp", "fsdp ddp", "data tp=2 ddp"]
 
 
 def test_a_failing_fsdp_rank_is_named_and_the_run_stops_at_that_step(tmp_path: Path) -> None:

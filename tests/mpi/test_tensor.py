@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.analysis.roofline import for_run
+from hpctrain.analysis.roofline import for_run, for_tensor_parallel
 from hpctrain.records import RunSummary, read
 from tests.conftest import MLP, assert_same_weights, hpctrain, run_ok
 
@@ -64,6 +64,14 @@ def test_a_tensor_parallel_mlp_equals_one_rank(
         assert roof is not None and roof.n == 2 and roof.grad_bytes == summary.grad_bytes / 2
     else:
         assert roof is None  # one replica: no gradient is averaged
+    # TP's own collectives, counted: forward, the row-wise net.2.0 and net.4.0 all-reduce their
+    # outputs; backward, the column-wise net.3.0 all-reduces its input's gradient (net.1.0's input
+    # is the data: no gradient). Each b x 32 fp32 values, b = 32 / replicas samples.
+    b = 32 // (ranks // 2)
+    assert (summary.tp_messages, summary.tp_bytes) == (3, 3 * b * 32 * 4), summary
+    tp = for_tensor_parallel(summary)
+    assert tp is not None and tp.messages == 3 and tp.expected_s > 0
+    assert "tensor parallel: 3 collective(s) per step over 2 ranks" in tp.line()
 
 
 @pytest.mark.parametrize(
@@ -80,6 +88,11 @@ def test_a_tensor_parallel_transformer_equals_one_rank(
     run, s = run_ok(tmp_path, "tp", *TINY_LM, *GLOBAL_32, f"cluster.ranks={ranks}", *extra)
     assert_same_weights(lm_one_rank[0], run, rtol=1e-5, atol=1e-6)
     assert s["tp_degree"] == 2 and s["last_loss"] == pytest.approx(lm_one_rank[1]["last_loss"], rel=1e-5)
+    # sequence parallelism trades each all-reduce for an all-gather and a reduce-scatter: more
+    # collectives, no fewer bytes on the wire (TINY_LM's 4 row-wise splits alone put 4 x b x 16 x 32
+    # fp32 values through all-reduces forward)
+    b = 32 // (ranks // 2)
+    assert s["tp_messages"] >= 4 and s["tp_bytes"] >= 4 * b * 16 * 32 * 4, s
 
 
 def test_checkpoints_move_across_tensor_parallel_degrees_and_world_sizes(

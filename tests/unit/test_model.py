@@ -238,3 +238,29 @@ def test_a_synthetic_study_with_noise_gives_back_its_engine_and_overlap(tmp_path
         truth = SYNTHETIC_JITTER * spread(p.n) * (p.compute_s + p.data_s)
         assert p.imbalance_s == pytest.approx(truth, rel=1e-9)
         assert c.held_out is not None and c.held_out.wait_s == pytest.approx(truth, rel=0.08)
+
+
+def test_the_tensor_parallel_roofline_by_hand() -> None:
+    """A probe of 1 ms for one value and 3 ms for 4 MiB over 4 ranks: latency 1 ms per
+    collective, beta = 2 ms / (2 * 3/4 * 4 MiB). TP 2 with 10 collectives and 1 MiB of all-reduce
+    bytes: latency 10 * 1 ms, bandwidth 2 * 1/2 * 1 MiB * beta = 1/3 ms."""
+    import dataclasses
+
+    from hpctrain.analysis.roofline import for_tensor_parallel
+    from hpctrain.bench.analyze import synthetic_summary
+
+    s = synthetic_summary(4, 64, step=0.05, compute=0.04, comm=0.005, data=0.005, parameters=MIB)
+    s = dataclasses.replace(
+        s, probe_small_s=1e-3, probe_full_s=3e-3, tp_degree=2, tp_messages=10, tp_bytes=MIB
+    )
+    assert s.grad_bytes == 4 * MIB
+    tp = for_tensor_parallel(s)
+    assert tp is not None
+    assert tp.latency_s == pytest.approx(10e-3) and tp.bandwidth_s == pytest.approx(1e-3 / 3)
+    assert tp.bound == "latency" and "a larger batch per rank" in tp.knob
+    assert (
+        "10 collective(s) per step over 2 ranks, 1.00 MiB" in tp.line()
+        and "26% of the step's compute" in tp.line()
+    )
+    assert for_tensor_parallel(dataclasses.replace(s, tp_messages=0)) is None  # not counted
+    assert for_tensor_parallel(dataclasses.replace(s, tp_degree=1)) is None

@@ -59,6 +59,9 @@ def test_what_is_sharded() -> None:
         (["study.parallelisms=[data,data]"], "study.parallelisms"),
         (["study.parallelisms=[]"], "study.parallelisms"),
         (["study.parallelisms=[zero3]"], "study.parallelisms[0]"),
+        (["study.parallelisms=[data,zero3/tp2]"], "study.parallelisms[1]"),
+        (["study.parallelisms=[fsdp/tp1]"], "study.parallelisms[0]"),
+        (["study.parallelisms=[fsdp/x2]"], "study.parallelisms[0]"),
     ],
 )
 def test_bad_study_parallelisms_are_refused(overrides: list[str], key: str) -> None:
@@ -74,6 +77,36 @@ def test_a_study_compares_parallelisms_as_series() -> None:
     points = expand_study(cfg)
     assert [p.name for p in points] == ["data-n1-r0", "fsdp-n1-r0", "data-n2-r0", "fsdp-n2-r0"]
     assert points[1].overrides[0] == "parallelism=fsdp"  # the group first: the study's keys override it
+
+
+def test_a_study_compares_tensor_parallel_layouts_as_series() -> None:
+    """`group/tpN`: the group with tensor parallelism of degree N, a series of its own."""
+    cfg = load_config(
+        ["study=strong", "study.parallelisms=[fsdp,fsdp/tp2]", "study.ranks=[4]", "study.repetitions=1"]
+    )
+    fsdp, tp = expand_study(cfg)
+    assert (fsdp.name, tp.name) == ("fsdp-n4-r0", "fsdp-tp2-n4-r0")  # a directory name: no '/'
+    assert tp.overrides[:2] == ("parallelism=fsdp", "parallelism.tp.degree=2")
+    assert "parallelism.tp.degree=2" not in fsdp.overrides
+
+
+def test_tensor_parallel_runs_are_a_series_of_their_own() -> None:
+    import dataclasses
+
+    from hpctrain.analysis.analyze import analyze_runs
+    from hpctrain.bench.analyze import synthetic_summary
+
+    base = synthetic_summary(4, 64, step=0.05, compute=0.04, comm=0.005, data=0.005, engine="ddp")
+    runs = [
+        dataclasses.replace(base, parallelism="fsdp"),
+        dataclasses.replace(base, parallelism="fsdp", tp_degree=2),
+        dataclasses.replace(base, parallelism="data"),
+    ]
+    assert [s.label for s in analyze_runs("strong", runs, []).series] == [
+        "fsdp ddp",
+        "fsdp tp=2 ddp",
+        "data ddp",
+    ]
 
 
 def test_optimizer_state_by_name_and_back() -> None:
