@@ -7,9 +7,11 @@ A step's tasks are signalled through their process tree (proctrack/linuxproc) or
 group (proctrack/pgid). A rank killed first (srun --kill-on-bad-exit, a stall report's exit, the
 OOM killer) leaves its children re-parented to init, outside the tree, and under submitit a rank
 ignores SIGTERM, so it cannot end them itself. The guard asks for a parent-death signal, waits for
-it, and then ends the rank's orphans: the processes of the rank's process group started after the
-rank whose parent is neither a live process of that group nor the rank's own parent (the step's
-other ranks are the step daemon's children, so they are left alone), and their descendants.
+it, and then ends the rank's orphans: the processes of the rank's process group started with or
+after the rank whose parent is neither a live process of that group nor on the step's side (the
+rank's parent and, when that is the host's wrapper around a rank in an image, the step daemon
+above it: container/plan.py), and their descendants. The step's other tasks are the step side's
+children and the wrapper is the step side itself, so both are left alone.
 """
 
 from __future__ import annotations
@@ -38,21 +40,51 @@ def stat(pid: int | str) -> tuple[int, int, int] | None:
     return int(fields[1]), int(fields[2]), int(fields[19])
 
 
-def left_behind(rank: int, group: int, born: int, rank_parent: int) -> dict[int, int]:
-    """The rank's orphans and their descendants, as pid -> start time."""
+def step_side(rank: int) -> set[int]:
+    """The rank's ancestors up to the first outside its process group: its parent (the step
+    daemon, or in an image the host's wrapper) and, above a wrapper, the step daemon. The step's
+    tasks are their children; an orphan's parent is neither."""
+    out, p = set(), rank
+    mine = stat(rank)
+    group = mine[1] if mine else -1
+    while (s := stat(p)) is not None and s[0] > 1:
+        out.add(s[0])
+        up = stat(s[0])
+        if up is None or up[1] != group:
+            break
+        p = s[0]
+    return out
+
+
+def left_behind(rank: int, group: int, born: int, protected: set[int]) -> dict[int, int]:
+    """The rank's orphans and their descendants, as pid -> start time, from /proc now."""
     procs = {int(e): s for e in os.listdir("/proc") if e.isdigit() and (s := stat(e)) is not None}
+    procs.pop(os.getpid(), None)
+    return orphans(procs, rank, group, born, protected)
+
+
+def orphans(
+    procs: dict[int, tuple[int, int, int]], rank: int, group: int, born: int, protected: set[int]
+) -> dict[int, int]:
+    """Pure: of `procs` (pid -> stat()), the processes of the rank's group started with or after
+    it (clock ticks: its wrapper may share its tick) whose parent is neither a live member of the
+    group nor on the step's side (step_side), and their descendants."""
     members = {p for p, (_, g, _) in procs.items() if g == group}
     out = {
         p: st
         for p, (parent, g, st) in procs.items()
-        if g == group and st >= born and p != rank and parent not in members and parent != rank_parent
+        if g == group
+        and st >= born
+        and p != rank
+        and p not in protected
+        and parent not in members
+        and parent not in protected
     }
     grew = True
     while grew:
         more = {p: st for p, (parent, _, st) in procs.items() if parent in out and p not in out}
         out.update(more)
         grew = bool(more)
-    out.pop(os.getpid(), None)
     return out
 
 
@@ -82,7 +114,8 @@ def main(rank: int) -> None:
     mine = stat(rank)
     if mine is None or os.getppid() != rank:
         return  # the rank ended before the guard was ready: nothing to guard
-    rank_parent, group, born = mine
+    _, group, born = mine
+    protected = step_side(rank)
     os.write(1, b"ready\n")  # the rank waits for this line: a death from now on is seen
     os.close(1)
     signal.sigwait({signal.SIGUSR1})
@@ -90,7 +123,7 @@ def main(rank: int) -> None:
     while stat(rank) is not None and time.monotonic() < deadline:  # the signal comes mid-exit,
         time.sleep(0.01)  # before the rank's other children are re-parented
     deadline = time.monotonic() + 3.0  # orphans of orphans: until none is left, at most 3 s
-    while (found := left_behind(rank, group, born, rank_parent)) and time.monotonic() < deadline:
+    while (found := left_behind(rank, group, born, protected)) and time.monotonic() < deadline:
         end(found)
 
 

@@ -22,6 +22,7 @@ from tests.conftest import (
     signal_at_step,
     start_run,
     wait_done,
+    wait_until_gone,
     weights,
 )
 
@@ -108,6 +109,8 @@ def test_two_nodes_in_the_image_match_one_rank_and_a_requeue_resumes_bit_identic
     assert_same_weights(tmp_path / "straight", mlp_one_rank[0], rtol=1e-5, atol=1e-6)
     a, b = weights(run_dir), weights(tmp_path / "straight")
     assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"
+    # the requeue ended every task of the first incarnation: no rank lives on outside the job
+    wait_until_gone(run_dir)
     assert_ran_inside(run_dir, image)
     hosts = {r["host"] for r in json.loads((run_dir / "summary.json").read_text())["per_rank"]}
     assert len(hosts) == 2, hosts

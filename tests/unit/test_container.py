@@ -80,21 +80,28 @@ def test_binds_are_what_the_ranks_read_and_write_once_each(tmp_path: Path) -> No
     ]
 
 
+def _wrapped(tmp_path: Path, scontrol: str, inside: str) -> tuple[list[str], dict[str, str]]:
+    """The host wrapper around `inside` (the container, as a shell line), as rank 0's task of job
+    77, with a stand-in scontrol (a shell body) first on PATH."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\n{scontrol}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_PROCID": "0"}
+    env[container_plan.REQUEUE_DIR_VAR] = str(tmp_path)
+    return ["sh", "-c", container_plan.HOST_REQUEUE, "hpctrain-task", "sh", "-c", inside], env
+
+
 def test_the_host_wrapper_hands_rank_0s_requeue_request_to_scontrol(tmp_path: Path) -> None:
     """In the image there is no scontrol: rank 0 leaves a request file, and the task's wrapper on
     the host passes it on after the container exits, keeping the exit status; SIGUSR2 (the time
     limit's warning) does not end the wrapper. scontrol is a stand-in that records its arguments."""
-    import os
     import subprocess
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/called\n')
-    (bin_dir / "scontrol").chmod(0o755)
     inside = f"kill -USR2 $PPID; sleep 0.2; echo 77_3 > {tmp_path}/requeue-77; exit 5"
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "SLURM_PROCID": "0"}
-    env[container_plan.REQUEUE_DIR_VAR] = str(tmp_path)
-    argv = ["sh", "-c", container_plan.HOST_REQUEUE, "hpctrain-task", "sh", "-c", inside]
+    argv, env = _wrapped(tmp_path, f'echo "$@" > {tmp_path}/called', inside)
     assert subprocess.run(argv, env=env, timeout=30).returncode == 5
     assert (tmp_path / "called").read_text() == "requeue 77_3\n"
     assert not (tmp_path / "requeue-77").exists()
@@ -102,6 +109,20 @@ def test_the_host_wrapper_hands_rank_0s_requeue_request_to_scontrol(tmp_path: Pa
     (tmp_path / "called").unlink()
     assert subprocess.run(argv, env=env, timeout=30).returncode == 5
     assert not (tmp_path / "called").exists()
+
+
+def test_a_requeue_that_ends_the_wrapper_leaves_no_request_behind(tmp_path: Path) -> None:
+    """SLURM ends the task when it requeues the job, possibly before scontrol returns: the request
+    must be gone by then, or the next incarnation's wrapper would requeue the job again when it
+    finishes (seen on the local cluster: a second requeue, then a FAILED job). The stand-in
+    scontrol ends its caller as SLURM's requeue does."""
+    import subprocess
+
+    inside = f"echo 77_3 > {tmp_path}/requeue-77; exit 0"
+    argv, env = _wrapped(tmp_path, f'echo "$@" > {tmp_path}/called\nkill -TERM $PPID', inside)
+    subprocess.run(argv, env=env, timeout=30)
+    assert (tmp_path / "called").read_text() == "requeue 77_3\n"
+    assert not (tmp_path / "requeue-77").exists()
 
 
 def test_a_slurm_run_in_a_container_is_wrapped_on_the_host_except_under_pyxis() -> None:

@@ -85,3 +85,26 @@ def test_a_rank_that_ended_its_children_itself_leaves_the_guard_nothing_to_do() 
     finally:
         os.killpg(step.pid, signal.SIGKILL)
         step.wait()
+
+
+def test_who_is_an_orphan_by_hand() -> None:
+    """A node of a step: the step daemon 10 (another group), its tasks 20 and 30 in group 20 (the
+    first task's pid, as slurmstepd sets it); in an image a task is the host's wrapper 20 around
+    the rank 21, started in the same clock tick. The rank 21 died: its worker 22 now hangs under
+    init (1) with a child 23. Orphans: 22 and 23, never the wrapper, the other task or its child."""
+    from hpctrain.guard import orphans
+
+    procs = {
+        10: (1, 10, 100),  # the step daemon
+        20: (10, 20, 500),  # the wrapper: the rank's parent, leading the group
+        22: (1, 20, 510),  # the rank's worker, re-parented to init
+        23: (22, 20, 511),
+        30: (10, 20, 500),  # the step's other task
+        31: (30, 20, 505),  # its own child
+        40: (1, 40, 520),  # another job's process
+        9: (1, 20, 50),  # in the group but older than the rank: not the rank's
+    }
+    assert orphans(procs, rank=21, group=20, born=500, protected={20, 10}) == {22: 510, 23: 511}
+    # on the host, without a wrapper: the tasks are the step daemon's children
+    host = {k: v for k, v in procs.items() if k != 20}
+    assert orphans(host, rank=21, group=20, born=500, protected={10}) == {22: 510, 23: 511}

@@ -29,11 +29,13 @@ REQUEUE_DIR_VAR = "HPCTRAIN_REQUEUE_DIR"
 # client (nor the site's config and munge socket). Inside, rank 0 leaves the request in a file
 # (launch/slurm/job.py); this wrapper, the task itself on the host around the runtime, passes it
 # to scontrol once the container has exited. SIGUSR2 (the time limit's warning) is for the
-# training: the wrapper's no-op trap keeps it alive until then.
+# training: the wrapper's no-op trap keeps it alive until then. The request is taken (read and
+# removed) before scontrol is asked: the requeue ends this very task, and a request left behind
+# would requeue the next incarnation again when it finishes.
 HOST_REQUEUE = (
     'trap : USR2; "$@"; rc=$?; f="$HPCTRAIN_REQUEUE_DIR/requeue-$SLURM_JOB_ID"; '
-    'if [ "$SLURM_PROCID" = 0 ] && [ -e "$f" ]; then scontrol requeue "$(cat "$f")"; '
-    'rm -f "$f"; fi; exit $rc'
+    'if [ "$SLURM_PROCID" = 0 ] && [ -e "$f" ]; then id=$(cat "$f"); rm -f "$f"; '
+    'scontrol requeue "$id"; fi; exit $rc'
 )
 
 

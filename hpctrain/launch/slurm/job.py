@@ -47,12 +47,17 @@ class TrainingJob(submitit.helpers.Checkpointable):
         from hpctrain.api import request_stop
         from hpctrain.engine.horovod import slurm_gloo_setup
         from hpctrain.engine.registry import needs_gloo_rendezvous
-        from hpctrain.lifeline import guard_group
+        from hpctrain.lifeline import die_with_parent, guard_group
         from hpctrain.rank import fail, run
         from hpctrain.train.loop import StopControl
 
         run_dir = Path(self.run_dir)
         guard_group()  # what this rank starts ends with it, however it ends
+        if os.environ.get(REQUEUE_DIR_VAR):
+            # in an image, the task is the host's wrapper around this rank (container/plan.py):
+            # when SLURM ends the task, this rank, which ignores SIGTERM under submitit, must not
+            # live on as an orphan outside the step
+            die_with_parent(signal.SIGKILL)
         try:
             cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
             control = StopControl(checkpoint_interval=cfg.cluster.checkpoint_interval)  # a SLURM config
