@@ -171,7 +171,7 @@ def test_a_pipeline_study_compares_micro_batches_and_reports_the_bubble(tmp_path
         "parallelism=pipeline",
         "model=mlp",
         "model.depth=4",
-        "study.ranks=[2,3]",  # 2 then 3 stages
+        "study.ranks=[2]",  # 2 stages (more stages: tests/mpi/test_pipeline.py)
         "study.microbatches=[2,4]",
         "study.repetitions=1",
         "study.steps=6",
@@ -185,16 +185,11 @@ def test_a_pipeline_study_compares_micro_batches_and_reports_the_bubble(tmp_path
     )
     assert r.returncode == 0, r.stdout + r.stderr
     [study] = list(tmp_path.glob("*/*-pp-strong"))
-    for name, stages in (("m2-n2-r0", 2), ("m4-n3-r0", 3)):
+    for name, stages in (("m2-n2-r0", 2), ("m4-n2-r0", 2)):
         s = json.loads((study / name / "summary.json").read_text())
         assert (s["stages"], s["world_size"], s["parallelism"]) == (stages, stages, "pipeline")
     rows = list(csv.DictReader((study / "report" / "points.csv").open()))
-    assert [(row["series"], row["N"]) for row in rows] == [
-        ("horovod m=2", "2"),
-        ("horovod m=2", "3"),
-        ("horovod m=4", "2"),
-        ("horovod m=4", "3"),
-    ]
+    assert [(row["series"], row["N"]) for row in rows] == [("horovod m=2", "2"), ("horovod m=4", "2")]
     for row in rows:  # theory (p - 1) / (m + p - 1) beside each measured bubble
         p, m = int(row["N"]), int(row["series"][-1])
         assert float(row["bubble theory"].rstrip("%")) == pytest.approx(
@@ -204,7 +199,7 @@ def test_a_pipeline_study_compares_micro_batches_and_reports_the_bubble(tmp_path
     report = (study / "report" / "report.md").read_text()
     assert "## Peak memory per pipeline stage" in report
     # the step model, fitted on m=2 at each scale, predicts m=4 and the best count (of 1..16)
-    for n in (2, 3):
+    for n in (2,):
         assert re.search(
             rf"N={n} horovod gpipe: from m=2 the model predicts m=(1|2|4|8|16) fastest \([0-9.]+ ms\); "
             rf"measured fastest m=[24] \([0-9.]+ ms\); its error at m=4 [+-][0-9.]+%",
