@@ -12,6 +12,7 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TORCH_FACTS = ("cuda_available", "cuda_bf16", "cpu_fp16_autocast", "cpu_bf16_autocast")
 TORCH_COUNTS = ("cuda_devices",)
@@ -109,25 +110,37 @@ def torch_facts() -> dict[str, bool | int]:
     dry run and local launch would otherwise import torch only to ask it. An unreadable cache is
     probed again; one that cannot be written is not kept."""
     path = cache_dir() / f"host-facts-{torch_facts_key()}.json"
-    try:
-        found = json.loads(path.read_text())
-        if (
-            isinstance(found, dict)
-            and all(isinstance(found.get(k), bool) for k in TORCH_FACTS)
-            and all(type(found.get(k)) is int for k in TORCH_COUNTS)
-        ):
-            return {k: found[k] for k in TORCH_FACTS + TORCH_COUNTS}
-    except (OSError, ValueError):
-        pass
+    found = read_cached(path)
+    if (
+        isinstance(found, dict)
+        and all(isinstance(found.get(k), bool) for k in TORCH_FACTS)
+        and all(type(found.get(k)) is int for k in TORCH_COUNTS)
+    ):
+        return {k: found[k] for k in TORCH_FACTS + TORCH_COUNTS}
     facts = probe_torch()
+    keep_cached(path, facts)
+    return facts
+
+
+def read_cached(path: Path) -> Any:
+    """A cached JSON document; None when absent or unreadable (the caller computes it again and
+    checks the shape of what it got)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def keep_cached(path: Path, doc: object) -> None:
+    """Write a JSON document to the cache, whole or not at all (a concurrent reader never sees
+    half a file); a cache that cannot be written is not kept."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(facts))
-        tmp.replace(path)  # whole or not at all: a concurrent reader never sees half a file
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(path)
     except OSError:
         pass
-    return facts
 
 
 def mpi_library_version() -> str:

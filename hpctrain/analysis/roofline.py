@@ -221,6 +221,11 @@ class TpRoofline:
         return self.latency_s + self.bandwidth_s
 
     @property
+    def share(self) -> float:
+        """Of the step's compute, which holds them (NaN without a measured compute time)."""
+        return self.expected_s / self.compute_s if self.compute_s > 0 else math.nan
+
+    @property
     def bound(self) -> str:
         return "latency" if self.latency_s > self.bandwidth_s else "bandwidth"
 
@@ -237,12 +242,11 @@ class TpRoofline:
         )
 
     def line(self) -> str:
-        share = self.expected_s / self.compute_s if self.compute_s > 0 else math.nan
         return (
             f"tensor parallel: {self.messages} collective(s) per step over {self.tp} ranks, "
             f"{self.allreduce_bytes / MIB:.2f} MiB as all-reduce bytes: expected {1e3 * self.expected_s:.2f} ms "
             f"(latency {1e3 * self.latency_s:.2f} + bandwidth {1e3 * self.bandwidth_s:.2f}), "
-            f"{100 * share:.0f}% of the step's compute, which holds them; {self.bound}-bound: {self.knob}"
+            f"{100 * self.share:.0f}% of the step's compute, which holds them; {self.bound}-bound: {self.knob}"
         )
 
 

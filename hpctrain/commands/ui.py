@@ -157,8 +157,8 @@ def summary_table(s: RunSummary) -> Table:
         t.add_row(
             f"    of compute: tensor parallel ({tp.messages} collectives, {tp.allreduce_bytes / 2**20:.2f} MiB)",
             f"expected {1e3 * tp.expected_s:.2f} ms",
-            f"{tp.bound}-bound, {100 * tp.expected_s / s.compute_s:.1f}% of compute"
-            if s.compute_s > 0
+            f"{tp.bound}-bound, {100 * tp.share:.1f}% of compute"
+            if math.isfinite(tp.share)
             else f"{tp.bound}-bound",
         )
     if s.tflops_per_rank is not None:

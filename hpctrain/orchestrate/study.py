@@ -166,19 +166,20 @@ def _parallelisms_problems(s: StudyConf) -> list[Problem]:
     if given is None:
         return []
     names = list(PARALLELISMS)
+    parsed = [(i, x, *split_layout(x)) for i, x in enumerate(given)]
     p = [
         Problem(f"study.parallelisms[{i}]", f"no parallelism named {x!r}", f"use one of: {', '.join(names)}")
-        for i, x in enumerate(given)
-        if split_layout(x)[0] not in names
+        for i, x, group, _ in parsed
+        if group not in names
     ]
     p += [
         Problem(
             f"study.parallelisms[{i}]",
             f"{x!r}: what follows '/' must be a tensor-parallel degree of at least 2",
-            f"e.g. {split_layout(x)[0]}/tp2 (parallelism.tp.degree=2), or {split_layout(x)[0]} alone",
+            f"e.g. {group}/tp2 (parallelism.tp.degree=2), or {group} alone",
         )
-        for i, x in enumerate(given)
-        if split_layout(x)[0] in names and "/" in x and split_layout(x)[1] < 2
+        for i, x, group, tp in parsed
+        if group in names and "/" in x and tp < 2
     ]
     if not given or len(set(given)) != len(given):
         p.append(

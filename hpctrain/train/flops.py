@@ -9,7 +9,6 @@ parallelism, and user models (model._target_) are counted the same way as the bu
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import time
 from pathlib import Path
@@ -18,10 +17,10 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from hpctrain import __version__, records
+from hpctrain import __version__
 from hpctrain.analysis.peak import Peak, table_peak
 from hpctrain.config.schema import Config
-from hpctrain.facts import cache_dir
+from hpctrain.facts import cache_dir, keep_cached, read_cached
 from hpctrain.train.parts import make_criterion, make_model, workload_label
 
 PROBE_N = 512  # the CPU probe's square GEMM: 2 n^3 FLOPs a call, large enough to reach the BLAS peak
@@ -48,11 +47,7 @@ def flops_per_sample(cfg: Config, dataset: Any, batch: int) -> tuple[float, str]
         return float("nan"), f"not counted: {type(e).__name__}: {str(e)[:200]}"
     flops = counter.get_total_flops() / batch
     if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            records.write_atomic(path, json.dumps({"flops_per_sample": flops}))
-        except OSError:
-            pass  # a cache that cannot be written is not kept
+        keep_cached(path, {"flops_per_sample": flops})
     return flops, "FlopCounterMode"
 
 
@@ -78,12 +73,9 @@ def flops_cache(cfg: Config, x0: torch.Tensor, y0: torch.Tensor, batch: int) -> 
 
 
 def _read_count(path: Path | None) -> float | None:
-    if path is None:
-        return None
-    try:
-        found = json.loads(path.read_text()).get("flops_per_sample")
-    except (OSError, ValueError, AttributeError):
-        return None  # absent or damaged: counted again
+    """The cached count; None when absent or damaged (counted again)."""
+    doc = read_cached(path) if path is not None else None
+    found = doc.get("flops_per_sample") if isinstance(doc, dict) else None
     return float(found) if isinstance(found, (int, float)) and math.isfinite(found) and found > 0 else None
 
 
