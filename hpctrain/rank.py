@@ -123,16 +123,15 @@ def parallelism_about(cfg: Config, plan: records.PlanRecord, engine: type[Engine
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
     """The built-in trainer (on built-in or user models and data) under the configured engine."""
     from hpctrain.engine.device import bind_device
-    from hpctrain.engine.registry import engine_class
+    from hpctrain.engine.registry import engine_for
     from hpctrain.train.loop import train
     from hpctrain.train.stats import summarize
 
     # derived once, by the planner: the rank uses the plan's world size, batch and lr as they are
     derived = Derived(plan.world_size, plan.batch, plan.lr, plan.layout)
-    engine_type = engine_class(str(cfg.parallelism.engine))
-    engine = engine_type()
+    engine = engine_for(cfg)
     bind_device(cfg.train.device, os.environ)  # before the first collective (engine/device.py)
-    info = engine.init(cfg, plan.layout)
+    info = engine.init(plan.layout)
     hosts = engine.allgather_object(socket.gethostname())
     engine_env = engine.environment() if info.rank == 0 else {}  # rank 0 writes env.json and the summary
     if info.rank == 0:
@@ -154,7 +153,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         compression=cfg.parallelism.compression,
         engine=cfg.parallelism.engine,
         parallelism=str(cfg.parallelism.name),
-        **parallelism_about(cfg, plan, engine_type),
+        **parallelism_about(cfg, plan, type(engine)),
     )
     if info.rank == 0:
         records.write(run_dir / records.SUMMARY, summary)

@@ -15,9 +15,9 @@ import dataclasses
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from hpctrain.config.schema import Config, ParallelismConf
+from hpctrain.config.schema import Config, ParallelismConf, ShardSettings
 from hpctrain.engine.world import RankInfo
 from hpctrain.errors import Problem
 
@@ -29,7 +29,42 @@ if TYPE_CHECKING:
     from hpctrain.records import Layout
 
 
-class Engine(ABC):
+S = TypeVar("S")  # an engine's own settings (its group of the schema), or None without any
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineRun:
+    """What an engine is told of the run when it is built on a rank, besides its own settings:
+    the few keys its wrappers read, so no rank-side method takes the whole config."""
+
+    device: str  # train.device: auto | cpu | cuda
+    backend: str  # parallelism.backend: Horovod's transport
+    compression: str  # parallelism.compression: none | fp16
+    precision: str  # precision.name: fsdp's low-precision parameters
+    accumulate: int  # parallelism.backward_passes_per_step
+    microbatches: int  # parallelism.microbatches: a pipeline stage's backward passes per step
+    sequence_parallel: bool  # parallelism.tp.sequence_parallel
+    shard: ShardSettings  # parallelism.shard
+
+    @classmethod
+    def of(cls, cfg: Config) -> EngineRun:
+        par = cfg.parallelism
+        return cls(
+            device=str(cfg.train.device),
+            backend=str(par.backend),
+            compression=str(par.compression),
+            precision=str(cfg.precision.name),
+            accumulate=par.backward_passes_per_step,
+            microbatches=par.microbatches,
+            sequence_parallel=par.tp.sequence_parallel,
+            shard=par.shard,
+        )
+
+
+class Engine(ABC, Generic[S]):
+    """Built once per rank with the run's wiring and the engine's own settings (registry.
+    engine_for); plan time asks the class, which needs neither."""
+
     name: ClassVar[str]  # set by the registry
     # the schema's group of this engine's own parallelism.* keys (config/schema.py), or None:
     # given to another engine, they are refused
@@ -79,12 +114,15 @@ class Engine(ABC):
         return False
 
     # --- on the ranks ------------------------------------------------------------------------
+    def __init__(self, run: EngineRun, own: S) -> None:
+        self.run, self.own = run, own
+
     @abstractmethod
-    def init(self, cfg: Config, layout: Layout) -> RankInfo:
+    def init(self, layout: Layout) -> RankInfo:
         """Join the world the launcher started; check its size against the plan's layout."""
 
     @abstractmethod
-    def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
         """The model to call and the optimizer to step, with gradient averaging attached."""
 
     def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
@@ -138,7 +176,7 @@ class StageReplicas(ABC):
 
     @abstractmethod
     def wrap_stage(
-        self, cfg: Config, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
+        self, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
     ) -> tuple[list[nn.Module], Any]:
         """This rank's pipeline pieces (to run) and optimizer (to step)."""
 
@@ -149,9 +187,7 @@ class Sharding(ABC):
     built afterwards, on the sharded parameters."""
 
     @abstractmethod
-    def shard(
-        self, cfg: Config, model: nn.Module, layout: Layout, units: list[str], mesh: Any = None
-    ) -> nn.Module:
+    def shard(self, model: nn.Module, layout: Layout, units: list[str], mesh: Any = None) -> nn.Module:
         """`model`, sharded in place (what to call, and what checkpoints save): the `units`
         (module or class names) one by one, then the rest. `mesh`: the data-parallel part of a
         larger device mesh (tensor parallelism's), or None for a mesh of the layout's own."""
@@ -166,7 +202,7 @@ class TensorParallel(ABC):
         """The mesh replicate x shard x tp (dimension names as spelled), on this rank's device."""
 
     @abstractmethod
-    def split(self, cfg: Config, model: nn.Module, tp_mesh: Any, plan: dict[str, str]) -> nn.Module:
+    def split(self, model: nn.Module, tp_mesh: Any, plan: dict[str, str]) -> nn.Module:
         """`model`, split in place: the plan's modules hold this rank's slice (DTensors)."""
 
 
@@ -180,11 +216,20 @@ class Timeline(ABC):
     def stop_timeline(self) -> None: ...
 
 
-def setting_keys(engine: type[Engine]) -> list[str]:
+def own_settings(engine: type[Engine[Any]], cfg: Config) -> Any:
+    """The engine's own group of settings, read from the flat parallelism.* keys (or None)."""
+    if engine.settings is None:
+        return None
+    return engine.settings(**{k: getattr(cfg.parallelism, k) for k in setting_keys(engine)})
+
+
+def setting_keys(engine: type[Engine[Any]]) -> list[str]:
     return [f.name for f in dataclasses.fields(engine.settings)] if engine.settings else []
 
 
-def foreign_settings(cfg: Config, engine: type[Engine], others: list[type[Engine]]) -> list[Problem]:
+def foreign_settings(
+    cfg: Config, engine: type[Engine[Any]], others: list[type[Engine[Any]]]
+) -> list[Problem]:
     """Settings of another engine given to this one would silently do nothing: refuse them."""
     defaults, par, own = ParallelismConf(), cfg.parallelism, setting_keys(engine)
     p = []

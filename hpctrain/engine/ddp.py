@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from hpctrain.records import Layout
 
 
-class DdpEngine(Engine, StageReplicas, Sharding, TensorParallel):
+class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
     settings = DdpSettings
     collective = "torch_s"
     grouping = "buckets"
@@ -62,7 +62,7 @@ class DdpEngine(Engine, StageReplicas, Sharding, TensorParallel):
     def needs_torch_store(cls, cfg: Config) -> bool:
         return True
 
-    def init(self, cfg: Config, layout: Layout) -> RankInfo:
+    def init(self, layout: Layout) -> RankInfo:
         expected_size = layout.world_size
         import torch.distributed as dist
 
@@ -74,7 +74,7 @@ class DdpEngine(Engine, StageReplicas, Sharding, TensorParallel):
 
         # the rank entry bound the device before this (engine/device.py): NCCL's communicator is
         # created for it at once, never for cuda:0 by default
-        device = current_device(cfg.train.device)
+        device = current_device(self.run.device)
         self.device_type, self.clock = device.type, clock_for(device)
         init_process_group(device)
         size = self.size = dist.get_world_size()
@@ -94,29 +94,27 @@ class DdpEngine(Engine, StageReplicas, Sharding, TensorParallel):
             socket.gethostname(),
         )
 
-    def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
         from hpctrain.engine.ddp_wrap import Stamp, wrap_ddp
 
-        self.stamp = Stamp(str(cfg.parallelism.compression), self.clock)
-        return wrap_ddp(cfg.parallelism, model, self.stamp, self.device_type == "cuda"), optimizer
+        self.stamp = Stamp(self.run.compression, self.clock)
+        return wrap_ddp(self.own, model, self.stamp, self.device_type == "cuda"), optimizer
 
     def wrap_stage(
-        self, cfg: Config, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
+        self, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
     ) -> tuple[list[nn.Module], Any]:
         from hpctrain.engine.ddp_wrap import Stamp, wrap_ddp
 
         # torch.distributed.pipelining sees the DDP wrapper and syncs on the last micro-batch only
-        self.stamp = Stamp(str(cfg.parallelism.compression), self.clock, group)
+        self.stamp = Stamp(self.run.compression, self.clock, group)
         cuda = self.device_type == "cuda"
-        return [wrap_ddp(cfg.parallelism, p, self.stamp, cuda, stage=True) for p in pieces], optimizer
+        return [wrap_ddp(self.own, p, self.stamp, cuda, stage=True) for p in pieces], optimizer
 
-    def shard(
-        self, cfg: Config, model: nn.Module, layout: Layout, units: list[str], mesh: Any = None
-    ) -> nn.Module:
+    def shard(self, model: nn.Module, layout: Layout, units: list[str], mesh: Any = None) -> nn.Module:
         from hpctrain.engine.fsdp_wrap import mesh_for, shard_model
 
         mesh = mesh if mesh is not None else mesh_for(self.device_type, layout.replicate, layout.shard)
-        self.stamp = shard_model(cfg, model, mesh, units, self.clock)
+        self.stamp = shard_model(self.run.shard, self.run.precision, model, mesh, units, self.clock)
         self.mode = "fsdp"
         return model
 
@@ -126,14 +124,14 @@ class DdpEngine(Engine, StageReplicas, Sharding, TensorParallel):
         shape = (layout.replicate, layout.shard, layout.tp)
         return init_device_mesh(self.device_type, shape, mesh_dim_names=("replicate", "shard", "tp"))
 
-    def split(self, cfg: Config, model: nn.Module, tp_mesh: Any, plan: dict[str, str]) -> nn.Module:
+    def split(self, model: nn.Module, tp_mesh: Any, plan: dict[str, str]) -> nn.Module:
         from hpctrain.engine.ddp_wrap import Stamp
         from hpctrain.engine.tp_wrap import split_model
 
         # no data-parallel wrapper (yet): nothing syncs gradients between replicas, and the
         # tensor-parallel collectives run inside forward and backward
         self.stamp, self.mode = Stamp("none", self.clock), "tp"
-        return split_model(model, tp_mesh, plan, cfg.parallelism.tp.sequence_parallel)
+        return split_model(model, tp_mesh, plan, self.run.sequence_parallel)
 
     def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
         pass  # DistributedDataParallel broadcast rank 0's parameters and buffers when it wrapped them

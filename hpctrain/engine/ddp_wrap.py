@@ -10,7 +10,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from hpctrain.config.schema import ParallelismConf
+from hpctrain.config.schema import DdpSettings
 from hpctrain.engine.clock import Clock, Mark
 
 HOOKS = {
@@ -48,7 +48,7 @@ class StageDDP(DistributedDataParallel):
 
 
 def wrap_ddp(
-    p: ParallelismConf, model: nn.Module, stamp: Stamp, cuda: bool, stage: bool = False
+    p: DdpSettings, model: nn.Module, stamp: Stamp, cuda: bool, stage: bool = False
 ) -> DistributedDataParallel:
     """`model` in DDP over the stamp's process group, its buckets timed by the stamp."""
     cls = StageDDP if stage else DistributedDataParallel

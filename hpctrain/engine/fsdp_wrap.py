@@ -21,7 +21,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from hpctrain.config.schema import Config
+from hpctrain.config.schema import ShardSettings
 from hpctrain.engine.clock import Clock, Mark
 from hpctrain.errors import HpctrainError
 
@@ -75,12 +75,13 @@ def find_units(model: nn.Module, names: list[str]) -> list[nn.Module]:
     return [m for _, m in sorted(found.items(), key=lambda nm: -nm[0].count("."))]
 
 
-def shard_model(cfg: Config, model: nn.Module, mesh: Any, units: list[str], clock: Clock) -> Stamp:
+def shard_model(
+    sh: ShardSettings, precision: str, model: nn.Module, mesh: Any, units: list[str], clock: Clock
+) -> Stamp:
     """Shard `model` in place over `mesh` (replicate x shard, or shard alone), the named units
     first; the stamp their backward hooks keep. The mesh is on the device the rank bound
     (engine/device.py): its groups are created there."""
-    sh = cfg.parallelism.shard
-    low = LOW.get(str(cfg.precision.name))
+    low = LOW.get(precision)
     mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
     offload = CPUOffloadPolicy() if sh.cpu_offload else OffloadPolicy()
     stamp = Stamp(clock)

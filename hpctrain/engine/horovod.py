@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 HOROVOD_FUSION_BYTES = 64 * 2**20  # Horovod's HOROVOD_FUSION_THRESHOLD default
 
 
-class HorovodEngine(Engine, StageReplicas, Timeline):
+class HorovodEngine(Engine[HorovodSettings], StageReplicas, Timeline):
     settings = HorovodSettings
     collective = "hvd_s"
     grouping = "fusion"
@@ -105,15 +105,15 @@ class HorovodEngine(Engine, StageReplicas, Timeline):
     def needs_gloo_rendezvous(cls, cfg: Config) -> bool:
         return cfg.parallelism.backend == "gloo"
 
-    def init(self, cfg: Config, layout: Layout) -> RankInfo:
-        self.backend, expected_size = str(cfg.parallelism.backend), layout.world_size
+    def init(self, layout: Layout) -> RankInfo:
+        self.backend, expected_size = self.run.backend, layout.world_size
         # hybrid: one process set per pipeline stage, holding its replicas (registered at init)
         groups = [layout.replica_ranks(s) for s in range(layout.stages)] if layout.pipelined else []
         import horovod.torch as hvd
 
         from hpctrain.facts import wants_cuda
 
-        if wants_cuda(cfg.train.device) and not hvd.nccl_built():
+        if wants_cuda(self.run.device) and not hvd.nccl_built():
             raise CommError(horovod_without_nccl())
         sets = [hvd.ProcessSet(g) for g in groups]
         self.hvd = init_horovod(self.backend, expected_size=expected_size, process_sets=sets)
@@ -122,30 +122,32 @@ class HorovodEngine(Engine, StageReplicas, Timeline):
         return rank_info(self.hvd)
 
     def wrap_stage(
-        self, cfg: Config, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
+        self, pieces: list[nn.Module], optimizer: torch.optim.Optimizer, group: Any
     ) -> tuple[list[nn.Module], Any]:
         hvd = self.hvd
-        compression = hvd.Compression.fp16 if cfg.parallelism.compression == "fp16" else hvd.Compression.none
         named = [(f"{i}.{n}", p) for i, piece in enumerate(pieces) for n, p in piece.named_parameters()]
         wrapped = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=named,
-            compression=compression,
+            compression=self._compression(),
             # every micro-batch's backward pass accumulates into the gradients; the last one sends
-            backward_passes_per_step=cfg.parallelism.microbatches,
+            backward_passes_per_step=self.run.microbatches,
             op=hvd.Average,
             process_set=self.process_set,
         )
         return pieces, wrapped
 
-    def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
+    def _compression(self) -> Any:
         hvd = self.hvd
-        compression = hvd.Compression.fp16 if cfg.parallelism.compression == "fp16" else hvd.Compression.none
+        return hvd.Compression.fp16 if self.run.compression == "fp16" else hvd.Compression.none
+
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
+        hvd = self.hvd
         wrapped = hvd.DistributedOptimizer(
             optimizer,
             named_parameters=model.named_parameters(),
-            compression=compression,
-            backward_passes_per_step=cfg.parallelism.backward_passes_per_step,
+            compression=self._compression(),
+            backward_passes_per_step=self.run.accumulate,
             op=hvd.Average,
         )
         return model, wrapped

@@ -8,7 +8,7 @@ attributes and class methods of that class; nothing else changes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpctrain.errors import Problem
 from hpctrain.registry import Registry
@@ -22,7 +22,7 @@ ENGINES: dict[str, str] = {
     "horovod": "hpctrain.engine.horovod:HorovodEngine",
     "ddp": "hpctrain.engine.ddp:DdpEngine",
 }
-_REGISTRY: Registry[Engine] = Registry("engine", ENGINES)
+_REGISTRY: Registry[Engine[Any]] = Registry("engine", ENGINES)
 
 
 def register_engine(name: str, target: str) -> None:
@@ -34,7 +34,7 @@ def unknown_engine(key: str, name: str) -> Problem:
     return _REGISTRY.unknown(key, name)
 
 
-def engine_class(name: str) -> type[Engine]:
+def engine_class(name: str) -> type[Engine[Any]]:
     return _REGISTRY.get(name, "parallelism.engine")
 
 
@@ -48,8 +48,12 @@ def lacks(name: str, capability: type) -> bool:
     return name in ENGINES and not issubclass(engine_class(name), capability)
 
 
-def engine_for(name: str) -> Engine:
-    return engine_class(name)()
+def engine_for(cfg: Config) -> Engine[Any]:
+    """The configured engine, built on a rank with the run's wiring and its own settings."""
+    from hpctrain.engine.base import EngineRun, own_settings
+
+    engine = engine_class(str(cfg.parallelism.engine))
+    return engine(EngineRun.of(cfg), own_settings(engine, cfg))
 
 
 def engine_problems(cfg: Config) -> list[Problem]:

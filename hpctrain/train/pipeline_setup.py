@@ -38,7 +38,7 @@ def pipeline_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
     if layout.replicas > 1:
         if not isinstance(s.engine, StageReplicas):
             raise CommError(f"engine {s.engine.name} cannot average a pipeline stage over its replicas")
-        run, optimizer = s.engine.wrap_stage(cfg, pieces, base, dp_group)
+        run, optimizer = s.engine.wrap_stage(pieces, base, dp_group)
     stage = layout.stage_of(rank)
     weights = StageWeights(pieces)
     restored = checkpoint.restore(

@@ -156,7 +156,7 @@ def data_parallel_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
     recompute_blocks(s)
     scaler = make_scaler(cfg.precision, s.common["device"].type)
     s.common["watch"].phase("comm", 0)  # wrapping (DDP) and the broadcast wait for every rank
-    model, optimizer = engine.wrap(cfg, s.module, make_optimizer(cfg, s.module, cfg.optim.lr))
+    model, optimizer = engine.wrap(s.module, make_optimizer(cfg, s.module, cfg.optim.lr))
     # into the unwrapped model (checkpoints are the same for every engine), after wrapping:
     # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
     restored = checkpoint.restore(s.run_dir, s.module, optimizer, scaler, cfg.train.resume_from)

@@ -79,7 +79,7 @@ def sharded_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
         dp_mesh = mesh["shard"] if layout.replicate == 1 else mesh["replicate", "shard"]
     recompute_blocks(s)
     units = shard_units(cfg.model, list(cfg.parallelism.shard.modules))
-    model = s.materialize(engine.shard(cfg, model, layout, units, dp_mesh))
+    model = s.materialize(engine.shard(model, layout, units, dp_mesh))
     return dcp_trainer(s, model)
 
 
@@ -125,7 +125,7 @@ def split(s: Setup, tp_mesh: Any) -> nn.Module:
     """The model split by the plan in force (the user's, or the built-in model's own)."""
     tp = s.cfg.parallelism.tp
     plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
-    return _tp_engine(s).split(s.cfg, s.module, tp_mesh, plan)
+    return _tp_engine(s).split(s.module, tp_mesh, plan)
 
 
 def restore(run_dir: Path, model: nn.Module, optimizer: Any, resume_from: str | None) -> checkpoint.Restored:

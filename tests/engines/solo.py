@@ -18,7 +18,7 @@ from hpctrain.errors import Problem
 from hpctrain.records import Layout
 
 
-class SoloEngine(Engine):
+class SoloEngine(Engine[None]):
     collective = "mpi_s"  # it runs no collective; the roofline may place it on the wire alone
     grouping = "fusion"
 
@@ -34,12 +34,12 @@ class SoloEngine(Engine):
     def rank_env(cls, cfg: Config) -> dict[str, str]:
         return {"HPCTRAIN_SOLO": "1"}
 
-    def init(self, cfg: Config, layout: Layout) -> RankInfo:
+    def init(self, layout: Layout) -> RankInfo:
         if layout.world_size != 1:
             raise CommError(f"the solo engine runs one rank, not {layout.world_size}")
         return RankInfo(0, 1, 0, 1, 0, 1, socket.gethostname())
 
-    def wrap(self, cfg: Config, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
+    def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
         return model, optimizer
 
     def vote(self, flag: bool, step: int) -> Any:

@@ -57,8 +57,41 @@ def test_the_built_in_trainer_trains_with_the_new_engine(solo: str, tmp_path: Pa
     from hpctrain.train.loop import train
 
     cfg = _cfg("train.steps=4", "train.warmup_steps=1", "train.batch_per_rank=16", "train.stall_timeout_s=0")
-    engine = registry.engine_for("solo")
-    info = engine.init(cfg, Layout())
+    engine = registry.engine_for(cfg)
+    info = engine.init(Layout())
     stats = train(cfg, engine, info, derive(cfg), tmp_path, kind_of(cfg).build, emit=lambda line: None)
     assert stats is not None and stats.timed_steps == 3 and math.isfinite(stats.last_loss)
     assert (tmp_path / "model.pt").exists() and (tmp_path / "steps-rank0.jsonl").read_text().count("\n") == 4
+
+
+def test_an_engine_is_built_with_its_own_settings_and_the_run_s_wiring_only() -> None:
+    from hpctrain.config.schema import DdpSettings, HorovodSettings, ShardSettings
+    from hpctrain.engine.base import EngineRun
+
+    cfg = load_config(
+        [
+            "parallelism=fsdp",
+            "parallelism.engine=ddp",
+            "parallelism.bucket_mb=5",
+            "parallelism.static_graph=true",
+            "parallelism.shard.cpu_offload=true",
+            "parallelism.compression=fp16",
+            "precision=bf16",
+            "train.device=cpu",
+        ]
+    )
+    ddp = registry.engine_for(cfg)
+    assert ddp.own == DdpSettings(bucket_mb=5.0, gradient_as_bucket_view=False, static_graph=True)
+    assert ddp.run == EngineRun(
+        device="cpu",
+        backend="mpi",
+        compression="fp16",
+        precision="bf16",
+        accumulate=1,
+        microbatches=1,
+        sequence_parallel=False,
+        shard=ShardSettings(cpu_offload=True),
+    )
+    hvd = registry.engine_for(load_config(["parallelism.fusion_threshold_mb=8", "parallelism.backend=gloo"]))
+    assert hvd.own == HorovodSettings(fusion_threshold_mb=8.0, cycle_time_ms=None)
+    assert hvd.run.backend == "gloo"

@@ -56,11 +56,11 @@ def test_the_built_in_trainer_trains_with_the_new_parallelism(solo: str, tmp_pat
     engines.register_engine("solo", "tests.engines.solo:SoloEngine")  # one rank, no launcher needed
     try:
         cfg = _cfg("cluster.ranks=1", "parallelism.engine=solo", "train.steps=3", "train.warmup_steps=1")
-        engine = engines.engine_for("solo")
+        engine = engines.engine_for(cfg)
         stats = train(
             cfg,
             engine,
-            engine.init(cfg, Layout()),
+            engine.init(Layout()),
             derive(cfg),
             tmp_path,
             kind_of(cfg).build,
