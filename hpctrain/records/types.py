@@ -78,6 +78,9 @@ class RankSummary:
     # (train/tp_comm.py; counted on the first warm-up step, 0: none or not counted)
     tp_messages: int = 0
     tp_bytes: float = 0.0
+    # ... and their seconds per step, sent again alone after training (train/tp_comm.py: replay);
+    # all exposed (nothing runs beside them), though the step's clock counts them as compute
+    tp_comm_s: float = 0.0
 
     @property
     def state_bytes(self) -> int:
@@ -138,6 +141,7 @@ class RunSummary:
     p2p_beta_s_per_byte: float = 0.0
     tp_messages: int = 0  # see RankSummary (rank 0's: every rank of a TP group sends the same)
     tp_bytes: float = 0.0
+    tp_comm_s: float = 0.0  # see RankSummary (mean over ranks)
     threads_per_rank: int = 0  # torch threads per rank (0: not recorded)
     grad_tensors: int = 0
     grad_bucket_bytes: int = 0  # Horovod's fusion threshold or DDP's bucket size (0: no fusion)

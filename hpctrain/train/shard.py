@@ -7,6 +7,7 @@ the last micro-batch of an accumulation."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from hpctrain.train.setup import Setup, make_optimizer, recompute_blocks
 from hpctrain.train.step import DataParallelTrainer, StepInput, StepResult
 
 if TYPE_CHECKING:
+    from hpctrain.records import StepRecord
     from hpctrain.train.tp_comm import TpTraffic
 
 
@@ -31,22 +33,37 @@ class ShardedTrainer(DataParallelTrainer):
     """Every rank holds a shard of the model (model and weights: the sharded module). Split by
     tensor parallelism (count_tp), its first warm-up step counts the TP collectives (tp_comm.py)."""
 
-    count_tp: bool = False
+    tp_mesh: Any = None  # the tensor-parallel part of the device mesh (None: no TP)
     traffic: TpTraffic | None = None
+    tp_replay_s: float = 0.0  # the counted collectives of one step, replayed alone (tp_comm.replay)
 
     def train_step(self, b: StepInput) -> StepResult:
-        if not self.count_tp or self.traffic is not None or b.step >= self.cfg.train.warmup_steps:
+        if self.tp_mesh is None or self.traffic is not None or b.step >= self.cfg.train.warmup_steps:
             return super().train_step(b)  # a timed step is never slowed by the counting
         from hpctrain.train.tp_comm import CollectiveLog  # DTensor's debug mode: only where TP runs
 
-        with CollectiveLog() as log:
+        with warnings.catch_warnings(), CollectiveLog() as log:
+            # the debug mode's module tracker hooks the first block, whose input needs no gradient
+            warnings.filterwarnings(
+                "ignore", message="Full backward hook is firing when gradients are computed"
+            )
             out = super().train_step(b)
         self.traffic = log.traffic()
         return out
 
-    def tp_traffic(self) -> tuple[int, float]:
+    def tp_traffic(self) -> tuple[int, float, float]:
         t = self.traffic
-        return (t.messages, t.allreduce_bytes) if t is not None else (0, 0.0)
+        return (t.messages, t.allreduce_bytes, self.tp_replay_s) if t is not None else (0, 0.0, 0.0)
+
+    def after_training(
+        self, out: list[StepRecord], world: int, rank: int
+    ) -> tuple[tuple[float, float], float]:
+        done = super().after_training(out, world, rank)
+        if self.traffic is not None and self.tp_mesh is not None:  # the same on every rank
+            from hpctrain.train.tp_comm import replay
+
+            self.tp_replay_s = replay(self.traffic, self.tp_mesh.get_group(), self.device)
+        return done
 
     def whole_model_state(self) -> dict[str, Any]:
         """Gathered into rank 0's memory (collective; the others get an empty dict)."""
@@ -72,20 +89,22 @@ def sharded_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
     if not isinstance(engine, Sharding):
         raise CommError(f"engine {engine.name} cannot shard a model")
     s.common["watch"].phase("comm", 0)  # sharding creates the mesh's process groups: every rank must arrive
-    model, dp_mesh = s.module, None
+    model, dp_mesh, tp_mesh = s.module, None, None
     if layout.tp > 1:
         mesh = device_mesh(s)
-        model = split(s, mesh["tp"])
+        model, tp_mesh = split(s, mesh["tp"]), mesh["tp"]
         dp_mesh = mesh["shard"] if layout.replicate == 1 else mesh["replicate", "shard"]
     recompute_blocks(s)
     units = shard_units(cfg.model, list(cfg.parallelism.shard.modules))
     model = s.materialize(engine.shard(model, layout, units, dp_mesh))
-    return dcp_trainer(s, model)
+    return dcp_trainer(s, model, tp_mesh)
 
 
-def dcp_trainer(s: Setup, model: nn.Module) -> tuple[ShardedTrainer, checkpoint.Restored]:
+def dcp_trainer(
+    s: Setup, model: nn.Module, tp_mesh: Any = None
+) -> tuple[ShardedTrainer, checkpoint.Restored]:
     """The optimizer on the model's shards (each rank's state is its shards'), restored from the
-    newest usable checkpoint, sharded or whole."""
+    newest usable checkpoint, sharded or whole; `tp_mesh`: the tensor-parallel group's, if split."""
     cfg = s.cfg
     optimizer = make_optimizer(cfg, model, cfg.optim.lr)
     restored = restore(s.run_dir, model, optimizer, cfg.train.resume_from)
@@ -96,7 +115,7 @@ def dcp_trainer(s: Setup, model: nn.Module) -> tuple[ShardedTrainer, checkpoint.
         scaler=None,
         loader=loader,
         weights=model,
-        count_tp=s.d.layout.tp > 1,
+        tp_mesh=tp_mesh,
         **s.common,
     )
     return t, restored
@@ -105,9 +124,10 @@ def dcp_trainer(s: Setup, model: nn.Module) -> tuple[ShardedTrainer, checkpoint.
 def tensor_parallel_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
     """parallelism=data with parallelism.tp.degree = the world: one replica, split over the ranks."""
     s.common["watch"].phase("comm", 0)  # the mesh's process groups: every rank must arrive
-    model = s.materialize(split(s, device_mesh(s)["tp"]))
+    tp_mesh = device_mesh(s)["tp"]
+    model = s.materialize(split(s, tp_mesh))
     recompute_blocks(s)
-    return dcp_trainer(s, model)
+    return dcp_trainer(s, model, tp_mesh)
 
 
 def _tp_engine(s: Setup) -> TensorParallel:

@@ -48,7 +48,7 @@ def rank_stats(
     wait_s: float = float("nan"),
     held: dict[str, int] | None = None,
     link: tuple[float, float] = (0.0, 0.0),
-    tp: tuple[int, float] = (0, 0.0),
+    tp: tuple[int, float, float] = (0, 0.0, 0.0),
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
@@ -82,6 +82,7 @@ def rank_stats(
         p2p_beta_s_per_byte=link[1],
         tp_messages=tp[0],
         tp_bytes=tp[1],
+        tp_comm_s=tp[2],
         stage=stage,
         threads=threads,
         grad_tensors=grad_tensors,
@@ -155,6 +156,7 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
         p2p_beta_s_per_byte=avg("p2p_beta_s_per_byte"),
         tp_messages=per_rank[0].tp_messages,
         tp_bytes=per_rank[0].tp_bytes,
+        tp_comm_s=avg("tp_comm_s"),
         first_loss=avg("first_loss"),
         last_loss=avg("last_loss"),
         peak_memory_bytes=[r.peak_memory_bytes for r in per_rank],

@@ -105,10 +105,10 @@ class Trainer(ABC):
         """(alpha s, beta s/byte) of the link between pipeline stages; zeros without stages."""
         return (0.0, 0.0)
 
-    def tp_traffic(self) -> tuple[int, float]:
-        """(tensor-parallel collectives per step, their all-reduce-equivalent bytes); zeros
-        without tensor parallelism or where they were not counted."""
-        return (0, 0.0)
+    def tp_traffic(self) -> tuple[int, float, float]:
+        """(tensor-parallel collectives per step, their all-reduce-equivalent bytes, their seconds
+        replayed alone); zeros without tensor parallelism or where they were not counted."""
+        return (0, 0.0, 0.0)
 
     @abstractmethod
     def grad_tensors(self) -> int:

@@ -7,10 +7,17 @@ into functional collectives (`_c10d_functional::*`); this mode also adds up thei
 all-gathers and reduce-scatters go through the process group (`c10d::*`) and are not counted here:
 the gradient roofline counts them. The sizes are a whole message's, m, as the alpha-beta model takes
 them (analysis/model.py): an all-reduce's buffer, an all-gather's output, a reduce-scatter's input.
+
+They run between the layers that need their results, so nothing hides them: all of their time is
+exposed, but the step's clock cannot tell it from the compute around it (on a GPU they run on
+another stream, inside the forward and backward passes). So after training `replay` times the
+same messages on the same group, alone: what a step spends in them.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +38,8 @@ class TpTraffic:
 
     counts: dict[str, int] = field(default_factory=dict)  # collective -> calls
     bytes: dict[str, int] = field(default_factory=dict)  # collective -> whole-message bytes, summed
+    # (collective, whole-message elements, dtype name) -> calls: what `replay` sends again
+    messages_by_shape: dict[tuple[str, int, str], int] = field(default_factory=dict)
 
     @property
     def messages(self) -> int:
@@ -49,6 +58,7 @@ class CollectiveLog(CommDebugMode):
         super().__init__()
         self.calls: Counter[str] = Counter()
         self.sizes: Counter[str] = Counter()
+        self.shapes: Counter[tuple[str, int, str]] = Counter()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = super().__torch_dispatch__(func, types, args, kwargs)
@@ -60,7 +70,44 @@ class CollectiveLog(CommDebugMode):
             tensor = out if WHOLE[kind] == "output" else args[0]
             self.calls[kind] += 1
             self.sizes[kind] += tensor.numel() * tensor.element_size()
+            self.shapes[kind, tensor.numel(), str(tensor.dtype).removeprefix("torch.")] += 1
         return out
 
     def traffic(self) -> TpTraffic:
-        return TpTraffic(dict(self.calls), dict(self.sizes))
+        return TpTraffic(dict(self.calls), dict(self.sizes), dict(self.shapes))
+
+
+def replay(traffic: TpTraffic, group: Any, device: torch.device, repeats: int = 3) -> float:
+    """Seconds one step spends in its tensor-parallel collectives: each message counted, sent
+    again over the TP `group` with the same functional collective (median of `repeats`, after a
+    warm-up), times its calls. Every rank of the group calls it with the same traffic (each
+    counted the same step of the same split model)."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    n = dist.get_world_size(group)
+    total = 0.0
+    for (kind, numel, dtype), calls in sorted(traffic.messages_by_shape.items()):
+        whole = torch.zeros(numel, dtype=getattr(torch, dtype), device=device)
+        times = []
+        for _ in range(repeats + 1):  # the first is a warm-up (the group's buffers)
+            dist.barrier(group=group)
+            t0 = time.perf_counter()
+            funcol.wait_tensor(_send(kind, whole, n, group))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+        total += calls * statistics.median(times[1:])
+    return total
+
+
+def _send(kind: str, whole: torch.Tensor, n: int, group: Any) -> torch.Tensor:
+    """One message of `kind` whose whole is `whole`, over `group` (of n ranks)."""
+    import torch.distributed._functional_collectives as funcol
+
+    if kind == "all_gather_into_tensor":  # each rank sends its 1/n; the whole is gathered
+        gather = getattr(funcol, "all_gather_single", funcol.all_gather_tensor)  # renamed in torch 2.12
+        return gather(whole[: max(1, whole.numel() // n)], 0, group)
+    if kind == "reduce_scatter_tensor":  # the whole goes in; each rank keeps its 1/n
+        return funcol.reduce_scatter_tensor(whole[: whole.numel() - whole.numel() % n], "sum", 0, group)
+    return funcol.all_reduce(whole, "sum", group)

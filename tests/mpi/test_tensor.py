@@ -72,6 +72,9 @@ def test_a_tensor_parallel_mlp_equals_one_rank(
     tp = for_tensor_parallel(summary)
     assert tp is not None and tp.messages == 3 and tp.expected_s > 0
     assert "tensor parallel: 3 collective(s) per step over 2 ranks" in tp.line()
+    # ... and timed: the three messages sent again alone after training, on every rank
+    assert all(0 < r.tp_comm_s < summary.step_s for r in summary.per_rank), summary.per_rank
+    assert tp.measured_s == summary.tp_comm_s and "replayed alone" in tp.line()
 
 
 @pytest.mark.parametrize(
@@ -93,6 +96,7 @@ def test_a_tensor_parallel_transformer_equals_one_rank(
     # fp32 values through all-reduces forward)
     b = 32 // (ranks // 2)
     assert s["tp_messages"] >= 4 and s["tp_bytes"] >= 4 * b * 16 * 32 * 4, s
+    assert all(r["tp_comm_s"] > 0 for r in s["per_rank"]), s  # all-gathers and reduce-scatters replay too
 
 
 def test_checkpoints_move_across_tensor_parallel_degrees_and_world_sizes(

@@ -260,7 +260,11 @@ def test_the_tensor_parallel_roofline_by_hand() -> None:
     assert tp.bound == "latency" and "a larger batch per rank" in tp.knob
     assert (
         "10 collective(s) per step over 2 ranks, 1.00 MiB" in tp.line()
-        and "26% of the step's compute" in tp.line()
+        and "all exposed: 26% of the step's compute" in tp.line()
     )
+    # replayed alone after training: the measured time is the exposed one (8 ms: 20% of 40 ms)
+    measured = for_tensor_parallel(dataclasses.replace(s, tp_comm_s=8e-3))
+    assert measured is not None and measured.exposed_s == 8e-3 and measured.share == pytest.approx(0.2)
+    assert "measured 8.00 ms replayed alone (0.77x), all exposed: 20% of" in measured.line()
     assert for_tensor_parallel(dataclasses.replace(s, tp_messages=0)) is None  # not counted
     assert for_tensor_parallel(dataclasses.replace(s, tp_degree=1)) is None

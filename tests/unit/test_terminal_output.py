@@ -62,6 +62,29 @@ def test_the_run_summary_stays_narrow_in_a_log_file_with_its_advice_below() -> N
     assert len(lines) - advice >= 2 and said.startswith("to communicate faster: the step waits for something")
 
 
+def test_tensor_parallel_collectives_sit_under_compute_with_their_replayed_time() -> None:
+    # TP 2 on 4 ranks: 10 collectives of 1 MiB (all-reduce bytes) replayed in 8 ms of a 50 ms step
+    s = dataclasses.replace(
+        synthetic_summary(4, 64, step=0.05, compute=0.04, comm=0.005, data=0.005),
+        probe_small_s=1e-3,
+        probe_full_s=3e-3,
+        tp_degree=2,
+        tp_messages=10,
+        tp_bytes=2**20,
+        tp_comm_s=8e-3,
+    )
+    out = io.StringIO()
+    print_summary(make_console(out), s)
+    lines = out.getvalue().splitlines()
+    compute = next(i for i, line in enumerate(lines) if "compute (fwd+bwd+update)" in line)
+    row = lines[compute + 1]
+    assert "of which TP collectives (exposed)" in row and "8.00 ms (expected" in row, row
+    assert "16.0% (10 collectives, 1.00 MiB)" in row, row
+    assert max(len(line) for line in lines if line.startswith(("┃", "│"))) <= 110
+    said = " ".join(x.strip() for x in lines)
+    assert "measured 8.00 ms replayed alone" in said and "all exposed: 20% of the step's compute" in said
+
+
 def test_status_of_a_large_sweep_lists_what_needs_attention_and_counts_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
