@@ -15,6 +15,7 @@ from hpctrain.config import load_config
 from hpctrain.engine.clock import CudaClock, HostClock, clock_for
 from hpctrain.engine.device import bind_device, device_index
 from hpctrain.engine.horovod import HorovodEngine
+from hpctrain.engine.registry import engine_for
 from hpctrain.engine.world import launcher_local_rank
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts
@@ -180,6 +181,6 @@ def test_horovod_without_nccl_is_refused_on_cuda_before_it_starts(monkeypatch: p
 
     monkeypatch.setattr(hvd, "nccl_built", lambda: 0)  # as this machine's CPU build says
     with pytest.raises(CommError) as e:
-        HorovodEngine().init(load_config(["train.device=cuda"]), Layout(replicate=2))
+        engine_for(load_config(["train.device=cuda"])).init(Layout(replicate=2))
     assert "nccl_built() is False" in str(e.value) and "HOROVOD_GPU_OPERATIONS=NCCL" in str(e.value)
     assert not hvd.is_initialized()  # refused before Horovod started
