@@ -120,6 +120,9 @@ def parallelism_about(cfg: Config, plan: records.PlanRecord, engine: type[Engine
     return kind_of(cfg).about(cfg, plan.layout, grads)
 
 
+FLIGHT_RECORDS = 2000  # collectives torch.distributed's flight recorder keeps per rank (a ring)
+
+
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
     """The built-in trainer (on built-in or user models and data) under the configured engine."""
     from hpctrain.engine.device import bind_device
@@ -129,6 +132,8 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
 
     # derived once, by the planner: the rank uses the plan's world size, batch and lr as they are
     derived = Derived(plan.world_size, plan.batch, plan.lr, plan.layout)
+    if cfg.train.stall_timeout_s > 0:  # a stall report shows torch.distributed's last collectives
+        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDS))
     engine = engine_for(cfg)
     bind_device(cfg.train.device, os.environ)  # before the first collective (engine/device.py)
     info = engine.init(plan.layout)

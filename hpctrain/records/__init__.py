@@ -131,6 +131,11 @@ def stack_file(rank: int) -> str:
     return f"stack-rank{rank}.txt"
 
 
+def flight_file(rank: int) -> str:
+    """A rank's torch.distributed flight recorder dump, written when a stall is reported."""
+    return f"flight-rank{rank}.json"
+
+
 STALL = "stall.json"
 CONTAINER = "container.json"  # the image a run's ranks ran in: runtime, version, digest, binds
 COST = "cost.json"  # node-hours, core-hours and energy of the run (driver side, at its end)

@@ -151,6 +151,7 @@ class Watchdog:
             if (self.run_dir / records.STALL).exists() and not (
                 self.run_dir / records.stack_file(self.rank)
             ).exists():
+                self._dump_flight()
                 records.write_atomic(self.run_dir / records.stack_file(self.rank), self._own_stack())
             if self.phase_name == "hold":  # debug.hold_step waits on purpose
                 self.progress = time.monotonic()
@@ -183,11 +184,14 @@ class Watchdog:
     def _report(self) -> None:
         try:  # one rank reports; the others go on waiting for the launcher to end them
             fd = os.open(self.run_dir / records.STALL, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
+        except FileExistsError:  # another rank reports: this one says where it is, then waits
+            self._dump_flight()
+            records.write_atomic(self.run_dir / records.stack_file(self.rank), self._own_stack())
             self._stop.set()
             return
         os.close(fd)
         found = time.time()  # when this rank saw the stall (stall.json says so: how long detection took)
+        self._dump_flight()
         records.write_atomic(self.run_dir / records.stack_file(self.rank), self._own_stack())
         time.sleep(2.5 * HEARTBEAT_S)  # every other live rank writes its stack
         beats = {r: _read_json(self.run_dir / records.heartbeat_file(r)) for r in range(self.world)}
@@ -196,10 +200,13 @@ class Watchdog:
         first = stalled[0]
         names = "; ".join(f"rank {s.rank} on {s.host} {s.why}" for s in stalled)
         message = f"{self.silence} for {self.timeout_s:g} s ({self.key}); stalled: {names}"
+        flight = self._flight_lines()
+        if flight:
+            message += "\nflight recorder (the last collective each rank entered):\n  " + "\n  ".join(flight)
         text = "\n".join(f"Python stack of rank {s.rank}:\n{st}" for s, st in zip(stalled, stacks))
         records.write_json(
             self.run_dir / records.STALL,
-            {"message": message, "stalled": [s.__dict__ for s in stalled], "found": found},
+            {"message": message, "stalled": [s.__dict__ for s in stalled], "found": found, "flight": flight},
         )
         print(f"hpctrain: {message}", file=sys.stderr, flush=True)
         records.write_json(
@@ -214,6 +221,32 @@ class Watchdog:
             },
         )
         os._exit(1)
+
+    def _dump_flight(self) -> None:
+        """This rank's flight recorder (torch.distributed's last collectives), if it has one: the
+        ranks enable it (rank.py: TORCH_FR_BUFFER_SIZE) and meet over torch.distributed."""
+        try:
+            import torch.distributed as dist
+
+            if not (dist.is_available() and dist.is_initialized()):
+                return
+            import torch._C._distributed_c10d as c10d
+
+            # not in torch's stubs; torch/distributed/flight_recorder reads the same dump
+            dump = getattr(c10d, "_dump_fr_trace_json")(includeCollectives=True, onlyActive=False)  # noqa: B009
+        except (ImportError, RuntimeError, AttributeError):
+            return
+        records.write_atomic(self.run_dir / records.flight_file(self.rank), dump)
+
+    def _flight_lines(self) -> list[str]:
+        from hpctrain.analysis.flight import hang_lines
+
+        dumps = {}
+        for r in range(self.world):
+            d = _read_json(self.run_dir / records.flight_file(r))
+            if d is not None:
+                dumps[r] = d
+        return hang_lines(dumps, self.world) if dumps else []
 
     def _stack_of(self, s: Stalled, beat: dict[str, Any] | None) -> str:
         own = _read_text(self.run_dir / records.stack_file(s.rank))

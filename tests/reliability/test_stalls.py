@@ -56,7 +56,13 @@ def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path, starter: 
     assert re.search(
         r'train/(step|pipeline)\.py", line \d+, in \w+|\w+ \(\S*train/(step|pipeline)\.py:\d+\)', r.stderr
     )
-    assert [s["rank"] for s in json.loads((run_dir / "stall.json").read_text())["stalled"]] == [1]  # only
+    stall = json.loads((run_dir / "stall.json").read_text())
+    assert [s["rank"] for s in stall["stalled"]] == [1]  # only
+    if starter is SHARDED:  # over torch.distributed: its flight recorder says where each rank is
+        assert "flight recorder (the last collective each rank entered):" in r.stderr, r.stderr
+        assert any(re.search(r"rank\(s\) 0 entered gloo:\S+ #\d+ and wait for it; never joined: rank 1 at #", line)
+                   for line in stall["flight"]), stall["flight"]  # fmt: skip
+        assert (run_dir / "flight-rank0.json").exists() and (run_dir / "flight-rank1.json").exists()
     assert not processes_of(run_dir)
 
 
