@@ -159,12 +159,25 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         engine=cfg.parallelism.engine,
         parallelism=str(cfg.parallelism.name),
         **parallelism_about(cfg, plan, type(engine)),
+        **(restarts_about(run_dir) if info.rank == 0 else {}),
     )
     if info.rank == 0:
         records.write(run_dir / records.SUMMARY, summary)
         print(format_event("done", throughput=summary.throughput_samples_per_s), flush=True)
     engine.shutdown()
     return True
+
+
+def restarts_about(run_dir: Path) -> dict[str, object]:
+    """The summary's account of the restarts the run needed (records/restarts.py)."""
+    from hpctrain.records.restarts import read_restarts
+
+    done = read_restarts(run_dir)
+    return {
+        "restarts": len(done),
+        "steps_redone": sum(r.steps_redone for r in done),
+        "restart_node_hours_lost": sum(r.node_hours_lost for r in done),
+    }
 
 
 def model_flops(cfg: Config, plan: records.PlanRecord) -> dict[str, object]:

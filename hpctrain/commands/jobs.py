@@ -16,6 +16,7 @@ from hpctrain.launch.registry import load_job
 from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.orchestrate.sweep import split_common, state_rank
 from hpctrain.records import State
+from hpctrain.records.restarts import read_restarts
 
 SHOWN = 50  # rows of a large sweep's table (the counts above cover every run; --all lists all)
 
@@ -67,6 +68,9 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
         own = [" ".join(o for o in by_name.get(name, []) if o not in common)] if any(varying) else []
         table.add_row(name, *own, "-", "[yellow]NOT STARTED[/]", "-", "-", "-", why)
     console.print(table)
+    for (job, _, _), _own in rows[: len(rows) - hidden]:  # what each restart cost (records/restarts.py)
+        for r in read_restarts(job.run_dir):
+            console.print(f"{job.run_dir.name}: {r.describe()}", highlight=False, markup=False)
     if hidden:
         rest = Counter(st.state for (_, st, _), _ in rows[len(rows) - hidden :])
         console.print(

@@ -165,6 +165,12 @@ def summary_table(s: RunSummary) -> Table:
     if known(s.node_hours):
         t.add_row(cost_label(s), f"{s.node_hours:.4f} node-h", f"{s.core_hours:.4f} core-h")
         t.add_row("  energy", energy_text(s.energy_j), "")
+    if s.restarts:
+        t.add_row(
+            "restarts after a failure",
+            str(s.restarts),
+            f"{s.steps_redone} step(s) redone, {s.restart_node_hours_lost:.4f} node-h lost",
+        )
     if known(s.step_p50_s):
         t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
     t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")

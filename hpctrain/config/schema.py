@@ -234,6 +234,9 @@ class TrainConf:
     stall_timeout_s: float = (
         300.0  # no step completed for this long: the run ends, naming the stalled rank(s); 0 = off
     )
+    # a rank or node that dies (a signal, a lost peer, a stall; not an error of the code) restarts
+    # the run from its newest checkpoint, at most this many times (records/restarts.py)
+    max_restarts: int = 0
 
 
 @dataclass

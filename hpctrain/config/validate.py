@@ -48,6 +48,7 @@ RANGES = [  # (key, lowest value): option sets (model.name, ...) are enums, chec
     ("train.log_interval", 1),
     ("train.seed", 0),
     ("debug.fail_step", 0),
+    ("train.max_restarts", 0),
 ]
 
 

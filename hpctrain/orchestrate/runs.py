@@ -25,6 +25,7 @@ from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.sweep import expand
 from hpctrain.orchestrate.validate import validate_points
 from hpctrain.records import State
+from hpctrain.records.restarts import read_restarts
 
 # kept in the logs, not shown: submitit's own lines, and the profiler's stage markers (Kineto
 # prints "USDT:<date> ... profiler_start" on every start and stop)
@@ -320,9 +321,11 @@ def progress_of(run_dir: Path) -> str:
         steps = records.read_steps(run_dir / records.steps_file(0))
     except RecordError:
         return "-"
+    n = len(read_restarts(run_dir))
+    restarted = f", {n} restart{'s' if n > 1 else ''}" if n else ""
     if not steps:
-        return "-"
-    return f"step {steps[-1].step + 1}, {steps[-1].samples_per_s:.0f} samples/s"
+        return "-" + restarted
+    return f"step {steps[-1].step + 1}, {steps[-1].samples_per_s:.0f} samples/s{restarted}"
 
 
 def cancel(path: Path) -> tuple[list[Job], list[tuple[Job, JobStatus]]]:

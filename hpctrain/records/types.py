@@ -160,6 +160,10 @@ class RunSummary:
     core_hours: float = float("nan")
     energy_j: float | None = None  # sacct's ConsumedEnergyRaw with an energy plugin; None: not measured
     cost_source: str = ""  # "allocation" | "sacct"
+    # restarts after a failure (records/restarts.py): how many, the steps they redid, what they lost
+    restarts: int = 0
+    steps_redone: int = 0
+    restart_node_hours_lost: float = 0.0
     # model FLOPs utilisation (analysis/peak.py): training FLOPs of one sample (FlopCounterMode),
     # what each rank achieved, one device's peak and where it came from, their ratio; None: unknown
     flops_per_sample: float | None = None

@@ -21,6 +21,7 @@ from hpctrain.config.derived import Derived
 from hpctrain.config.schema import Config
 from hpctrain.engine.world import RankInfo
 from hpctrain.events import format_event
+from hpctrain.records.restarts import attempt
 from hpctrain.train import checkpoint
 from hpctrain.train.memory import peak_bytes, reset_peak
 from hpctrain.train.profile import attach
@@ -217,11 +218,12 @@ def _debug_hooks(
     control: StopControl | None,
     emit: Callable[[str], None] | None,
 ) -> None:
-    """debug.hold_step (first attempt only) and debug.fail_rank/fail_step, before the step."""
+    """debug.hold_step and debug.fail_rank/fail_step, before the step, on the first attempt only
+    (a restart or a requeue then goes on past them)."""
     if step == cfg.debug.hold_step and start == 0 and control is not None:
         t.watch.phase("hold", step)
         _hold(control, step, emit)
-    if cfg.debug.fail_rank == rank and step == cfg.debug.fail_step:
+    if cfg.debug.fail_rank == rank and step == cfg.debug.fail_step and attempt(os.environ) == 0:
         _inject_failure(cfg.debug.fail_mode, rank, step)
 
 

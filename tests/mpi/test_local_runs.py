@@ -16,6 +16,7 @@ import pytest
 import torch
 from rich.console import Console
 
+from hpctrain.records.restarts import read_restarts
 from tests.conftest import (
     DIGITS_CNN,
     assert_same_weights,
@@ -300,6 +301,47 @@ def test_a_killed_rank_is_named_with_its_signal_and_last_output(tmp_path: Path, 
     assert "Traceback" not in survivor, survivor
     if (run_dir / "error-rank1.json").exists():
         assert json.loads((run_dir / "error-rank1.json").read_text())["traceback"].startswith("Traceback")
+
+
+def test_a_killed_rank_restarts_the_run_in_place_bit_identical_to_an_uninterrupted_one(
+    tmp_path: Path, reference: tuple[Path, dict]
+) -> None:
+    """The reference run (2 ranks, 12 steps) again, with rank 1 killed at step 7 of its first
+    attempt and checkpoints every 4 steps: the supervisor starts new ranks, which resume at step
+    4 and end on the reference's weights exactly."""
+    run_dir = tmp_path / "restart"
+    r = hpctrain(
+        "run",
+        "--no-progress",
+        f"run.dir={run_dir}",
+        *BASE,
+        "cluster.ranks=2",
+        "train.batch_per_rank=16",
+        "cluster.checkpoint_interval=4",
+        "train.max_restarts=1",
+        "debug.fail_rank=1",
+        "debug.fail_step=7",
+        "debug.fail_mode=kill",
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = r.stdout + r.stderr
+    assert "hpctrain: restart 1: rank 1: killed by signal 9" in said, said
+    assert "resumed from step 4, 3 step(s) redone" in said, said
+    ref, mine = weights(reference[0]), weights(run_dir)
+    assert all(torch.equal(ref[k], mine[k]) for k in ref), "a restart must not change the weights"
+    [restart] = read_restarts(run_dir)
+    assert (restart.attempt, restart.rank, restart.failed_at_step, restart.resumed_from) == (1, 1, 7, 4)
+    assert restart.host == socket.gethostname() or restart.host is None  # SIGKILL writes no error file
+    assert 0 < restart.node_hours_lost < 1e-2
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert (s["restarts"], s["steps_redone"], s["timed_steps"]) == (1, 3, 10), s
+    assert [x["step"] for x in steps_of(run_dir, 0)] == list(range(12))  # the redone steps once
+    assert not list(run_dir.glob("error-rank*.json"))  # the failed attempt's are set aside (.json.N)
+    st = hpctrain_here("status", str(run_dir))
+    assert "COMPLETED" in st.stdout and "1 restart" in st.stdout and "restart 1: rank 1" in st.stdout, (
+        st.stdout
+    )
 
 
 def test_dry_run_starts_nothing(tmp_path: Path) -> None:

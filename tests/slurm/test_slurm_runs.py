@@ -152,6 +152,39 @@ def test_failed_rank_is_reported_by_run_and_status(tmp_path: Path) -> None:
     assert "FAILED" in status.stdout and "InjectedFailure" in status.stdout, status.stdout
 
 
+def test_a_killed_rank_restarts_as_a_new_job_step_in_the_same_allocation(
+    tmp_path: Path, one_rank_reference: tuple[Path, dict]
+) -> None:
+    """2 nodes x 1 rank, rank 1 killed at step 6 of the first attempt, checkpoints every 4 steps:
+    srun ends the step (--kill-on-bad-exit), the batch script's teardown starts it again on the
+    same nodes, which resume at step 4 and end equal to one rank with the global batch."""
+    from hpctrain.records.restarts import read_restarts
+
+    run_dir, s = run_ok(
+        tmp_path, "restart", *BASE, "cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=1",
+        "train.batch_per_rank=16", "cluster.checkpoint_interval=4", "train.max_restarts=1",
+        "debug.fail_rank=1", "debug.fail_step=6", "debug.fail_mode=kill",
+    )  # fmt: skip
+    assert_same_weights(run_dir, one_rank_reference[0], rtol=1e-5, atol=1e-6)
+    [restart] = read_restarts(run_dir)
+    assert (restart.attempt, restart.rank, restart.failed_at_step, restart.resumed_from) == (1, 1, 6, 4)
+    assert restart.nodes == 2 and restart.cause.startswith("killed by signal 9 (SIGKILL) on n"), restart
+    assert (s["restarts"], s["steps_redone"]) == (1, 2), s
+    job = json.loads((run_dir / "job.json").read_text())["job_id"]
+    acct = dict(
+        line.split("|", 1)
+        for line in subprocess.run(
+            ["sacct", "-j", job, "-n", "-P", "-o", "JobID,State"], capture_output=True, text=True
+        ).stdout.splitlines()
+    )
+    # two srun steps of one allocation: the one srun ended when rank 1 died, and its restart; the
+    # job itself never left its nodes (no requeue)
+    assert acct[f"{job}.0"].startswith(("CANCELLED", "FAILED")) and acct[f"{job}.1"] == "COMPLETED", acct
+    assert acct[job] == "COMPLETED" and f"{job}.2" not in acct, acct
+    status = hpctrain("status", str(run_dir), timeout=60).stdout
+    assert "1 restart" in status and "restart 1: rank 1: killed by signal 9" in status, status
+
+
 def test_slurm_study_submits_arrays_and_reports(tmp_path: Path) -> None:
     r = hpctrain(
         "study",

@@ -30,6 +30,7 @@ class JobPlan(RankPlan):
     threads_per_rank: int
     argv: list[str] = field(default_factory=list)  # the launch command, one argument per item
     container: dict[str, Any] | None = None  # runtime, image and binds when the ranks run in one
+    max_restarts: int = 0  # train.max_restarts: the supervisor restarts a failed run this often
 
     @property
     def command_line(self) -> str:
@@ -162,5 +163,6 @@ def plan_local(
         argv=argv,
         notes=notes,
         container=box.record if box else None,
+        max_restarts=cfg.train.max_restarts,
         layout=d.layout,
     )

@@ -17,6 +17,7 @@ first (a `released` file in a run directory: it gave up waiting after --timeout-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import os
@@ -38,9 +39,10 @@ from hpctrain.facts import free_tcp_port
 from hpctrain.launch.output import Demux, mpirun_failure
 from hpctrain.launch.plan import AT_LAUNCH
 from hpctrain.lifeline import become_subreaper, end_descendants, with_lifeline
-from hpctrain.records import State
+from hpctrain.records import State, restarts
 
 TERM_GRACE_S = 10.0
+RESTART = -1  # Supervisor.attempt's outcome: the run restarts
 PARENT_POLL_S = 0.5
 
 
@@ -72,7 +74,7 @@ def write_state(run_dir: Path, state: str, **extra: Any) -> None:
     bytes, so that when the file system is full the outcome still overwrites it in place."""
     old = _read_state(run_dir)
     started = old.started if old and old.started is not None else None
-    if state == State.RUNNING:
+    if state == State.RUNNING and not (old and old.state == State.RUNNING):  # a restart keeps it
         started = time.time()
     rec = records.new(records.LocalState, state=state, updated=time.time(), started=started, **extra)
     text = json.dumps(records.to_dict(rec), indent=2, sort_keys=True, default=str) + "\n"
@@ -165,6 +167,8 @@ class Supervisor:
         return worst
 
     def run_one(self, run_dir: Path) -> int:
+        """The run's attempts: the first, then a restart after each failure a restart can outlive,
+        up to the plan's max_restarts (restarts.py)."""
         try:
             plan = records.read_json(run_dir / records.PLAN)
             argv: list[str] = plan["argv"]
@@ -172,7 +176,26 @@ class Supervisor:
         except (records.RecordError, KeyError, TypeError, ValueError) as e:
             write_state(run_dir, State.FAILED, launch_error=f"cannot read the plan: {e}")
             return 1
+        attempt = 0
+        while True:
+            started = time.time()
+            code = self.attempt(run_dir, plan, argv, world, attempt)
+            if code != RESTART:
+                return code
+            failure = _read_state(run_dir)
+            cause = failure.failure if failure and failure.failure else records.Failure(None, "unknown")
+            restart = restarts.restart_for(run_dir, cause.cause, cause.rank, 1, started)
+            restarts.set_aside(run_dir)
+            restarts.record(run_dir, restart)
+            with _log(run_dir / records.LAUNCHER_LOG) as f:  # what the waiting command follows
+                self._keep(f, f"hpctrain: {restart.describe()}")
+            attempt += 1
+
+    def attempt(self, run_dir: Path, plan: dict[str, Any], argv: list[str], world: int, attempt: int) -> int:
+        """One attempt: mpirun until it ends; its outcome in state.json (RESTART: it failed, and a
+        restart may outlive the failure; state.json holds the failure meanwhile)."""
         env = dict(os.environ)
+        env[restarts.ATTEMPT_VAR] = str(attempt)
         rendezvous = None
         self.write_error = None
         write_state(run_dir, State.RUNNING)
@@ -217,6 +240,16 @@ class Supervisor:
         )
         if self.write_error is not None:  # the cause of whatever the ranks then said
             failure = records.Failure(None, _unwritable(self.write_error, failure.tail), failure.tail)
+        if int(plan.get("max_restarts", 0)) > 0:
+            why_not = (
+                restarts.why_not(run_dir, int(plan["max_restarts"]), attempt)
+                if self.write_error is None
+                else "not restarted: the run directory cannot be written"
+            )
+            if why_not is None:
+                write_state(run_dir, State.RUNNING, exit_code=code, failure=failure)  # restarting
+                return RESTART
+            failure = dataclasses.replace(failure, cause=f"{failure.cause}\n{why_not}")
         write_state(run_dir, State.FAILED, exit_code=code, failure=failure)
         return 4
 

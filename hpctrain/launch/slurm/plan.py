@@ -29,6 +29,7 @@ class SlurmPlan(RankPlan):
     folder: str  # submitit's folder for pickles and logs (%j = job id)
     max_requeues: int
     container: dict[str, Any] | None = None  # runtime, image and binds when the ranks run in one
+    max_restarts: int = 0  # train.max_restarts: the teardown restarts a failed step (restart.py)
 
     def shape(self) -> str:
         """Runs with the same shape share one sbatch script and so one job array."""
@@ -79,6 +80,17 @@ def executor_parameters(cfg: Config, env: dict[str, str], srun_args: tuple[str, 
     return params
 
 
+def restart_teardown(host_python: str, folder: str) -> list[str]:
+    """The batch script's last lines: after srun's step, restart it in the allocation while it
+    failed in a way a restart can outlive (restart.py); the script exits with the last status.
+    On the host, outside any container: it starts the job steps."""
+    return [
+        "hpctrain_status=$?",
+        f"{shlex.quote(host_python)} -m hpctrain.launch.slurm.restart {shlex.quote(folder)} "
+        '"$hpctrain_status"',
+    ]
+
+
 def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None) -> SlurmPlan:
     c: SlurmClusterConf = cfg.cluster
     env = rank_env(cfg, threads=c.cpus_per_rank)
@@ -91,6 +103,9 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
     env.update(box.env if box else {})
     py = shlex.join(box.python) if box else shlex.quote(python)
     d = derive(cfg)
+    executor = executor_parameters(cfg, env, box.srun_args if box else ())
+    if cfg.train.max_restarts:
+        executor["teardown"] = restart_teardown(python, folder)
     return SlurmPlan(
         run_dir=run_dir,
         world_size=d.world_size,
@@ -99,11 +114,12 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
         batch=d.batch,
         lr=d.lr,
         env=env,
-        executor=executor_parameters(cfg, env, box.srun_args if box else ()),
+        executor=executor,
         python=py,
         folder=folder,
         max_requeues=c.max_requeues,
         container=box.record if box else None,
+        max_restarts=cfg.train.max_restarts,
         layout=d.layout,
         notes=parallel_notes(cfg, d.layout, c.ranks_per_node),
     )

@@ -1,0 +1,138 @@
+"""Which failures a restart can outlive, and the restart records (records/restarts.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hpctrain.config import load_config
+from hpctrain.errors import ConfigError
+from hpctrain.orchestrate.validate import validate
+from hpctrain.records import ErrorRecord, State, write_json
+from hpctrain.records.restarts import (
+    RESTARTS,
+    Restart,
+    attempt,
+    newest_checkpoint,
+    not_restartable,
+    read_restarts,
+    record,
+    restart_for,
+    set_aside,
+    why_not,
+)
+
+
+def _error(kind: str, message: str = "boom", rank: int = 1) -> ErrorRecord:
+    return ErrorRecord(rank, "n1", kind, message, "Traceback ...", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("error", "restartable"),
+    [
+        (None, True),  # killed by a signal, or lost with its node: it wrote nothing
+        (_error("Stalled"), True),
+        (_error("CommError"), True),
+        (_error("InjectedFailure"), True),
+        (_error("DistBackendError"), True),
+        (_error("RuntimeError", "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer"), True),
+        (_error("ValueError"), False),
+        (_error("OutOfMemoryError", "CUDA out of memory"), False),
+        (_error("ConfigError"), False),
+    ],
+)
+def test_a_restart_is_for_a_broken_world_not_for_wrong_code(
+    error: ErrorRecord | None, restartable: bool
+) -> None:
+    why = not_restartable(error)
+    assert (why is None) == restartable
+    if error is not None and not restartable:
+        assert why == (
+            f"not restarted: rank 1 raised {error.type}, an error of the code or the configuration "
+            "that a restart would raise again"
+        )
+
+
+def test_the_attempt_counts_restarts_and_slurm_requeues() -> None:
+    assert attempt({}) == 0
+    assert attempt({"HPCTRAIN_ATTEMPT": "2"}) == 2
+    assert attempt({"SLURM_RESTART_COUNT": "3"}) == 3
+    assert attempt({"HPCTRAIN_ATTEMPT": "1", "SLURM_RESTART_COUNT": "3"}) == 4  # restarted, requeued
+    assert attempt({"HPCTRAIN_ATTEMPT": "x"}) == 0
+
+
+def test_a_restart_record_counts_what_was_redone_and_lost(tmp_path: Path) -> None:
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    for name, written in (("step-000004.pt", 1000.0), ("step-000008.dcp", 1100.0), ("step-000012.pt.tmp", 0)):
+        (ckpts / name).mkdir() if name.endswith(".dcp") else (ckpts / name).write_text("x")
+        os.utime(ckpts / name, (written, written))
+    assert newest_checkpoint(tmp_path) == (8, 1100.0)  # a .tmp is not published yet
+    (tmp_path / "steps-rank0.jsonl").write_text("{}\n" * 11 + '{"partial')
+    write_json(tmp_path / "error-rank1.json", _error("Stalled").__dict__)
+    r = restart_for(tmp_path, "rank 1 stalled\nmore", 1, nodes=2, started=900.0)
+    assert (r.attempt, r.rank, r.host, r.failed_at_step, r.resumed_from, r.steps_redone) == (
+        1,
+        1,
+        "n1",
+        11,
+        8,
+        3,
+    )
+    assert r.node_hours_lost == pytest.approx(2 * (r.time - 1100.0) / 3600)
+    assert r.describe().startswith(
+        "restart 1: rank 1 on n1: rank 1 stalled; resumed from step 8, 3 step(s) redone"
+    )
+    set_aside(tmp_path)
+    assert not (tmp_path / "error-rank1.json").exists() and (tmp_path / "error-rank1.json.1").exists()
+    record(tmp_path, r)
+    with open(tmp_path / RESTARTS, "a") as f:
+        f.write('{"attempt": 2, "trunc')  # a writer killed mid-line
+    assert read_restarts(tmp_path) == [r]
+
+
+def test_a_restart_needs_restarts_left_and_a_failure_it_can_outlive(tmp_path: Path) -> None:
+    assert why_not(tmp_path, 2, 0) is None  # no error file: a killed rank
+    assert why_not(tmp_path, 2, 2) == "not restarted: 2 restart(s) used of train.max_restarts=2"
+    write_json(tmp_path / "error-rank0.json", _error("TypeError", rank=0).__dict__)
+    assert "rank 0 raised TypeError" in str(why_not(tmp_path, 2, 0))
+
+
+def test_a_negative_max_restarts_is_refused() -> None:
+    with pytest.raises(ConfigError, match="train.max_restarts"):
+        validate(load_config(["train.max_restarts=-1"]))
+    assert Restart(1, 0.0, "x", None, None, 5, 0, 1, 3600.0).describe() == (
+        "restart 1: x; resumed from step 0, 5 step(s) redone, 1.0000 node-h lost"
+    )
+
+
+def test_a_slurm_restart_starts_the_step_submitit_starts_and_keeps_the_job_s_status(tmp_path: Path) -> None:
+    import shlex
+
+    from hpctrain.launch.slurm import restart
+    from hpctrain.launch.slurm.plan import plan_slurm
+
+    cfg = load_config(["cluster=slurm", "cluster.nodes=2", "train.max_restarts=2"])
+    plan = plan_slurm(cfg, str(tmp_path / "run dir"), "/opt/py env/bin/python")
+    for array in (None, 3):
+        script = plan.sbatch_script(array)
+        srun = next(line for line in script.splitlines() if line.startswith("srun "))
+        mine = restart.srun_argv(plan.to_dict(), plan.folder, array is not None)
+        assert [a for a in mine if a != "--open-mode=append"] == shlex.split(srun)
+    # the teardown runs on the host after srun, quoted, and its status is the script's
+    assert script.rstrip().splitlines()[-2:] == [
+        "hpctrain_status=$?",
+        f"'/opt/py env/bin/python' -m hpctrain.launch.slurm.restart '{plan.folder}' \"$hpctrain_status\"",
+    ]
+    assert "teardown" not in plan_slurm(load_config(["cluster=slurm"]), str(tmp_path), "python").executor
+    run = tmp_path / "r"
+    run.mkdir()
+    assert restart.why_not(run, 2, 0, State.RUNNING) is None
+    assert (
+        restart.why_not(run, 2, 2, State.RUNNING)
+        == "not restarted: 2 restart(s) used of train.max_restarts=2"
+    )
+    assert restart.why_not(run, 2, 0, State.CANCELLED) == "not restarted: the job is CANCELLED"
+    assert restart.why_not(run, 2, 0, State.of("REQUEUED")) == "not restarted: the job is REQUEUED"
