@@ -138,6 +138,11 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     bind_device(cfg.train.device, os.environ)  # before the first collective (engine/device.py)
     info = engine.init(plan.layout)
     hosts = engine.allgather_object(socket.gethostname())
+    if cfg.cluster.preflight.enabled:  # before any step: a bad node ends the run here
+        from hpctrain.engine.device import current_device
+        from hpctrain.train.preflight import preflight
+
+        preflight(cfg, info.rank, current_device(cfg.train.device), engine.allgather_object, run_dir)
     engine_env = engine.environment() if info.rank == 0 else {}  # rank 0 writes env.json and the summary
     if info.rank == 0:
         records.write_json(run_dir / records.ENV, {**base_environment(), "hosts": hosts, **engine_env})

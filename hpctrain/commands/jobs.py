@@ -16,6 +16,8 @@ from hpctrain.launch.registry import load_job
 from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.orchestrate.sweep import split_common, state_rank
 from hpctrain.records import State
+from hpctrain.records.preflight import checks as preflight_checks
+from hpctrain.records.preflight import verdicts_text
 from hpctrain.records.restarts import read_restarts
 
 SHOWN = 50  # rows of a large sweep's table (the counts above cover every run; --all lists all)
@@ -71,6 +73,12 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
     for (job, _, _), _own in rows[: len(rows) - hidden]:  # what each restart cost (records/restarts.py)
         for r in read_restarts(job.run_dir):
             console.print(f"{job.run_dir.name}: {r.describe()}", highlight=False, markup=False)
+        for i, check in enumerate(preflight_checks(job.run_dir), 1):
+            console.print(
+                f"{job.run_dir.name}: pre-flight check {i}: {verdicts_text(check)}",
+                highlight=False,
+                markup=False,
+            )
     if hidden:
         rest = Counter(st.state for (_, st, _), _ in rows[len(rows) - hidden :])
         console.print(

@@ -6,6 +6,7 @@ import argparse
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -16,6 +17,7 @@ from hpctrain.commands.track import tracking_for
 from hpctrain.commands.ui import RichReporter, print_summary
 from hpctrain.config import load_config, to_yaml
 from hpctrain.errors import ConfigError, Problem, RecordError
+from hpctrain.launch.base import Job, JobStatus
 from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.orchestrate.sweep import split_common
 from hpctrain.records import State
@@ -69,26 +71,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                 f"tracking: nothing waits to send it; when it ends: hpctrain track {where}", highlight=False
             )
         return 0
-    reporter = RichReporter(console, progress=not args.no_progress)
-    labels = (
-        [f"sweep point {r.index + 1}/{len(prep.runs)}: {' '.join(r.overrides)}" for r in prep.runs]
-        if prep.group_dir is not None
-        else []
-    )
     ended: dict[Path, State] = {}
     live = tracking_for(where, prep.runs[0].cfg, console, lambda d: ended.get(d, State.RUNNING))
-    try:
-        states = orchestrate.follow(
-            launcher,
-            jobs,
-            reporter,
-            args.timeout_min * 60,
-            labels,
-            [r.cfg.train.steps for r in prep.runs],
-            tick=live.poll if live else None,
-        )
-    finally:
-        reporter.close()
+    jobs, states = _follow(prep, jobs, args, console, live.poll if live else None)
     if live is not None:
         ended.update({j.run_dir: states[j.job_id].state for j in jobs if states[j.job_id].done})
         live.finish()
@@ -112,6 +97,33 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             )
         rows.append((r.overrides, job.run_dir, st.state))
     return sweep_table(console, prep.group_dir, rows)
+
+
+def _follow(
+    prep: orchestrate.Prepared, jobs: list[Job], args: argparse.Namespace, console: Console, tick: Any
+) -> tuple[list[Job], dict[str, JobStatus]]:
+    """Follow the jobs to their end; a run whose pre-flight check judged nodes bad goes again
+    without them (orchestrate.resubmitted). The jobs that ended, and their states."""
+    launcher, reporter = prep.launcher, RichReporter(console, progress=not args.no_progress)
+    labels = (
+        [f"sweep point {r.index + 1}/{len(prep.runs)}: {' '.join(r.overrides)}" for r in prep.runs]
+        if prep.group_dir is not None
+        else []
+    )
+    timeout_s = args.timeout_min * 60
+    try:
+        states = orchestrate.follow(
+            launcher, jobs, reporter, timeout_s, labels, [r.cfg.train.steps for r in prep.runs], tick=tick
+        )
+        if prep.group_dir is None:
+            again = lambda js: orchestrate.follow(launcher, js, reporter, timeout_s, tick=tick)  # noqa: E731
+            job, states = orchestrate.resubmitted(
+                launcher, prep.runs[0], jobs[0], states, again, reporter.note
+            )
+            jobs = [job]
+    finally:
+        reporter.close()
+    return jobs, states
 
 
 def sweep_table(console: Console, sweep_dir: Path, rows: Sequence[tuple[list[str], Path, str]]) -> int:

@@ -240,6 +240,19 @@ class TrainConf:
 
 
 @dataclass
+class PreflightConf:
+    """cluster.preflight: before training, each rank times a GEMM and a ring exchange with the
+    next rank; a node slower than (1 - tolerance) x the nodes' median (or a reference) is bad
+    (analysis/preflight.py)."""
+
+    enabled: bool = False
+    tolerance: float = 0.5  # a node may fall this far below the median before it is bad
+    min_tflops: Optional[float] = None  # a reference: each node's compute at the run's precision
+    min_link_gbps: Optional[float] = None  # a reference: each node's links to other nodes, GB/s
+    max_resubmits: int = 2  # SLURM: resubmissions excluding bad nodes before the run gives up
+
+
+@dataclass
 class ClusterConf:
     """Fields every launcher understands, and what planning asks of any cluster (its world size,
     what a study scales) without asking the launcher itself."""
@@ -250,6 +263,7 @@ class ClusterConf:
     # one device's dense peak at the run's precision, for MFU; null = the known-device table on
     # GPUs (analysis/peak.py), a GEMM probe on CPUs
     peak_tflops: Optional[float] = None
+    preflight: PreflightConf = field(default_factory=PreflightConf)
     study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
     # jobs may start, or restart, long after submission: user code is copied at submission so an
     # edit meanwhile changes nothing (code.snapshot=null follows this)
@@ -310,6 +324,8 @@ class SlurmClusterConf(ClusterConf):
     checkpoint_interval: int = 0  # also checkpoint every N steps (0: only on the signal)
     array_parallelism: int = 64  # array tasks of a sweep running at once
     submitit_folder: Optional[str] = None  # submitit's pickles and logs; null = <run dir>/submitit
+    exclude: List[str] = field(default_factory=list)  # nodes never to run on (sbatch --exclude)
+    nodelist: List[str] = field(default_factory=list)  # nodes the job must include (sbatch --nodelist)
     study_scale: ClassVar[str] = "nodes"
 
     @property
@@ -330,6 +346,9 @@ class DebugConf:
         None  # this rank sleeps slow_s before every backward pass (a straggler; in a pipeline before each backward chunk) ...
     )
     slow_s: float = 0.0  # ... for this many seconds
+    # every rank on this node is slow: its pre-flight GEMMs take SLOW_FACTOR x as long, and it
+    # sleeps slow_s before every backward pass (a bad node, for tests)
+    slow_node: Optional[str] = None
     hold_step: Optional[int] = None  # SLURM: on its first attempt every rank waits here until SIGUSR2
 
 

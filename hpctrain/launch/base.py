@@ -99,6 +99,15 @@ class JobStatus:
         return self.state in DONE
 
 
+class Excludes(ABC):
+    """The capability of a launcher on a cluster of several nodes: submit a run again, into its
+    own directory, never on the nodes named (a pre-flight check judged them bad)."""
+
+    @abstractmethod
+    def resubmit_excluding(self, spec: RunSpec[Any], hosts: list[str]) -> tuple[RunSpec[Any], Job]:
+        """The run's spec with the hosts excluded (its config and plan rewritten), and its job."""
+
+
 class Launcher(ABC, Generic[P]):
     name: ClassVar[str]  # set by @register_launcher
     schema: ClassVar[type[ClusterConf]]  # the cluster config this launcher reads

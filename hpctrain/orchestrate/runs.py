@@ -224,6 +224,33 @@ def follow(
         raise
 
 
+def resubmitted(
+    launcher: Launcher,
+    spec: RunSpec[Any],
+    job: Job,
+    states: dict[str, JobStatus],
+    follow_one: Callable[[list[Job]], dict[str, JobStatus]],
+    say: Callable[[str], None],
+) -> tuple[Job, dict[str, JobStatus]]:
+    """A run whose pre-flight check judged nodes bad (records/preflight.py), submitted again
+    without them and followed, at most cluster.preflight.max_resubmits times, on a launcher
+    that can exclude nodes; the last job and its states."""
+    from hpctrain.launch.base import Excludes
+    from hpctrain.records.preflight import bad_hosts, checks
+
+    while states[job.job_id].state != State.COMPLETED and isinstance(launcher, Excludes):
+        done = checks(job.run_dir)
+        bad = bad_hosts(done[-1]) if done else []
+        failed = sum(1 for c in done if bad_hosts(c))
+        if not bad or failed > spec.cfg.cluster.preflight.max_resubmits:
+            break
+        spec, job = launcher.resubmit_excluding(spec, bad)
+        say(f"pre-flight: node(s) {', '.join(bad)} judged bad; submitted again as job {job.job_id} without them "
+            f"({failed} of cluster.preflight.max_resubmits={spec.cfg.cluster.preflight.max_resubmits})")  # fmt: skip
+        states = follow_one([job])
+    return job, states
+
+
 def result(launcher: Launcher, job: Job, status: JobStatus) -> records.RunSummary:
     """The run's summary, or the error that explains why there is none."""
     if status.state != State.COMPLETED:

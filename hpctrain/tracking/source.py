@@ -12,6 +12,7 @@ import yaml
 
 from hpctrain import records
 from hpctrain.errors import RecordError
+from hpctrain.records.preflight import excluded
 
 PARAM_MAX = 500  # characters of one parameter value (MLflow's limit is larger; keep them readable)
 
@@ -131,6 +132,15 @@ def summary_metrics(run_dir: Path) -> dict[str, float]:
     }
     if s.imbalance_s == s.imbalance_s:  # not NaN
         out["wait_ms"] = 1e3 * s.imbalance_s
+    if s.restarts:  # records/restarts.py
+        out.update(
+            restarts=s.restarts,
+            steps_redone=s.steps_redone,
+            restart_node_hours_lost=s.restart_node_hours_lost,
+        )
+    bad = len(excluded(run_dir))  # nodes a pre-flight check judged bad (records/preflight.py)
+    if bad:
+        out["nodes_excluded"] = bad
     cost = _json(run_dir / records.COST)
     for key in ("node_hours", "core_hours", "energy_j"):
         if isinstance(cost.get(key), int | float):

@@ -114,7 +114,9 @@ def prepare(cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Pa
         criterion=criterion,
         watch=watch,
         parameters=sum(p.numel() for p in module.parameters()),
-        delay_s=cfg.debug.slow_s if cfg.debug.slow_rank == info.rank else 0.0,
+        delay_s=cfg.debug.slow_s
+        if info.rank == cfg.debug.slow_rank or info.hostname == cfg.debug.slow_node
+        else 0.0,
     )
     sampler = partial(
         GlobalBatchSampler,

@@ -322,6 +322,7 @@ def test_a_killed_rank_restarts_the_run_in_place_bit_identical_to_an_uninterrupt
         "debug.fail_rank=1",
         "debug.fail_step=7",
         "debug.fail_mode=kill",
+        "cluster.preflight.enabled=true",
         timeout=240,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -338,10 +339,28 @@ def test_a_killed_rank_restarts_the_run_in_place_bit_identical_to_an_uninterrupt
     assert (s["restarts"], s["steps_redone"], s["timed_steps"]) == (1, 3, 10), s
     assert [x["step"] for x in steps_of(run_dir, 0)] == list(range(12))  # the redone steps once
     assert not list(run_dir.glob("error-rank*.json"))  # the failed attempt's are set aside (.json.N)
-    st = hpctrain_here("status", str(run_dir))
-    assert "COMPLETED" in st.stdout and "1 restart" in st.stdout and "restart 1: rank 1" in st.stdout, (
-        st.stdout
-    )
+    st = hpctrain_here("status", str(run_dir)).stdout
+    assert "COMPLETED" in st and "1 restart" in st and "restart 1: rank 1" in st, st
+    # each attempt checked the node first (its GEMM and the ranks' ring over MPI) and found it good
+    checks = [json.loads(line) for line in (run_dir / "preflight.json").read_text().splitlines()]
+    assert len(checks) == 2 and all(v["bad"] is False for c in checks for v in c["verdicts"]), checks
+    assert all(p["tflops"] > 0 and p["link_gbps"] > 0 for c in checks for p in c["probes"]), checks
+
+
+def test_a_node_below_the_pre_flight_reference_ends_the_run_before_any_step(tmp_path: Path) -> None:
+    run_dir = tmp_path / "preflight"
+    r = hpctrain(
+        "run", "--no-progress", f"run.dir={run_dir}", *BASE, "cluster.preflight.enabled=true",
+        "cluster.preflight.min_tflops=1000", timeout=180,
+    )  # fmt: skip
+    assert r.returncode == 4, r.stdout + r.stderr
+    host = socket.gethostname()
+    assert f"PreflightFailed: pre-flight check: node(s) {host} bad: {host}: " in r.stderr, r.stderr
+    assert "(held to 1e+03)" in r.stderr and "(min_tflops, tolerance 0.5)" in r.stderr, r.stderr
+    assert f"exclude them: cluster.exclude=[{host}]" in r.stderr, r.stderr
+    assert not (run_dir / "steps-rank0.jsonl").exists()  # not one step on a bad node
+    [check] = [json.loads(line) for line in (run_dir / "preflight.json").read_text().splitlines()]
+    assert [v["bad"] for v in check["verdicts"]] == [True] and len(check["probes"]) == 2
 
 
 def test_dry_run_starts_nothing(tmp_path: Path) -> None:

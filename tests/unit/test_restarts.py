@@ -136,3 +136,21 @@ def test_a_slurm_restart_starts_the_step_submitit_starts_and_keeps_the_job_s_sta
     )
     assert restart.why_not(run, 2, 0, State.CANCELLED) == "not restarted: the job is CANCELLED"
     assert restart.why_not(run, 2, 0, State.of("REQUEUED")) == "not restarted: the job is REQUEUED"
+
+
+def test_a_tracked_run_carries_its_restarts_and_excluded_nodes(tmp_path: Path) -> None:
+    import dataclasses
+    import json
+
+    from hpctrain import records
+    from hpctrain.bench.analyze import synthetic_summary
+    from hpctrain.tracking.source import summary_metrics
+
+    s = synthetic_summary(2, 64, step=0.05, compute=0.04, comm=0.005, data=0.005)
+    records.write(tmp_path / records.SUMMARY, dataclasses.replace(s, restarts=2, steps_redone=5))
+    (tmp_path / "preflight.json").write_text(json.dumps({"verdicts": [{"host": "n2", "bad": True}]}) + "\n")
+    m = summary_metrics(tmp_path)
+    assert (m["restarts"], m["steps_redone"], m["nodes_excluded"]) == (2, 5, 1)
+    records.write(tmp_path / records.SUMMARY, s)
+    (tmp_path / "preflight.json").unlink()
+    assert "restarts" not in summary_metrics(tmp_path) and "nodes_excluded" not in summary_metrics(tmp_path)

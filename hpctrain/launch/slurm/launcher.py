@@ -13,7 +13,7 @@ from hpctrain import records
 from hpctrain.config.schema import Config, SlurmClusterConf
 from hpctrain.errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
 from hpctrain.facts import HostFacts
-from hpctrain.launch.base import Job, JobStatus, Launcher, RunSpec
+from hpctrain.launch.base import Excludes, Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.output import srun_failure
 from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
@@ -24,7 +24,7 @@ from hpctrain.records import State
 
 
 @register_launcher("slurm")
-class SlurmLauncher(Launcher[SlurmPlan]):
+class SlurmLauncher(Launcher[SlurmPlan], Excludes):
     schema = SlurmClusterConf
     _limits: Limits | None = None
 
@@ -96,6 +96,32 @@ class SlurmLauncher(Launcher[SlurmPlan]):
 
         limits = self.limits(runs) if len(runs) > 1 else Limits(SLURM_DEFAULT_MAX_ARRAY_SIZE, None, 0, "")
         return submit_runs(runs, limits)[0]
+
+    def resubmit_excluding(
+        self, spec: RunSpec[SlurmPlan], hosts: list[str]
+    ) -> tuple[RunSpec[SlurmPlan], Job]:
+        """The same run, into its own directory, with `hosts` in cluster.exclude (and out of
+        cluster.nodelist): its config.yaml and plan.json rewritten, its job.json the new job's.
+        The failed job's error files are kept as error-rank{R}.json.N."""
+        import copy
+
+        from hpctrain.launch.rundir import write_run_files
+        from hpctrain.launch.slurm.submit import submit_groups
+        from hpctrain.records.restarts import set_aside
+
+        cfg = copy.deepcopy(spec.cfg)
+        c: SlurmClusterConf = cfg.cluster
+        c.exclude = list(dict.fromkeys([*c.exclude, *hosts]))
+        c.nodelist = [n for n in c.nodelist if n not in hosts]
+        plan = self.plan(cfg, spec.run_dir)
+        new = RunSpec(spec.index, [*spec.overrides, f"cluster.exclude=[{','.join(c.exclude)}]"], cfg, plan)
+        set_aside(spec.run_dir)
+        with records.one_sync():
+            write_run_files(spec.run_dir, cfg, plan)
+        jobs: list[Job] = []
+        with records.one_sync():
+            submit_groups([new], [[new]], Limits(SLURM_DEFAULT_MAX_ARRAY_SIZE, None, 0, ""), jobs, [])
+        return new, jobs[0]
 
     def started_message(self, runs: list[RunSpec[SlurmPlan]], jobs: list[Job]) -> str:
         if len(jobs) == 1:

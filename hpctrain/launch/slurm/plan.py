@@ -75,6 +75,8 @@ def executor_parameters(cfg: Config, env: dict[str, str], srun_args: tuple[str, 
         "gpus_per_node": c.gpus_per_node or None,
         "mem": f"{c.mem_gb:g}GB" if c.mem_gb else None,
         "exclusive": True if c.exclusive else None,
+        "exclude": ",".join(c.exclude) or None,  # nodes judged bad (cluster.preflight) or named
+        "nodelist": ",".join(c.nodelist) or None,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params

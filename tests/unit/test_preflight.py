@@ -1,0 +1,87 @@
+"""Pre-flight verdicts by hand (analysis/preflight.py) and the rules of cluster.preflight."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpctrain.analysis.preflight import Probe, judge
+from hpctrain.config import load_config
+from hpctrain.errors import ConfigError
+from hpctrain.orchestrate.validate import validate
+
+
+def _ring(tflops: dict[str, float], gbps: dict[str, float]) -> list[Probe]:
+    """One rank per node, in order; each rank's link goes to the next node."""
+    hosts = list(tflops)
+    return [Probe(i, h, tflops[h], hosts[(i + 1) % len(hosts)], 1e-5, gbps[h]) for i, h in enumerate(hosts)]
+
+
+def test_a_node_below_half_the_median_is_bad_and_the_verdict_shows_the_figures() -> None:
+    # compute 1.0, 0.9, 0.2, 1.1: median 0.95, held to 0.475 (tolerance 0.5): n3 alone is bad
+    v = judge(
+        _ring({"n1": 1.0, "n2": 0.9, "n3": 0.2, "n4": 1.1}, {h: 10.0 for h in "n1 n2 n3 n4".split()}), 0.5
+    )
+    assert [x.host for x in v if x.bad] == ["n3"]
+    bad = v[2]
+    assert bad.tflops == 0.2 and bad.tflops_reference == pytest.approx(0.475)
+    assert bad.why == "compute 0.2 TFLOP/s < 0.475 (0.50 x the median, tolerance 0.5)"
+    assert bad.line() == (
+        "n3: 0.2 TFLOP/s (held to 0.475), link 10.00 GB/s (held to 5.00): BAD: "
+        "compute 0.2 TFLOP/s < 0.475 (0.50 x the median, tolerance 0.5)"
+    )
+    # a reference above the job's own median condemns every node below it
+    held = judge(_ring({"n1": 1.0, "n2": 0.9}, {"n1": 10.0, "n2": 10.0}), 0.5, min_tflops=0.95)
+    assert [x.bad for x in held] == [False, True] and "(min_tflops, tolerance 0.5)" in held[1].why
+
+
+def test_a_node_whose_every_link_is_slow_is_bad_a_slow_link_at_one_end_names_neither() -> None:
+    # 4 nodes in a ring: n2's links n1->n2 and n2->n3 run at 1 GB/s, the others at 10
+    probes = _ring({h: 1.0 for h in ("n1", "n2", "n3", "n4")}, {"n1": 1.0, "n2": 1.0, "n3": 10.0, "n4": 10.0})
+    v = {x.host: x for x in judge(probes, 0.5)}
+    assert [h for h, x in v.items() if x.bad] == ["n2"]
+    assert v["n2"].why == "every link 1.00 GB/s or less < 2.75 (0.50 x the median, tolerance 0.5)"
+    assert v["n1"].link_gbps == 1.0 and not v["n1"].bad  # its link to n4 is fast
+    # links within a node are not the network: two ranks on n1 judge nothing by their link
+    same = [Probe(0, "n1", 1.0, "n1", 1e-6, 0.1), Probe(1, "n1", 1.0, "n1", 1e-6, 0.1)]
+    assert not judge(same, 0.5)[0].bad and judge(same, 0.5)[0].link_gbps == 0.0
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("cluster.preflight.tolerance=1.5", "cluster.preflight.tolerance"),
+        ("cluster.preflight.min_tflops=-1", "cluster.preflight.min_tflops"),
+        ("cluster.preflight.max_resubmits=-1", "cluster.preflight.max_resubmits"),
+        ("debug.slow_node='n1;rm'", "debug.slow_node"),
+    ],
+)
+def test_bad_preflight_settings_are_refused_by_key(override: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(load_config([override]))
+
+
+def test_an_excluded_node_reaches_sbatch_quoted_and_checked(tmp_path) -> None:
+    from hpctrain.launch.slurm.plan import plan_slurm
+
+    plan = plan_slurm(load_config(["cluster=slurm", "cluster.exclude=[n2,n3]"]), str(tmp_path), "python")
+    assert "#SBATCH --exclude=n2,n3" in plan.sbatch_script()
+    with pytest.raises(ConfigError, match=r"cluster\.exclude\[0\]"):
+        validate(load_config(["cluster=slurm", "cluster.exclude=['n2 --uid=0']"]))
+
+
+def test_preflight_records_list_every_check_and_every_node_judged_bad(tmp_path) -> None:
+    import json
+
+    from hpctrain.records.preflight import bad_hosts, checks, excluded, verdicts_text
+
+    lines = [
+        {"verdicts": [{"host": "n1", "bad": False}, {"host": "n2", "bad": True, "why": "compute 0.1 < 0.3"}]},
+        {"verdicts": [{"host": "n1", "bad": False}, {"host": "n3", "bad": False}]},
+    ]
+    (tmp_path / "preflight.json").write_text(
+        "".join(json.dumps(x) + "\n" for x in lines) + '{"verdicts": [{"ho'
+    )
+    found = checks(tmp_path)
+    assert [bad_hosts(c) for c in found] == [["n2"], []] and excluded(tmp_path) == ["n2"]
+    assert verdicts_text(found[0]) == "n1 good; n2 BAD (compute 0.1 < 0.3)"
+    assert checks(tmp_path / "nowhere") == []
