@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_for, wait_until_gone
 
-STALL = ["data=digits", "train.warmup_steps=1", "train.stall_timeout_s=8"]
+STALL = ["data=digits", "train.warmup_steps=1", "train.stall_timeout_s=6"]
 HANG = ["debug.slow_rank=1", "debug.slow_s=100000"]  # rank 1 sleeps in its first backward pass
 
 
@@ -47,7 +47,7 @@ def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path, starter: 
     )
     assert r.returncode == 4, r.stdout + r.stderr
     assert (
-        "rank 1 failed: Stalled: no step completed for 8 s (train.stall_timeout_s); stalled: rank 1 on "
+        "rank 1 failed: Stalled: no step completed for 6 s (train.stall_timeout_s); stalled: rank 1 on "
         in r.stderr
     )
     assert "in compute of step 0" in r.stderr and "(no step completed yet)" in r.stderr, r.stderr
@@ -108,6 +108,6 @@ def test_a_stall_on_slurm_is_named_by_status(tmp_path: Path) -> None:
         "run", "--no-progress", f"run.dir={run_dir}", *slurm, *STALL, "train.steps=20", *HANG, timeout=300
     )
     assert r.returncode == 4, r.stdout + r.stderr
-    assert "rank 1 failed: Stalled: no step completed for 8 s" in r.stderr, r.stderr
+    assert "rank 1 failed: Stalled: no step completed for 6 s" in r.stderr, r.stderr
     status = hpctrain("status", str(run_dir)).stdout
     assert "rank 1 failed: Stalled" in status and "FAILED" in status, status

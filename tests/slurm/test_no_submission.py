@@ -76,7 +76,12 @@ def test_unreachable_controller_is_a_clear_launch_error(tmp_path: Path) -> None:
     """No controller at the configured address: exit 3 with sbatch's message, no traceback."""
     conf = tmp_path / "slurm.conf"
     real = Path(os.environ["SLURM_CONF"]).read_text()
-    conf.write_text(real.replace("SlurmctldPort=16817", "SlurmctldPort=16899"))
+    # sbatch tries the controller for MessageTimeout seconds before it gives up
+    conf.write_text(
+        real.replace("SlurmctldPort=16817", "SlurmctldPort=16899").replace(
+            "MessageTimeout=20", "MessageTimeout=3"
+        )
+    )
     env = dict(os.environ, SLURM_CONF=str(conf))
     r = subprocess.run(
         [
