@@ -18,9 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import (
     ConfigAttributeError,
@@ -76,6 +73,10 @@ def compose_config(
     overrides: Sequence[str], config_dir: str | os.PathLike[str] | None = None, config_name: str = "config"
 ) -> DictConfig:
     register()
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+
     GlobalHydra.instance().clear()
     d = conf_dir(config_dir)
     overrides = normalise(overrides)
@@ -116,6 +117,7 @@ def config_groups(d: Path) -> set[str]:
 
 def _check_group_choices(overrides: Sequence[str], d: Path) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
@@ -238,8 +240,8 @@ def to_config(cfg: DictConfig) -> Config:
 
 
 def config_from_yaml(text: str) -> Config:
-    """The Config a run directory's config.yaml holds (written by to_yaml)."""
-    register()
+    """The Config a run directory's config.yaml holds (written by to_yaml). Without Hydra: a
+    rank only merges the YAML into the schema."""
     base = OmegaConf.structured(Config)
     data = OmegaConf.create(text)
     if not isinstance(data, DictConfig):

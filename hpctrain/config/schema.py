@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional
 
-from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 from hpctrain.config.container import ContainerConf
@@ -422,7 +421,10 @@ CLUSTER_SCHEMAS: dict[str, type[ClusterConf]] = {"local": LocalClusterConf, "slu
 
 
 def register() -> None:
-    """Register the schema in Hydra's ConfigStore (idempotent)."""
+    """Register the schema in Hydra's ConfigStore (idempotent). Hydra is imported here, not with
+    the schema: a rank reads its config.yaml without it (0.1 s of CPU it need not spend)."""
+    from hydra.core.config_store import ConfigStore
+
     cs = ConfigStore.instance()
     cs.store(name="hpctrain_schema", node=Config)
     for name, node in CLUSTER_SCHEMAS.items():

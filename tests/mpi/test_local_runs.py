@@ -351,7 +351,7 @@ def test_a_node_below_the_pre_flight_reference_ends_the_run_before_any_step(tmp_
     run_dir = tmp_path / "preflight"
     r = hpctrain(
         "run", "--no-progress", f"run.dir={run_dir}", *BASE, "cluster.preflight.enabled=true",
-        "cluster.preflight.min_tflops=1000", timeout=180,
+        "cluster.preflight.min_tflops=1000", "parallelism.engine=ddp", timeout=180,
     )  # fmt: skip
     assert r.returncode == 4, r.stdout + r.stderr
     host = socket.gethostname()
@@ -361,6 +361,7 @@ def test_a_node_below_the_pre_flight_reference_ends_the_run_before_any_step(tmp_
     assert not (run_dir / "steps-rank0.jsonl").exists()  # not one step on a bad node
     [check] = [json.loads(line) for line in (run_dir / "preflight.json").read_text().splitlines()]
     assert [v["bad"] for v in check["verdicts"]] == [True] and len(check["probes"]) == 2
+    assert all(p["link_gbps"] > 0 for p in check["probes"])  # the ring over torch.distributed (DDP's Gloo)
 
 
 def test_dry_run_starts_nothing(tmp_path: Path) -> None:
