@@ -154,3 +154,15 @@ def test_a_tracked_run_carries_its_restarts_and_excluded_nodes(tmp_path: Path) -
     records.write(tmp_path / records.SUMMARY, s)
     (tmp_path / "preflight.json").unlink()
     assert "restarts" not in summary_metrics(tmp_path) and "nodes_excluded" not in summary_metrics(tmp_path)
+
+
+def test_the_slurm_teardown_keeps_the_step_s_status_when_it_cannot_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hpctrain.launch.slurm.restart import checked
+
+    monkeypatch.setenv("SLURM_JOB_ID", "77")  # no pickle of job 77 in this folder
+    assert checked([str(tmp_path), "137"]) == 137
+    assert checked([str(tmp_path), "0"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("hpctrain: no restart tried: FileNotFoundError: ") and "Traceback" not in err

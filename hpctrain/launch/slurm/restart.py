@@ -155,5 +155,16 @@ def _job_start(env: Mapping[str, str]) -> float:
         return time.time()
 
 
+def checked(argv: list[str]) -> int:
+    """main, whatever goes wrong: the job keeps its step's status, and the batch log gets one line
+    (not a traceback) saying why no restart was tried."""
+    status = int(argv[1]) if len(argv) == 2 and argv[1].lstrip("-").isdigit() else 1
+    try:
+        return main(argv)
+    except Exception as e:  # noqa: BLE001 - a damaged pickle or plan, scontrol missing, ...
+        print(f"hpctrain: no restart tried: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return status
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(checked(sys.argv[1:]))
