@@ -165,6 +165,28 @@ def log_file(rank: int) -> str:
     return f"{LOGS}/rank{rank}.log"
 
 
+def published_checkpoints(d: Path) -> list[Path]:
+    """The complete checkpoints in a checkpoints directory, either format (step-NNNNNN.pt, or a
+    sharded step-NNNNNN.dcp directory); a save in progress has a hidden name until it is done."""
+    return [*d.glob("step-*.pt"), *d.glob("step-*.dcp")]
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """The documents of a file of JSON lines; a damaged line (a writer killed mid-line) is
+    skipped, and a missing file has none."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
 def result_written(run_dir: Path) -> bool:
     """Rank 0 left what its workload produces: the run summary, or an allreduce benchmark."""
     return (run_dir / SUMMARY).exists() or any(run_dir.glob("allreduce-n*.json"))

@@ -4,27 +4,17 @@ nodes checks again and adds a line."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from hpctrain.records import read_jsonl
 
 PREFLIGHT = "preflight.json"
 
 
 def checks(run_dir: Path) -> list[dict[str, object]]:
     """The run's checks, oldest first; a damaged line (a writer killed mid-line) is skipped."""
-    try:
-        text = (run_dir / PREFLIGHT).read_text(errors="replace")
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get("verdicts"), list):
-            out.append(doc)
-    return out
+    docs = read_jsonl(run_dir / PREFLIGHT)
+    return [d for d in docs if isinstance(d, dict) and isinstance(d.get("verdicts"), list)]
 
 
 def bad_hosts(check: dict[str, object]) -> list[str]:

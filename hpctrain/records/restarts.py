@@ -26,7 +26,9 @@ from hpctrain.records import (
     first_error,
     is_peer_loss,
     keep_attempt,
+    published_checkpoints,
     read,
+    read_jsonl,
     result_written,
     steps_file,
 )
@@ -112,16 +114,14 @@ def newest_checkpoint(run_dir: Path) -> tuple[int, float | None]:
     """(the step the newest checkpoint resumes at, when it was written), (0, None) without one.
     By name (train/checkpoint.py: checkpoints/step-NNNNNN.pt or .dcp), without reading it."""
     best: tuple[int, float | None] = (0, None)
-    for p in (run_dir / CHECKPOINTS).glob("step-*"):
-        digits = p.name.removeprefix("step-").split(".")[0]
-        if not digits.isdigit() or p.name.endswith(".tmp"):
-            continue
+    for p in published_checkpoints(run_dir / CHECKPOINTS):
+        step = p.stem.removeprefix("step-")
         try:
             written = p.stat().st_mtime
         except OSError:
             continue
-        if int(digits) >= best[0]:
-            best = (int(digits), written)
+        if step.isdigit() and int(step) >= best[0]:
+            best = (int(step), written)
     return best
 
 
@@ -154,14 +154,10 @@ def record(run_dir: Path, r: Restart) -> None:
 def read_restarts(run_dir: Path) -> list[Restart]:
     """restarts.jsonl; a damaged line is skipped (a writer killed mid-line)."""
     out = []
-    try:
-        text = (run_dir / RESTARTS).read_text(errors="replace")
-    except OSError:
-        return []
-    for line in text.splitlines():
+    for doc in read_jsonl(run_dir / RESTARTS):
         try:
-            out.append(Restart(**json.loads(line)))
-        except (ValueError, TypeError):
+            out.append(Restart(**doc))
+        except TypeError:  # not a restart's fields
             continue
     return out
 

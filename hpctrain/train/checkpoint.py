@@ -29,7 +29,9 @@ from hpctrain.errors import HpctrainError
 DIR = records.CHECKPOINTS
 KEEP = 2  # older checkpoints are removed once a newer one is complete
 STATE_KEYS = ("step", "model", "optimizer", "scaler", "torch_rng")
-SUFFIX = ".dcp"  # a sharded checkpoint: a directory (train/shard_checkpoint.py)
+SUFFIX = (
+    ".dcp"  # a sharded checkpoint: a directory (train/shard_checkpoint.py; records.published_checkpoints)
+)
 WRAPPED = "_checkpoint_wrapped_module"  # activation checkpointing's wrapper holds a block here
 
 
@@ -108,12 +110,8 @@ def prune(d: Path) -> None:
     format (only rank 0 ever publishes a checkpoint)."""
     for stale in d.glob(".*"):
         _remove(stale)
-    for old in sorted(_published(d), key=lambda p: p.stem)[:-KEEP]:
+    for old in sorted(records.published_checkpoints(d), key=lambda p: p.stem)[:-KEEP]:
         _remove(old)
-
-
-def _published(d: Path) -> list[Path]:
-    return [*d.glob("step-*.pt"), *d.glob(f"step-*{SUFFIX}")]
 
 
 def _remove(p: Path) -> None:
@@ -184,7 +182,7 @@ def candidates(run_dir: Path, resume_from: str | None = None) -> tuple[list[Path
 
 def _own(run_dir: Path) -> tuple[list[Path], list[str]]:
     d, pointer = run_dir / DIR, run_dir / records.LATEST_CHECKPOINT
-    found = sorted(_published(d), key=lambda p: p.stem, reverse=True)
+    found = sorted(records.published_checkpoints(d), key=lambda p: p.stem, reverse=True)
     notes: list[str] = []
     if pointer.exists():
         named = d / pointer.read_text(errors="replace").strip()

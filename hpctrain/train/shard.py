@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 @dataclass(kw_only=True)
 class ShardedTrainer(DataParallelTrainer):
     """Every rank holds a shard of the model (model and weights: the sharded module). Split by
-    tensor parallelism (count_tp), its first warm-up step counts the TP collectives (tp_comm.py)."""
+    tensor parallelism (tp_mesh), its first warm-up step counts the TP collectives and the run
+    replays them after training (tp_comm.py)."""
 
     tp_mesh: Any = None  # the tensor-parallel part of the device mesh (None: no TP)
     traffic: TpTraffic | None = None

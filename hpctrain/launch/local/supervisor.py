@@ -42,7 +42,6 @@ from hpctrain.lifeline import become_subreaper, end_descendants, with_lifeline
 from hpctrain.records import State, restarts
 
 TERM_GRACE_S = 10.0
-RESTART = -1  # Supervisor.attempt's outcome: the run restarts
 PARENT_POLL_S = 0.5
 
 
@@ -179,21 +178,21 @@ class Supervisor:
         attempt = 0
         while True:
             started = time.time()
-            code = self.attempt(run_dir, plan, argv, world, attempt)
-            if code != RESTART:
-                return code
-            failure = _read_state(run_dir)
-            cause = failure.failure if failure and failure.failure else records.Failure(None, "unknown")
-            restart = restarts.restart_for(run_dir, cause.cause, cause.rank, 1, started)
+            outcome = self.attempt(run_dir, plan, argv, world, attempt)
+            if not isinstance(outcome, records.Failure):
+                return outcome
+            restart = restarts.restart_for(run_dir, outcome.cause, outcome.rank, 1, started)
             restarts.set_aside(run_dir)
             restarts.record(run_dir, restart)
             with _log(run_dir / records.LAUNCHER_LOG) as f:  # what the waiting command follows
                 self._keep(f, f"hpctrain: {restart.describe()}")
             attempt += 1
 
-    def attempt(self, run_dir: Path, plan: dict[str, Any], argv: list[str], world: int, attempt: int) -> int:
-        """One attempt: mpirun until it ends; its outcome in state.json (RESTART: it failed, and a
-        restart may outlive the failure; state.json holds the failure meanwhile)."""
+    def attempt(
+        self, run_dir: Path, plan: dict[str, Any], argv: list[str], world: int, attempt: int
+    ) -> int | records.Failure:
+        """One attempt: mpirun until it ends; its outcome in state.json, and the exit status, or
+        the failure when a restart may outlive it (the run stays RUNNING meanwhile)."""
         env = dict(os.environ)
         env[restarts.ATTEMPT_VAR] = str(attempt)
         rendezvous = None
@@ -248,7 +247,7 @@ class Supervisor:
             )
             if why_not is None:
                 write_state(run_dir, State.RUNNING, exit_code=code, failure=failure)  # restarting
-                return RESTART
+                return failure
             failure = dataclasses.replace(failure, cause=f"{failure.cause}\n{why_not}")
         write_state(run_dir, State.FAILED, exit_code=code, failure=failure)
         return 4
