@@ -102,6 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--uri", help="an MLflow tracking URI (a server, or sqlite:///path.db)")
     tr.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
     sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
+    pf = sub.add_parser(
+        "preflight",
+        help="check the nodes a run would train on (a GEMM each, a ring of links) and stop",
+        description="Starts the ranks the config's run would start (locally, or a short SLURM job) "
+        "and runs only its pre-flight check (cluster.preflight.*): every node's compute and links, "
+        "judged against the job's own median and any reference. Exit 0 when every node is good, "
+        "4 when one is bad.",
+    )
+    _add_config_args(pf)
+    pf.add_argument("--dry-run", action="store_true", help="print the plan; start nothing")
+    pf.add_argument(
+        "--timeout-min", type=positive_float, default=60, help="stop waiting after this many minutes"
+    )
     _add_container(sub)
     _add_bench(sub)
     return parser
@@ -319,6 +332,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
         from hpctrain.commands.container import cmd_container
 
         return cmd_container(args, console)
+    if args.command == "preflight":
+        from hpctrain.commands.preflight import cmd_preflight
+
+        return cmd_preflight(args, console)
     if args.command == "doctor":
         from hpctrain.commands.doctor import run_doctor
 

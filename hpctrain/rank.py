@@ -88,7 +88,7 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
     from hpctrain.workload.code import activate
 
     cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
-    plan = records.read(run_dir / records.PLAN, records.PlanRecord)
+    plan = records.read(records.plan_file(run_dir, os.environ), records.PlanRecord)
     activate()  # the user's code (if any) on sys.path and PYTHONPATH
     interval: int = getattr(cfg.cluster, "checkpoint_interval", 0)
     if control is None and interval:  # local runs checkpoint too
@@ -146,6 +146,9 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     engine_env = engine.environment() if info.rank == 0 else {}  # rank 0 writes env.json and the summary
     if info.rank == 0:
         records.write_json(run_dir / records.ENV, {**base_environment(), "hosts": hosts, **engine_env})
+    if cfg.cluster.preflight.only:  # hpctrain preflight: the check was the whole job
+        engine.shutdown()
+        return True
     started = time.time()
     stats = train(cfg, engine, info, derived, run_dir, kind_of(cfg).build, control=control)
     if stats is None:

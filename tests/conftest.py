@@ -438,6 +438,39 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     )
 
 
+def lose_node(name: str) -> list[int]:
+    """Lose node `name` of the local cluster as a power cut would: SIGKILL every process in its
+    slurmd's UTS namespace (slurm/start.sh gives each node one): the node's daemon first, so it
+    reports nothing, then its step daemons, ranks and their guards. The pids killed."""
+    daemon = int((STATE / "run" / f"slurmd-{name}.pid").read_text())
+    ns = os.readlink(f"/proc/{daemon}/ns/uts")
+    os.kill(daemon, signal.SIGKILL)
+    killed = [daemon]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == daemon:
+            continue
+        with contextlib.suppress(OSError):
+            if os.readlink(entry / "ns" / "uts") == ns:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    # it comes back as a rebooted node would: a step daemon removes its PMIx socket and directory
+    # as it ends, a killed one cannot, and the same step of the job requeued onto the node could
+    # then not make its own
+    spool, tmp = STATE / "spool" / name, STATE / "tmp" / name  # its SlurmdSpoolDir and TmpFS
+    for stale in [*spool.glob("stepd.slurm.pmix.*"), *spool.glob("pmix.*"), *tmp.glob("spmix_appdir_*")]:
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
+    return killed
+
+
+def restore_nodes() -> None:
+    """Start the local cluster's lost daemons again (slurm/start.sh is idempotent) and wait
+    until every node answers."""
+    r = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def start_run(run_dir: Path, *overrides: str, cwd: Path | None = None) -> str:
     """`hpctrain run --no-wait` into run_dir: a job that runs beside what the test does next (a
     reference run beside the one the test interrupts); its job id."""
@@ -462,10 +495,11 @@ def recorded_steps(run_dir: Path, rank: int) -> list[int]:
 
 
 def sacct_state(job_id: str) -> str:
+    """The job's newest record's state (a resized job, one that lost a node, has one per shape)."""
     out = subprocess.run(
         ["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id], capture_output=True, text=True
     ).stdout.split()
-    return out[0] if out else ""
+    return out[-1] if out else ""
 
 
 USER_PROJECT = Path(__file__).parent / "user_project"

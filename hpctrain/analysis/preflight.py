@@ -9,7 +9,10 @@ its ranks' links that leave the node (links within a node are not the network). 
 when its compute falls below (1 - tolerance) x the nodes' median or below `min_tflops`, or
 when every link it has to other nodes falls below (1 - tolerance) x the median inter-node
 link or below `min_link_gbps`: one slow link names neither end, a node whose links are all slow
-is the one to blame (with two nodes, their one pair of links condemns both)."""
+is the one to blame (with two nodes, their one pair of links condemns both). An earlier check of
+the same config (cluster.preflight.reference: a run or a study) is a reference too: a node is
+then held to (1 - tolerance) x what the good nodes measured there, so a job whose nodes are all
+slow, which its own median cannot tell, is caught."""
 
 from __future__ import annotations
 
@@ -47,8 +50,45 @@ class Verdict:
         return f"{self.host}: {self.tflops:.3g} TFLOP/s (held to {self.tflops_reference:.3g}){link}: {state}"
 
 
+@dataclass(frozen=True)
+class Reference:
+    """What nodes measured in an earlier check of the same config (cluster.preflight.reference):
+    the median good node's compute and inter-node link."""
+
+    tflops: float
+    link_gbps: float  # 0: no link was measured there
+    source: str  # the run or study it came from, as the verdict names it
+
+
+def reference_of(checks: list[dict[str, object]], source: str) -> Reference | None:
+    """The Reference of earlier checks (preflight.json lines); None when no node was good."""
+    good = [v for c in checks for v in _list(c.get("verdicts")) if isinstance(v, dict) and not v.get("bad")]
+    tflops = [float(v["tflops"]) for v in good if _positive(v.get("tflops"))]
+    links = [float(v["link_gbps"]) for v in good if _positive(v.get("link_gbps"))]
+    if not tflops:
+        return None
+    return Reference(statistics.median(tflops), statistics.median(links) if links else 0.0, source)
+
+
+def _list(x: object) -> list[object]:
+    return x if isinstance(x, list) else []
+
+
+def _positive(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and x > 0 and x == x
+
+
+def _held(floors: list[tuple[float, str]]) -> tuple[float, str]:
+    """The highest of the floors a value is held to, and what it is."""
+    return max(floors, key=lambda f: f[0])
+
+
 def judge(
-    probes: list[Probe], tolerance: float, min_tflops: float | None = None, min_link_gbps: float | None = None
+    probes: list[Probe],
+    tolerance: float,
+    min_tflops: float | None = None,
+    min_link_gbps: float | None = None,
+    reference: Reference | None = None,
 ) -> list[Verdict]:
     """Each node's verdict, in the order the nodes first appear among the ranks."""
     hosts = list(dict.fromkeys(p.host for p in probes))
@@ -61,26 +101,29 @@ def judge(
         ]
         for h in hosts
     }
-    floor = (1 - tolerance) * statistics.median(compute.values())
-    t_ref = max(floor, min_tflops or 0.0)
-    every_link = [g for p in probes if p.link_gbps > 0 and p.host != p.peer_host for g in [p.link_gbps]]
-    l_floor = (1 - tolerance) * statistics.median(every_link) if every_link else 0.0
-    l_ref = max(l_floor, min_link_gbps or 0.0)
+    keep = 1 - tolerance
+    t_floors = [(keep * statistics.median(compute.values()), f"{keep:.2f} x the median")]
+    t_floors.append((min_tflops or 0.0, "min_tflops"))
+    every_link = [p.link_gbps for p in probes if p.link_gbps > 0 and p.host != p.peer_host]
+    l_floors = [(keep * statistics.median(every_link) if every_link else 0.0, f"{keep:.2f} x the median")]
+    l_floors.append((min_link_gbps or 0.0, "min_link_gbps"))
+    if reference is not None:
+        t_floors.append(
+            (keep * reference.tflops, f"{keep:.2f} x {reference.tflops:.3g} in {reference.source}")
+        )
+        l_floors.append(
+            (keep * reference.link_gbps, f"{keep:.2f} x {reference.link_gbps:.2f} in {reference.source}")
+        )
+    (t_ref, t_held), (l_ref, l_held) = _held(t_floors), _held(l_floors)
     out = []
     for h in hosts:
         why = []
         if compute[h] < t_ref:
-            held = "min_tflops" if min_tflops and min_tflops >= floor else f"{1 - tolerance:.2f} x the median"
-            why.append(f"compute {compute[h]:.3g} TFLOP/s < {t_ref:.3g} ({held}, tolerance {tolerance:g})")
+            why.append(f"compute {compute[h]:.3g} TFLOP/s < {t_ref:.3g} ({t_held}, tolerance {tolerance:g})")
         worst = min(links[h]) if links[h] else 0.0
         if links[h] and max(links[h]) < l_ref:
-            held = (
-                "min_link_gbps"
-                if min_link_gbps and min_link_gbps >= l_floor
-                else f"{1 - tolerance:.2f} x the median"
-            )
             why.append(
-                f"every link {max(links[h]):.2f} GB/s or less < {l_ref:.2f} ({held}, tolerance {tolerance:g})"
+                f"every link {max(links[h]):.2f} GB/s or less < {l_ref:.2f} ({l_held}, tolerance {tolerance:g})"
             )
         out.append(Verdict(h, bool(why), compute[h], t_ref, worst, l_ref, "; ".join(why)))
     return out

@@ -69,6 +69,13 @@ class LrScaling(StrEnum):
     linear = "linear"
 
 
+class ElasticKeeps(StrEnum):
+    """What an elastic restart on fewer ranks keeps (train.elastic_keeps)."""
+
+    global_batch = "global_batch"  # each rank takes a larger share; the learning rate is unchanged
+    batch_per_rank = "batch_per_rank"  # the global batch shrinks; optim.lr_scaling rescales the lr
+
+
 class Device(StrEnum):
     auto = "auto"
     cpu = "cpu"

@@ -22,6 +22,7 @@ from hpctrain.config.options import (  # noqa: F401  (re-exported: the schema's 
     Compression,
     Dataset,
     Device,
+    ElasticKeeps,
     FailMode,
     LrScaling,
     Model,
@@ -236,6 +237,11 @@ class TrainConf:
     # a rank or node that dies (a signal, a lost peer, a stall; not an error of the code) restarts
     # the run from its newest checkpoint, at most this many times (records/restarts.py)
     max_restarts: int = 0
+    # a restart after a lost node continues on the nodes left (SLURM) instead of waiting in the
+    # queue for the full size (parallel/elastic.py); min_ranks: the fewest it goes on with
+    elastic: bool = False
+    min_ranks: Optional[int] = None  # null: one node's ranks
+    elastic_keeps: ElasticKeeps = ElasticKeeps.global_batch
 
 
 @dataclass
@@ -249,6 +255,9 @@ class PreflightConf:
     min_tflops: Optional[float] = None  # a reference: each node's compute at the run's precision
     min_link_gbps: Optional[float] = None  # a reference: each node's links to other nodes, GB/s
     max_resubmits: int = 2  # SLURM: resubmissions excluding bad nodes before the run gives up
+    # an earlier run or study of the same config whose checks' good nodes are a reference too
+    reference: Optional[str] = None
+    only: bool = False  # check the nodes and stop before training (hpctrain preflight)
 
 
 @dataclass
@@ -264,6 +273,8 @@ class ClusterConf:
     peak_tflops: Optional[float] = None
     preflight: PreflightConf = field(default_factory=PreflightConf)
     study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
+    # whether a run can lose some of its nodes and go on with the rest (train.elastic)
+    loses_nodes: ClassVar[bool] = False
     # jobs may start, or restart, long after submission: user code is copied at submission so an
     # edit meanwhile changes nothing (code.snapshot=null follows this)
     snapshots_code: ClassVar[bool] = True
@@ -326,6 +337,7 @@ class SlurmClusterConf(ClusterConf):
     exclude: List[str] = field(default_factory=list)  # nodes never to run on (sbatch --exclude)
     nodelist: List[str] = field(default_factory=list)  # nodes the job must include (sbatch --nodelist)
     study_scale: ClassVar[str] = "nodes"
+    loses_nodes: ClassVar[bool] = True  # --no-kill: the allocation outlives a lost node
 
     @property
     def world_size(self) -> int:

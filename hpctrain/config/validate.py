@@ -10,6 +10,7 @@ from hpctrain.config import schema as S
 from hpctrain.config.derived import world_size
 from hpctrain.config.folder import folder_problems
 from hpctrain.config.observe_rules import observe_problems
+from hpctrain.config.preflight_rules import preflight_problems
 from hpctrain.config.resume import resume_problems
 from hpctrain.config.schema import Config
 from hpctrain.config.values import value_problems
@@ -198,7 +199,7 @@ def _debug_problems(cfg: Config, n: int) -> list[Problem]:
                 "give both, e.g. debug.slow_rank=1 debug.slow_s=0.2",
             )
         )
-    p += _preflight_problems(cfg)
+    p += preflight_problems(cfg)
     if dbg.hold_step is not None and not 0 < dbg.hold_step < steps:
         p.append(
             Problem(
@@ -207,47 +208,6 @@ def _debug_problems(cfg: Config, n: int) -> list[Problem]:
                 "hold mid-run, e.g. debug.hold_step=40 with train.steps=150",
             )
         )
-    return p
-
-
-HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a node name as SLURM and hostname(1) spell it
-
-
-def _preflight_problems(cfg: Config) -> list[Problem]:
-    """cluster.preflight's numbers, and the node names that reach sbatch (cluster.exclude) or
-    pick a node to slow (debug.slow_node)."""
-    pf, p = cfg.cluster.preflight, []
-    if not 0 < pf.tolerance < 1:
-        p.append(Problem("cluster.preflight.tolerance", f"must be in (0, 1) (got {pf.tolerance:g})",
-                         "set cluster.preflight.tolerance=0.5: a node may be half as fast as the median"))  # fmt: skip
-    for key in ("min_tflops", "min_link_gbps"):
-        value = getattr(pf, key)
-        if value is not None and not value > 0:
-            p.append(
-                Problem(
-                    f"cluster.preflight.{key}",
-                    f"must be > 0 (got {value:g})",
-                    "drop it, or give a positive reference",
-                )
-            )
-    if pf.max_resubmits < 0:
-        p.append(
-            Problem(
-                "cluster.preflight.max_resubmits", f"must be >= 0 (got {pf.max_resubmits})", "set it to 2"
-            )
-        )
-    names = [("debug.slow_node", cfg.debug.slow_node)] if cfg.debug.slow_node is not None else []
-    for key in ("exclude", "nodelist"):
-        names += [(f"cluster.{key}[{i}]", n) for i, n in enumerate(getattr(cfg.cluster, key, []))]
-    for key, name in names:
-        if not HOST.fullmatch(str(name)):
-            p.append(
-                Problem(
-                    key,
-                    f"{name!r} is not a node name (letters, digits, '.', '_', '-')",
-                    "give a node name such as n2",
-                )
-            )
     return p
 
 

@@ -308,7 +308,7 @@ def slurm_gloo_setup(run_dir: Path, timeout_s: float = 120.0) -> None:
         from horovod.runner.http.http_server import RendezvousServer
 
         nodes = subprocess.run(
-            ["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]],
+            ["scontrol", "show", "hostnames", env.get("SLURM_STEP_NODELIST") or env["SLURM_JOB_NODELIST"]],
             capture_output=True,
             text=True,
             check=True,

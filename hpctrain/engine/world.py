@@ -113,8 +113,9 @@ def torch_env(environ: Mapping[str, str], first_node: str | None = None) -> dict
 
 
 def slurm_first_node(environ: Mapping[str, str]) -> str | None:
-    """The allocation's first node (rank 0 runs there: srun places tasks in block order)."""
-    nodelist = environ.get("SLURM_JOB_NODELIST")
+    """The step's first node (rank 0 runs there: srun places tasks in block order); a step on
+    the nodes left after a loss (an elastic restart) may not hold the allocation's first."""
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
     if not nodelist:
         return None
     try:

@@ -85,4 +85,18 @@ def srun_failure(text: str) -> tuple[int, str] | None:
     return None
 
 
+SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)", re.MULTILINE)
+
+
+def srun_node_failures(text: str) -> list[str]:
+    """The nodes srun says failed under the step ("Node failure on n4": slurmctld took them down)."""
+    return list(dict.fromkeys(SRUN_NODE_FAILURE.findall(text)))
+
+
+def srun_reporting_nodes(text: str) -> set[str]:
+    """The nodes srun reported a task of (an exit status, a signal, its own Terminated), less
+    those it says failed: their step daemons answered, so they were alive when the step ended."""
+    return {m.group(1) for m in SRUN_TASKS.finditer(text)} - set(SRUN_NODE_FAILURE.findall(text))
+
+
 SIGNAL_TEXTS = {signal.strsignal(s): s for s in signal.Signals if signal.strsignal(s)}

@@ -15,6 +15,7 @@ from hpctrain.errors import ConfigError, Problem
 from hpctrain.facts import HostFacts
 from hpctrain.launch.container import container_problems
 from hpctrain.launch.registry import launcher_class
+from hpctrain.parallel.elastic import elastic_problems
 from hpctrain.parallel.rules import parallelism_problems
 from hpctrain.workload.rules import workload_problems
 
@@ -26,6 +27,7 @@ def problems(cfg: Config, facts: HostFacts | None = None) -> list[Problem]:
     p += engine_problems(cfg)
     p += workload_problems(cfg)
     p += parallelism_problems(cfg, world_size(cfg), facts)
+    p += elastic_problems(cfg)
     p += container_problems(cfg)  # the runtime and image on this host (nothing asked without one)
     return p
 

@@ -29,7 +29,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -99,6 +99,16 @@ T = TypeVar("T")
 
 CONFIG = "config.yaml"
 PLAN = "plan.json"
+PLAN_VAR = "HPCTRAIN_PLAN"  # a job step's own plan in the run directory (an elastic restart's)
+
+
+def plan_file(run_dir: Path, env: Mapping[str, str]) -> Path:
+    """The plan this rank follows: the step's own (HPCTRAIN_PLAN, a file name in the run
+    directory, set for the steps of an elastic restart) or the run's plan.json."""
+    name = env.get(PLAN_VAR, "")
+    return run_dir / (name if re.fullmatch(r"plan[-\w.]*\.json", name) else PLAN)
+
+
 JOB = "job.json"
 STATE = "state.json"
 ENV = "env.json"
@@ -306,12 +316,17 @@ def member_dir(home: Path, recorded: str) -> Path:
     return p
 
 
-def keep_attempt(path: Path) -> Path:
-    """Keep an earlier attempt's file before it is rewritten: the first free PATH.1, PATH.2, ..."""
+def keep_name(path: Path) -> Path:
+    """Where an earlier attempt's `path` is kept: the first free PATH.1, PATH.2, ..."""
     n = 1
     while path.with_name(f"{path.name}.{n}").exists():
         n += 1
-    kept = path.with_name(f"{path.name}.{n}")
+    return path.with_name(f"{path.name}.{n}")
+
+
+def keep_attempt(path: Path) -> Path:
+    """Keep an earlier attempt's file before it is rewritten (keep_name)."""
+    kept = keep_name(path)
     path.rename(kept)  # the rewrite then starts a new file (truncating would lose these bytes)
     return kept
 

@@ -41,3 +41,12 @@ def verdicts_text(check: dict[str, object]) -> str:
 def excluded(run_dir: Path) -> list[str]:
     """Every node some check of the run judged bad, in the order they were found."""
     return list(dict.fromkeys(h for c in checks(run_dir) for h in bad_hosts(c)))
+
+
+def reference_checks(path: Path) -> list[dict[str, object]]:
+    """The checks of an earlier run (PATH/preflight.json) or of every run of a study or sweep
+    (PATH/*/preflight.json): cluster.preflight.reference."""
+    found = checks(path)
+    for run in sorted(path.glob(f"*/{PREFLIGHT}")):
+        found += checks(run.parent)
+    return found

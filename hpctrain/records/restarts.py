@@ -15,7 +15,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hpctrain.records import (
@@ -62,6 +62,8 @@ class Restart:
     resumed_from: int  # the step the restart resumes from: its newest checkpoint's (0: none)
     nodes: int
     lost_s: float  # from the newest checkpoint (or the attempt's start) to the failure
+    lost_nodes: list[str] = field(default_factory=list)  # nodes SLURM held lost after the failure
+    change: str = ""  # what the restart changed: fewer ranks (train.elastic), or a requeue to full size
 
     @property
     def steps_redone(self) -> int:
@@ -75,8 +77,10 @@ class Restart:
         where = (
             f"rank {self.rank}" + (f" on {self.host}" if self.host else "") if self.rank is not None else ""
         )
+        lost = f"node(s) {', '.join(self.lost_nodes)} lost; " if self.lost_nodes else ""
         return (
             f"restart {self.attempt}: {where + ': ' if where else ''}{self.cause.splitlines()[0]}; "
+            f"{lost}{self.change + '; ' if self.change else ''}"
             f"resumed from step {self.resumed_from}, {self.steps_redone} step(s) redone, "
             f"{self.node_hours_lost:.4f} node-h lost"
         )
@@ -162,7 +166,15 @@ def read_restarts(run_dir: Path) -> list[Restart]:
     return out
 
 
-def restart_for(run_dir: Path, cause: str, rank: int | None, nodes: int, started: float) -> Restart:
+def restart_for(
+    run_dir: Path,
+    cause: str,
+    rank: int | None,
+    nodes: int,
+    started: float,
+    lost_nodes: list[str] | None = None,
+    change: str = "",
+) -> Restart:
     """The restart that follows a failure (now) of the attempt that started at `started`, from
     what the run directory holds: the restarts before it, the newest checkpoint, rank 0's steps."""
     step, written = newest_checkpoint(run_dir)
@@ -175,4 +187,6 @@ def restart_for(run_dir: Path, cause: str, rank: int | None, nodes: int, started
     now = time.time()
     since = max(written or started, started)
     n = len(read_restarts(run_dir)) + 1
-    return Restart(n, now, cause, rank, host, steps_done(run_dir), step, nodes, now - since)
+    return Restart(
+        n, now, cause, rank, host, steps_done(run_dir), step, nodes, now - since, lost_nodes or [], change
+    )

@@ -13,6 +13,7 @@ import yaml
 from hpctrain import records
 from hpctrain.errors import RecordError
 from hpctrain.records.preflight import excluded
+from hpctrain.records.restarts import read_restarts
 
 PARAM_MAX = 500  # characters of one parameter value (MLflow's limit is larger; keep them readable)
 
@@ -141,6 +142,9 @@ def summary_metrics(run_dir: Path) -> dict[str, float]:
     bad = len(excluded(run_dir))  # nodes a pre-flight check judged bad (records/preflight.py)
     if bad:
         out["nodes_excluded"] = bad
+    lost = sum(len(r.lost_nodes) for r in read_restarts(run_dir))  # nodes lost mid-run
+    if lost:
+        out["nodes_lost"] = lost
     cost = _json(run_dir / records.COST)
     for key in ("node_hours", "core_hours", "energy_j"):
         if isinstance(cost.get(key), int | float):

@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from hpctrain.analysis.preflight import Probe, Verdict, judge
+from hpctrain.analysis.preflight import Probe, Verdict, judge, reference_of
 from hpctrain.config.schema import Config
-from hpctrain.records.preflight import PREFLIGHT
+from hpctrain.records.preflight import PREFLIGHT, reference_checks
 
 SLOW_FACTOR = 10.0  # debug.slow_node: that node's GEMMs take this many times as long
 GEMM_N = {"cuda": 4096, "cpu": 512}
@@ -116,9 +116,10 @@ def preflight(cfg: Config, rank: int, device: torch.device, allgather: Any, run_
         for i, p in enumerate(ordered)
     ]
     pf = cfg.cluster.preflight
-    verdicts = judge(probes, pf.tolerance, pf.min_tflops, pf.min_link_gbps)
+    ref = reference_of(reference_checks(Path(pf.reference)), pf.reference) if pf.reference else None
+    verdicts = judge(probes, pf.tolerance, pf.min_tflops, pf.min_link_gbps, ref)
     if rank == 0:
-        record(run_dir, probes, verdicts, pf.tolerance)
+        record(run_dir, probes, verdicts, pf.tolerance, str(cfg.precision.name), device.type)
     bad = [v for v in verdicts if v.bad]
     if bad:
         names = ",".join(v.host for v in bad)
@@ -129,11 +130,15 @@ def preflight(cfg: Config, rank: int, device: torch.device, allgather: Any, run_
     return verdicts
 
 
-def record(run_dir: Path, probes: list[Probe], verdicts: list[Verdict], tolerance: float) -> None:
+def record(
+    run_dir: Path, probes: list[Probe], verdicts: list[Verdict], tolerance: float, precision: str, device: str
+) -> None:
     """One line of preflight.json per check (a resubmitted run checks again)."""
     line = {
         "time": time.time(),
         "tolerance": tolerance,
+        "precision": precision,  # a later run holds its nodes to this one's only at the same one
+        "device": device,
         "links_measured": any(p.link_gbps > 0 for p in probes),
         "probes": [asdict(p) for p in probes],
         "verdicts": [asdict(v) for v in verdicts],

@@ -85,3 +85,42 @@ def test_preflight_records_list_every_check_and_every_node_judged_bad(tmp_path) 
     assert [bad_hosts(c) for c in found] == [["n2"], []] and excluded(tmp_path) == ["n2"]
     assert verdicts_text(found[0]) == "n1 good; n2 BAD (compute 0.1 < 0.3)"
     assert checks(tmp_path / "nowhere") == []
+
+
+def test_an_earlier_study_is_a_reference_that_catches_a_job_whose_nodes_are_all_slow(tmp_path) -> None:
+    import json
+
+    from hpctrain.analysis.preflight import reference_of
+    from hpctrain.records.preflight import reference_checks
+
+    # a study of two runs whose checks found nodes at 1.0, 1.2 and 0.8 TFLOP/s (and one bad node,
+    # which is no reference) with links at 10 and 12 GB/s
+    for run, verdicts in {
+        "r1": [{"host": "n1", "bad": False, "tflops": 1.0, "link_gbps": 10.0},
+               {"host": "n2", "bad": True, "tflops": 0.1, "link_gbps": 10.0}],
+        "r2": [{"host": "n3", "bad": False, "tflops": 1.2, "link_gbps": 12.0},
+               {"host": "n4", "bad": False, "tflops": 0.8, "link_gbps": 0.0}],
+    }.items():  # fmt: skip
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "preflight.json").write_text(
+            json.dumps({"precision": "fp32", "verdicts": verdicts})
+        )
+    ref = reference_of(reference_checks(tmp_path), "study-A")
+    assert ref is not None and (ref.tflops, ref.link_gbps) == (1.0, 11.0)
+    # both of this job's nodes are at 0.4: equal to their own median, but below 0.5 x 1.0
+    v = judge(_ring({"n5": 0.4, "n6": 0.4}, {"n5": 10.0, "n6": 10.0}), 0.5, reference=ref)
+    assert [x.bad for x in v] == [True, True] and judge(
+        _ring({"n5": 0.4, "n6": 0.4}, {"n5": 10.0, "n6": 10.0}), 0.5
+    )[0].bad is False
+    assert v[0].why == "compute 0.4 TFLOP/s < 0.5 (0.50 x 1 in study-A, tolerance 0.5)"
+    # the rules: the reference must hold a check at this run's precision, and the check must be on
+    on = ["cluster.preflight.enabled=true", f"cluster.preflight.reference={tmp_path}"]
+    validate(load_config(on))
+    for overrides, rule in (
+        (on[1:], "only acts with cluster.preflight.enabled=true"),
+        ([*on, "precision=bf16"], "was checked at precision fp32, this run computes in bf16"),
+        ([on[0], f"cluster.preflight.reference={tmp_path / 'r9'}"], "holds no pre-flight check"),
+    ):
+        with pytest.raises(ConfigError, match=r"cluster\.preflight\.reference") as e:
+            validate(load_config(overrides))
+        assert rule in str(e.value)

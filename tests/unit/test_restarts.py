@@ -149,10 +149,13 @@ def test_a_tracked_run_carries_its_restarts_and_excluded_nodes(tmp_path: Path) -
     s = synthetic_summary(2, 64, step=0.05, compute=0.04, comm=0.005, data=0.005)
     records.write(tmp_path / records.SUMMARY, dataclasses.replace(s, restarts=2, steps_redone=5))
     (tmp_path / "preflight.json").write_text(json.dumps({"verdicts": [{"host": "n2", "bad": True}]}) + "\n")
+    assert "nodes_lost" not in summary_metrics(tmp_path)
+    record(tmp_path, Restart(1, 0.0, "x", 1, "n3", 5, 4, 2, 1.0, ["n3"], "went on with 2 -> 1 ranks"))
     m = summary_metrics(tmp_path)
-    assert (m["restarts"], m["steps_redone"], m["nodes_excluded"]) == (2, 5, 1)
+    assert (m["restarts"], m["steps_redone"], m["nodes_excluded"], m["nodes_lost"]) == (2, 5, 1, 1)
     records.write(tmp_path / records.SUMMARY, s)
     (tmp_path / "preflight.json").unlink()
+    (tmp_path / RESTARTS).unlink()
     assert "restarts" not in summary_metrics(tmp_path) and "nodes_excluded" not in summary_metrics(tmp_path)
 
 

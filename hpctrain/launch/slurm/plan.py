@@ -108,6 +108,9 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
     executor = executor_parameters(cfg, env, box.srun_args if box else ())
     if cfg.train.max_restarts:
         executor["teardown"] = restart_teardown(python, folder)
+        # a lost node leaves the job running, so the teardown decides: go on with the nodes left
+        # (train.elastic) or requeue to the full size (SLURM would otherwise end the job)
+        executor["additional_parameters"] = {"no_kill": True}
     return SlurmPlan(
         run_dir=run_dir,
         world_size=d.world_size,

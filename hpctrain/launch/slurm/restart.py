@@ -18,13 +18,18 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from hpctrain import records
-from hpctrain.launch.output import srun_failure
+from hpctrain.config.load import config_from_yaml
+from hpctrain.config.schema import Config
+from hpctrain.launch.output import srun_failure, srun_node_failures, srun_reporting_nodes
+from hpctrain.launch.slurm.nodes import hostnames, job_nodes, settled_losses, slurmd_timeout_s, step_env
 from hpctrain.lifeline import stat_fields
+from hpctrain.parallel.elastic import resize
 from hpctrain.records import State, restarts
 
 SUBMIT_MODULE = "submitit.core._submit"
@@ -37,9 +42,10 @@ def job_id(env: Mapping[str, str]) -> str:
     return env["SLURM_JOB_ID"]
 
 
-def srun_argv(plan: Mapping[str, Any], folder: str, array: bool) -> list[str]:
+def srun_argv(plan: Mapping[str, Any], folder: str, array: bool, place: Sequence[str] = ()) -> list[str]:
     """The step submitit's batch script starts (its template: srun --unbuffered --output --error
-    SRUN_ARGS PYTHON -u -m submitit.core._submit FOLDER), appending to the task logs."""
+    SRUN_ARGS PYTHON -u -m submitit.core._submit FOLDER), appending to the task logs; `place`
+    puts it on the nodes left (an elastic restart)."""
     pattern = "%A_%a" if array else "%j"
     executor = plan["executor"]
     return [
@@ -51,6 +57,7 @@ def srun_argv(plan: Mapping[str, Any], folder: str, array: bool) -> list[str]:
         "--error",
         str(Path(folder) / f"{pattern}_%t_log.err"),
         *[str(a) for a in executor.get("srun_args", [])],
+        *place,
         *shlex.split(str(plan["python"])),
         "-u",
         "-m",
@@ -80,17 +87,38 @@ def why_not(run_dir: Path, max_restarts: int, used: int, state: State) -> str | 
     return restarts.why_not(run_dir, max_restarts, used)
 
 
-def cause(run_dir: Path, stderr: Path, offset: int) -> tuple[int | None, str]:
-    """(rank, what failed): the rank's own error, else srun's report of the task that died."""
-    first = records.first_error(run_dir, causes_only=True)
-    if first is not None:
-        return first.rank, first.describe()
+def _tail(stderr: Path, offset: int) -> str:
+    """What the failed step's srun wrote to rank 0's error log (its last 20,000 characters)."""
     try:
         with open(stderr, errors="replace") as f:
             f.seek(offset)
-            found = srun_failure(f.read()[-20000:])
+            return f.read()[-20000:]
     except OSError:
-        found = None
+        return ""
+
+
+def lost_nodes(step: list[str], allocated: list[str], srun_said: str) -> list[str]:
+    """The nodes of the failed step that are lost: taken out of the allocation (SLURM resizes a
+    --no-kill job when a node fails), named by srun ("Node failure on n4"), or, of the nodes srun
+    heard no task of, those slurmctld flags once a ping would have found them (nodes.py)."""
+    failed = srun_node_failures(srun_said)
+    gone = [n for n in step if (allocated and n not in allocated) or n in failed]
+    heard = srun_reporting_nodes(srun_said)
+    quiet = [n for n in step if n not in heard and n not in gone]
+    late = settled_losses(quiet, slurmd_timeout_s()) if quiet else []
+    return [n for n in step if n in gone or n in late]
+
+
+def cause(run_dir: Path, stderr: Path, offset: int) -> tuple[int | None, str]:
+    """(rank, what failed): the rank's own error, else srun's word of a failed node, else its
+    report of the task that died."""
+    first = records.first_error(run_dir, causes_only=True)
+    if first is not None:
+        return first.rank, first.describe()
+    failed = srun_node_failures(_tail(stderr, offset))
+    if failed:
+        return None, f"srun: Node failure on {', '.join(failed)}"
+    found = srun_failure(_tail(stderr, offset))
     return found if found is not None else (None, "the job step failed")
 
 
@@ -108,6 +136,47 @@ def run_dir_of(folder: str, jid: str) -> Path:
     return Path(fn.run_dir)
 
 
+@dataclass(frozen=True)
+class Next:
+    """What the restart after a failed step does."""
+
+    place: list[str]  # srun arguments that put the step on the nodes left ([]: as submitted)
+    plan: str  # the step's own plan in the run directory ("": plan.json)
+    change: str  # how it differs from the failed step, as restarts.jsonl and the log say it
+    requeue: bool = False  # wait in the queue for the full size instead (scontrol requeue)
+
+
+def next_step(
+    cfg: Config, run_dir: Path, plan: dict[str, Any], alive: list[str], attempt: int, full: int
+) -> Next:
+    """After a loss, with `alive` nodes left of `full`: go on with them (train.elastic,
+    parallel/elastic.py) under a plan for them (plan-restart{attempt}.json: plan.json stays the
+    run's, which a requeued job follows at its full size), or requeue to the full size. `plan`
+    is the one the failed step followed."""
+    if not cfg.train.elastic:
+        return Next([], "", f"requeued to wait for {full} node(s) (train.elastic=false)", requeue=True)
+    r = resize(cfg, len(alive))
+    change = r.describe(int(plan["world_size"]), int(plan["batch"]["global_"]), float(plan["lr"]))
+    if r.derived is None:
+        return Next([], "", f"requeued to wait for {full} node(s): {change}", requeue=True)
+    d = r.derived
+    new = dict(plan, world_size=d.world_size, nodes=r.nodes, batch=asdict(d.batch), lr=d.lr)
+    new.update(layout=asdict(d.layout), notes=r.notes)
+    name = f"plan-restart{attempt}.json"
+    records.write_json(run_dir / name, new)
+    place = [f"--nodes={r.nodes}", f"--ntasks={d.world_size}", f"--nodelist={','.join(alive)}"]
+    return Next(place, name, change)
+
+
+def requeue(jid: str) -> str | None:
+    """Requeue this job (SLURM then ends this script); None, or why it could not."""
+    try:
+        r = subprocess.run(["scontrol", "requeue", jid], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    return None if r.returncode == 0 else (r.stderr.strip() or f"scontrol exited with {r.returncode}")
+
+
 def main(argv: list[str]) -> int:
     folder, status = argv[0], int(argv[1])
     if status == 0:
@@ -115,11 +184,11 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     jid = job_id(env)
     run_dir = run_dir_of(folder, jid)
-    plan = records.read_json(run_dir / records.PLAN)
-    max_restarts = int(plan.get("max_restarts", 0))
+    cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
+    max_restarts = cfg.train.max_restarts
     stderr = Path(folder) / f"{jid}_0_log.err"
-    started, offset = _job_start(env), 0
-    nodes = int(env.get("SLURM_JOB_NUM_NODES", "1"))
+    started, offset, place, plan_name = _job_start(env), 0, list[str](), ""
+    alive = hostnames(env.get("SLURM_JOB_NODELIST", ""))  # the first step's: the whole allocation
     while status != 0:
         why = why_not(run_dir, max_restarts, len(restarts.read_restarts(run_dir)), job_state(jid))
         if why is not None:
@@ -127,16 +196,35 @@ def main(argv: list[str]) -> int:
                 print(f"hpctrain: {why}", file=sys.stderr, flush=True)
             return status
         rank, what = cause(run_dir, stderr, offset)
-        restart = restarts.restart_for(run_dir, what, rank, nodes, started)
+        lost = lost_nodes(alive, job_nodes(jid), _tail(stderr, offset))
+        alive = [n for n in alive if n not in lost]
+        plan = records.read_json(run_dir / records.PLAN)
+        attempt = len(restarts.read_restarts(run_dir)) + 1
+        if lost:
+            followed = records.read_json(run_dir / (plan_name or records.PLAN))
+            step = next_step(cfg, run_dir, followed, alive, attempt, int(plan["nodes"]))
+        else:
+            step = Next(place, plan_name, "")
+        restart = restarts.restart_for(
+            run_dir, what, rank, len(alive) + len(lost), started, lost, step.change
+        )
         restarts.set_aside(run_dir)
         restarts.record(run_dir, restart)
-        print(
-            f"hpctrain: {restart.describe()} (a new job step on the same nodes)", file=sys.stderr, flush=True
-        )
-        started = time.time()
+        where = "waits in the queue" if step.requeue else "a new job step"
+        print(f"hpctrain: {restart.describe()} ({where})", file=sys.stderr, flush=True)
+        if step.requeue:
+            failed = requeue(jid)
+            if failed:
+                print(f"hpctrain: the job could not be requeued: {failed}", file=sys.stderr, flush=True)
+            return status
+        started, place, plan_name = time.time(), step.place, step.plan
         offset = stderr.stat().st_size if stderr.exists() else 0
         env[restarts.ATTEMPT_VAR] = str(int(env.get(restarts.ATTEMPT_VAR, "0") or 0) + 1)
-        status = subprocess.call(srun_argv(plan, folder, "SLURM_ARRAY_JOB_ID" in env), env=env)
+        if plan_name:
+            env[records.PLAN_VAR] = plan_name
+        if lost and place:  # the allocation shrinks (or has): srun checks these against it
+            env = step_env(env, job_nodes(jid) or alive, len(alive) * int(plan["ranks_per_node"]))
+        status = subprocess.call(srun_argv(plan, folder, "SLURM_ARRAY_JOB_ID" in env, place), env=env)
     return status
 
 

@@ -1,0 +1,109 @@
+"""Which of a job's nodes are lost, as SLURM sees them (scontrol), for the restart after a failed
+job step (restart.py). A node is lost when slurmctld has marked it DOWN, DRAINED or FAILED, or
+when it stopped answering (its state carries '*' or NOT_RESPONDING): slurmctld pings every node
+each SlurmdTimeout / 3 and takes it down after SlurmdTimeout without an answer."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+LOST_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT")
+
+
+def scontrol(*args: str) -> str:
+    """scontrol's output ('' when it cannot answer)."""
+    try:
+        r = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return r.stdout if r.returncode == 0 else ""
+
+
+def fields(line: str) -> dict[str, str]:
+    """One `scontrol show -o` record: Key=value words (a value never holds a space we need)."""
+    out: dict[str, str] = {}
+    for word in line.split():
+        key, eq, value = word.partition("=")
+        if eq:
+            out.setdefault(key, value)
+    return out
+
+
+def node_states(text: str) -> dict[str, str]:
+    """`scontrol show node -o` -> {node: its State}, e.g. {"n2": "DOWN*+NOT_RESPONDING"}."""
+    out = {}
+    for line in text.splitlines():
+        f = fields(line)
+        if "NodeName" in f:
+            out[f["NodeName"]] = f.get("State", "")
+    return out
+
+
+def is_lost(state: str) -> bool:
+    """Whether a node in `state` (scontrol's words, '+'-joined flags) can run no more steps."""
+    words = state.upper().replace("*", "+NOT_RESPONDING").split("+")
+    return any(w.startswith(LOST_FLAGS) for w in words if w)
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """A SLURM node list ("n[1-3],n7") expanded."""
+    return scontrol("show", "hostnames", nodelist).split() if nodelist and nodelist != "(null)" else []
+
+
+def job_nodes(jid: str) -> list[str]:
+    """The nodes allocated to job `jid` now (its NodeList, expanded): SLURM takes a failed node
+    out of a --no-kill job's allocation (the job is resized)."""
+    return hostnames(fields(scontrol("show", "job", "-o", jid)).get("NodeList", ""))
+
+
+def step_env(env: Mapping[str, str], allocated: Sequence[str], world: int) -> dict[str, str]:
+    """The batch script's environment for a new step of `world` tasks once the allocation is
+    `allocated` (a failed node taken out): srun refuses a SLURM_JOB_NUM_NODES that disagrees with
+    the allocation, and takes its task count from SLURM_NTASKS where no flag says otherwise."""
+    k, compact = len(allocated), ",".join(allocated)
+    out = dict(env)
+    out.update(
+        SLURM_JOB_NUM_NODES=str(k),
+        SLURM_NNODES=str(k),
+        SLURM_JOB_NODELIST=compact,
+        SLURM_NODELIST=compact,
+        SLURM_NTASKS=str(world),
+        SLURM_NPROCS=str(world),
+    )
+    cpus = env.get("SLURM_JOB_CPUS_PER_NODE", "").split("(")[0]
+    if cpus.isdigit():
+        out["SLURM_JOB_CPUS_PER_NODE"] = f"{cpus}(x{k})"
+    out.pop("SLURM_TASKS_PER_NODE", None)  # the old step's; srun sets the new step's own
+    return out
+
+
+def slurmd_timeout_s(default: float = 300.0) -> float:
+    """The cluster's SlurmdTimeout (`scontrol show config`: "SlurmdTimeout = 30 sec")."""
+    for line in scontrol("show", "config").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "SlurmdTimeout" and value.split() and value.split()[0].isdigit():
+            return float(value.split()[0])
+    return default
+
+
+def settled_losses(
+    nodes: Sequence[str],
+    wait_s: float,
+    show: Callable[..., str] = scontrol,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Those of `nodes` that are lost, once slurmctld has had time to see it: it pings every node
+    each SlurmdTimeout / 3 and flags one that does not answer (on the local cluster about 18 s
+    after its slurmd died, with SlurmdTimeout 30), so look until a node is flagged or `wait_s`
+    (SlurmdTimeout) and a little have passed. Only nodes srun heard nothing from are looked at:
+    on a lost node the step's daemon could not report its tasks."""
+    waited, step = 0.0, 1.0
+    while True:
+        states = node_states(show("show", "node", "-o", ",".join(nodes))) if nodes else {}
+        lost = [n for n in nodes if is_lost(states.get(n, ""))]
+        if lost or not nodes or waited >= wait_s + 2:
+            return lost
+        sleep(step)
+        waited += step
