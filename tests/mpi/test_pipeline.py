@@ -79,7 +79,9 @@ def test_a_slow_stage_shows_as_its_neighbours_idle_time(tmp_path: Path) -> None:
     assert second["compute_s"] >= delay, second
     assert first["bubble_s"] >= 0.8 * delay, first
     assert first["transfer_s"] + first["schedule_s"] < 0.25 * delay, first
-    assert first["compute_s"] < 0.25 * delay, first
+    # the sleep is not in stage 0's compute: both stages' own compute grows alike on a loaded
+    # machine (a fresh-clone run measured stage 0 at 41 ms against an absolute bound of 40)
+    assert first["compute_s"] < second["compute_s"] - 0.75 * delay, (first, second)
 
 
 # Horovod's process sets under the zero-bubble schedule, DDP's stage groups under gpipe
