@@ -177,7 +177,9 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
 
 
 def restarts_about(run_dir: Path) -> dict[str, object]:
-    """The summary's account of the restarts the run needed (records/restarts.py)."""
+    """The summary's account of the restarts the run needed (records/restarts.py) and of the
+    nodes it left out (judged bad before training, or lost during it)."""
+    from hpctrain.records.preflight import excluded
     from hpctrain.records.restarts import read_restarts
 
     done = read_restarts(run_dir)
@@ -185,6 +187,8 @@ def restarts_about(run_dir: Path) -> dict[str, object]:
         "restarts": len(done),
         "steps_redone": sum(r.steps_redone for r in done),
         "restart_node_hours_lost": sum(r.node_hours_lost for r in done),
+        "nodes_excluded": excluded(run_dir),
+        "nodes_lost": list(dict.fromkeys(n for r in done for n in r.lost_nodes)),
     }
 
 

@@ -498,8 +498,8 @@ def sacct_state(job_id: str) -> str:
     """The job's newest record's state (a resized job, one that lost a node, has one per shape)."""
     out = subprocess.run(
         ["sacct", "-X", "-n", "-P", "-o", "State", "-j", job_id], capture_output=True, text=True
-    ).stdout.split()
-    return out[-1] if out else ""
+    ).stdout.splitlines()
+    return out[-1].split()[0] if out and out[-1].split() else ""  # "CANCELLED by 0" -> CANCELLED
 
 
 USER_PROJECT = Path(__file__).parent / "user_project"

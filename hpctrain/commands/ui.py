@@ -171,6 +171,10 @@ def summary_table(s: RunSummary) -> Table:
             str(s.restarts),
             f"{s.steps_redone} step(s) redone, {s.restart_node_hours_lost:.4f} node-h lost",
         )
+    if s.nodes_excluded or s.nodes_lost:
+        left = [f"{', '.join(s.nodes_excluded)} (pre-flight)"] if s.nodes_excluded else []
+        left += [f"{', '.join(s.nodes_lost)} (lost)"] if s.nodes_lost else []
+        t.add_row("nodes left out", "; ".join(left), "")
     if known(s.step_p50_s):
         t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
     t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")

@@ -239,6 +239,11 @@ def resubmitted(
     from hpctrain.records.preflight import bad_hosts, checks
 
     while states[job.job_id].state != State.COMPLETED and isinstance(launcher, Excludes):
+        newer = load_job(job.run_dir)  # the job's own teardown may have submitted it again
+        if newer.job_id != job.job_id:
+            say(f"pre-flight: the run was submitted again as job {newer.job_id} without its bad nodes")
+            job, states = newer, follow_one([newer])
+            continue
         done = checks(job.run_dir)
         bad = bad_hosts(done[-1]) if done else []
         failed = sum(1 for c in done if bad_hosts(c))

@@ -164,6 +164,8 @@ class RunSummary:
     restarts: int = 0
     steps_redone: int = 0
     restart_node_hours_lost: float = 0.0
+    nodes_excluded: list[str] = field(default_factory=list)  # judged bad by a pre-flight check
+    nodes_lost: list[str] = field(default_factory=list)  # lost mid-run (restarts.jsonl)
     # model FLOPs utilisation (analysis/peak.py): training FLOPs of one sample (FlopCounterMode),
     # what each rank achieved, one device's peak and where it came from, their ratio; None: unknown
     flops_per_sample: float | None = None

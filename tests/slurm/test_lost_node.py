@@ -39,6 +39,13 @@ def _others_on(nodes: str, ours: set[str]) -> set[str]:
     return set(out.split()) - ours
 
 
+def _down(nodes: str) -> bool:
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-n", nodes, "-o", "%t"], capture_output=True, text=True
+    ).stdout
+    return bool(out.split()) and all(state.startswith("down") for state in out.split())
+
+
 def _queue_state(job: str) -> str:
     return subprocess.run(
         ["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True
@@ -69,9 +76,13 @@ def test_a_lost_node_is_left_behind_with_elastic_and_waited_for_without(
             wait_for(f"step 6 of {run_dir.name}", lambda d=run_dir: lines(d / "steps-rank0.jsonl") >= 6, 180)
         lose_node("n4")
         lose_node("n2")
-        # the rigid job is requeued and waits for n1 and n2 (its nodelist); it goes on once n2 is back
+        # slurmctld takes both down; the rigid job is requeued and waits for n1 and n2 (its
+        # nodelist), the elastic one goes on; only then are the nodes brought back (a node back
+        # before slurmctld gave up on it would still hold the killed step's place)
+        wait_for("n2 and n4 down", lambda: _down("n2,n4"), 120)
         wait_for("the rigid job to wait in the queue", lambda: _queue_state(jobs[rigid]) == "PENDING", 150)
         assert read_restarts(rigid), "the requeue is recorded before it is made"
+        wait_for("the elastic job's restart", lambda: bool(read_restarts(elastic)), 120)
     finally:
         restore_nodes()
     assert wait_done(jobs[elastic]) == "COMPLETED" and wait_done(jobs[rigid]) == "COMPLETED"
@@ -80,7 +91,9 @@ def test_a_lost_node_is_left_behind_with_elastic_and_waited_for_without(
     assert went_on.lost_nodes == ["n4"] and went_on.resumed_from == 4, went_on
     assert went_on.change.startswith("went on with 2 -> 1 ranks on 1 node(s), global batch 32 -> 32"), went_on
     summary = json.loads((elastic / "summary.json").read_text())
-    assert summary["world_size"] == 1 and summary["restarts"] == 1, summary
+    assert summary["world_size"] == 1 and summary["restarts"] == 1 and summary["nodes_lost"] == ["n4"], (
+        summary
+    )
     # the same samples every step (global batch kept): one rank's weights
     assert_same_weights(elastic, one_rank_reference[0], rtol=1e-5, atol=1e-6)
     assert json.loads((elastic / "plan-restart1.json").read_text())["world_size"] == 1

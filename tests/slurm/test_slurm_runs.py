@@ -19,6 +19,7 @@ from tests.conftest import (
     run_ok,
     sacct_state,
     signal_at_step,
+    start_run,
     wait_done,
     wait_for,
     weights,
@@ -186,21 +187,28 @@ def test_a_killed_rank_restarts_as_a_new_job_step_in_the_same_allocation(
 
 
 def test_a_slow_node_fails_the_pre_flight_check_and_the_run_completes_without_it(tmp_path: Path) -> None:
-    """n2 is slow (its GEMMs take 10x as long): the first job's check judges it bad before any
-    step, and hpctrain submits the run again excluding it; the second job checks good nodes."""
-    run_dir, s = run_ok(
-        tmp_path, "preflight", *BASE, "train.steps=4", "train.warmup_steps=1", "cluster=slurm",
+    """n2 is slow (its GEMMs take 10x as long): the job's check judges it bad before any step, and
+    the run goes again without it, submitted with --no-wait (nothing waits for it): the job's own
+    batch script submits it again excluding n2, and the new job checks good nodes and completes."""
+    run_dir = tmp_path / "preflight"
+    job = start_run(
+        run_dir, *BASE, "train.steps=4", "train.warmup_steps=1", "cluster=slurm",
         "cluster.nodes=2", "cluster.ranks_per_node=1", "cluster.nodelist=[n1,n2]", "debug.slow_node=n2",
         "cluster.preflight.enabled=true", "cluster.preflight.tolerance=0.7",
     )  # fmt: skip
+    assert wait_done(job) == "FAILED"  # before any step; its teardown submitted the run again
+    again = json.loads((run_dir / "job.json").read_text())["job_id"]
+    assert again != job and wait_done(again) == "COMPLETED"
+    s = json.loads((run_dir / "summary.json").read_text())
     checks = [json.loads(line) for line in (run_dir / "preflight.json").read_text().splitlines()]
     assert [[v["host"] for v in c["verdicts"] if v["bad"]] for c in checks] == [["n2"], []], checks
     assert "compute" in checks[0]["verdicts"][1]["why"] and checks[0]["links_measured"], checks[0]
     hosts = json.loads((run_dir / "env.json").read_text())["hosts"]
     assert "n1" in hosts and "n2" not in hosts and s["timed_steps"] == 3, hosts
+    assert s["nodes_excluded"] == ["n2"] and s["nodes_lost"] == [], s
     cfg = (run_dir / "config.yaml").read_text()
     assert "exclude:\n  - n2" in cfg and "nodelist:\n  - n1\n" in cfg, cfg
-    assert list(run_dir.glob("error-rank*.json.1")), "the first job's errors are kept aside"
+    assert list(run_dir.glob("error-rank*.json.1")), "the first attempt's errors are kept aside"
     status = hpctrain("status", str(run_dir), timeout=60).stdout
     assert "pre-flight check 1: n1 good; n2 BAD (compute" in status and "pre-flight check 2:" in status, (
         status

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from hpctrain.analysis.preflight import Probe, judge
@@ -124,3 +126,40 @@ def test_an_earlier_study_is_a_reference_that_catches_a_job_whose_nodes_are_all_
         with pytest.raises(ConfigError, match=r"cluster\.preflight\.reference") as e:
             validate(load_config(overrides))
         assert rule in str(e.value)
+
+
+def test_a_failed_check_submits_the_run_again_without_its_bad_nodes(tmp_path, monkeypatch) -> None:
+    """From the batch script's teardown, whether an `hpctrain run` waits or not (--no-wait)."""
+    import dataclasses
+    import json
+
+    from hpctrain import records
+    from hpctrain.launch.base import Job
+    from hpctrain.launch.slurm import exclude
+    from hpctrain.launch.slurm.launcher import SlurmLauncher
+
+    asked: list[list[str]] = []
+
+    def resubmit(self, spec, hosts):  # what sbatch would be asked: tested in test_an_excluded_node...
+        asked.append(hosts)
+        return spec, Job(spec.run_dir, records.JobRef(1, "slurm", "78", 2))
+
+    monkeypatch.setattr(SlurmLauncher, "resubmit_excluding", resubmit)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
+    cfg = load_config(["cluster=slurm", "cluster.nodes=2", "cluster.preflight.enabled=true"])
+    error = records.ErrorRecord(0, "n1", "PreflightFailed", "pre-flight check: node(s) n2 bad", "", 1.0)
+    records.write_json(tmp_path / "error-rank0.json", dataclasses.asdict(error))
+    bad = {"verdicts": [{"host": "n1", "bad": False}, {"host": "n2", "bad": True, "why": "compute"}]}
+    (tmp_path / "preflight.json").write_text(json.dumps(bad) + "\n")
+    assert exclude.resubmitted_without_bad_nodes(cfg, tmp_path) and asked == [["n2"]]
+    assert "SLURM_JOB_ID" not in os.environ  # the new job's script does not inherit the old job's
+    assert os.environ["SLURM_CONF"] == "/etc/slurm/slurm.conf"  # but finds the same cluster
+    # past cluster.preflight.max_resubmits (2): three checks found bad nodes, the run ends
+    (tmp_path / "preflight.json").write_text(3 * (json.dumps(bad) + "\n"))
+    assert not exclude.resubmitted_without_bad_nodes(cfg, tmp_path) and asked == [["n2"]]
+    # another failure is not the check's to handle
+    other = dataclasses.replace(error, type="ValueError")
+    records.write_json(tmp_path / "error-rank0.json", dataclasses.asdict(other))
+    (tmp_path / "preflight.json").write_text(json.dumps(bad) + "\n")
+    assert not exclude.resubmitted_without_bad_nodes(cfg, tmp_path) and asked == [["n2"]]

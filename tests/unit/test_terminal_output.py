@@ -121,3 +121,19 @@ def test_status_of_a_large_sweep_lists_what_needs_attention_and_counts_the_rest(
     assert len(rows) == 50 and "train.seed=59 " in rows[0]  # the failed run first
     assert "10 more run(s) not listed (10 completed)" in text and "--all lists every run" in text
     assert len([line for line in shown(True).splitlines() if "train.seed=" in line]) == 60
+
+
+def test_the_summary_names_the_nodes_a_run_left_out_and_its_restarts() -> None:
+    s = dataclasses.replace(
+        synthetic_summary(2, 64, step=0.05, compute=0.04, comm=0.005, data=0.005),
+        restarts=1,
+        steps_redone=2,
+        restart_node_hours_lost=0.0253,
+        nodes_excluded=["n2"],
+        nodes_lost=["n4"],
+    )
+    out = io.StringIO()
+    print_summary(make_console(out), s)
+    rows = {line.split("│")[1].strip(): line for line in out.getvalue().splitlines() if line.count("│") >= 3}
+    assert "n2 (pre-flight); n4 (lost)" in rows["nodes left out"], rows
+    assert "2 step(s) redone, 0.0253 node-h lost" in rows["restarts after a failure"], rows

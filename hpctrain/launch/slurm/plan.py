@@ -106,8 +106,9 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
     py = shlex.join(box.python) if box else shlex.quote(python)
     d = derive(cfg)
     executor = executor_parameters(cfg, env, box.srun_args if box else ())
-    if cfg.train.max_restarts:
+    if cfg.train.max_restarts or cfg.cluster.preflight.enabled:  # restarts; bad nodes excluded
         executor["teardown"] = restart_teardown(python, folder)
+    if cfg.train.max_restarts:
         # a lost node leaves the job running, so the teardown decides: go on with the nodes left
         # (train.elastic) or requeue to the full size (SLURM would otherwise end the job)
         executor["additional_parameters"] = {"no_kill": True}

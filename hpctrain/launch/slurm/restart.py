@@ -27,6 +27,7 @@ from hpctrain import records
 from hpctrain.config.load import config_from_yaml
 from hpctrain.config.schema import Config
 from hpctrain.launch.output import srun_failure, srun_node_failures, srun_reporting_nodes
+from hpctrain.launch.slurm.exclude import resubmitted_without_bad_nodes
 from hpctrain.launch.slurm.nodes import hostnames, job_nodes, settled_losses, slurmd_timeout_s, step_env
 from hpctrain.lifeline import stat_fields
 from hpctrain.parallel.elastic import resize
@@ -185,6 +186,8 @@ def main(argv: list[str]) -> int:
     jid = job_id(env)
     run_dir = run_dir_of(folder, jid)
     cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
+    if cfg.cluster.preflight.enabled and resubmitted_without_bad_nodes(cfg, run_dir):
+        return status
     max_restarts = cfg.train.max_restarts
     stderr = Path(folder) / f"{jid}_0_log.err"
     started, offset, place, plan_name = _job_start(env), 0, list[str](), ""
