@@ -316,17 +316,12 @@ def member_dir(home: Path, recorded: str) -> Path:
     return p
 
 
-def keep_name(path: Path) -> Path:
-    """Where an earlier attempt's `path` is kept: the first free PATH.1, PATH.2, ..."""
+def keep_attempt(path: Path) -> Path:
+    """Keep an earlier attempt's file before it is rewritten: the first free PATH.1, PATH.2, ..."""
     n = 1
     while path.with_name(f"{path.name}.{n}").exists():
         n += 1
-    return path.with_name(f"{path.name}.{n}")
-
-
-def keep_attempt(path: Path) -> Path:
-    """Keep an earlier attempt's file before it is rewritten (keep_name)."""
-    kept = keep_name(path)
+    kept = path.with_name(f"{path.name}.{n}")
     path.rename(kept)  # the rewrite then starts a new file (truncating would lose these bytes)
     return kept
 

@@ -28,7 +28,15 @@ from hpctrain.config.load import config_from_yaml
 from hpctrain.config.schema import Config
 from hpctrain.launch.output import srun_failure, srun_node_failures, srun_reporting_nodes
 from hpctrain.launch.slurm.exclude import resubmitted_without_bad_nodes
-from hpctrain.launch.slurm.nodes import hostnames, job_nodes, settled_losses, slurmd_timeout_s, step_env
+from hpctrain.launch.slurm.nodes import (
+    fields,
+    hostnames,
+    job_nodes,
+    scontrol,
+    settled_losses,
+    slurmd_timeout_s,
+    step_env,
+)
 from hpctrain.lifeline import stat_fields
 from hpctrain.parallel.elastic import resize
 from hpctrain.records import State, restarts
@@ -69,16 +77,7 @@ def srun_argv(plan: Mapping[str, Any], folder: str, array: bool, place: Sequence
 
 def job_state(jid: str) -> State:
     """SLURM's JobState of this job now (UNKNOWN when scontrol cannot tell)."""
-    try:
-        out = subprocess.run(
-            ["scontrol", "show", "job", "-o", jid], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return State.UNKNOWN
-    for field in out.split():
-        if field.startswith("JobState="):
-            return State.of(field.removeprefix("JobState="))
-    return State.UNKNOWN
+    return State.of(fields(scontrol("show", "job", "-o", jid)).get("JobState", ""))
 
 
 def why_not(run_dir: Path, max_restarts: int, used: int, state: State) -> str | None:
@@ -110,16 +109,16 @@ def lost_nodes(step: list[str], allocated: list[str], srun_said: str) -> list[st
     return [n for n in step if n in gone or n in late]
 
 
-def cause(run_dir: Path, stderr: Path, offset: int) -> tuple[int | None, str]:
+def cause(run_dir: Path, srun_said: str) -> tuple[int | None, str]:
     """(rank, what failed): the rank's own error, else srun's word of a failed node, else its
     report of the task that died."""
     first = records.first_error(run_dir, causes_only=True)
     if first is not None:
         return first.rank, first.describe()
-    failed = srun_node_failures(_tail(stderr, offset))
+    failed = srun_node_failures(srun_said)
     if failed:
         return None, f"srun: Node failure on {', '.join(failed)}"
-    found = srun_failure(_tail(stderr, offset))
+    found = srun_failure(srun_said)
     return found if found is not None else (None, "the job step failed")
 
 
@@ -193,16 +192,18 @@ def main(argv: list[str]) -> int:
     started, offset, place, plan_name = _job_start(env), 0, list[str](), ""
     alive = hostnames(env.get("SLURM_JOB_NODELIST", ""))  # the first step's: the whole allocation
     while status != 0:
-        why = why_not(run_dir, max_restarts, len(restarts.read_restarts(run_dir)), job_state(jid))
+        used = len(restarts.read_restarts(run_dir))
+        why = why_not(run_dir, max_restarts, used, job_state(jid))
         if why is not None:
             if max_restarts:
                 print(f"hpctrain: {why}", file=sys.stderr, flush=True)
             return status
-        rank, what = cause(run_dir, stderr, offset)
-        lost = lost_nodes(alive, job_nodes(jid), _tail(stderr, offset))
+        srun_said = _tail(stderr, offset)  # read once: the cause and the lost nodes both come from it
+        rank, what = cause(run_dir, srun_said)
+        lost = lost_nodes(alive, job_nodes(jid), srun_said)
         alive = [n for n in alive if n not in lost]
         plan = records.read_json(run_dir / records.PLAN)
-        attempt = len(restarts.read_restarts(run_dir)) + 1
+        attempt = used + 1
         if lost:
             followed = records.read_json(run_dir / (plan_name or records.PLAN))
             step = next_step(cfg, run_dir, followed, alive, attempt, int(plan["nodes"]))
