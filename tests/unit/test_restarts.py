@@ -136,6 +136,8 @@ def test_a_slurm_restart_starts_the_step_submitit_starts_and_keeps_the_job_s_sta
     )
     assert restart.why_not(run, 2, 0, State.CANCELLED) == "not restarted: the job is CANCELLED"
     assert restart.why_not(run, 2, 0, State.of("REQUEUED")) == "not restarted: the job is REQUEUED"
+    # scontrol had no answer (a busy slurmctld): restart; a job that ended takes the step with it
+    assert restart.why_not(run, 2, 0, State.of("")) is None
 
 
 def test_a_tracked_run_carries_its_restarts_and_excluded_nodes(tmp_path: Path) -> None:

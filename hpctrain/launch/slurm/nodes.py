@@ -12,13 +12,22 @@ from collections.abc import Callable, Mapping, Sequence
 LOST_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT")
 
 
-def scontrol(*args: str) -> str:
-    """scontrol's output ('' when it cannot answer)."""
-    try:
-        r = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return r.stdout if r.returncode == 0 else ""
+def scontrol(*args: str, tries: int = 3, sleep: Callable[[float], None] = time.sleep) -> str:
+    """scontrol's output ('' when it cannot answer). A busy slurmctld times a request out
+    ("Socket timed out on send/recv operation"), so a failed call is tried again after 1 s,
+    then 2 s; a question with no answer ("Invalid job id") is asked once."""
+    for attempt in range(tries):
+        try:
+            r = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
+        except OSError:
+            return ""
+        except subprocess.TimeoutExpired:
+            r = None
+        if r is not None and (r.returncode == 0 or "Invalid" in r.stderr):
+            return r.stdout if r.returncode == 0 else ""
+        if attempt + 1 < tries:
+            sleep(float(attempt + 1))
+    return ""
 
 
 def fields(line: str) -> dict[str, str]:

@@ -81,8 +81,10 @@ def job_state(jid: str) -> State:
 
 
 def why_not(run_dir: Path, max_restarts: int, used: int, state: State) -> str | None:
-    """None: restart the failed step; else why not."""
-    if state != State.RUNNING and used < max_restarts:  # cancelled, or requeued: SLURM ends this script
+    """None: restart the failed step; else why not. A state scontrol could not tell (UNKNOWN)
+    does not stop a restart: a job that did end takes its steps with it."""
+    ended = state not in (State.RUNNING, State.UNKNOWN)
+    if ended and used < max_restarts:  # cancelled, or requeued: SLURM ends this script
         return f"not restarted: the job is {state}"
     return restarts.why_not(run_dir, max_restarts, used)
 
