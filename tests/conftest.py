@@ -49,13 +49,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Two streams side by side (scripts/test.sh runs pytest-xdist with --dist loadgroup): the
-    SLURM tests share the one local cluster and run one after another on one worker, the local
-    mpirun tests one after another on the other, and the unit tests wherever there is room. The
-    SLURM stream mostly waits (queueing, requeues, time limits, accounting), so the other stream
-    has the cores while it does; no two local trainings ever compete with each other. Local tests
-    that mostly wait (stall timeouts) or work in one process (the reader fuzz) are marked
-    side_stream and join the SLURM stream, so the two streams take about as long."""
+    """Three workers (scripts/test.sh runs pytest-xdist with --dist loadgroup): the SLURM tests
+    share the one local cluster and run one after another on one worker; the local mpirun tests
+    run a module at a time (a module's fixtures are built once) on the other two, and the unit
+    tests wherever there is room. Most of a run's time is waiting on its processes (interpreters
+    starting, torch importing, ranks meeting, queues), so the cores are busy about a third of the
+    time with two workers; a third fills them. Local tests that mostly wait (stall timeouts) or
+    work in one process (the reader fuzz) are marked side_stream and join the SLURM stream."""
     # the container tests last in their streams: the image builds in the background meanwhile
     items.sort(key=lambda item: item.get_closest_marker("container") is not None)
     _gpus_needed(items)
@@ -63,7 +63,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("slurm") or item.get_closest_marker("side_stream"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif item.get_closest_marker("mpi"):
-            item.add_marker(pytest.mark.xdist_group("local"))
+            item.add_marker(pytest.mark.xdist_group(f"local-{item.module.__name__ if item.module else ''}"))
 
 
 @pytest.fixture
@@ -151,8 +151,22 @@ def run_ok(tmp: Path, name: str, *overrides: str, cwd: Path | None = None) -> tu
     """`hpctrain run` into tmp/name, which must succeed; the run directory and its summary."""
     run_dir = tmp / name
     r = hpctrain("run", "--no-progress", f"run.dir={run_dir}", *overrides, cwd=cwd)
-    assert r.returncode == 0, f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert r.returncode == 0, (
+        f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}{batch_words(run_dir)}"
+    )
     return run_dir, json.loads((run_dir / "summary.json").read_text())
+
+
+def batch_words(run_dir: Path) -> str:
+    """What a SLURM run's batch script and its teardown said (srun's and hpctrain's lines in rank
+    0's error log), for a failed test's message: CI keeps no run directory."""
+    said = [
+        f"{log.name}: {line}"
+        for log in sorted((run_dir / "submitit").glob("*_0_log.err"))
+        for line in log.read_text(errors="replace").splitlines()
+        if line.startswith(("hpctrain:", "srun:", "slurmstepd"))
+    ]
+    return "\nthe batch script said:\n" + "\n".join(said[-30:]) if said else ""
 
 
 # Real data (scikit-learn's digits), fp32, no shuffle surprises: a deterministic small run.
