@@ -16,10 +16,7 @@ import pytest
 from hpctrain import records
 from tests.conftest import hpctrain, processes_of, small_tmpfs
 
-pytestmark = [
-    pytest.mark.mpi,
-    pytest.mark.side_stream,
-]  # mostly starts, stops and reads runs: beside the SLURM stream
+pytestmark = pytest.mark.mpi
 
 
 @pytest.fixture
