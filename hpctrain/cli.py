@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.text import Text
 
 from hpctrain import records
+from hpctrain.argtypes import positive_float
+from hpctrain.bench.args import add_bench
 from hpctrain.commands.ui import make_console
 from hpctrain.errors import HpctrainError
 
@@ -31,6 +33,8 @@ EPILOG = """examples:
   hpctrain run -m cluster=slurm cluster.nodes=1,2 precision=fp32,bf16
   hpctrain status outputs/2026-01-01/12-00-00-train-sweep
   hpctrain study strong study.ranks=[1,2] model=resnet18   strong scaling study + report
+  hpctrain study strong study.ranks=[1,2] --estimate       its time and node-hours beforehand
+  hpctrain run cluster=slurm cluster.nodes=8 --estimate --from RUN_OR_STUDY_DIR
   hpctrain analyze outputs/<date>/<time>-train-strong      re-analyze a study
   hpctrain track outputs/<date>/<time>-train --uri URI      send a run to MLflow later
   hpctrain doctor                                what this environment can do
@@ -41,29 +45,8 @@ EPILOG = """examples:
   hpctrain bench memory                          state per rank, ddp vs fsdp, vs ZeRO-3's 1/N
   hpctrain bench profile                         the profiler's cost once its window is over
   hpctrain bench predict STUDY_DIR               the step model's in-sample and leave-one-out errors
+  hpctrain bench estimate                        --estimate's wall time and node-hours vs the runs
 """
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a count of ranks, runs, steps, ...)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (a time limit)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0 (got {text})")
-    return value
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -74,6 +57,22 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
         help="Hydra overrides, e.g. model=resnet18 train.steps=100 cluster.ranks=4",
     )
     p.add_argument("--config-dir", help="directory with config.yaml (default: hpctrain's conf/)")
+
+
+def _add_estimate(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="predict every point's step time, throughput, wall time, node-hours and core-hours "
+        "with intervals, and the total; submit nothing (locally a short probe of each point runs)",
+    )
+    p.add_argument(
+        "--from",
+        dest="estimate_from",
+        type=Path,
+        metavar="DIR",
+        help="with --estimate: the earlier run or study of this config to estimate from (no probe)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout-min", type=positive_float, default=60, help="stop waiting after this many minutes"
     )
     _add_container(sub)
-    _add_bench(sub)
+    add_bench(sub)
     return parser
 
 
@@ -149,6 +148,7 @@ def _add_run(sub: Subparsers) -> None:
     run.add_argument(
         "--cfg", action="store_true", help="print the resolved config only (like Hydra's --cfg job)"
     )
+    _add_estimate(run)
     run.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
     run.add_argument(
         "-m",
@@ -196,6 +196,7 @@ def _add_study(sub: Subparsers) -> None:
     sd.add_argument("kind", choices=["strong", "weak", "resume"])
     _add_config_args(sd)
     sd.add_argument("--dry-run", action="store_true", help="list the runs; start nothing")
+    _add_estimate(sd)
     sd.add_argument("--no-progress", action="store_true")
     sd.add_argument("--no-wait", action="store_true", help=argparse.SUPPRESS)
     sd.add_argument(
@@ -213,86 +214,6 @@ def _add_study(sub: Subparsers) -> None:
         "path", type=Path, help="a study directory (with study.json), or a run directory with traces/"
     )
     an.add_argument("--out", help="report directory (default: STUDY_DIR/report)")
-
-
-def _add_bench(sub: Subparsers) -> None:
-    bench = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
-    bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
-    ov = bsub.add_parser("overhead", help="hpctrain's training throughput vs a minimal Horovod script")
-    ov.add_argument("--ranks", type=positive_int, default=2)
-    ov.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
-    ov.add_argument("--steps", type=positive_int, help="per run, a tenth warm-up (default: cpu 60, cuda 400)")
-    ov.add_argument("--batch", type=positive_int, default=64, help="per-rank batch")
-    ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
-    ov.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per rank")
-    ov.add_argument(
-        "--starter",
-        choices=("mpirun", "spawn"),
-        default="mpirun",
-        help="spawn: without MPI (cluster.starter)",
-    )
-    ar = bsub.add_parser(
-        "allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit"
-    )
-    ar.add_argument("--ranks", type=positive_int, default=2)
-    ar.add_argument("--max-mb", type=positive_int, default=256)
-    ar.add_argument("--out", default="outputs/bench")
-    ba = bsub.add_parser(
-        "analyze", help="analyze + report a synthetic study of N runs (target: 1000 in < 2 s)"
-    )
-    ba.add_argument(
-        "--runs", type=positive_int, nargs="+", default=[256, 1000], help="study sizes (default: 256 1000)"
-    )
-    sb = bsub.add_parser(
-        "submit", help="plan + submit an N-point single-shape sweep to SLURM; count sbatch calls"
-    )
-    sb.add_argument(
-        "--points", type=positive_int, nargs="+", default=[256], help="sweep sizes (e.g. 256 10000)"
-    )
-    sb.add_argument("--out", default="outputs/bench")
-    pp = bsub.add_parser(
-        "pipeline", help="pipeline step parts (idle vs (p-1)/(m+p-1), transfers, overhead) at m = 1, 2, 4, 8"
-    )
-    pp.add_argument("--stages", type=positive_int, default=2)
-    pp.add_argument("--batch", type=positive_int, default=2048, help="samples per step")
-    pp.add_argument("--steps", type=positive_int, default=6)
-    pp.add_argument("--width", type=positive_int, default=1024, help="MLP width")
-    pp.add_argument("--depth", type=positive_int, default=8, help="MLP blocks (split evenly over the stages)")
-    pp.add_argument("--microbatches", type=positive_int, nargs="+", default=[1, 2, 4, 8])
-    pp.add_argument(
-        "--schedules",
-        nargs="+",
-        default=["gpipe", "1f1b"],
-        choices=["gpipe", "1f1b", "interleaved_zb", "zbv"],
-    )
-    pp.add_argument("--out", default="outputs/bench")
-    me = bsub.add_parser("memory", help="per-rank state and peak memory, ddp vs fsdp, against ZeRO-3's 1/N")
-    me.add_argument(
-        "--ranks", type=positive_int, nargs="+", default=[1, 2, 4], help="world sizes (default 1 2 4)"
-    )
-    me.add_argument("--width", type=positive_int, default=512, help="transformer d_model (default 512)")
-    me.add_argument(
-        "--depth", type=positive_int, default=16, help="transformer layers (default 16: ~50 M parameters)"
-    )
-    me.add_argument("--batch", type=positive_int, default=2, help="sequences per rank")
-    me.add_argument("--steps", type=positive_int, default=3)
-    me.add_argument("--out", default="outputs/bench")
-    pf = bsub.add_parser("profile", help="throughput with the profiler's window over vs the profiler off")
-    pf.add_argument("--ranks", type=positive_int, default=2)
-    pf.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
-    pf.add_argument("--steps", type=positive_int, default=60)
-    pf.add_argument(
-        "--warmup", type=positive_int, default=10, help="warm-up steps; the window lies inside them"
-    )
-    pf.add_argument("--out", default="outputs/bench")
-    st = bsub.add_parser("startup", help="a rank's CPU to its first step: torch's optimizers vs hpctrain's")
-    st.add_argument(
-        "--repeats", type=positive_int, default=5, help="interleaved processes of each (default 5)"
-    )
-    pr = bsub.add_parser(
-        "predict", help="the step model's in-sample and leave-one-out errors on recorded studies"
-    )
-    pr.add_argument("studies", nargs="+", metavar="STUDY_DIR", help="study directories (hpctrain study ...)")
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -344,6 +265,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
 
 
 def _bench(args: argparse.Namespace, console: Console) -> int:
+    if args.bench == "estimate":
+        from hpctrain.bench.estimate import run_estimate_bench
+
+        return run_estimate_bench(args, console)
     if args.bench == "overhead":
         from hpctrain.bench.overhead import run_overhead
 

@@ -44,6 +44,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.cfg:
         print(to_yaml(load_config(args.overrides, args.config_dir)), end="")
         return 0
+    if args.estimate or args.estimate_from:
+        return _estimate(args, console)
     prep = orchestrate.prepare(args.overrides, args.config_dir, args.multirun)
     launcher = prep.launcher
     if args.dry_run:
@@ -97,6 +99,17 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             )
         rows.append((r.overrides, job.run_dir, st.state))
     return sweep_table(console, prep.group_dir, rows)
+
+
+def _estimate(args: argparse.Namespace, console: Console) -> int:
+    from hpctrain.commands.estimate import cmd_estimate
+    from hpctrain.orchestrate.estimate import run_points
+
+    if not args.estimate:
+        raise ConfigError([Problem("--from", "names the evidence of an estimate", "add --estimate")])
+    launcher, points = run_points(args.overrides, args.config_dir, args.multirun)
+    title = f"estimate: {'sweep of ' + str(len(points)) + ' points' if args.multirun else 'the run'}"
+    return cmd_estimate(args, console, launcher, points, title)
 
 
 def _follow(

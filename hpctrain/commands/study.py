@@ -30,6 +30,8 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
             raise HpctrainError("usage: hpctrain study resume STUDY_DIR")
         study_dir = Path(args.overrides[0]).resolve()
         load_study(study_dir)
+    elif args.estimate or args.estimate_from:
+        return _estimate(args, console)
     else:
         study_dir, manifest, dated = create_study(args.kind, args.overrides, args.config_dir)
         if args.dry_run:
@@ -46,6 +48,16 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
     finally:
         reporter.close()
     return analyze_and_report(study_dir, console)
+
+
+def _estimate(args: argparse.Namespace, console: Console) -> int:
+    from hpctrain.commands.estimate import cmd_estimate
+    from hpctrain.orchestrate.estimate import study_points
+
+    if not args.estimate:
+        raise HpctrainError("--from names the evidence of an estimate: add --estimate")
+    launcher, points = study_points(args.kind, args.overrides, args.config_dir)
+    return cmd_estimate(args, console, launcher, points, f"estimate: {args.kind} study of {len(points)} runs")
 
 
 def analyze_and_report(study_dir: Path, console: Console, out: Path | None = None) -> int:

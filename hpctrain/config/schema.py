@@ -278,6 +278,9 @@ class ClusterConf:
     # jobs may start, or restart, long after submission: user code is copied at submission so an
     # edit meanwhile changes nothing (code.snapshot=null follows this)
     snapshots_code: ClassVar[bool] = True
+    # a short probe run is started for `--estimate` (locally it costs seconds; on a scheduler it
+    # would be the submission the estimate is for, so an earlier run is named instead)
+    probes_for_estimates: ClassVar[bool] = False
 
     @property
     def world_size(self) -> int:
@@ -304,6 +307,7 @@ class LocalClusterConf(ClusterConf):
     extra_args: List[str] = field(default_factory=list)  # extra mpirun arguments, one per item
     checkpoint_interval: int = 0  # write a checkpoint every N steps (0: none)
     snapshots_code: ClassVar[bool] = False  # the ranks start now, from the code as it is
+    probes_for_estimates: ClassVar[bool] = True
 
     @property
     def world_size(self) -> int:

@@ -25,15 +25,24 @@ def allreduce_config(cfg: Config, max_mb: int) -> Config:
     )
 
 
-def run_allreduce(
-    launcher: Launcher, cfg: Config, run_dir: Path, max_mb: int, timeout_s: float = 3600
-) -> records.AllreduceResult:
-    """Run the benchmark on the resources of `cfg` in `run_dir` and wait for its result."""
-    cfg = allreduce_config(cfg, max_mb)
-    run = RunSpec(0, ["bench.allreduce=true", f"bench.max_mb={max_mb}"], cfg, launcher.plan(cfg, run_dir))
+def run_and_wait(
+    launcher: Launcher, cfg: Config, run_dir: Path, overrides: list[str], timeout_s: float = 3600
+) -> RunSpec:
+    """Run `cfg` in `run_dir` through the launcher's normal path and wait for it to complete;
+    the launcher's failure (a typed error) when it does not."""
+    run = RunSpec(0, overrides, cfg, launcher.plan(cfg, run_dir))
     launcher.admit([run])
     (job,) = launcher.submit([run], None, detach=False)
     status = launcher.wait([job], timeout_s, poll_s=0.5)[job.job_id]
     if status.state != State.COMPLETED:
         raise launcher.failure(job, status)
+    return run
+
+
+def run_allreduce(
+    launcher: Launcher, cfg: Config, run_dir: Path, max_mb: int, timeout_s: float = 3600
+) -> records.AllreduceResult:
+    """Run the benchmark on the resources of `cfg` in `run_dir` and wait for its result."""
+    cfg = allreduce_config(cfg, max_mb)
+    run = run_and_wait(launcher, cfg, run_dir, ["bench.allreduce=true", f"bench.max_mb={max_mb}"], timeout_s)
     return records.read(run_dir / records.allreduce_file(run.plan.world_size), records.AllreduceResult)

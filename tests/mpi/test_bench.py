@@ -59,3 +59,28 @@ def test_bench_profile_compares_a_window_inside_the_warm_up_with_the_profiler_of
     # the window (steps 1..3) ends inside the warm-up: every timed step ran with the profiler off
     steps = [json.loads(line) for line in (window / "steps-rank0.jsonl").read_text().splitlines()]
     assert [x["step"] for x in steps if x["timed"]] == list(range(5, 10))
+
+
+def test_bench_estimate_sets_each_runs_prediction_beside_what_it_took(tmp_path: Path) -> None:
+    """Two points probed, then run: each row's 'took' is the run's own wall time (its records),
+    its error the prediction against it; no timing bound is asserted."""
+    from hpctrain import records
+    from hpctrain.analysis.evidence import whole_s
+
+    r = hpctrain("bench", "estimate", "--reps", "1", "--steps", "30", "--out", str(tmp_path), timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("probe ") == 2, r.stdout
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in r.stdout.splitlines() if "│ n" in line]
+    assert [row[:2] for row in rows] == [["n1-r0", "1"], ["n2-r0", "2"]], r.stdout
+    [study] = list(tmp_path.glob("*-estimate/study-strong"))
+    for name, _, band, took, err, inside, *_ in rows:
+        m = re.fullmatch(r"([\d.]+) \(([\d.]+)–([\d.]+)\)", band)
+        assert m, band
+        wall, lo, hi = (float(x) for x in m.groups())
+        s = records.read(study / name / records.SUMMARY, records.RunSummary)
+        assert float(took) == pytest.approx(whole_s(study / name, s), abs=0.006)
+        assert float(err.rstrip("%")) == pytest.approx(100 * (wall / float(took) - 1), abs=0.3)
+        assert inside == ("yes" if lo <= float(took) <= hi else "no")
+    assert re.search(r"mean \|error\| [\d.]+%, worst [\d.]+% \(target ≤ 25%: (met|NOT met)\)", r.stdout), (
+        r.stdout
+    )

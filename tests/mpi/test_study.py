@@ -230,3 +230,41 @@ def test_a_study_whose_every_run_fails_stops_before_the_benchmark_and_exits_4(tm
     )
     [study] = list(tmp_path.glob("*/*-strong"))
     assert not list(study.glob("allreduce-*")) and not (study / "report").exists()
+
+
+def test_estimates_come_from_one_probe_per_distinct_point_or_from_an_earlier_study(
+    tmp_path: Path, strong_study: tuple[Path, str]
+) -> None:
+    """A sweep of step counts shares one probe; a study estimated from the finished study above
+    takes its two scales as measured and a third from its step model; evidence of another model
+    is refused naming it; nothing is created where the runs would go."""
+    out = tmp_path / "out"
+    common = ["data=digits", "train.warmup_steps=2", f"run.output_root={out}"]
+    r = hpctrain("run", "-m", "--estimate", *common, "train.steps=100,400", timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        r.stdout.count("probe ") == 1
+        and "probe 1: point 0 (train.steps=100): 10 steps on 2 rank(s)" in r.stdout
+    )
+    rows = {line.split("│")[1].strip(): line for line in r.stdout.splitlines() if "measured at N=2" in line}
+    assert set(rows) == {"point 0 (train.steps=100)", "point 1 (train.steps=400)"}, r.stdout
+    assert "total: 2 run(s)" in r.stdout and "nothing was submitted" in r.stdout
+    assert not out.exists()
+
+    study, _ = strong_study
+    scales = ["study.ranks=[1,2,4]", "study.repetitions=1", "study.steps=500", "study.warmup_steps=2"]
+    r = hpctrain(
+        "study", "strong", "--estimate", "--from", str(study), *scales, "study.global_batch=32", *common
+    )
+    assert "probe" not in r.stdout, r.stdout
+    lines = {line.split("│")[1].strip(): line for line in r.stdout.splitlines() if "│ n" in line}
+    assert "measured at N=1" in lines["n1-r0"] and "measured at N=2" in lines["n2-r0"], r.stdout
+    # N=4 from the study's step model, or refused with the reason when the model does not
+    # describe this machine's measurements (exit 1: an estimate is missing)
+    if r.returncode == 0:
+        assert "step model (2 scales, leave-one-out band)" in lines["n4-r0"], r.stdout
+    else:
+        assert r.returncode == 1 and "no estimate: n4-r0: the step model does not describe" in r.stdout
+    r = hpctrain("study", "strong", "--estimate", "--from", str(study), *scales, "model=mlp", *common)
+    assert r.returncode == 2 and f"{study} ran model=cnn, this point runs mlp" in r.stderr, r.stderr
+    assert not out.exists()

@@ -1,0 +1,109 @@
+"""The options of `hpctrain bench BENCH` (each benchmark's module reads them)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from hpctrain.argtypes import positive_int
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def add_bench(sub: Subparsers) -> None:
+    """`hpctrain bench BENCH`: each benchmark's options."""
+    bench = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
+    bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    ov = bsub.add_parser("overhead", help="hpctrain's training throughput vs a minimal Horovod script")
+    ov.add_argument("--ranks", type=positive_int, default=2)
+    ov.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
+    ov.add_argument("--steps", type=positive_int, help="per run, a tenth warm-up (default: cpu 60, cuda 400)")
+    ov.add_argument("--batch", type=positive_int, default=64, help="per-rank batch")
+    ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
+    ov.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per rank")
+    ov.add_argument(
+        "--starter",
+        choices=("mpirun", "spawn"),
+        default="mpirun",
+        help="spawn: without MPI (cluster.starter)",
+    )
+    ar = bsub.add_parser(
+        "allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit"
+    )
+    ar.add_argument("--ranks", type=positive_int, default=2)
+    ar.add_argument("--max-mb", type=positive_int, default=256)
+    ar.add_argument("--out", default="outputs/bench")
+    ba = bsub.add_parser(
+        "analyze", help="analyze + report a synthetic study of N runs (target: 1000 in < 2 s)"
+    )
+    ba.add_argument(
+        "--runs", type=positive_int, nargs="+", default=[256, 1000], help="study sizes (default: 256 1000)"
+    )
+    sb = bsub.add_parser(
+        "submit", help="plan + submit an N-point single-shape sweep to SLURM; count sbatch calls"
+    )
+    sb.add_argument(
+        "--points", type=positive_int, nargs="+", default=[256], help="sweep sizes (e.g. 256 10000)"
+    )
+    sb.add_argument("--out", default="outputs/bench")
+    pp = bsub.add_parser(
+        "pipeline", help="pipeline step parts (idle vs (p-1)/(m+p-1), transfers, overhead) at m = 1, 2, 4, 8"
+    )
+    pp.add_argument("--stages", type=positive_int, default=2)
+    pp.add_argument("--batch", type=positive_int, default=2048, help="samples per step")
+    pp.add_argument("--steps", type=positive_int, default=6)
+    pp.add_argument("--width", type=positive_int, default=1024, help="MLP width")
+    pp.add_argument("--depth", type=positive_int, default=8, help="MLP blocks (split evenly over the stages)")
+    pp.add_argument("--microbatches", type=positive_int, nargs="+", default=[1, 2, 4, 8])
+    pp.add_argument(
+        "--schedules",
+        nargs="+",
+        default=["gpipe", "1f1b"],
+        choices=["gpipe", "1f1b", "interleaved_zb", "zbv"],
+    )
+    pp.add_argument("--out", default="outputs/bench")
+    _add_model_benches(bsub)
+
+
+def _add_model_benches(bsub: Subparsers) -> None:
+    """The benchmarks of memory, the profiler, start-up and the models' predictions."""
+    me = bsub.add_parser("memory", help="per-rank state and peak memory, ddp vs fsdp, against ZeRO-3's 1/N")
+    me.add_argument(
+        "--ranks", type=positive_int, nargs="+", default=[1, 2, 4], help="world sizes (default 1 2 4)"
+    )
+    me.add_argument("--width", type=positive_int, default=512, help="transformer d_model (default 512)")
+    me.add_argument(
+        "--depth", type=positive_int, default=16, help="transformer layers (default 16: ~50 M parameters)"
+    )
+    me.add_argument("--batch", type=positive_int, default=2, help="sequences per rank")
+    me.add_argument("--steps", type=positive_int, default=3)
+    me.add_argument("--out", default="outputs/bench")
+    pf = bsub.add_parser("profile", help="throughput with the profiler's window over vs the profiler off")
+    pf.add_argument("--ranks", type=positive_int, default=2)
+    pf.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
+    pf.add_argument("--steps", type=positive_int, default=60)
+    pf.add_argument(
+        "--warmup", type=positive_int, default=10, help="warm-up steps; the window lies inside them"
+    )
+    pf.add_argument("--out", default="outputs/bench")
+    st = bsub.add_parser("startup", help="a rank's CPU to its first step: torch's optimizers vs hpctrain's")
+    st.add_argument(
+        "--repeats", type=positive_int, default=5, help="interleaved processes of each (default 5)"
+    )
+    es = bsub.add_parser(
+        "estimate", help="--estimate's wall time and node-hours against a study run right after"
+    )
+    es.add_argument("--cluster", choices=["local", "slurm"], default="local")
+    es.add_argument(
+        "--scales", type=positive_int, nargs="+", default=[1, 2], help="ranks (local) or nodes (slurm)"
+    )
+    es.add_argument("--reps", type=positive_int, default=2, help="runs per scale (default 2: 4 runs)")
+    es.add_argument("--steps", type=positive_int, default=300, help="steps of each run of the study")
+    es.add_argument("--probe-steps", type=positive_int, default=15, help="slurm: steps of the probe study")
+    es.add_argument("--batch", type=positive_int, default=64, help="global batch (default 64)")
+    es.add_argument("--out", default="outputs/bench")
+    pr = bsub.add_parser(
+        "predict", help="the step model's in-sample and leave-one-out errors on recorded studies"
+    )
+    pr.add_argument("studies", nargs="+", metavar="STUDY_DIR", help="study directories (hpctrain study ...)")

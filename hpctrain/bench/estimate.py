@@ -1,0 +1,109 @@
+"""`hpctrain bench estimate`: how close `--estimate` comes. A strong-scaling study is estimated
+before it runs (locally from probes; on SLURM from a short probe study, as a user would name an
+earlier one with --from), then run; every run's predicted wall time and node-hours are set beside
+what it took, with the error and whether the truth fell inside the estimate's band."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hpctrain import records
+from hpctrain.analysis.estimate import PointEstimate
+from hpctrain.analysis.evidence import whole_s
+from hpctrain.errors import LaunchError
+from hpctrain.lifeline import with_lifeline
+from hpctrain.orchestrate.estimate import estimate, study_points
+
+TARGET = 0.25  # the issue's bound on the error of the wall time and the node-hours
+
+
+def _study(args: argparse.Namespace, steps: int, reps: int, run_dir: Path) -> list[str]:
+    scale = "nodes" if args.cluster == "slurm" else "ranks"
+    return [
+        f"cluster={args.cluster}",
+        f"study.{scale}=[{','.join(str(n) for n in args.scales)}]",
+        f"study.repetitions={reps}",
+        f"study.steps={steps}",
+        "study.warmup_steps=5",
+        f"study.global_batch={args.batch}",
+        "study.allreduce_bench=false",
+        "data=digits",
+        "train.save_model=false",
+        "train.log_interval=1000",
+        f"run.dir={run_dir}",
+    ]
+
+
+def _run_study(overrides: list[str]) -> None:
+    argv = [sys.executable, "-m", "hpctrain.cli", "study", "strong", "--no-progress", *overrides]
+    r = subprocess.run(with_lifeline(argv), capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise LaunchError(f"benchmark study failed ({r.returncode}): {' '.join(argv)}\n{r.stderr[-2000:]}")
+
+
+def _err(predicted: float, actual: float) -> float:
+    return predicted / actual - 1 if actual > 0 else math.nan
+
+
+def _row(p: PointEstimate, run_dir: Path) -> tuple[list[str], float, float]:
+    s = records.read(run_dir / records.SUMMARY, records.RunSummary)
+    wall = whole_s(run_dir, s)
+    nodes_h = max(s.nodes, 1) * wall / 3600
+    e_wall, e_nodes = _err(p.wall_s.value, wall), _err(p.node_hours.value, nodes_h)
+    inside = "yes" if p.wall_s.lo <= wall <= p.wall_s.hi else "no"
+    cells = [
+        p.target.label,
+        str(p.target.n),
+        p.wall_s.text(".2f"),
+        f"{wall:.2f}",
+        f"{100 * e_wall:+.1f}%",
+        inside,
+        f"{p.node_hours.value:.3g}",
+        f"{nodes_h:.3g}",
+        f"{100 * e_nodes:+.1f}%",
+    ]
+    return cells, e_wall, e_nodes
+
+
+def run_estimate_bench(args: argparse.Namespace, console: Console) -> int:
+    out = Path(args.out).resolve() / datetime.now().strftime("%Y-%m-%d_%H-%M-%S-estimate")
+    study_dir = out / "study"
+    overrides = _study(args, args.steps, args.reps, study_dir)
+    launcher, points = study_points("strong", overrides, None)
+    source = None
+    if args.cluster == "slurm":  # a probe study first, named as the evidence
+        source = out / "probe"
+        console.print(f"probe study: {args.probe_steps} steps per scale -> {source}", highlight=False)
+        _run_study(_study(args, args.probe_steps, 1, source))
+    found = estimate(launcher, points, source, lambda text: console.print(f"[dim]{text}[/]"))
+    console.print(
+        f"the study: {len(points)} runs of {args.steps} steps -> {study_dir}-strong", highlight=False
+    )
+    _run_study(overrides)
+    table = Table(title=f"bench estimate: {args.cluster} strong study, predicted before it ran vs measured")
+    for col in ("run", "N", "wall s (band)", "took s", "error", "in band", "node-h", "took", "error"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    errors, where = [], {p.label: Path(p.plan.run_dir) for p in points}
+    for p in found.points:
+        cells, e_wall, e_nodes = _row(p, where[p.target.label])
+        table.add_row(*cells)
+        errors += [abs(e_wall), abs(e_nodes)]
+    console.print(table)
+    worst = max(errors) if errors else math.nan
+    console.print(
+        f"mean |error| {100 * statistics.fmean(errors):.1f}%, worst {100 * worst:.1f}% "
+        f"(target ≤ {100 * TARGET:.0f}%: {'met' if worst <= TARGET else 'NOT met'})",
+        highlight=False,
+    )
+    for why in found.refused:
+        console.print(f"[yellow]no estimate:[/] {why}", highlight=False)
+    return 0

@@ -1,0 +1,75 @@
+"""`hpctrain run|study ... --estimate`: every point's predicted step, throughput, wall time and
+cost with intervals, and the whole submission's; nothing is submitted."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from hpctrain.analysis.estimate import Band, PointEstimate, total
+from hpctrain.launch.base import Launcher
+from hpctrain.orchestrate.estimate import Point, estimate
+
+
+def _wall(b: Band) -> str:
+    """Seconds, minutes or hours, whichever reads best, with the band."""
+    for unit, k in (("h", 3600.0), ("min", 60.0)):
+        if b.value >= 2 * k:
+            return f"{b.text('.1f', 1 / k)} {unit}"
+    return f"{b.text('.1f')} s"
+
+
+def estimate_table(points: Sequence[PointEstimate], title: str) -> Table:
+    t = Table(title=title, caption="ranges: the band each estimate carries (analysis/estimate.py)")
+    for col in ("point", "ranks", "nodes", "step ms", "samples/s", "wall", "node-h", "core-h", "from"):
+        t.add_column(col, justify="left" if col in ("point", "from") else "right")
+    for p in points:
+        g = p.target
+        t.add_row(
+            g.label,
+            str(g.n),
+            str(g.nodes),
+            p.step_s.text(".2f", 1e3),
+            p.throughput.text(".0f"),
+            _wall(p.wall_s),
+            p.node_hours.text(".3g"),
+            p.core_hours.text(".3g"),
+            p.how,
+        )
+    return t
+
+
+def show_estimate(console: Console, points: Sequence[PointEstimate], title: str) -> None:
+    console.print(estimate_table(points, title))
+    wall, nodes, cores = total(points)
+    console.print(
+        f"total: {len(points)} run(s), {_wall(wall)} one after another, {nodes.text('.3g')} node-hours, "
+        f"{cores.text('.3g')} core-hours",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for p in points:
+        if p.over_limit:
+            console.print(
+                f"[yellow]warning:[/] {p.target.label} {p.over_limit}", highlight=False, soft_wrap=True
+            )
+    if any(not math.isfinite(p.wall_s.band) for p in points):
+        console.print("some points have no band: the evidence could not say how far off they may be")
+    console.print("nothing was submitted", highlight=False)
+
+
+def cmd_estimate(
+    args: argparse.Namespace, console: Console, launcher: Launcher, points: Sequence[Point], title: str
+) -> int:
+    def say(text: str) -> None:
+        console.print(f"[dim]{text}[/]", highlight=False)
+
+    found = estimate(launcher, points, args.estimate_from.resolve() if args.estimate_from else None, say)
+    show_estimate(console, found.points, title)
+    for why in found.refused:
+        console.print(f"[yellow]no estimate:[/] {why}", highlight=False, soft_wrap=True)
+    return 1 if found.refused else 0

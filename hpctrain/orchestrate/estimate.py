@@ -1,0 +1,172 @@
+"""`--estimate` for a run, a sweep or a study: the evidence each point stands on (an earlier run
+or study the user names, or else, where a run costs seconds, a short probe of each distinct
+point), and each point's estimate (analysis/estimate.py). Nothing is submitted; probes run in a
+temporary directory that is removed afterwards."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpctrain.analysis.estimate import Evidence, NoEstimate, PointEstimate, Target, estimate_point
+from hpctrain.analysis.evidence import evidence_from, from_run
+from hpctrain.config import to_yaml
+from hpctrain.config.points import load_configs
+from hpctrain.config.schema import Config
+from hpctrain.errors import ConfigError, HpctrainError, Problem
+from hpctrain.launch.base import Launcher
+from hpctrain.orchestrate.probe import run_and_wait
+from hpctrain.orchestrate.runs import one_launcher, point_labels, prepare
+from hpctrain.orchestrate.study_run import create_study
+from hpctrain.records import RankPlan
+
+PROBE_WARMUP = 2  # warm-up steps a probe runs at most (their mean is all it needs)
+PROBE_TIMED = 8  # timed steps a probe runs: enough for a median and a 95th percentile
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str
+    cfg: Config
+    plan: RankPlan
+
+
+@dataclass(frozen=True)
+class Estimates:
+    points: list[PointEstimate]
+    refused: list[str]  # the points the evidence cannot speak for, and why
+
+
+def target_of(p: Point) -> Target:
+    threads = int(p.plan.env.get("OMP_NUM_THREADS", "1") or 1)
+    limit_min = getattr(p.cfg.cluster, "time_min", None)
+    return Target(
+        p.label,
+        p.plan.world_size,
+        p.plan.nodes,
+        p.plan.batch.per_rank,
+        threads,
+        p.cfg.train.steps,
+        p.cfg.train.warmup_steps,
+        p.plan.world_size * threads,
+        60.0 * limit_min if limit_min else math.inf,
+        getattr(p.cfg.cluster, "max_requeues", 0) > 0,
+    )
+
+
+def probe_config(cfg: Config, run_dir: Path) -> Config:
+    """`cfg` as a short probe: a few warm-up and timed steps, no checkpoints, no tracking, no
+    profiler, a fresh start."""
+    warm = min(cfg.train.warmup_steps, PROBE_WARMUP)
+    train = dataclasses.replace(cfg.train, steps=warm + PROBE_TIMED, warmup_steps=warm, resume_from=None)
+    return dataclasses.replace(
+        cfg,
+        train=train,
+        cluster=dataclasses.replace(cfg.cluster, checkpoint_interval=0),
+        tracking=dataclasses.replace(cfg.tracking, name="none", mlflow=False, tensorboard=False),
+        profile=dataclasses.replace(cfg.profile, enabled=False),
+        run=dataclasses.replace(cfg.run, dir=str(run_dir)),
+    )
+
+
+def _key(cfg: Config) -> str:
+    """Points whose probes would be the same (repetitions, step counts) share one."""
+    return to_yaml(probe_config(cfg, Path()))
+
+
+def check_same(ev: Evidence, cfg: Config) -> None:
+    """The evidence must have run what the point runs, or its step says nothing about it."""
+    mine = {
+        "model": cfg.model._target_ or cfg.model.name,
+        "precision": cfg.precision.name,
+        "parallelism.engine": str(cfg.parallelism.engine),
+        "parallelism": str(cfg.parallelism.name),
+    }
+    for key, theirs in ev.what:
+        if key in mine and theirs != mine[key]:
+            raise ConfigError(
+                [
+                    Problem(
+                        "--from",
+                        f"{ev.source} ran {key}={theirs}, this point runs {mine[key]}: its steps say "
+                        "nothing about this one",
+                        "name a run or study of this config, or leave --from out for a probe",
+                    )
+                ]
+            )
+
+
+def estimate(
+    launcher: Launcher,
+    points: Sequence[Point],
+    source: Path | None,
+    say: Callable[[str], None],
+    timeout_s: float = 3600,
+) -> Estimates:
+    """Every point's estimate, from `source` (an earlier run or study) or from probes."""
+    if points and points[0].cfg.script.path:
+        raise ConfigError.one(
+            "script.path",
+            "a script's steps are its own; --estimate times hpctrain's trainer",
+            "drop --estimate",
+        )
+    if source is not None:
+        ev = evidence_from(source)
+        for p in points:
+            check_same(ev, p.cfg)
+        return _estimated(points, lambda p: ev)
+    if not points or not points[0].cfg.cluster.probes_for_estimates:
+        raise HpctrainError(
+            f"an estimate for cluster={points[0].cfg.cluster.name if points else '?'} stands on a run "
+            "on that cluster, and probing would submit one: name an earlier run or study of this "
+            "config with --from DIR (a short run does: the same overrides with train.steps=20)"
+        )
+    probes: dict[str, Evidence] = {}
+    with tempfile.TemporaryDirectory(prefix="hpctrain-estimate-") as tmp:
+        for p in points:
+            key = _key(p.cfg)
+            if key in probes:
+                continue
+            run_dir = Path(tmp) / f"probe-{len(probes)}"
+            cfg = probe_config(p.cfg, run_dir)
+            say(
+                f"probe {len(probes) + 1}: {p.label or 'the run'}: {cfg.train.steps} steps on {p.plan.world_size} rank(s)"
+            )
+            run_and_wait(launcher, cfg, run_dir, [], timeout_s)
+            probes[key] = dataclasses.replace(from_run(run_dir), source=f"a {cfg.train.steps}-step probe")
+    return _estimated(points, lambda p: probes[_key(p.cfg)])
+
+
+def _estimated(points: Sequence[Point], evidence: Callable[[Point], Evidence]) -> Estimates:
+    found, refused = [], []
+    for p in points:
+        try:
+            found.append(estimate_point(evidence(p), target_of(p)))
+        except NoEstimate as e:
+            refused.append(str(e))
+    if not found:
+        raise HpctrainError("no estimate: " + "; ".join(refused))
+    return Estimates(found, refused)
+
+
+def run_points(
+    overrides: Sequence[str], config_dir: str | None, multirun: bool
+) -> tuple[Launcher, list[Point]]:
+    """The points of `hpctrain run` (one, or a sweep's), planned and validated, nothing created."""
+    prep = prepare(overrides, config_dir, multirun)
+    labels = point_labels([r.overrides for r in prep.runs]) if prep.group_dir else ["the run"]
+    return prep.launcher, [Point(label, r.cfg, r.plan) for label, r in zip(labels, prep.runs)]
+
+
+def study_points(kind: str, overrides: Sequence[str], config_dir: str | None) -> tuple[Launcher, list[Point]]:
+    """The runs of `hpctrain study KIND`, planned and validated, nothing created."""
+    _, manifest, _ = create_study(kind, overrides, config_dir)
+    configs = load_configs([r.overrides for r in manifest.runs], config_dir)
+    launcher = one_launcher(configs)
+    return launcher, [
+        Point(r.name, c, launcher.plan(c, Path(r.run_dir))) for r, c in zip(manifest.runs, configs)
+    ]
