@@ -100,7 +100,6 @@ def _add_model_benches(bsub: Subparsers) -> None:
     )
     es.add_argument("--reps", type=positive_int, default=2, help="runs per scale (default 2: 4 runs)")
     es.add_argument("--steps", type=positive_int, default=300, help="steps of each run of the study")
-    es.add_argument("--probe-steps", type=positive_int, default=15, help="slurm: steps of the probe study")
     es.add_argument("--batch", type=positive_int, default=64, help="global batch (default 64)")
     es.add_argument("--out", default="outputs/bench")
     pr = bsub.add_parser(

@@ -72,14 +72,15 @@ def test_bench_estimate_sets_each_runs_prediction_beside_what_it_took(tmp_path: 
     assert r.stdout.count("probe ") == 2, r.stdout
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in r.stdout.splitlines() if "│ n" in line]
     assert [row[:2] for row in rows] == [["n1-r0", "1"], ["n2-r0", "2"]], r.stdout
-    [study] = list(tmp_path.glob("*-estimate/study-strong"))
+    [study] = list(tmp_path.glob("*-estimate/n1-2/study-strong"))
     for name, _, band, took, err, inside, *_ in rows:
         m = re.fullmatch(r"([\d.]+) \(([\d.]+)–([\d.]+)\)", band)
         assert m, band
         wall, lo, hi = (float(x) for x in m.groups())
         s = records.read(study / name / records.SUMMARY, records.RunSummary)
         assert float(took) == pytest.approx(whole_s(study / name, s), abs=0.006)
-        assert float(err.rstrip("%")) == pytest.approx(100 * (wall / float(took) - 1), abs=0.3)
+        # from the unrounded figures: the table's 0.01 s rounding moves it by up to 1 / took %
+        assert float(err.rstrip("%")) == pytest.approx(100 * (wall / float(took) - 1), abs=1.1 / float(took))
         assert inside == ("yes" if lo <= float(took) <= hi else "no")
     assert re.search(r"mean \|error\| [\d.]+%, worst [\d.]+% \(target ≤ 25%: (met|NOT met)\)", r.stdout), (
         r.stdout

@@ -235,19 +235,20 @@ def test_a_study_whose_every_run_fails_stops_before_the_benchmark_and_exits_4(tm
 def test_estimates_come_from_one_probe_per_distinct_point_or_from_an_earlier_study(
     tmp_path: Path, strong_study: tuple[Path, str]
 ) -> None:
-    """A sweep of step counts shares one probe; a study estimated from the finished study above
+    """A sweep of step counts shares one probe (2 warm-up and 20 timed steps: the fewest a probe
+    runs); a study estimated from the finished study above
     takes its two scales as measured and a third from its step model; evidence of another model
     is refused naming it; nothing is created where the runs would go."""
     out = tmp_path / "out"
     common = ["data=digits", "train.warmup_steps=2", f"run.output_root={out}"]
-    r = hpctrain("run", "-m", "--estimate", *common, "train.steps=100,400", timeout=300)
+    r = hpctrain("run", "-m", "--estimate", *common, "train.steps=100,150", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (
         r.stdout.count("probe ") == 1
-        and "probe 1: point 0 (train.steps=100): 10 steps on 2 rank(s)" in r.stdout
+        and "probe 1: point 0 (train.steps=100): 22 steps on 2 rank(s)" in r.stdout
     )
     rows = {line.split("│")[1].strip(): line for line in r.stdout.splitlines() if "measured at N=2" in line}
-    assert set(rows) == {"point 0 (train.steps=100)", "point 1 (train.steps=400)"}, r.stdout
+    assert set(rows) == {"point 0 (train.steps=100)", "point 1 (train.steps=150)"}, r.stdout
     assert "total: 2 run(s)" in r.stdout and "nothing was submitted" in r.stdout
     assert not out.exists()
 

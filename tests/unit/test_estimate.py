@@ -122,3 +122,14 @@ def test_estimate_refusals_name_the_fix_before_anything_starts(tmp_path: Path) -
     r = hpctrain_here("study", "weak", "study.ranks=[1,2]", "--estimate", "--from", str(tmp_path / "nope"))
     assert r.returncode != 0 and "neither a finished run" in r.stderr, r.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_repetitions_of_a_scale_merge_into_means_and_their_setups_range() -> None:
+    from hpctrain.analysis.evidence import merged
+
+    a = dataclasses.replace(TWO, step_s=0.010, setup_s=2.0, spread=0.1)
+    b = dataclasses.replace(TWO, step_s=0.014, setup_s=3.0, spread=0.3)
+    m = merged([a, b])
+    assert (m.step_s, m.setup_s, m.spread, m.runs) == (pytest.approx(0.012), 2.5, 0.3, 2)
+    assert m.setup_spread == pytest.approx((3.0 - 2.0) / 2.5)  # measured, not the 20% of one run
+    assert merged([a]).setup_spread == 0.2
