@@ -150,10 +150,34 @@ def mpi_library_version() -> str:
     return MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
 
 
-def free_tcp_port() -> int:
-    """A TCP port free on this host now (the kernel's choice), e.g. for torch.distributed's store."""
+def ephemeral_ports(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> tuple[int, int]:
+    """The range the kernel hands out for outgoing connections (Linux's default 32768-60999)."""
+    try:
+        with open(path) as f:
+            low, high = (int(x) for x in f.read().split()[:2])
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_tcp_port(tries: int = 50) -> int:
+    """A TCP port free on this host now, for a server the ranks start later (torch.distributed's
+    store). Below the ephemeral range: a port the kernel chose (bind to 0) is one it may hand to
+    any outgoing connection between this check and the store's bind, which happened in the test
+    suite (EADDRINUSE); below the range only another explicit bind can take it. The kernel's
+    choice when no port there is free."""
+    import random
     import socket
 
+    low, _ = ephemeral_ports()
+    start = 10000 if low > 11000 else 1024
+    for port in random.sample(range(start, max(low, start + 1)), min(tries, max(low - start, 1))):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -101,3 +101,21 @@ def test_light_commands_import_neither_torch_nor_matplotlib(tmp_path: Path) -> N
             timeout=120,
         )
         assert r.stdout.splitlines()[-1] == "[]", (argv, r.stdout[-300:], r.stderr[-300:])
+
+
+def test_a_free_port_for_the_ranks_store_is_below_the_kernels_ephemeral_range(tmp_path: Path) -> None:
+    """A port the kernel picked (bind to 0) may go to any outgoing connection before the store
+    binds it; one below the ephemeral range only to another explicit bind."""
+    import socket
+
+    low, high = facts.ephemeral_ports()
+    assert 1024 <= low < high
+    ports = {facts.free_tcp_port() for _ in range(20)}
+    assert all(1024 <= p < low for p in ports) and len(ports) > 1, ports
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))  # free when asked
+    (tmp_path / "range").write_text("40000\t50000\n")
+    assert facts.ephemeral_ports(str(tmp_path / "range")) == (40000, 50000)
+    (tmp_path / "range").write_text("garbage")
+    assert facts.ephemeral_ports(str(tmp_path / "range")) == (32768, 60999)
