@@ -52,15 +52,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Three workers (scripts/test.sh runs pytest-xdist with --dist loadgroup): the SLURM tests
     share the one local cluster and run one after another on one worker; the local mpirun tests
     run a module at a time (a module's fixtures are built once) on the other two, and the unit
-    tests wherever there is room. A run waits much of its time (interpreters starting, ranks
-    meeting, queues), so two local workers beside the SLURM one finish sooner than one, though
-    each test takes longer (a fresh clone: 19 min 18 s with two workers, 18 min 39 s with three
-    while the SLURM worker still carried the local tests that mostly wait)."""
+    tests wherever there is room. Most of a run's time is waiting on its processes (interpreters
+    starting, torch importing, ranks meeting, queues), so the cores are busy about a third of the
+    time with two workers; a third fills them. Local tests that mostly wait (stall timeouts) or
+    work in one process (the reader fuzz) are marked side_stream and join the SLURM stream."""
     # the container tests last in their streams: the image builds in the background meanwhile
     items.sort(key=lambda item: item.get_closest_marker("container") is not None)
     _gpus_needed(items)
     for item in items:
-        if item.get_closest_marker("slurm"):
+        if item.get_closest_marker("slurm") or item.get_closest_marker("side_stream"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif item.get_closest_marker("mpi"):
             item.add_marker(pytest.mark.xdist_group(f"local-{item.module.__name__ if item.module else ''}"))

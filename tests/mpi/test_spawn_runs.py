@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import DIGITS_CNN as BASE
 from tests.conftest import ROOT, assert_rank_1_failure_named, assert_same_weights, run_ok
 
-pytestmark = pytest.mark.mpi
+pytestmark = [pytest.mark.mpi, pytest.mark.side_stream]  # in the SLURM stream: the two streams even out
 
 SPAWN = ["cluster.starter=spawn", "cluster.ranks=2", "train.batch_per_rank=16"]
 

@@ -230,6 +230,7 @@ def test_what_a_script_starts_ends_with_it_and_does_not_hold_the_run(user_projec
     assert not left, left
 
 
+@pytest.mark.side_stream  # mostly waits for the stall timeout
 def test_a_script_hung_on_one_rank_is_named_with_its_stack(user_project: Path) -> None:
     """No api.step, no output, no CPU on rank 1 for script.stall_timeout_s: the run ends (exit 4)
     naming rank 1 and where it hangs; nothing is left running."""
@@ -253,6 +254,7 @@ def test_a_script_hung_on_one_rank_is_named_with_its_stack(user_project: Path) -
     assert not conftest.processes_of(run_dir)
 
 
+@pytest.mark.side_stream  # mostly waits for the stall timeout
 def test_a_horovod_script_hung_on_one_rank_is_found_within_its_timeout(user_project: Path) -> None:
     """Horovod's background thread polls in every rank: counted as progress, it kept rank 1 (asleep
     in its script) looking busy, and a 10 s timeout named it after 48 s. Only the main thread's CPU
@@ -277,6 +279,7 @@ def test_a_horovod_script_hung_on_one_rank_is_found_within_its_timeout(user_proj
     assert "hvd_hang.py" in r.stderr and not conftest.processes_of(run_dir)
 
 
+@pytest.mark.side_stream  # mostly waits for the stall timeout
 def test_a_model_constructor_hung_on_one_rank_is_named_with_its_stack(user_project: Path) -> None:
     run_dir = user_project.parent / "ctor"
     r = hpctrain(

@@ -12,7 +12,10 @@ import pytest
 from hpctrain.orchestrate import runs as orchestrate
 from tests.conftest import hpctrain, hpctrain_here, start_hpctrain, wait_for
 
-pytestmark = pytest.mark.mpi
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.side_stream,
+]  # mostly starts, stops and reads runs: beside the SLURM stream
 
 SMALL = ["data=digits", "train.steps=6", "train.warmup_steps=1", "train.batch_per_rank=16"]
 

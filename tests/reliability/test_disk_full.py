@@ -16,7 +16,10 @@ import pytest
 from hpctrain import records
 from tests.conftest import hpctrain, processes_of, small_tmpfs
 
-pytestmark = pytest.mark.mpi
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.side_stream,
+]  # mostly starts, stops and reads runs: beside the SLURM stream
 
 
 @pytest.fixture

@@ -14,7 +14,10 @@ import pytest
 
 from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_for, wait_until_gone
 
-pytestmark = pytest.mark.mpi
+pytestmark = [
+    pytest.mark.mpi,
+    pytest.mark.side_stream,
+]  # mostly starts, stops and reads runs: beside the SLURM stream
 
 LONG = ["data=digits", "train.steps=100000", "train.log_interval=1000", "--no-progress"]
 

@@ -36,6 +36,7 @@ ONE_F_ONE_B = [
 
 
 @pytest.mark.mpi
+@pytest.mark.side_stream  # mostly waits for the stall timeout
 @pytest.mark.parametrize(
     "starter", [[], SPAWNED, SHARDED, ONE_F_ONE_B], ids=["mpirun", "spawn", "fsdp", "pipeline-1f1b"]
 )
@@ -70,6 +71,7 @@ PIPELINE = ["parallelism=pipeline", "model=mlp", "model.depth=4", "cluster.ranks
 
 
 @pytest.mark.mpi
+@pytest.mark.side_stream  # mostly waits for the stall timeout
 @pytest.mark.parametrize("layout", [[], PIPELINE], ids=["data", "pipeline"])
 def test_a_stopped_rank_is_named_and_its_stack_read_from_outside(tmp_path: Path, layout: list[str]) -> None:
     run_dir = tmp_path / "stopped"

@@ -28,8 +28,9 @@ SMALL = ["data=digits", "train.steps=8", "train.warmup_steps=2", "train.batch_pe
 pytestmark = pytest.mark.mpi  # every case starts real ranks (the slurm cases: marked slurm too)
 
 
-# the SLURM cases share the cluster and join the SLURM stream (tests/conftest.py)
-MARKS = {"slurm": [pytest.mark.slurm]}
+# the SLURM cases share the cluster and join the SLURM stream; the spawned ones join it too, as
+# side_stream (tests/conftest.py): the local stream is the suite's longest
+MARKS = {"slurm": [pytest.mark.slurm], "spawn": [pytest.mark.side_stream]}
 
 
 @pytest.fixture(params=[pytest.param(b, marks=MARKS.get(b, [])) for b in sorted(BACKENDS)])
