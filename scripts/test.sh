@@ -61,5 +61,5 @@ fi
 # machine) every process would otherwise compile them again (about 0.1 s of CPU each; a suite
 # starts some 1,500: CLIs, supervisors, ranks)
 "$VENV/bin/python" -m compileall -q -j 0 hpctrain tests
-# three workers: the SLURM stream, and the local tests a module at a time on two (tests/conftest.py)
-"$VENV/bin/python" -m pytest -n 3 --dist loadgroup --durations=30 -m "$select" "$@"
+# two workers: the SLURM stream and the local stream side by side (tests/conftest.py)
+"$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 -m "$select" "$@"

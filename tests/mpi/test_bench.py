@@ -62,17 +62,19 @@ def test_bench_profile_compares_a_window_inside_the_warm_up_with_the_profiler_of
 
 
 def test_bench_estimate_sets_each_runs_prediction_beside_what_it_took(tmp_path: Path) -> None:
-    """Two points probed, then run: each row's 'took' is the run's own wall time (its records),
+    """One scale probed once, its two repetitions run: each row's 'took' is the run's own wall time (its records),
     its error the prediction against it; no timing bound is asserted."""
     from hpctrain import records
     from hpctrain.analysis.evidence import whole_s
 
-    r = hpctrain("bench", "estimate", "--reps", "1", "--steps", "30", "--out", str(tmp_path), timeout=600)
+    r = hpctrain(
+        "bench", "estimate", "--scales", "1", "--reps", "2", "--steps", "30", "--out", str(tmp_path), timeout=600
+    )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.count("probe ") == 2, r.stdout
+    assert r.stdout.count("probe ") == 1, r.stdout  # the repetitions share it
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in r.stdout.splitlines() if "│ n" in line]
-    assert [row[:2] for row in rows] == [["n1-r0", "1"], ["n2-r0", "2"]], r.stdout
-    [study] = list(tmp_path.glob("*-estimate/n1-2/study-strong"))
+    assert [row[:2] for row in rows] == [["n1-r0", "1"], ["n1-r1", "1"]], r.stdout
+    [study] = list(tmp_path.glob("*-estimate/n1/study-strong"))
     for name, _, band, took, err, inside, *_ in rows:
         m = re.fullmatch(r"([\d.]+) \(([\d.]+)–([\d.]+)\)", band)
         assert m, band

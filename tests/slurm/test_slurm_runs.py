@@ -187,7 +187,7 @@ def test_a_killed_rank_restarts_as_a_new_job_step_in_the_same_allocation(
 
 
 def test_a_slow_node_fails_the_pre_flight_check_and_the_run_completes_without_it(tmp_path: Path) -> None:
-    """n2 is slow (its GEMMs take 10x as long): the job's check judges it bad before any step, and
+    """n2 is slow (its GEMMs take 50x as long): the job's check judges it bad before any step, and
     the run goes again without it, submitted with --no-wait (nothing waits for it): the job's own
     batch script submits it again excluding n2, and the new job checks good nodes and completes."""
     run_dir = tmp_path / "preflight"
