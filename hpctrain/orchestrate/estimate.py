@@ -1,12 +1,13 @@
 """`--estimate` for a run, a sweep or a study: the evidence each point stands on (an earlier run
 or study the user names, or else, where a run costs seconds, a short probe of each distinct
 point), and each point's estimate (analysis/estimate.py). Nothing is submitted; probes run in a
-temporary directory that is removed afterwards."""
+temporary directory that is removed afterwards, unless a probe failed (its error names it)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -136,18 +137,23 @@ def estimate(
             "config with --from DIR (a short run does: the same overrides with train.steps=20)"
         )
     probes: dict[str, Evidence] = {}
-    with tempfile.TemporaryDirectory(prefix="hpctrain-estimate-") as tmp:
-        for p in points:
-            key = _key(p.cfg)
-            if key in probes:
-                continue
-            run_dir = Path(tmp) / f"probe-{len(probes)}"
-            cfg = probe_config(p.cfg, run_dir)
-            say(
-                f"probe {len(probes) + 1}: {p.label or 'the run'}: {cfg.train.steps} steps on {p.plan.world_size} rank(s)"
-            )
+    tmp = Path(tempfile.mkdtemp(prefix="hpctrain-estimate-"))
+    for p in points:
+        key = _key(p.cfg)
+        if key in probes:
+            continue
+        run_dir = tmp / f"probe-{len(probes)}"
+        cfg = probe_config(p.cfg, run_dir)
+        say(
+            f"probe {len(probes) + 1}: {p.label or 'the run'}: {cfg.train.steps} steps on {p.plan.world_size} rank(s)"
+        )
+        try:
             run_and_wait(launcher, cfg, run_dir, [], timeout_s)
-            probes[key] = dataclasses.replace(from_run(run_dir), source=f"a {cfg.train.steps}-step probe")
+        except HpctrainError:
+            say(f"the failed probe's records are kept in {run_dir}")  # the error names them
+            raise
+        probes[key] = dataclasses.replace(from_run(run_dir), source=f"a {cfg.train.steps}-step probe")
+    shutil.rmtree(tmp, ignore_errors=True)  # only when every probe finished: a failed one is kept
     return _estimated(points, lambda p: probes[_key(p.cfg)])
 
 

@@ -269,3 +269,9 @@ def test_estimates_come_from_one_probe_per_distinct_point_or_from_an_earlier_stu
     r = hpctrain("study", "strong", "--estimate", "--from", str(study), *scales, "model=mlp", *common)
     assert r.returncode == 2 and f"{study} ran model=cnn, this point runs mlp" in r.stderr, r.stderr
     assert not out.exists()
+    # a probe that fails ends the estimate with the rank's error; its records stay where it says
+    r = hpctrain("run", "--estimate", *common, "debug.fail_rank=1", "debug.fail_step=3", timeout=300)
+    assert r.returncode == 4 and "rank 1 failed: InjectedFailure" in r.stderr, r.stdout + r.stderr
+    kept = Path(r.stdout.split("the failed probe's records are kept in ")[1].split()[0])
+    assert (kept / "error-rank1.json").exists(), r.stdout
+    shutil.rmtree(kept.parent)
