@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain.analysis.estimate import Band, PointEstimate, total
+from hpctrain.errors import ConfigError, Problem
 from hpctrain.launch.base import Launcher
 from hpctrain.orchestrate.estimate import Point, estimate
 
@@ -65,6 +66,9 @@ def show_estimate(console: Console, points: Sequence[PointEstimate], title: str)
 def cmd_estimate(
     args: argparse.Namespace, console: Console, launcher: Launcher, points: Sequence[Point], title: str
 ) -> int:
+    if not args.estimate:  # --from alone
+        raise ConfigError([Problem("--from", "names the evidence of an estimate", "add --estimate")])
+
     def say(text: str) -> None:
         console.print(f"[dim]{text}[/]", highlight=False)
 

@@ -105,8 +105,6 @@ def _estimate(args: argparse.Namespace, console: Console) -> int:
     from hpctrain.commands.estimate import cmd_estimate
     from hpctrain.orchestrate.estimate import run_points
 
-    if not args.estimate:
-        raise ConfigError([Problem("--from", "names the evidence of an estimate", "add --estimate")])
     launcher, points = run_points(args.overrides, args.config_dir, args.multirun)
     title = f"estimate: {'sweep of ' + str(len(points)) + ' points' if args.multirun else 'the run'}"
     return cmd_estimate(args, console, launcher, points, title)

@@ -54,8 +54,6 @@ def _estimate(args: argparse.Namespace, console: Console) -> int:
     from hpctrain.commands.estimate import cmd_estimate
     from hpctrain.orchestrate.estimate import study_points
 
-    if not args.estimate:
-        raise HpctrainError("--from names the evidence of an estimate: add --estimate")
     launcher, points = study_points(args.kind, args.overrides, args.config_dir)
     return cmd_estimate(args, console, launcher, points, f"estimate: {args.kind} study of {len(points)} runs")
 

@@ -16,13 +16,12 @@ from pathlib import Path
 from hpctrain.analysis.estimate import Evidence, NoEstimate, PointEstimate, Target, estimate_point
 from hpctrain.analysis.evidence import evidence_from, from_run
 from hpctrain.config import to_yaml
-from hpctrain.config.points import load_configs
 from hpctrain.config.schema import Config
 from hpctrain.errors import ConfigError, HpctrainError, Problem
 from hpctrain.launch.base import Launcher
 from hpctrain.orchestrate.probe import run_and_wait
-from hpctrain.orchestrate.runs import one_launcher, point_labels, prepare
-from hpctrain.orchestrate.study_run import create_study
+from hpctrain.orchestrate.runs import point_labels, prepare
+from hpctrain.orchestrate.study_run import plan_study
 from hpctrain.records import RankPlan
 
 PROBE_WARMUP = 2  # warm-up steps a probe runs at most (their mean is all it needs)
@@ -129,7 +128,7 @@ def estimate(
         ev = evidence_from(source)
         for p in points:
             check_same(ev, p.cfg)
-        return _estimated(points, lambda p: ev)
+        return _estimated(points, [ev] * len(points))
     if not points or not points[0].cfg.cluster.probes_for_estimates:
         raise HpctrainError(
             f"an estimate for cluster={points[0].cfg.cluster.name if points else '?'} stands on a run "
@@ -137,9 +136,9 @@ def estimate(
             "config with --from DIR (a short run does: the same overrides with train.steps=20)"
         )
     probes: dict[str, Evidence] = {}
+    keys = [_key(p.cfg) for p in points]
     tmp = Path(tempfile.mkdtemp(prefix="hpctrain-estimate-"))
-    for p in points:
-        key = _key(p.cfg)
+    for p, key in zip(points, keys):
         if key in probes:
             continue
         run_dir = tmp / f"probe-{len(probes)}"
@@ -154,14 +153,15 @@ def estimate(
             raise
         probes[key] = dataclasses.replace(from_run(run_dir), source=f"a {cfg.train.steps}-step probe")
     shutil.rmtree(tmp, ignore_errors=True)  # only when every probe finished: a failed one is kept
-    return _estimated(points, lambda p: probes[_key(p.cfg)])
+    return _estimated(points, [probes[key] for key in keys])
 
 
-def _estimated(points: Sequence[Point], evidence: Callable[[Point], Evidence]) -> Estimates:
+def _estimated(points: Sequence[Point], evidence: Sequence[Evidence]) -> Estimates:
+    """Each point's estimate from its evidence (in the same order)."""
     found, refused = [], []
-    for p in points:
+    for p, ev in zip(points, evidence):
         try:
-            found.append(estimate_point(evidence(p), target_of(p)))
+            found.append(estimate_point(ev, target_of(p)))
         except NoEstimate as e:
             refused.append(str(e))
     if not found:
@@ -180,9 +180,6 @@ def run_points(
 
 def study_points(kind: str, overrides: Sequence[str], config_dir: str | None) -> tuple[Launcher, list[Point]]:
     """The runs of `hpctrain study KIND`, planned and validated, nothing created."""
-    _, manifest, _ = create_study(kind, overrides, config_dir)
-    configs = load_configs([r.overrides for r in manifest.runs], config_dir)
-    launcher = one_launcher(configs)
-    return launcher, [
-        Point(r.name, c, launcher.plan(c, Path(r.run_dir))) for r, c in zip(manifest.runs, configs)
-    ]
+    s = plan_study(kind, overrides, config_dir)
+    runs = zip(s.manifest.runs, s.configs)
+    return s.launcher, [Point(r.name, c, s.launcher.plan(c, Path(r.run_dir))) for r, c in runs]

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -31,11 +32,32 @@ from hpctrain.records import State
 LOCK = ".lock"  # in a study directory: held by the hpctrain running the study
 
 
+@dataclass(frozen=True)
+class PlannedStudy:
+    """A study composed and validated, nothing created: its directory, manifest (not yet written:
+    see write_study), whether the directory is the dated default (run.dir unset, so it may take a
+    suffix when taken), each run's config (in the manifest's order) and the launcher."""
+
+    study_dir: Path
+    manifest: records.StudyManifest
+    dated: bool
+    configs: list[Config]
+    launcher: Launcher
+
+
 def create_study(
     kind: str, overrides: Sequence[str], config_dir: str | None = None, now: datetime | None = None
 ) -> tuple[Path, records.StudyManifest, bool]:
     """The study's directory, its manifest (not yet written: see write_study), and whether the
     directory is the dated default (run.dir unset), which may take a suffix when taken."""
+    s = plan_study(kind, overrides, config_dir, now)
+    return s.study_dir, s.manifest, s.dated
+
+
+def plan_study(
+    kind: str, overrides: Sequence[str], config_dir: str | None = None, now: datetime | None = None
+) -> PlannedStudy:
+    """create_study's figures and the configs and launcher it composed them from."""
     user = [*overrides, f"study={kind}"]
     base = load_config(user, config_dir)
     points = expand_study(base)
@@ -60,7 +82,7 @@ def create_study(
             for p, c in zip(points, configs)
         ],
     )
-    return study_dir, manifest, base.run.dir is None
+    return PlannedStudy(study_dir, manifest, base.run.dir is None, configs, launcher)
 
 
 def write_study(
