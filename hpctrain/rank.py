@@ -154,12 +154,18 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     if stats is None:
         return False
     everyone = engine.allgather_object(stats)
+    finished = time.time()
+    # The last collective: the other ranks leave now instead of waiting (Horovod over MPI spins a
+    # core while it waits) for rank 0's summary and its FLOP count and GEMM probe, which need no peer
+    engine.shutdown()
+    if info.rank != 0:
+        return True
     summary = summarize(
         everyone,
         plan.batch.global_,
-        **(model_flops(cfg, plan) if info.rank == 0 else {}),
+        **model_flops(cfg, plan),
         started=started,
-        finished=time.time(),
+        finished=finished,
         precision=cfg.precision.name,
         model=cfg.model._target_ or cfg.model.name,
         backend=str(engine_env.get("backend", cfg.parallelism.backend)),  # what it ran on: nccl, gloo, mpi
@@ -167,12 +173,10 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         engine=cfg.parallelism.engine,
         parallelism=str(cfg.parallelism.name),
         **parallelism_about(cfg, plan, type(engine)),
-        **(restarts_about(run_dir) if info.rank == 0 else {}),
+        **restarts_about(run_dir),
     )
-    if info.rank == 0:
-        records.write(run_dir / records.SUMMARY, summary)
-        print(format_event("done", throughput=summary.throughput_samples_per_s), flush=True)
-    engine.shutdown()
+    records.write(run_dir / records.SUMMARY, summary)
+    print(format_event("done", throughput=summary.throughput_samples_per_s), flush=True)
     return True
 
 
@@ -193,7 +197,7 @@ def restarts_about(run_dir: Path) -> dict[str, object]:
 
 
 def model_flops(cfg: Config, plan: records.PlanRecord) -> dict[str, object]:
-    """The summary's MFU inputs, on rank 0 (the others wait at shutdown): the model's FLOPs per
+    """The summary's MFU inputs, on rank 0 (after the others left): the model's FLOPs per
     sample and one device's peak (train/flops.py)."""
     from hpctrain.engine.device import current_device
     from hpctrain.train.flops import device_peak, flops_per_sample
