@@ -194,6 +194,9 @@ class Watchdog:
         self._dump_flight()
         records.write_atomic(self.run_dir / records.stack_file(self.rank), self._own_stack())
         time.sleep(2.5 * HEARTBEAT_S)  # every other live rank writes its stack
+        # this thread beat before the sleep: on a loaded node its own beat could read stale by
+        # now, and the reporter would name itself stopped (seen: "no heartbeat (7 s ago)")
+        self._beat()
         beats = {r: _read_json(self.run_dir / records.heartbeat_file(r)) for r in range(self.world)}
         stalled = self._diagnose(beats)
         stacks = [self._stack_of(s, beats.get(s.rank)) for s in stalled]
