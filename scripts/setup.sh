@@ -55,30 +55,30 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip --quiet --disable-pip-version-check)
-# pip byte-compiles what it installs in one process: install() leaves that to one compileall on
+# pip byte-compiles what it installs in one process: pip_install() leaves that to one compileall on
 # every core at the end (torch and the dependencies: 87 s -> 64 s on 2 cores)
 installed=
-install() { installed=1; "${PIP[@]}" install --no-compile "$@"; }
+pip_install() { installed=1; "${PIP[@]}" install --no-compile "$@"; }
 if [ -n "$GPU" ] && "$VENV/bin/python" -c 'import sys, torch; sys.exit(torch.version.cuda is not None)' >/dev/null 2>&1; then
   # a GPU install asked for on an environment whose torch is a CPU build: replace it
   [ -n "${HPCTRAIN_TORCH_INDEX:-}" ] || { echo "HPCTRAIN_GPU=1 needs HPCTRAIN_TORCH_INDEX: PyTorch's CUDA wheel index for your CUDA version" >&2; exit 1; }
   say "torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)') is a CPU build; replacing it with $TORCH_SPEC from $HPCTRAIN_TORCH_INDEX"
-  install --force-reinstall --no-deps --index-url "$HPCTRAIN_TORCH_INDEX" "$TORCH_SPEC"
+  pip_install --force-reinstall --no-deps --index-url "$HPCTRAIN_TORCH_INDEX" "$TORCH_SPEC"
 fi
 if ! "$VENV/bin/python" -c 'import torch, mpi4py' >/dev/null 2>&1; then
   say "installing $TORCH_SPEC and build tools"
-  install --upgrade pip setuptools wheel packaging
+  pip_install --upgrade pip setuptools wheel packaging
   if [ -n "$GPU" ]; then
     [ -n "${HPCTRAIN_TORCH_INDEX:-}" ] || { echo "HPCTRAIN_GPU=1 needs HPCTRAIN_TORCH_INDEX: PyTorch's CUDA wheel index for your CUDA version" >&2; exit 1; }
-    install --index-url "$HPCTRAIN_TORCH_INDEX" "$TORCH_SPEC"
+    pip_install --index-url "$HPCTRAIN_TORCH_INDEX" "$TORCH_SPEC"
   fi
-  install "$TORCH_SPEC" numpy
+  pip_install "$TORCH_SPEC" numpy
   # mpi4py is built against the system OpenMPI so that it and Horovod share one MPI library.
   if [ -n "$WHEELS" ]; then
-    install 'mpi4py>=4,<5'   # the wheel built against the same OpenMPI on the host
+    pip_install 'mpi4py>=4,<5'   # the wheel built against the same OpenMPI on the host
   else
     say "building mpi4py against $(mpirun --version 2>/dev/null | head -1)"
-    install --no-binary mpi4py 'mpi4py>=4,<5'
+    pip_install --no-binary mpi4py 'mpi4py>=4,<5'
   fi
 fi
 
@@ -137,15 +137,15 @@ else
     rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"   # publish the cache entry atomically
   fi
   say "installing cached Horovod wheel from $wheel_dir"
-  install --force-reinstall --no-deps "$wheel_dir"/horovod-*.whl
-  install "$wheel_dir"/horovod-*.whl  # its own requirements (psutil, cloudpickle, ...)
+  pip_install --force-reinstall --no-deps "$wheel_dir"/horovod-*.whl
+  pip_install "$wheel_dir"/horovod-*.whl  # its own requirements (psutil, cloudpickle, ...)
 fi
 # Re-install hpctrain only when its dependencies changed (or the venv serves another clone).
 stamp="$VENV/.hpctrain-installed"
 want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16) $ROOT"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing hpctrain (editable) and its dependencies"
-  install --no-build-isolation -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+  pip_install --no-build-isolation -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   echo "$want" > "$stamp"
 fi
 if [ -n "$installed" ]; then

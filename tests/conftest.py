@@ -383,6 +383,12 @@ def _stray_outputs() -> set[Path]:
     return set(ROOT.glob("slurm-*.out")) | set(Path.cwd().glob("slurm-*.out"))
 
 
+# Tests whose Horovod ranks wait on purpose (a held step, a slow or hung peer): in Horovod's 1-ms
+# negotiation cycles a waiting rank spins most of a core over MPI (a quarter over Gloo), beside the
+# other tests; 20-ms cycles leave it nearly idle (a 6-s wait: 11.8 -> 6.9 CPU-s for the run).
+HOROVOD_IDLE = "parallelism.cycle_time_ms=20"
+
+
 # A run stopped by SLURM's own time limit (2 minutes, SIGUSR2 60 s before it), not a hand-sent
 # signal: held at step 5 until the signal comes. Its waiting is SLURM's, about 80 s whatever the
 # machine does, so its jobs start with the cluster and wait beside the other SLURM tests.

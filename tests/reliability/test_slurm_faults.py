@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, STATE, hpctrain, sacct_state, start_hpctrain, wait_for
+from tests.conftest import HOROVOD_IDLE, ROOT, STATE, hpctrain, sacct_state, start_hpctrain, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -34,7 +34,7 @@ def test_a_requeue_over_damaged_checkpoints_resumes_from_the_newest_usable_one(t
         "cluster.ranks_per_node=2",
         "cluster.checkpoint_interval=5",
         "debug.hold_step=22",  # the first attempt waits at step 22: checkpoints 15 and 20 exist
-        "parallelism.cycle_time_ms=20",  # held ranks idle in Horovod's cycles (1 ms: a core's quarter)
+        HOROVOD_IDLE,  # the ranks held
     )
     assert r.returncode == 0, r.stdout + r.stderr
     job = json.loads((run_dir / "job.json").read_text())["job_id"]

@@ -12,13 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_for, wait_until_gone
+from tests.conftest import (
+    HOROVOD_IDLE,
+    hpctrain,
+    lines,
+    processes_of,
+    start_hpctrain,
+    wait_for,
+    wait_until_gone,
+)
 
 STALL = ["data=digits", "train.warmup_steps=1", "train.stall_timeout_s=6"]
 HANG = ["debug.slow_rank=1", "debug.slow_s=100000"]  # rank 1 sleeps in its first backward pass
-# Horovod over MPI: the ranks left waiting spin in its 1-ms negotiation cycles (most of a core
-# each, the whole stall timeout, beside the other tests); 20-ms cycles make them nearly idle
-HOROVOD_IDLE = ["parallelism.cycle_time_ms=20"]
+IDLE = [HOROVOD_IDLE]  # the ranks left waiting for the stalled one (conftest.HOROVOD_IDLE)
 
 
 # ranks started without MPI; Horovod over Gloo waits for the hung rank in its comm phase (DDP waits
@@ -41,7 +47,7 @@ ONE_F_ONE_B = [
 @pytest.mark.mpi
 @pytest.mark.side_stream  # mostly waits for the stall timeout
 @pytest.mark.parametrize(
-    "starter", [HOROVOD_IDLE, SPAWNED, SHARDED, ONE_F_ONE_B], ids=["mpirun", "spawn", "fsdp", "pipeline-1f1b"]
+    "starter", [IDLE, SPAWNED, SHARDED, ONE_F_ONE_B], ids=["mpirun", "spawn", "fsdp", "pipeline-1f1b"]
 )
 def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path, starter: list[str]) -> None:
     run_dir = tmp_path / "hang"
@@ -75,7 +81,7 @@ PIPELINE = ["parallelism=pipeline", "model=mlp", "model.depth=4", "cluster.ranks
 
 @pytest.mark.mpi
 @pytest.mark.side_stream  # mostly waits for the stall timeout
-@pytest.mark.parametrize("layout", [HOROVOD_IDLE, PIPELINE], ids=["data", "pipeline"])
+@pytest.mark.parametrize("layout", [IDLE, PIPELINE], ids=["data", "pipeline"])
 def test_a_stopped_rank_is_named_and_its_stack_read_from_outside(tmp_path: Path, layout: list[str]) -> None:
     run_dir = tmp_path / "stopped"
     proc = start_hpctrain("run", "--no-progress", f"run.dir={run_dir}", *STALL, "train.steps=100000", *layout)
@@ -106,7 +112,7 @@ def test_a_stopped_rank_is_named_and_its_stack_read_from_outside(tmp_path: Path,
 @pytest.mark.usefixtures("slurm_cluster")
 def test_a_stall_on_slurm_is_named_by_status(tmp_path: Path) -> None:
     run_dir = tmp_path / "slurm"
-    slurm = ["cluster=slurm", "cluster.ranks_per_node=2", *HOROVOD_IDLE]
+    slurm = ["cluster=slurm", "cluster.ranks_per_node=2", HOROVOD_IDLE]
     r = hpctrain(
         "run", "--no-progress", f"run.dir={run_dir}", *slurm, *STALL, "train.steps=20", *HANG, timeout=300
     )

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import (
     DIGITS_CNN,
+    HOROVOD_IDLE,
     assert_same_weights,
     hpctrain,
     lines,
@@ -26,12 +27,11 @@ from tests.conftest import (
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 # 2 nodes x 1 rank, the one-rank reference's global batch of 32; a checkpoint after step 4; rank 1
-# sleeps 1 s a step, so the test can lose its node after step 6 of 12; rank 0 waits for it in
-# Horovod's negotiation, whose 1-ms cycles over MPI would spin most of a core (20-ms cycles: idle)
+# sleeps 1 s a step (rank 0 waits for it: HOROVOD_IDLE), so the test can lose its node after step 6 of 12
 COMMON = [
     *DIGITS_CNN, "cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=1", "train.batch_per_rank=16",
     "cluster.checkpoint_interval=4", "train.max_restarts=1", "debug.slow_rank=1", "debug.slow_s=1",
-    "parallelism.cycle_time_ms=20",
+    HOROVOD_IDLE,
 ]  # fmt: skip
 
 

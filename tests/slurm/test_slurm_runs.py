@@ -12,6 +12,7 @@ import torch
 
 from tests.conftest import (
     DIGITS_CNN,
+    HOROVOD_IDLE,
     SlurmCluster,
     assert_same_weights,
     hpctrain,
@@ -310,7 +311,7 @@ def test_a_requeued_task_of_a_job_array_resumes_bit_identically(tmp_path: Path) 
     r = hpctrain(
         "run", "-m", "--no-wait", *MLP, "cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=1",
         "debug.hold_step=4,null", f"run.output_root={tmp_path}", "run.name=arr",
-        "parallelism.cycle_time_ms=20",  # held ranks idle in Horovod's cycles (1 ms: a core's quarter)
+        HOROVOD_IDLE,  # the ranks held
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     [sweep] = list(tmp_path.glob("*/*-arr-sweep"))
