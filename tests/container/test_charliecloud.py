@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hpctrain.launch.container.store import default_storage, image_dir
 from tests.conftest import (
     DIGITS_CNN,
     MLP,
@@ -36,6 +37,9 @@ def image() -> str:
     lock per storage), then finds the image cached by what went into it."""
     r = hpctrain("container", "build", timeout=1800)
     assert r.returncode == 0, r.stdout + r.stderr
+    # not a worktree of ch-image's build cache: hpctrain's record in it would leave it dirty and
+    # the build after next would fail in `git checkout`
+    assert not (image_dir(default_storage(), "hpctrain") / ".git").exists()
     r = hpctrain("container", "show")
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout.split()[1]

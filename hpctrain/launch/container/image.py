@@ -43,6 +43,13 @@ class Built:
     cached: bool
 
 
+# ch-image's build cache keeps an image as a git worktree and commits whatever its tree holds
+# after each step, our record included; rewriting the record then leaves the worktree dirty, and
+# the build after next fails in `git checkout` ("local changes would be overwritten"). The cache
+# could only ever hit FROM here (the context holds the sources), so the image is built without it.
+NO_CACHE = "--no-cache"
+
+
 @contextmanager
 def storage_lock(storage: Path) -> Iterator[None]:
     """Beside the storage, not in it: ch-image refuses a storage directory holding other files."""
@@ -78,6 +85,7 @@ def build_image(name: str, storage: Path, say: Say, force: bool = False) -> Buil
                     "-s",
                     str(storage),
                     "build",
+                    NO_CACHE,
                     "--force",
                     "-t",
                     name,
