@@ -106,8 +106,21 @@ def _gpus_needed(items: list[pytest.Item]) -> None:
             )
 
 
-def hpctrain(*args: str, timeout: float = 600, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real CLI in a subprocess (no progress bar; output captured)."""
+# Commands a test runs through hpctrain.cli.main in its own process (hpctrain_here): the same code,
+# output and exit status, without a new interpreter's ~0.7 CPU-s of imports (a tenth of the CPU
+# of tests/mpi/test_engines.py and test_tensor.py together, measured). `bench` changes PATH and
+# `container build` may take many minutes: each keeps a process of its own, as does whatever a
+# test must signal or time out (start_hpctrain, own_process=True).
+IN_PROCESS = frozenset({"run", "status", "logs", "analyze", "cancel", "study", "track", "preflight"})
+
+
+def hpctrain(
+    *args: str, timeout: float = 600, cwd: Path | None = None, own_process: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run the real CLI (no progress bar; output captured); in a subprocess unless IN_PROCESS
+    says otherwise, whose limit is then pytest-timeout's, not `timeout`."""
+    if args and args[0] in IN_PROCESS and not own_process:
+        return hpctrain_here(*args, cwd=cwd)
     env = dict(os.environ, COLUMNS="200", TERM="dumb")
     return subprocess.run(
         [sys.executable, "-m", "hpctrain.cli", *args],
@@ -119,11 +132,13 @@ def hpctrain(*args: str, timeout: float = 600, cwd: Path | None = None) -> subpr
     )
 
 
-def hpctrain_here(*args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI's own entry point (hpctrain.cli.main) in this process, output captured, for what
-    ends before any process starts: validation, dry runs, bad arguments, records that do not
-    read. The same code as the `hpctrain` command, without a new interpreter importing torch
-    (2-3 s each); exit statuses and messages as the command gives them."""
+def hpctrain_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI's own entry point (hpctrain.cli.main) in this process, output captured: the same
+    code as the `hpctrain` command, exit statuses and messages as the command gives them, without
+    a new interpreter importing hpctrain, Hydra and numpy (~0.7 CPU-s each). For validation, dry
+    runs, bad arguments, records that do not read, and runs that must succeed (run_ok): the
+    ranks still start under the run's own supervisor and launcher. What a test signals, kills or
+    times out goes through `hpctrain` (a subprocess)."""
     import io
     import signal
 
@@ -134,7 +149,7 @@ def hpctrain_here(*args: str) -> subprocess.CompletedProcess[str]:
     columns = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = "200"
     try:
-        with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.chdir(cwd or ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(list(args))
             except SystemExit as e:  # argparse: --help, --version, bad arguments
