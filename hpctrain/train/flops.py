@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import platform
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -103,5 +105,29 @@ def device_peak(cfg: Config, device: torch.device) -> Peak:
             math.nan, f"unknown device {name}: set cluster.peak_tflops"
         )
     threads = torch.get_num_threads()
+    what = f"probe: {PROBE_N}x{PROBE_N} {precision} GEMM on {threads} thread(s)"
+    path = peak_cache(precision, threads)
+    doc = read_cached(path)
+    found = doc.get("tflops") if isinstance(doc, dict) else None
+    if isinstance(found, (int, float)) and math.isfinite(found) and found > 0:
+        return Peak(float(found), f"{what}, cached")
     probe = gemm_probe_tflops(precision)
-    return Peak(probe, f"probe: {PROBE_N}x{PROBE_N} {precision} GEMM on {threads} thread(s)")
+    keep_cached(path, {"tflops": probe, "probed": time.time()})
+    return Peak(probe, what)
+
+
+def peak_cache(precision: str, threads: int) -> Path:
+    """Where this host's probed peak is kept: one probe per host, CPU, thread count, precision and
+    torch, so every run's MFU on a node is against the same peak (a probe per run varied with the
+    load beside it) and a run's end skips 0.2 s of GEMMs. Delete the file to probe again."""
+    key = repr((socket.gethostname(), _cpu_model(), threads, precision, torch.__version__, PROBE_N))
+    return cache_dir() / "peak" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def _cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return platform.processor()
+    names = [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")]
+    return f"{names[0] if names else platform.processor()} x{len(names)}"

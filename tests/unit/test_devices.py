@@ -140,8 +140,30 @@ def test_an_unknown_device_has_no_peak_and_the_config_wins() -> None:
     assert table_peak("Some Future GPU", "bf16") is None
     cfg = load_config(["cluster.peak_tflops=12.5"])
     assert device_peak(cfg, torch.device("cpu")).tflops == 12.5
-    probed = device_peak(load_config([]), torch.device("cpu"))
-    assert probed.tflops > 0 and probed.source.startswith("probe: 512x512 fp32 GEMM")
+
+
+def test_the_cpu_peak_is_probed_once_per_host_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpctrain.train import flops
+
+    monkeypatch.setenv("HPCTRAIN_CACHE", str(tmp_path))
+    cfg = load_config([])
+    probed = device_peak(cfg, torch.device("cpu"))
+    assert (
+        probed.tflops > 0
+        and probed.source == f"probe: 512x512 fp32 GEMM on {torch.get_num_threads()} thread(s)"
+    )
+    monkeypatch.setattr(flops, "gemm_probe_tflops", lambda *a: pytest.fail("probed again"))
+    again = device_peak(cfg, torch.device("cpu"))
+    assert again.tflops == probed.tflops and again.source == probed.source + ", cached"
+    [kept] = (tmp_path / "peak").iterdir()
+    for damaged in ("{", '{"tflops": -1}', '{"tflops": "x"}', "[]"):
+        kept.write_text(damaged)  # probed again, never used
+        monkeypatch.setattr(flops, "gemm_probe_tflops", lambda *a: 3.5)
+        assert device_peak(cfg, torch.device("cpu")) == flops.Peak(3.5, probed.source)
+    bf16 = device_peak(load_config(["precision=bf16"]), torch.device("cpu"))
+    assert bf16.source.startswith("probe: 512x512 bf16 GEMM") and not bf16.source.endswith("cached")
 
 
 def test_mfu_is_each_ranks_model_flops_over_its_peak() -> None:
