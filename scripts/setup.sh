@@ -151,8 +151,12 @@ fi
 if [ -n "$installed" ]; then
   # Where PYTHONDONTWRITEBYTECODE is set, nothing would ever write these: every process would
   # compile torch again. A file no Python 3 parses (a package's template) is no reason to stop.
+  # Not the packages no hpctrain process imports (pip and setuptools run at setup, scikit-learn
+  # only holds the digits data file, SciPy and NetworkX come with it and with torch): a quarter of
+  # the files, 27 s -> 22 s on 2 cores.
   say "byte-compiling the installed packages"
-  "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null 2>&1 || true
+  "$VENV/bin/python" -m compileall -q -j 0 -x '/site-packages/(pip|setuptools|sklearn|scipy|networkx)/' \
+    "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null 2>&1 || true
 fi
 [ "$WITH_HOROVOD" = 0 ] || horovod_ok || { echo "Horovod $HOROVOD_VERSION with PyTorch, MPI and Gloo${GPU:+ and NCCL} is not importable from $VENV" >&2; exit 1; }
 if [ -n "$GPU" ]; then
