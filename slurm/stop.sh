@@ -11,21 +11,29 @@ if [ -f "$SLURM_CONF" ] && command -v sacct >/dev/null && scontrol ping >/dev/nu
   top=$(sacct -X -n -P -o jobid --starttime=1970-01-01 2>/dev/null | sed 's/[_.].*//' | sort -n | tail -1)
   [ -n "$top" ] && echo $((top + 1)) > "$STATE.next-job-id"
 fi
-stop_pid() {  # stop_pid PIDFILE NAME
-  local f=$1 pid
-  [ -f "$f" ] || return 0
-  pid=$(cat "$f")
-  if kill -0 "$pid" 2>/dev/null; then
-    say "stopping $2"; kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$pid" 2>/dev/null || true
+stop_pids() {  # stop_pids NAME PIDFILE...: SIGTERM to all at once, each killed after 10 s
+  local what=$1 f pid pids=()
+  shift
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    if kill -0 "$pid" 2>/dev/null; then kill "$pid" 2>/dev/null || true; pids+=("$pid"); fi
+  done
+  if [ ${#pids[@]} -gt 0 ]; then
+    say "stopping $what"
+    for _ in $(seq 50); do
+      kill -0 "${pids[@]}" 2>/dev/null || break  # false once none is left
+      sleep 0.2
+    done
+    kill -9 "${pids[@]}" 2>/dev/null || true
   fi
-  rm -f "$f"
+  rm -f "$@"
 }
-for f in "$STATE"/run/slurmd-*.pid; do [ -e "$f" ] && stop_pid "$f" "slurmd $(basename "$f" .pid)"; done
-stop_pid "$STATE/run/slurmctld.pid" slurmctld
-stop_pid "$STATE/run/slurmdbd.pid" slurmdbd
-stop_pid "$STATE/run/mariadb.pid" MariaDB
+# the node daemons and the controller together (each takes ~2 s to stop), then the accounting
+# daemon, then its database
+stop_pids "slurmd and slurmctld" "$STATE"/run/slurmd-*.pid "$STATE/run/slurmctld.pid"
+stop_pids slurmdbd "$STATE/run/slurmdbd.pid"
+stop_pids MariaDB "$STATE/run/mariadb.pid"
 # Job steps and anything a daemon left behind (slurmstepd, its tasks) go too.
 pkill -9 -x slurmstepd 2>/dev/null || true
 if [ -f "$STATE/run/munged.ours" ]; then

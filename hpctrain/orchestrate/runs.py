@@ -206,7 +206,7 @@ def follow(
         if len(jobs) > 1 and not launcher.sequential:
             return launcher.wait(jobs, timeout_s, poll_s=2.0, on_poll=pending)
         states: dict[str, JobStatus] = {}
-        poll = 0.25 if launcher.sequential else 1.0
+        poll = 0.1 if launcher.sequential else 1.0  # local: reading state.json, ~1 ms a look
         for i, job in enumerate(jobs):
             reporter.begin(labels[i] if i < len(labels) else "", steps[i] if i < len(steps) else 0)
             tail = LogFollower(launcher.follow_paths(job), reporter, pending)
