@@ -108,10 +108,11 @@ def _gpus_needed(items: list[pytest.Item]) -> None:
 
 # Commands a test runs through hpctrain.cli.main in its own process (hpctrain_here): the same code,
 # output and exit status, without a new interpreter's ~0.7 CPU-s of imports (a tenth of the CPU
-# of tests/mpi/test_engines.py and test_tensor.py together, measured). `bench` changes PATH and
-# `container build` may take many minutes: each keeps a process of its own, as does whatever a
+# of tests/mpi/test_engines.py and test_tensor.py together, measured). `bench submit` changes PATH
+# and `container build` may take many minutes: each keeps a process of its own, as does whatever a
 # test must signal or time out (start_hpctrain, own_process=True).
-IN_PROCESS = frozenset({"run", "status", "logs", "analyze", "cancel", "study", "track", "preflight"})
+IN_PROCESS = frozenset({"run", "status", "logs", "analyze", "cancel", "study", "track", "preflight", "bench"})
+OWN_PROCESS = (["bench", "submit"],)
 
 
 def hpctrain(
@@ -119,7 +120,7 @@ def hpctrain(
 ) -> subprocess.CompletedProcess[str]:
     """Run the real CLI (no progress bar; output captured); in a subprocess unless IN_PROCESS
     says otherwise, whose limit is then pytest-timeout's, not `timeout`."""
-    if args and args[0] in IN_PROCESS and not own_process:
+    if args and args[0] in IN_PROCESS and list(args[:2]) not in OWN_PROCESS and not own_process:
         return hpctrain_here(*args, cwd=cwd)
     env = dict(os.environ, COLUMNS="200", TERM="dumb")
     return subprocess.run(
