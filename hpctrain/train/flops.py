@@ -76,8 +76,13 @@ def flops_cache(cfg: Config, x0: torch.Tensor, y0: torch.Tensor, batch: int) -> 
 
 def _read_count(path: Path | None) -> float | None:
     """The cached count; None when absent or damaged (counted again)."""
-    doc = read_cached(path) if path is not None else None
-    found = doc.get("flops_per_sample") if isinstance(doc, dict) else None
+    return _cached_positive(path, "flops_per_sample") if path is not None else None
+
+
+def _cached_positive(path: Path, key: str) -> float | None:
+    """A positive, finite figure kept in the cache under `key`; None when absent or damaged."""
+    doc = read_cached(path)
+    found = doc.get(key) if isinstance(doc, dict) else None
     return float(found) if isinstance(found, (int, float)) and math.isfinite(found) and found > 0 else None
 
 
@@ -107,10 +112,9 @@ def device_peak(cfg: Config, device: torch.device) -> Peak:
     threads = torch.get_num_threads()
     what = f"probe: {PROBE_N}x{PROBE_N} {precision} GEMM on {threads} thread(s)"
     path = peak_cache(precision, threads)
-    doc = read_cached(path)
-    found = doc.get("tflops") if isinstance(doc, dict) else None
-    if isinstance(found, (int, float)) and math.isfinite(found) and found > 0:
-        return Peak(float(found), f"{what}, cached")
+    found = _cached_positive(path, "tflops")
+    if found is not None:
+        return Peak(found, f"{what}, cached")
     probe = gemm_probe_tflops(precision)
     keep_cached(path, {"tflops": probe, "probed": time.time()})
     return Peak(probe, what)

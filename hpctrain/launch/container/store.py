@@ -5,19 +5,12 @@ inside each image (/etc/hpctrain-image.json: its content digest and what went in
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from hpctrain.facts import cache_dir
+
 RECORD = "etc/hpctrain-image.json"  # inside the image; the ranks read /etc/hpctrain-image.json
-
-
-def cache_dir() -> Path:
-    """The cache scripts/setup.sh uses too: $HPCTRAIN_CACHE, else $XDG_CACHE_HOME/hpctrain."""
-    explicit = os.environ.get("HPCTRAIN_CACHE")
-    if explicit:
-        return Path(explicit)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hpctrain"
 
 
 def default_storage() -> Path:
