@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from hpctrain.engine.base import Engine
     from hpctrain.train.loop import StopControl
 
-from hpctrain import records
+from hpctrain import heap, records
 from hpctrain.config.derived import Derived
 from hpctrain.config.load import config_from_yaml
 from hpctrain.engine.world import finalize_mpi, launcher_rank
@@ -35,24 +35,24 @@ from hpctrain.parallel import kind_of
 
 
 def base_environment() -> dict[str, Any]:
-    """What every run's env.json holds, whatever the workload: versions, launcher, user code."""
-    import numpy
-    import torch
-
+    """What every run's env.json holds, whatever the workload: versions, launcher, user code. A
+    script that has not imported torch is not made to (2 s of a rank's CPU): its versions then
+    come from the installed packages, and the devices once the script has run (torch_facts)."""
     from hpctrain.workload.code import CODE_DIR_VAR
 
     rec: dict[str, Any] = {
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "numpy": numpy.__version__,
+        "torch": _installed("torch"),
+        "numpy": _installed("numpy"),
         "platform": platform.platform(),
-        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
-        "torch_threads": torch.get_num_threads(),
+        "cuda_devices": None,
+        "torch_threads": None,
         "launcher": {
             k: v
             for k, v in os.environ.items()
             if k.startswith(("SLURM_JOB", "SLURM_NNODES", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"))
         },
+        **torch_facts(),
     }
     box = container_facts()
     if box:
@@ -64,6 +64,30 @@ def base_environment() -> dict[str, Any]:
         if snap.exists():  # the snapshot's source, git commit and dirty flag
             rec["code"].update(records.read_json(snap))
     return rec
+
+
+def torch_facts() -> dict[str, Any]:
+    """The devices and threads torch sees, where this process has imported torch already."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    return {
+        "torch": torch.__version__,
+        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _installed(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    module = sys.modules.get(package)
+    if module is not None:
+        return str(module.__version__)
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 def container_facts() -> dict[str, Any] | None:
@@ -105,7 +129,12 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
 
         if launcher_rank(os.environ) in (0, None):
             records.write_json(run_dir / records.ENV, {**base_environment(), **script_environment(cfg)})
-        return run_script(cfg, run_dir, plan)
+        finished = run_script(cfg, run_dir, plan)
+        if launcher_rank(os.environ) in (0, None) and torch_facts():  # the script imported torch
+            records.write_json(
+                run_dir / records.ENV, {**records.read_json(run_dir / records.ENV), **torch_facts()}
+            )
+        return finished
     return train_builtin(cfg, plan, run_dir, control)
 
 
@@ -259,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m hpctrain.rank RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(args[0])
+    heap.hold()  # until the trainer is built (hpctrain/heap.py)
     records.keep_writes_private()  # what the ranks write (checkpoints, records) too
     # a rank never outlives mpirun (a stuck one would keep a core busy for ever)
     die_with_parent(signal.SIGKILL)

@@ -1,8 +1,10 @@
 """`hpctrain bench startup`: what a rank pays before its first step, with torch's optimizers and
 with the built-in trainer's (hpctrain.train.optim: the same updates without the torch.compile
-wrappers that import torch._dynamo). Each contender is a fresh process that imports torch,
-builds a small CNN, takes one SGD step and exits; the two run interleaved, in rotated
-order, so noise hits both alike; ratios are of medians taken in this one run."""
+wrappers that import torch._dynamo), each with Python's cyclic collector on throughout and held
+off until the model and optimizer are built, as a rank holds it (hpctrain/heap.py). Each
+contender is a fresh process that imports torch, builds a small CNN, takes one SGD step and
+exits; they run interleaved, in rotated order, so noise hits all alike; ratios are of medians
+taken in this one run."""
 
 from __future__ import annotations
 
@@ -18,26 +20,38 @@ from rich.progress import Progress
 from rich.table import Table
 
 STEP = """
-import sys, torch
+import sys
+from hpctrain import heap
+{hold}
+import torch
 from torch import nn
 model = nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 6 * 6, 10))
 opt = {cls}(model.parameters(), lr=0.05, momentum=0.9)
+heap.release()
 nn.functional.cross_entropy(model(torch.randn(8, 1, 8, 8)), torch.zeros(8, dtype=torch.long)).backward()
 opt.step()
 print("torch._dynamo" in sys.modules)
 """
+TORCH_SGD, OWN_SGD = "torch.optim.SGD", "__import__('hpctrain.train.optim').train.optim.SGD"
+# name: (optimizer, collector held during the start)
 CONTENDERS = {
-    "torch.optim.SGD": "torch.optim.SGD",
-    "hpctrain optim.SGD": "__import__('hpctrain.train.optim').train.optim.SGD",
+    "torch.optim.SGD": (TORCH_SGD, False),
+    "torch.optim.SGD, collector held": (TORCH_SGD, True),
+    "hpctrain optim.SGD": (OWN_SGD, False),
+    "hpctrain optim.SGD, collector held": (OWN_SGD, True),
 }
 
 
-def _one(cls: str) -> tuple[float, float, str]:
+def _one(cls: str, held: bool) -> tuple[float, float, str]:
     """Wall and CPU seconds (user + system) of one fresh process; what it says of torch._dynamo."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run(
-        [sys.executable, "-c", STEP.format(cls=cls)], capture_output=True, text=True, timeout=600, check=True
+        [sys.executable, "-c", STEP.format(cls=cls, hold="heap.hold()" if held else "")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -54,13 +68,13 @@ def run_startup(args: argparse.Namespace, console: Console) -> int:
         task = bar.add_task("fresh processes", total=args.repeats * len(names))
         for k in range(args.repeats):
             for n in names[k % len(names) :] + names[: k % len(names)]:
-                wall, cpu, dynamo[n] = _one(CONTENDERS[n])
+                wall, cpu, dynamo[n] = _one(*CONTENDERS[n])
                 walls[n].append(wall)
                 cpus[n].append(cpu)
                 bar.advance(task)
     table = Table(title=f"one rank's start to its first step: median of {args.repeats}")
-    for col in ("optimizer", "wall s", "CPU s", "CPU vs torch", "imports torch._dynamo"):
-        table.add_column(col, justify="left" if col == "optimizer" else "right")
+    for col in ("start", "wall s", "CPU s", "CPU vs torch's", "imports torch._dynamo"):
+        table.add_column(col, justify="left" if col == "start" else "right")
     base = statistics.median(cpus[names[0]])
     for n in names:
         cpu = statistics.median(cpus[n])

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hpctrain import records
+from hpctrain import heap, records
 from hpctrain.config.derived import Derived
 from hpctrain.config.schema import Config
 from hpctrain.engine.world import RankInfo
@@ -75,6 +75,7 @@ def train(
     ParallelismKind.build); return this rank's summary, or None if stopped by `control` (after a
     checkpoint). Rank 0 also logs and reports."""
     t, restored = build(prepare(cfg, engine, info, d, run_dir))
+    heap.release()  # the collector held since the rank started (hpctrain/heap.py)
     master = info.rank == 0
     if master:
         for note in restored.skipped:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from hpctrain import records
+from hpctrain import heap, records
 from hpctrain.config.schema import Config
 from hpctrain.engine.device import bind_device, init_process_group
 from hpctrain.engine.horovod import horovod_without_nccl
@@ -128,5 +128,6 @@ def run_allreduce(cfg: Config, run_dir: Path) -> None:
     """This rank's part of the benchmark; rank 0 writes the result into the run directory."""
     b = cfg.bench
     device = bind_device(cfg.train.device, os.environ)  # before the first collective
+    heap.release()  # the collector held since the rank started (hpctrain/heap.py)
     out = str(run_dir / records.allreduce_file(cfg.cluster.world_size))
     measure(b.min_bytes, b.max_mb * 2**20, out, device)

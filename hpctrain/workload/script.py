@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import resource
 import runpy
 import socket
 import sys
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from hpctrain import api, records
+from hpctrain import api, heap, records
 from hpctrain.config.schema import Config
 from hpctrain.engine.world import CommError, export_torch_env, gloo_env, launcher_world
 from hpctrain.lifeline import become_subreaper, end_descendants
@@ -107,6 +108,7 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
     """Run the script on this rank; True if it finished, False if it left to be requeued (it saw
     api.should_stop() after the launcher's api.request_stop())."""
     prepare_environment(cfg, run_dir, plan)
+    heap.release()  # the script runs under Python's own collector, as it would alone
     script = Path(os.environ.get(SCRIPT_VAR) or str(cfg.script.path))
     rank = int(os.environ.get("RANK", "0"))
     tee = None
@@ -214,7 +216,10 @@ def script_environment(cfg: Config) -> dict[str, object]:
 
 
 def _peak_memory() -> int:
-    """The process's peak resident memory, as the built-in trainer reports it on the CPU."""
+    """The process's peak resident memory, as the built-in trainer reports it on the CPU; through
+    torch only where the script imported it (reading a peak is no reason to import torch)."""
+    if "torch" not in sys.modules:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
     import torch
 
     from hpctrain.train.memory import peak_bytes

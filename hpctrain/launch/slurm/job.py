@@ -20,7 +20,7 @@ from typing import Any
 import submitit
 from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
-from hpctrain import records
+from hpctrain import heap, records
 from hpctrain.config.load import config_from_yaml
 
 
@@ -52,6 +52,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         from hpctrain.train.loop import StopControl
 
         run_dir = Path(self.run_dir)
+        heap.hold()  # until the trainer is built (hpctrain/heap.py)
         guard_group()  # what this rank starts ends with it, however it ends
         if os.environ.get(REQUEUE_DIR_VAR):
             # in an image, the task is the host's wrapper around this rank (container/plan.py):
