@@ -53,13 +53,13 @@ else
 fi
 # the type checker, the linter, the formatter and the layer contract are gates, like the tests;
 # mypy's cache lives beside the wheels, outside the clone (it checks files by hash: 28 s -> 1 s)
-"$VENV/bin/python" -m mypy --cache-dir "$CACHE/mypy" hpctrain
-"$VENV/bin/python" -m ruff check hpctrain tests scripts
-"$VENV/bin/python" -m ruff format --check hpctrain tests scripts
+"$VENV/bin/python" -m mypy --cache-dir "$CACHE/mypy" hpctrain hydra_plugins
+"$VENV/bin/python" -m ruff check hpctrain hydra_plugins tests scripts
+"$VENV/bin/python" -m ruff format --check hpctrain hydra_plugins tests scripts
 "$VENV/bin/lint-imports"
 # hpctrain's own modules byte-compiled once: where PYTHONDONTWRITEBYTECODE is set (as on this
 # machine) every process would otherwise compile them again (about 0.1 s of CPU each; a suite
 # starts some 1,500: CLIs, supervisors, ranks)
-"$VENV/bin/python" -m compileall -q -j 0 hpctrain tests
+"$VENV/bin/python" -m compileall -q -j 0 hpctrain hydra_plugins tests
 # two workers: the SLURM stream and the local stream side by side (tests/conftest.py)
 "$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 -m "$select" "$@"

@@ -6,16 +6,17 @@ into ConfigError naming the key and listing what is valid, before anything runs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
 import re
 import sys
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -26,6 +27,9 @@ from omegaconf.errors import (
     OmegaConfBaseException,
     ValidationError,
 )
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 from hpctrain.config.schema import CLUSTER_SCHEMAS, Config, register
 from hpctrain.config.values import expand_user_paths
@@ -76,12 +80,16 @@ def compose_config(
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
+    from hydra.version import VersionBase
 
     GlobalHydra.instance().clear()
     d = conf_dir(config_dir)
     overrides = normalise(overrides)
     _check_group_choices(overrides, d)
-    with initialize_config_dir(config_dir=str(d), version_base="1.3", job_name="hpctrain"):
+    # initialize sets Hydra's process-wide version base and leaves it: restored, so that a Hydra
+    # app calling hpctrain (its launcher plugin, a test) keeps its own (job.chdir's default)
+    base = VersionBase.instance().getbase()
+    with initialize_config_dir(config_dir=str(d), version_base="1.3", job_name="hpctrain"), _restored(base):
         try:
             return compose(config_name=config_name, overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as e:
@@ -94,6 +102,16 @@ def compose_config(
             raise ConfigError.one(
                 "--config-dir", f"a YAML file does not parse: {' '.join(str(e).split())}", "fix that file"
             ) from e
+
+
+@contextlib.contextmanager
+def _restored(base: Version | None) -> Iterator[None]:
+    from hydra.version import VersionBase
+
+    try:
+        yield
+    finally:
+        VersionBase.instance().version_base = base
 
 
 def _unselected(overrides: Sequence[str], groups: set[str]) -> ConfigError:

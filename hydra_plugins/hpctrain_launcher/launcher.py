@@ -1,0 +1,219 @@
+"""The launch side: every job of a Hydra sweep becomes one hpctrain run whose ranks all run the
+app's task function (rank.py), started together through hpctrain's own launcher for the cluster
+(a local sweep one point after another, a SLURM sweep as one job array), followed to its end, and
+answered with each point's JobReturn from rank 0.
+
+The jobs of one launch are one hpctrain sweep in <hydra.sweep.dir>/.hpctrain (.hpctrain-2, ... for
+a sweeper's later batches, or the app run again into the same sweep.dir), beside Hydra's own
+output directories, job i of the batch in its directory i: `hpctrain status`, `logs`, `cancel`,
+`analyze` and `track` work on them as on any hpctrain sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import cloudpickle
+import yaml
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hpctrain import records
+from hpctrain.config.load import config_from_yaml
+from hpctrain.config.schema import Config
+from hpctrain.errors import HpctrainError, LaunchError
+from hpctrain.launch.base import Job
+from hpctrain.launch.base import JobStatus as RunStatus
+from hpctrain.launch.base import Launcher as RunLauncher
+from hpctrain.launch.registry import launcher_for
+from hpctrain.launch.rundir import claim_fresh
+from hpctrain.orchestrate.runs import follow, placed, start
+from hpctrain.orchestrate.validate import validate_points
+from hpctrain.records import State
+from hydra_plugins.hpctrain_launcher.config import RunSettings
+from hydra_plugins.hpctrain_launcher.rank import path_file, return_file
+
+log = logging.getLogger(__name__)
+
+RUNS_DIR = ".hpctrain"  # in hydra.sweep.dir: the sweep's hpctrain runs, one per job
+TASKS = "tasks"  # in RUNS_DIR: each job's payload <i>.pkl (what its ranks run), rank 0's JobReturn
+ENTRY = "hydra_task.py"  # in RUNS_DIR: the script every rank runs
+ENTRY_TEXT = (
+    '"""Written by hpctrain\'s Hydra launcher: every rank runs the sweep point\'s task function."""\n'
+    "import sys\n\n"
+    "from hydra_plugins.hpctrain_launcher.rank import main\n\n"
+    "sys.exit(main(sys.argv[1]))\n"
+)
+SUBMITIT_LINE = re.compile(r"\]\[submitit\]\[")
+RUN_KEYS = {"backend", "stall_timeout_s", "timeout_min", "_target_"}
+
+
+class Reporter:
+    """hpctrain's progress, as the app's log and output: rank 0's lines of a point running on this
+    machine are printed, as the basic launcher's task would print them."""
+
+    def note(self, text: str) -> None:
+        log.info(text)
+
+    def line(self, text: str) -> None:
+        if not SUBMITIT_LINE.search(text):  # submitit's own, in the Hydra job's log format
+            print(text, flush=True)
+
+    def event(self, event: dict[str, Any]) -> None:
+        pass
+
+    def begin(self, label: str, steps: int) -> None:
+        if label:
+            log.info(label)
+
+
+class HpctrainLauncher(Launcher):
+    cluster: ClassVar[str]
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        # each call its own: a sweeper's later batch, or the app run again into the same sweep.dir
+        home = claim_fresh(Path(str(self.config.hydra.sweep.dir)).absolute() / RUNS_DIR)
+        (home / ENTRY).write_text(ENTRY_TEXT)
+        settings = run_settings(self.settings)
+        points = [list(o) for o in job_overrides]
+        configs = [self._config(home, settings, i) for i in range(len(points))]
+        launcher = launcher_for(configs[0])
+        validate_points(configs, [f"job {initial_job_idx + i}" for i in range(len(points))], launcher.facts)
+        for i, overrides in enumerate(points):  # Hydra's own errors (a bad key) before anything starts
+            self._write_payload(payload_file(home, i), overrides, initial_job_idx + i)
+        prep = placed(launcher, list(zip(points, configs)), home, sweep=True, dated=False)
+        log.info(f"hpctrain: {len(points)} job(s) on cluster {self.cluster}; runs in {home}")
+        jobs = start(prep, detach=False)
+        states = follow(
+            launcher, jobs, Reporter(), settings.timeout_min * 60, labels=job_labels(points, initial_job_idx)
+        )
+        return [
+            job_return(
+                read_return(return_file(payload_file(home, i))), points[i], launcher, job, states[job.job_id]
+            )
+            for i, job in enumerate(jobs)
+        ]
+
+    def _config(self, home: Path, settings: RunSettings, i: int) -> Config:
+        """One point's hpctrain config: the cluster settings as given, the task as its script."""
+        cluster = {k: v for k, v in self.settings.items() if k not in RUN_KEYS}
+        data = {
+            "cluster": {**plain(cluster), "name": self.cluster},
+            "parallelism": {"backend": str(settings.backend)},
+            "script": {
+                "path": str(home / ENTRY),
+                "args": [str(payload_file(home, i))],
+                "stall_timeout_s": settings.stall_timeout_s,
+            },
+            # every rank starts where the app was started, as the basic launcher's task runs (the
+            # app's own modules reach the ranks through its import path: rank.py)
+            "code": {"dir": os.getcwd(), "snapshot": False},
+            "run": {"dir": str(home / str(i))},
+        }
+        return config_from_yaml(yaml.safe_dump(data))
+
+    def _write_payload(self, path: Path, overrides: list[str], num: int) -> None:
+        """What the point's ranks need: the task function, the point's config (composed here, so a
+        bad override fails before anything is submitted), the launcher's Hydra context and
+        singletons (the ConfigStore, resolvers), as submitit's launcher sends them."""
+        assert self.config is not None and self.hydra_context is not None
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(sweep_config):
+            sweep_config.hydra.job.id = f"{num}"  # rank.py: the SLURM job id where there is one
+            sweep_config.hydra.job.num = num
+        payload = {
+            "task_function": self.task_function,
+            "config": sweep_config,
+            "hydra_context": self.hydra_context,
+            "singletons": Singleton.get_state(),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path_file(path).write_text("\n".join(p for p in sys.path if p) + "\n")
+        records.write_atomic(path, cloudpickle.dumps(payload))
+
+
+class HpctrainLocalLauncher(HpctrainLauncher):
+    cluster = "local"
+
+
+class HpctrainSlurmLauncher(HpctrainLauncher):
+    cluster = "slurm"
+
+
+def plain(value: Any) -> Any:
+    """Hydra's instantiate hands nested settings over as DictConfig/ListConfig, enums as members."""
+    if isinstance(value, DictConfig) or OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True, enum_to_str=True)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if hasattr(value, "value") and type(value).__module__ != "builtins":  # an Enum member
+        return value.value
+    return value
+
+
+def run_settings(settings: dict[str, Any]) -> RunSettings:
+    known = {k: plain(settings[k]) for k in ("backend", "stall_timeout_s", "timeout_min") if k in settings}
+    return RunSettings(**known)
+
+
+def job_labels(points: Sequence[Sequence[str]], first: int) -> list[str]:
+    return [
+        f"job {first + i}: {' '.join(filter_overrides(list(p))) or '(no overrides)'}"
+        for i, p in enumerate(points)
+    ]
+
+
+def job_return(
+    ret: JobReturn | None, overrides: list[str], launcher: RunLauncher[Any], job: Job, status: RunStatus
+) -> JobReturn:
+    """What Hydra gets for a job: rank 0's JobReturn; where the run failed on another rank (or
+    before rank 0 returned), FAILED with hpctrain's error naming the rank, as the return value
+    Hydra raises. A task that failed on rank 0 keeps its own exception, as under Hydra's basic
+    launcher."""
+    if status.state == State.COMPLETED and ret is not None:
+        return ret
+    if ret is not None and ret.status == JobStatus.FAILED:
+        return ret
+    err: HpctrainError = launcher.failure(job, status)
+    if ret is None:
+        return JobReturn(overrides=overrides, status=JobStatus.FAILED, _return_value=err)
+    ret.status, ret._return_value = JobStatus.FAILED, err
+    return ret
+
+
+def payload_file(home: Path, i: int) -> Path:
+    return home / TASKS / f"{i}.pkl"
+
+
+def read_return(path: Path) -> JobReturn | None:
+    """Rank 0's JobReturn, or None where the run ended before it was written."""
+    try:
+        ret = cloudpickle.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except Exception as e:  # noqa: BLE001 - a damaged file says so
+        raise LaunchError(f"{path} does not load ({type(e).__name__}: {e})") from e
+    return ret if isinstance(ret, JobReturn) else None
