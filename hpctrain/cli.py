@@ -168,6 +168,15 @@ def _add_run(sub: Subparsers) -> None:
         default=24 * 60,
         help="stop waiting (not the run) after this many minutes",
     )
+    run.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="DIR[:ok|:any]",
+        help="start after the jobs of this run, sweep or study directory: once each completed (:ok, "
+        "the default) or ended (:any); SLURM holds the job (--dependency), locally the command "
+        "waits first. Repeatable (run.after in the config)",
+    )
 
 
 def _add_jobs(sub: Subparsers) -> None:

@@ -46,7 +46,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         return 0
     if args.estimate or args.estimate_from:
         return _estimate(args, console)
-    prep = orchestrate.prepare(args.overrides, args.config_dir, args.multirun)
+    prep = orchestrate.prepare(args.overrides, args.config_dir, args.multirun, after=args.after)
     launcher = prep.launcher
     if args.dry_run:
         if prep.group_dir is None:
@@ -54,7 +54,12 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             print(f"# run directory\n{prep.runs[0].run_dir}\n")
         print(launcher.describe(prep.runs), end="")
         return 0
-    jobs = orchestrate.start(prep, detach=args.no_wait)
+    jobs = orchestrate.start(
+        prep,
+        detach=args.no_wait,
+        say=lambda t: console.print(t, highlight=False),
+        timeout_s=args.timeout_min * 60,
+    )
     where = prep.group_dir or prep.runs[0].run_dir
     console.print(
         launcher.started_message(prep.runs, jobs) + f"; {'sweep' if prep.group_dir else 'run'} "

@@ -340,6 +340,7 @@ class SlurmClusterConf(ClusterConf):
     submitit_folder: Optional[str] = None  # submitit's pickles and logs; null = <run dir>/submitit
     exclude: List[str] = field(default_factory=list)  # nodes never to run on (sbatch --exclude)
     nodelist: List[str] = field(default_factory=list)  # nodes the job must include (sbatch --nodelist)
+    dependency: Optional[str] = None  # sbatch --dependency, e.g. afterok:123 (run.after sets it)
     study_scale: ClassVar[str] = "nodes"
     loses_nodes: ClassVar[bool] = True  # --no-kill: the allocation outlives a lost node
 
@@ -406,6 +407,8 @@ class RunConf:
     name: str = "train"  # run name; letters, digits, '.', '_', '-'
     output_root: str = "outputs"  # run directories go to <output_root>/<date>/<time>-<name>
     dir: Optional[str] = None  # an explicit run directory (must not exist or be empty)
+    # run/sweep/study directories to start after (--after): DIR[:ok] each job completes, DIR:any ends
+    after: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -99,6 +99,18 @@ class JobStatus:
         return self.state in DONE
 
 
+@dataclass(frozen=True)
+class After:
+    """A job this run waits for (run.after): to complete (ok), or to end in any state."""
+
+    job: Job
+    ok: bool
+
+    @property
+    def mode(self) -> str:
+        return "afterok" if self.ok else "afterany"
+
+
 class Excludes(ABC):
     """The capability of a launcher on a cluster of several nodes: submit a run again, into its
     own directory, never on the nodes named (a pre-flight check judged them bad)."""
@@ -135,6 +147,12 @@ class Launcher(ABC, Generic[P]):
 
     @abstractmethod
     def describe(self, runs: list[RunSpec[P]]) -> str: ...
+
+    def held_until(self, cfg: Config, after: list[After]) -> Config | None:
+        """cfg with the scheduler holding its job until `after` have ended (SLURM's
+        --dependency), or None where this launcher has no scheduler to do it: the command then
+        waits for them before it starts the run (orchestrate/after.py)."""
+        return None
 
     # --- side effects -----------------------------------------------------------------------
     def admit(self, runs: list[RunSpec[P]]) -> None:
@@ -204,10 +222,14 @@ class Launcher(ABC, Generic[P]):
             if blocked:  # waiting would be for ever: stop them and say why
                 self.cancel(blocked)
                 why = states[blocked[0].job_id].reason
+                fix = (
+                    "submit it again once the runs it starts after complete, or start after them with :any"
+                    if "Dependency" in why
+                    else "change the request (cluster.partition, cluster.nodes, cluster.time_min, ...) and submit again"
+                )
                 raise LaunchError(
                     f"job(s) {', '.join(j.job_id for j in blocked)} can never start as submitted "
-                    f"({why}); they were cancelled: change the request (cluster.partition, "
-                    "cluster.nodes, cluster.time_min, ...) and submit again"
+                    f"({why}); they were cancelled: {fix}"
                 )
             if time.monotonic() > deadline:
                 self.release(jobs)

@@ -19,9 +19,11 @@ from hpctrain.config.points import load_configs
 from hpctrain.config.schema import Config
 from hpctrain.errors import ConfigError, RecordError
 from hpctrain.events import parse_event
-from hpctrain.launch.base import Job, JobStatus, Launcher, RunSpec
+from hpctrain.launch.base import After, Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.registry import launcher_class, launcher_for, load_job
 from hpctrain.launch.rundir import claim_fresh
+from hpctrain.orchestrate.after import held, wait_for
+from hpctrain.orchestrate.started import jobs_in, launcher_of
 from hpctrain.orchestrate.sweep import expand
 from hpctrain.orchestrate.validate import validate_points
 from hpctrain.records import State
@@ -45,6 +47,7 @@ class Prepared:
     runs: list[RunSpec]
     group_dir: Path | None  # the sweep directory, or None for a single run
     dated: bool = True  # the directory is hpctrain's dated default (run.dir unset): may take a suffix
+    after: list[After] = dataclasses.field(default_factory=list)  # jobs to wait for before starting
 
 
 def one_launcher(configs: Sequence[Config]) -> Launcher:
@@ -63,17 +66,24 @@ def prepare(
     config_dir: str | None = None,
     multirun: bool = False,
     now: datetime | None = None,
+    after: Sequence[str] = (),
 ) -> Prepared:
-    """Compose, validate and plan every run (every point of a sweep) before anything starts."""
+    """Compose, validate and plan every run (every point of a sweep) before anything starts;
+    `after`: what the runs start after, besides their run.after (orchestrate/after.py)."""
     points = expand(overrides, config_dir) if multirun else [list(overrides)]
     configs = load_configs(points, config_dir) if multirun else [load_config(overrides, config_dir)]
+    for c in configs:  # hpctrain run --after DIR[:ok|:any]
+        c.run = dataclasses.replace(c.run, after=[*c.run.after, *after])
     launcher = one_launcher(configs)
+    configs, waits = held(launcher, configs)
     validate_points(configs, point_labels(points) if multirun else [""], launcher.facts)
     base = default_run_dir(configs[0], now or datetime.now())
     items = list(zip([list(pt) for pt in points], configs))
     # run.dir of a sweep is its directory, as given; the dated default gets "-sweep"
     home = base if not multirun or configs[0].run.dir else base.parent / f"{base.name}-sweep"
-    return placed(launcher, items, home, multirun, dated=configs[0].run.dir is None)
+    p = placed(launcher, items, home, multirun, dated=configs[0].run.dir is None)
+    p.after = waits
+    return p
 
 
 def placed(
@@ -96,10 +106,15 @@ def point_labels(points: Sequence[Sequence[str]]) -> list[str]:
     return [f"point {i} ({' '.join(o for o in p if o not in common)})" for i, p in enumerate(points)]
 
 
-def start(p: Prepared, detach: bool) -> list[Job]:
+def start(
+    p: Prepared, detach: bool, say: Callable[[str], None] = lambda s: None, timeout_s: float = 7 * 86400
+) -> list[Job]:
     """Start or submit; a sweep directory gets sweep.json (its runs, jobs and job arrays). A dated
-    default directory that another command took in the same second becomes NAME-2, NAME-3, ..."""
+    default directory that another command took in the same second becomes NAME-2, NAME-3, ...
+    Jobs the launcher cannot have its scheduler wait for (p.after) are waited for here first."""
     p.launcher.admit(p.runs)
+    if p.after:
+        wait_for(p.after, timeout_s, say)
     if p.dated:
         home = p.group_dir or p.runs[0].run_dir
         claimed = claim_fresh(home)
@@ -278,23 +293,6 @@ def accounted(launcher: Launcher, job: Job) -> records.RunSummary:
 # --- runs already started: from their directories ---------------------------------------------
 
 
-def jobs_in(path: Path) -> list[Job]:
-    """The jobs of a run directory, a sweep directory or a study directory."""
-    if (path / records.JOB).exists():
-        return [load_job(path)]
-    if (path / records.SWEEP).exists():
-        manifest = records.read(path / records.SWEEP, records.SweepManifest)
-        return [load_job(records.member_dir(path, r.run_dir)) for r in manifest.runs]
-    if (path / records.STUDY).exists():
-        study = records.read(path / records.STUDY, records.StudyManifest)
-        dirs = [records.member_dir(path, r.run_dir) for r in study.runs]
-        return [load_job(d) for d in dirs if (d / records.JOB).exists()]
-    raise RecordError(
-        f"{path} is not a run, sweep or study directory (no {records.JOB}, {records.SWEEP} "
-        f"or {records.STUDY})"
-    )
-
-
 def unstarted_in(path: Path) -> list[tuple[str, str]]:
     """A study's runs that have no job (not started yet, or their directory is not one): (name,
     why), so that status lists every run of the study, as analyze does."""
@@ -321,10 +319,6 @@ def overrides_in(path: Path) -> dict[str, list[str]]:
     else:
         return {}
     return {Path(r.run_dir).name: list(r.overrides) for r in manifest.runs}
-
-
-def launcher_of(job: Job) -> Launcher:
-    return launcher_class(job.ref.launcher)()
 
 
 def statuses(jobs: list[Job]) -> list[tuple[Job, JobStatus, str]]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from hpctrain import records
 from hpctrain.config.schema import Config, SlurmClusterConf
-from hpctrain.errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
+from hpctrain.errors import ConfigError, HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
 from hpctrain.facts import HostFacts
-from hpctrain.launch.base import Excludes, Job, JobStatus, Launcher, RunSpec
+from hpctrain.launch.base import After, Excludes, Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.output import srun_failure
 from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
@@ -96,6 +96,23 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
 
         limits = self.limits(runs) if len(runs) > 1 else Limits(SLURM_DEFAULT_MAX_ARRAY_SIZE, None, 0, "")
         return submit_runs(runs, limits)[0]
+
+    def held_until(self, cfg: Config, after: list[After]) -> Config | None:
+        """sbatch --dependency=afterok:ID,afterany:ID: SLURM holds the job; only SLURM jobs of
+        this cluster can be waited for so."""
+        others = sorted({a.job.ref.launcher for a in after} - {self.name})
+        if others:
+            raise ConfigError.one(
+                "run.after",
+                f"a SLURM job can only wait for SLURM jobs; {', '.join(others)} runs are not jobs SLURM knows",
+                "run the earlier runs on SLURM too, or wait for them before submitting",
+            )
+        # afterok:1:2,afterany:3 - sbatch(1) --dependency: a comma means all must be satisfied
+        groups: dict[str, list[str]] = {}
+        for a in after:
+            groups.setdefault(a.mode, []).append(a.job.job_id)
+        dependency = ",".join(f"{mode}:{':'.join(ids)}" for mode, ids in groups.items())
+        return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, dependency=dependency))
 
     def resubmit_excluding(
         self, spec: RunSpec[SlurmPlan], hosts: list[str]

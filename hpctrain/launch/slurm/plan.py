@@ -77,6 +77,7 @@ def executor_parameters(cfg: Config, env: dict[str, str], srun_args: tuple[str, 
         "exclusive": True if c.exclusive else None,
         "exclude": ",".join(c.exclude) or None,  # nodes judged bad (cluster.preflight) or named
         "nodelist": ",".join(c.nodelist) or None,
+        "dependency": c.dependency,
     }
     params.update({k: v for k, v in optional.items() if v is not None})
     return params

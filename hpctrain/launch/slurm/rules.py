@@ -14,6 +14,9 @@ SLURM_TOKEN = re.compile(r"^[A-Za-z0-9_.,:+-]+$")
 SLURM_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.,:+|&!*\[\]()-]+$")
 # A setup line is one simple command (module load, source, export): no chaining, substitution
 # or redirection, so what runs is exactly what the line says.
+# sbatch(1) --dependency: after, afterany, afterok, ... with job ids (123, 123_4, 123+60), or singleton
+_DEP = r"(?:[a-z]+(?::[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?)+|singleton)"
+SLURM_DEPENDENCY = re.compile(rf"^{_DEP}(?:[,?]{_DEP})*$")
 SHELL_META = re.compile(r"[;&|`<>\n\r\0]|\$\(")
 COMMAND_NAME = re.compile(r"^[A-Za-z0-9_./+-][A-Za-z0-9_./:+-]*$")
 VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
@@ -66,7 +69,7 @@ def _script_problems(c: SlurmClusterConf) -> list[Problem]:
     p = []
     for key in ("partition", "account", "qos"):
         value = getattr(c, key)
-        if value is not None and not SLURM_TOKEN.match(value):
+        if value is not None and not SLURM_TOKEN.fullmatch(value):
             p.append(
                 Problem(
                     f"cluster.{key}",
@@ -74,12 +77,21 @@ def _script_problems(c: SlurmClusterConf) -> list[Problem]:
                     f"use the name sinfo/sacctmgr shows, e.g. cluster.{key}=gpu",
                 )
             )
-    if c.constraint is not None and not SLURM_CONSTRAINT.match(c.constraint):
+    if c.constraint is not None and not SLURM_CONSTRAINT.fullmatch(c.constraint):
         p.append(
             Problem(
                 "cluster.constraint",
                 f"{c.constraint!r} is not a SLURM constraint expression",
                 "use features joined by & or |, e.g. cluster.constraint='a100&ib'",
+            )
+        )
+    if c.dependency is not None and not SLURM_DEPENDENCY.fullmatch(c.dependency):
+        p.append(
+            Problem(
+                "cluster.dependency",
+                f"{c.dependency!r} is not a SLURM dependency list",
+                "use TYPE:JOBID[:JOBID...] joined by ',' (all) or '?' (any), e.g. afterok:123:124, "
+                "or name the earlier runs with hpctrain run --after DIR",
             )
         )
     for i, line in enumerate(c.setup):

@@ -1,0 +1,32 @@
+"""Runs already started, found again from their directories: the jobs a run, sweep or study
+directory holds, and the launcher that started each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpctrain import records
+from hpctrain.errors import RecordError
+from hpctrain.launch.base import Job, Launcher
+from hpctrain.launch.registry import launcher_class, load_job
+
+
+def jobs_in(path: Path) -> list[Job]:
+    """The jobs of a run directory, a sweep directory or a study directory."""
+    if (path / records.JOB).exists():
+        return [load_job(path)]
+    if (path / records.SWEEP).exists():
+        manifest = records.read(path / records.SWEEP, records.SweepManifest)
+        return [load_job(records.member_dir(path, r.run_dir)) for r in manifest.runs]
+    if (path / records.STUDY).exists():
+        study = records.read(path / records.STUDY, records.StudyManifest)
+        dirs = [records.member_dir(path, r.run_dir) for r in study.runs]
+        return [load_job(d) for d in dirs if (d / records.JOB).exists()]
+    raise RecordError(
+        f"{path} is not a run, sweep or study directory (no {records.JOB}, {records.SWEEP} "
+        f"or {records.STUDY})"
+    )
+
+
+def launcher_of(job: Job) -> Launcher:
+    return launcher_class(job.ref.launcher)()
