@@ -17,30 +17,23 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import cloudpickle
-import yaml
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hpctrain import records
-from hpctrain.config.load import config_from_yaml
-from hpctrain.config.schema import Config
-from hpctrain.errors import HpctrainError, LaunchError
-from hpctrain.launch.base import Job
-from hpctrain.launch.base import JobStatus as RunStatus
-from hpctrain.launch.base import Launcher as RunLauncher
-from hpctrain.launch.registry import launcher_for
-from hpctrain.launch.rundir import claim_fresh
-from hpctrain.orchestrate.runs import follow, placed, start
-from hpctrain.orchestrate.validate import validate_points
-from hpctrain.records import State
 from hydra_plugins.hpctrain_launcher.config import RunSettings
 from hydra_plugins.hpctrain_launcher.rank import path_file, return_file
+
+if TYPE_CHECKING:  # hpctrain's launch side is imported when a sweep is launched: Hydra imports
+    # every plugin module of every installed plugin at each app's start
+    from hpctrain.config.schema import Config
+    from hpctrain.launch.base import Job
+    from hpctrain.launch.base import JobStatus as RunStatus
+    from hpctrain.launch.base import Launcher as RunLauncher
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +83,11 @@ class HpctrainLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        from hpctrain.launch.registry import launcher_for
+        from hpctrain.launch.rundir import claim_fresh
+        from hpctrain.orchestrate.runs import follow, placed, start
+        from hpctrain.orchestrate.validate import validate_points
+
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         # each call its own: a sweeper's later batch, or the app run again into the same sweep.dir
@@ -117,6 +115,10 @@ class HpctrainLauncher(Launcher):
 
     def _config(self, home: Path, settings: RunSettings, i: int) -> Config:
         """One point's hpctrain config: the cluster settings as given, the task as its script."""
+        import yaml
+
+        from hpctrain.config.load import config_from_yaml
+
         cluster = {k: v for k, v in self.settings.items() if k not in RUN_KEYS}
         data = {
             "cluster": {**plain(cluster), "name": self.cluster},
@@ -138,6 +140,10 @@ class HpctrainLauncher(Launcher):
         bad override fails before anything is submitted), the launcher's Hydra context and
         singletons (the ConfigStore, resolvers), as submitit's launcher sends them."""
         assert self.config is not None and self.hydra_context is not None
+        import cloudpickle
+
+        from hpctrain import records
+
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         with open_dict(sweep_config):
             sweep_config.hydra.job.id = f"{num}"  # rank.py: the SLURM job id where there is one
@@ -193,6 +199,9 @@ def job_return(
     before rank 0 returned), FAILED with hpctrain's error naming the rank, as the return value
     Hydra raises. A task that failed on rank 0 keeps its own exception, as under Hydra's basic
     launcher."""
+    from hpctrain.errors import HpctrainError
+    from hpctrain.records import State
+
     if status.state == State.COMPLETED and ret is not None:
         return ret
     if ret is not None and ret.status == JobStatus.FAILED:
@@ -210,6 +219,10 @@ def payload_file(home: Path, i: int) -> Path:
 
 def read_return(path: Path) -> JobReturn | None:
     """Rank 0's JobReturn, or None where the run ended before it was written."""
+    import cloudpickle
+
+    from hpctrain.errors import LaunchError
+
     try:
         ret = cloudpickle.loads(path.read_bytes())
     except FileNotFoundError:

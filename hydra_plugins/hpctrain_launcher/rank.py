@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
-
 
 def return_file(payload: Path) -> Path:
     """Where rank 0 leaves its JobReturn for the launcher."""
@@ -29,6 +27,8 @@ def path_file(payload: Path) -> Path:
 
 
 def main(payload_path: str) -> int:
+    import cloudpickle
+
     path = Path(payload_path)
     payload = load(path)
     from hydra.core.singleton import Singleton
@@ -72,6 +72,8 @@ def load(path: Path) -> dict[str, Any]:
     """The payload. The launching process's import path goes first, before anything is unpickled:
     the task function is pickled by reference where it is importable (the app's own modules, a
     test module), and loading it imports that module."""
+    import cloudpickle
+
     for p in reversed(path_file(path).read_text().splitlines()):
         if p and p not in sys.path:
             sys.path.insert(0, p)
