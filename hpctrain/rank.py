@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
     from hpctrain.engine.base import Engine
-    from hpctrain.train.loop import StopControl
+    from hpctrain.train.stop import StopControl
 
 from hpctrain import heap, records
 from hpctrain.config.derived import Derived
@@ -116,7 +116,7 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
     activate()  # the user's code (if any) on sys.path and PYTHONPATH
     interval: int = getattr(cfg.cluster, "checkpoint_interval", 0)
     if control is None and interval:  # local runs checkpoint too
-        from hpctrain.train.loop import StopControl
+        from hpctrain.train.stop import StopControl
 
         control = StopControl(checkpoint_interval=interval)
     if cfg.bench.allreduce:

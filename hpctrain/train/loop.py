@@ -29,6 +29,7 @@ from hpctrain.train.schedule import lr_at
 from hpctrain.train.setup import Build, prepare
 from hpctrain.train.stats import rank_stats
 from hpctrain.train.step import StepInput, StepResult, Trainer
+from hpctrain.train.stop import StopControl
 
 if TYPE_CHECKING:
     from hpctrain.engine.base import Engine
@@ -40,18 +41,6 @@ class NonFiniteLoss(RuntimeError):
 
 class InjectedFailure(RuntimeError):
     """Raised by the debug.fail_rank / debug.fail_step fault injection."""
-
-
-@dataclass
-class StopControl:
-    """Cooperative stop for preemption and time limits (SLURM).
-
-    A signal handler sets `requested`; at every step the ranks agree on it (train_step's vote),
-    so all stop after the same step. Rank 0 then writes a checkpoint, and the caller requeues.
-    """
-
-    requested: bool = False
-    checkpoint_interval: int = 0  # also checkpoint every N steps (0: only when stopping)
 
 
 def place_batch(cfg: Config, x: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -49,7 +49,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
         from hpctrain.engine.registry import needs_gloo_rendezvous
         from hpctrain.lifeline import die_with_parent, guard_group
         from hpctrain.rank import fail, run
-        from hpctrain.train.loop import StopControl
+        from hpctrain.train.stop import StopControl
 
         run_dir = Path(self.run_dir)
         heap.hold()  # until the trainer is built (hpctrain/heap.py)
