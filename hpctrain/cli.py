@@ -193,6 +193,11 @@ def _add_jobs(sub: Subparsers) -> None:
     lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
     cn = sub.add_parser("cancel", help="cancel a run, or every run of a sweep or study (local or SLURM)")
     cn.add_argument("path", type=Path, help="a run, sweep or study directory")
+    cn.add_argument(
+        "--with-dependents",
+        action="store_true",
+        help="also cancel the jobs that wait on these (hpctrain run --after); asked when interactive",
+    )
 
 
 def _add_study(sub: Subparsers) -> None:
@@ -253,7 +258,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
             return jobs.status(args.path, console, show_all=args.all)
         if args.command == "logs":
             return jobs.logs(args.path, args.rank, args.follow, console)
-        return jobs.cancel(args.path, console)
+        return jobs.cancel(args.path, console, args.with_dependents)
     if args.command == "track":
         from hpctrain.commands.track import cmd_track
 

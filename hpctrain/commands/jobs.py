@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -118,12 +119,28 @@ def logs(run_dir: Path, rank: int, follow: bool, console: Console) -> int:
         time.sleep(1.0)
 
 
-def cancel(path: Path, console: Console) -> int:
+def cancel(path: Path, console: Console, with_dependents: bool = False) -> int:
     jobs, ended = orchestrate.cancel(path)
     if jobs:
         console.print(f"cancelled {len(jobs)} job(s): {' '.join(j.job_id for j in jobs)}", highlight=False)
     if ended:
         console.print(
             f"already ended: {', '.join(f'{j.job_id} ({st.state})' for j, st in ended)}", highlight=False
+        )
+    found = orchestrate.dependents(jobs + [j for j, _ in ended])
+    ids = [i for group in found.values() for i in group]
+    if not ids:
+        return 0
+    if not with_dependents and sys.stdin.isatty():
+        answer = console.input(f"{len(ids)} job(s) wait on these ({' '.join(ids)}): cancel them too? [y/N] ")
+        with_dependents = answer.strip().lower() in ("y", "yes")
+    if with_dependents:
+        orchestrate.cancel_dependents(found)
+        console.print(f"cancelled {len(ids)} job(s) that waited on them: {' '.join(ids)}", highlight=False)
+    else:
+        console.print(
+            f"{len(ids)} job(s) wait on these: {' '.join(ids)}; they can never start after a cancelled "
+            f"job (:ok): hpctrain cancel {path} --with-dependents",
+            highlight=False,
         )
     return 0

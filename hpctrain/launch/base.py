@@ -177,6 +177,15 @@ class Launcher(ABC, Generic[P]):
     @abstractmethod
     def cancel(self, jobs: list[Job]) -> None: ...
 
+    def dependents(self, jobs: list[Job]) -> list[str]:
+        """Ids of this scheduler's jobs held until one of `jobs` ends (their dependency names it:
+        hpctrain run --after); none where jobs cannot wait for jobs (a local command waits itself)."""
+        return []
+
+    def cancel_ids(self, ids: list[str]) -> None:
+        """Cancel jobs by id (dependents(): jobs that need not be hpctrain's)."""
+        return None
+
     @abstractmethod
     def failure(self, job: Job, status: JobStatus) -> HpctrainError: ...
 

@@ -366,3 +366,17 @@ def cancel(path: Path) -> tuple[list[Job], list[tuple[Job, JobStatus]]]:
     for name, group in active.items():
         launcher_class(name)().cancel(group)
     return [j for group in active.values() for j in group], ended
+
+
+def dependents(jobs: list[Job]) -> dict[str, list[str]]:
+    """The scheduler's jobs held until one of `jobs` ends (hpctrain run --after), by launcher."""
+    by: dict[str, list[Job]] = {}
+    for job in jobs:
+        by.setdefault(job.ref.launcher, []).append(job)
+    found = {name: launcher_class(name)().dependents(group) for name, group in by.items()}
+    return {name: ids for name, ids in found.items() if ids}
+
+
+def cancel_dependents(found: dict[str, list[str]]) -> None:
+    for name, ids in found.items():
+        launcher_class(name)().cancel_ids(ids)

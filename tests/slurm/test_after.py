@@ -76,3 +76,28 @@ def test_a_local_run_after_a_failed_one_starts_nothing_and_after_a_finished_one_
     r = hpctrain("run", f"run.dir={tmp_path / 'any'}", *one, quick, "--after", f"{tmp_path / 'bad'}:any")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{tmp_path / 'bad'}:any" in (tmp_path / "any" / "config.yaml").read_text()  # run.after, recorded
+
+
+def test_cancel_names_the_jobs_that_wait_on_a_run_and_cancels_them_when_asked(tmp_path: Path) -> None:
+    common = ["cluster=slurm", "cluster.nodes=1", "code.snapshot=false"]
+    lead = start_run(
+        tmp_path / "lead", *common, _script(tmp_path, "lead.py", "import time\ntime.sleep(60)\n")
+    )
+    quick = _script(tmp_path, "quick.py", "print('after')\n")
+    r = hpctrain(
+        "run",
+        "--no-wait",
+        f"run.dir={tmp_path / 'follower'}",
+        *common,
+        quick,
+        "--after",
+        str(tmp_path / "lead"),
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    follower = str(json.loads((tmp_path / "follower" / "job.json").read_text())["job_id"])
+    said = hpctrain("cancel", str(tmp_path / "lead")).stdout  # not interactive: named, not cancelled
+    assert f"cancelled 1 job(s): {lead}" in said and f"1 job(s) wait on these: {follower}" in said, said
+    assert "--with-dependents" in said
+    said = hpctrain("cancel", str(tmp_path / "lead"), "--with-dependents").stdout
+    assert f"cancelled 1 job(s) that waited on them: {follower}" in said, said
+    assert wait_done(lead) == "CANCELLED" and wait_done(follower) == "CANCELLED"

@@ -62,3 +62,19 @@ def test_what_cannot_be_waited_for_is_refused_before_anything_is_submitted(
     )
     assert r.returncode == 2 and "run.after" in r.stderr and rule in r.stderr, r.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_the_jobs_waiting_on_a_run_are_read_from_squeues_dependency_column() -> None:
+    from hpctrain.launch.slurm.launcher import waiting_on
+
+    squeue = "\n".join(
+        [
+            "50|afterok:41(unfulfilled)",
+            "51|afterany:42_3(unfulfilled),afterok:7(unfulfilled)",
+            "52|afterok:42(unfulfilled)",  # the whole array 42
+            "53|afterok:43_1(unfulfilled)",
+            "54|(null)",
+            "55|afterok:9:41(unfulfilled)",
+        ]
+    )
+    assert waiting_on(squeue, {"41", "42_3"}) == ["50", "51", "52", "55"]

@@ -176,7 +176,21 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         return self.log_paths(job, 0)[:1]
 
     def cancel(self, jobs: list[Job]) -> None:
-        ids = [j.job_id for j in jobs]
+        self.cancel_ids([j.job_id for j in jobs])
+
+    def dependents(self, jobs: list[Job]) -> list[str]:
+        """Pending jobs whose --dependency names one of `jobs` (or the array it belongs to)."""
+        try:
+            r = subprocess.run(
+                ["squeue", "-h", "-t", "PENDING", "-o", "%i|%E"], capture_output=True, text=True, timeout=60
+            )
+        except (FileNotFoundError, subprocess.TimeoutExpired):
+            return []
+        return waiting_on(r.stdout, {j.job_id for j in jobs})
+
+    def cancel_ids(self, ids: list[str]) -> None:
+        if not ids:
+            return
         try:
             r = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
         except FileNotFoundError as e:
@@ -225,3 +239,19 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
             return self.log_paths(job, 0)[1].read_text(errors="replace")[-20000:]
         except OSError:
             return ""
+
+
+def waiting_on(squeue: str, ids: set[str]) -> list[str]:
+    """From `squeue -o "%i|%E"` lines (job id, dependency list such as
+    afterok:123_0(unfulfilled),afterany:124(unfulfilled)): the jobs that wait on one of `ids` or on
+    the array one of them belongs to. Pure."""
+    arrays = {i.split("_")[0] for i in ids}
+    out = []
+    for line in squeue.splitlines():
+        job, _, deps = line.partition("|")
+        named = {
+            dep.split("(")[0] for item in deps.replace("?", ",").split(",") for dep in item.split(":")[1:]
+        }
+        if named & ids or named & arrays:
+            out.append(job.strip())
+    return out
