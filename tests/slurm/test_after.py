@@ -36,17 +36,7 @@ def test_a_slurm_run_starts_after_the_one_it_names_and_never_after_a_failed_one(
     common = ["cluster=slurm", "cluster.nodes=1", "code.snapshot=false"]
     first = start_run(tmp_path / "first", *common, slow)
     bad = start_run(tmp_path / "bad", *common, fails)
-    second = hpctrain(
-        "run",
-        "--no-wait",
-        f"run.dir={tmp_path / 'second'}",
-        *common,
-        quick,
-        "--after",
-        str(tmp_path / "first"),
-    )
-    assert second.returncode == 0, second.stdout + second.stderr
-    later = str(json.loads((tmp_path / "second" / "job.json").read_text())["job_id"])
+    later = start_run(tmp_path / "second", *common, quick, "--after", str(tmp_path / "first"))
     assert (
         json.loads((tmp_path / "second" / "plan.json").read_text())["executor"]["dependency"]
         == f"afterok:{first}"
@@ -84,17 +74,7 @@ def test_cancel_names_the_jobs_that_wait_on_a_run_and_cancels_them_when_asked(tm
         tmp_path / "lead", *common, _script(tmp_path, "lead.py", "import time\ntime.sleep(60)\n")
     )
     quick = _script(tmp_path, "quick.py", "print('after')\n")
-    r = hpctrain(
-        "run",
-        "--no-wait",
-        f"run.dir={tmp_path / 'follower'}",
-        *common,
-        quick,
-        "--after",
-        str(tmp_path / "lead"),
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    follower = str(json.loads((tmp_path / "follower" / "job.json").read_text())["job_id"])
+    follower = start_run(tmp_path / "follower", *common, quick, "--after", str(tmp_path / "lead"))
     said = hpctrain("cancel", str(tmp_path / "lead")).stdout  # not interactive: named, not cancelled
     assert f"cancelled 1 job(s): {lead}" in said and f"1 job(s) wait on these: {follower}" in said, said
     assert "--with-dependents" in said

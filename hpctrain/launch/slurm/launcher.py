@@ -182,7 +182,10 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         """Pending jobs whose --dependency names one of `jobs` (or the array it belongs to)."""
         try:
             r = subprocess.run(
-                ["squeue", "-h", "-t", "PENDING", "-o", "%i|%E"], capture_output=True, text=True, timeout=60
+                ["squeue", "-h", "-t", State.PENDING.value, "-o", "%i|%E"],
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
         except (FileNotFoundError, subprocess.TimeoutExpired):
             return []
