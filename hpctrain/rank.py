@@ -130,10 +130,9 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
         if launcher_rank(os.environ) in (0, None):
             records.write_json(run_dir / records.ENV, {**base_environment(), **script_environment(cfg)})
         finished = run_script(cfg, run_dir, plan)
-        if launcher_rank(os.environ) in (0, None) and torch_facts():  # the script imported torch
-            records.write_json(
-                run_dir / records.ENV, {**records.read_json(run_dir / records.ENV), **torch_facts()}
-            )
+        facts = torch_facts()  # empty unless the script imported torch
+        if launcher_rank(os.environ) in (0, None) and facts:
+            records.write_json(run_dir / records.ENV, {**records.read_json(run_dir / records.ENV), **facts})
         return finished
     return train_builtin(cfg, plan, run_dir, control)
 

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Iterator, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -27,9 +27,6 @@ from omegaconf.errors import (
     OmegaConfBaseException,
     ValidationError,
 )
-
-if TYPE_CHECKING:
-    from packaging.version import Version
 
 from hpctrain.config.schema import CLUSTER_SCHEMAS, Config, register
 from hpctrain.config.values import expand_user_paths
@@ -80,16 +77,15 @@ def compose_config(
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
-    from hydra.version import VersionBase
 
     GlobalHydra.instance().clear()
     d = conf_dir(config_dir)
     overrides = normalise(overrides)
     _check_group_choices(overrides, d)
-    # initialize sets Hydra's process-wide version base and leaves it: restored, so that a Hydra
-    # app calling hpctrain (its launcher plugin, a test) keeps its own (job.chdir's default)
-    base = VersionBase.instance().getbase()
-    with initialize_config_dir(config_dir=str(d), version_base="1.3", job_name="hpctrain"), _restored(base):
+    with (
+        _version_base_kept(),
+        initialize_config_dir(config_dir=str(d), version_base="1.3", job_name="hpctrain"),
+    ):
         try:
             return compose(config_name=config_name, overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as e:
@@ -105,9 +101,12 @@ def compose_config(
 
 
 @contextlib.contextmanager
-def _restored(base: Version | None) -> Iterator[None]:
+def _version_base_kept() -> Iterator[None]:
+    """initialize_config_dir sets Hydra's process-wide version base and leaves it: put back, so a
+    Hydra app that calls hpctrain (its launcher plugin, a test) keeps its own (job.chdir's default)."""
     from hydra.version import VersionBase
 
+    base = VersionBase.instance().getbase()
     try:
         yield
     finally:

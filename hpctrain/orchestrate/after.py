@@ -10,8 +10,8 @@ from pathlib import Path
 
 from hpctrain.config.schema import Config
 from hpctrain.errors import ConfigError, LaunchError, Problem, RecordError
-from hpctrain.launch.base import After, Job, Launcher
-from hpctrain.orchestrate.started import jobs_in, launcher_of
+from hpctrain.launch.base import After, Job, JobStatus, Launcher
+from hpctrain.orchestrate.started import by_launcher, jobs_in, launcher_of
 from hpctrain.records import State
 
 MODES = {"ok": True, "any": False}
@@ -72,18 +72,16 @@ def wait_for(after: list[After], timeout_s: float, say: Callable[[str], None], p
     said = False
     deadline = time.monotonic() + timeout_s
     while pending:
-        by_launcher: dict[str, list[After]] = {}
-        for a in pending:
-            by_launcher.setdefault(a.job.ref.launcher, []).append(a)
+        states: dict[str, JobStatus] = {}
+        for group in by_launcher([a.job for a in pending]).values():
+            states.update(launcher_of(group[0]).status(group))
         still: list[After] = []
-        for group in by_launcher.values():
-            states = launcher_of(group[0].job).status([a.job for a in group])
-            for a in group:
-                st = states.get(a.job.job_id)
-                if st is None or not st.done:
-                    still.append(a)
-                elif a.ok and st.state != State.COMPLETED:
-                    raise LaunchError(never_satisfied(a.job, str(st.state)))
+        for a in pending:
+            st = states.get(a.job.job_id)
+            if st is None or not st.done:
+                still.append(a)
+            elif a.ok and st.state != State.COMPLETED:
+                raise LaunchError(never_satisfied(a.job, str(st.state)))
         pending = still
         if pending and not said:
             say(

@@ -23,15 +23,16 @@ from hpctrain.launch.base import After, Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.registry import launcher_class, launcher_for, load_job
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.after import held, wait_for
-from hpctrain.orchestrate.started import jobs_in, launcher_of
+from hpctrain.orchestrate.started import by_launcher, jobs_in, launcher_of
 from hpctrain.orchestrate.sweep import expand
 from hpctrain.orchestrate.validate import validate_points
 from hpctrain.records import State
 from hpctrain.records.restarts import read_restarts
 
-# kept in the logs, not shown: submitit's own lines, and the profiler's stage markers (Kineto
-# prints "USDT:<date> ... profiler_start" on every start and stop)
-NOT_SHOWN = re.compile(r"submitit |(USDT|STAGE):\d{4}-\d\d-\d\d ")
+# kept in the logs, not shown: submitit's own lines (in its format, or in a Hydra job's logging
+# format: "[date][submitit][INFO] - ..."), and the profiler's stage markers (Kineto prints
+# "USDT:<date> ... profiler_start" on every start and stop)
+NOT_SHOWN = re.compile(r"submitit |\[[^]]*\]\[submitit\]\[|(USDT|STAGE):\d{4}-\d\d-\d\d ")
 
 
 class Reporter(Protocol):
@@ -323,11 +324,8 @@ def overrides_in(path: Path) -> dict[str, list[str]]:
 
 def statuses(jobs: list[Job]) -> list[tuple[Job, JobStatus, str]]:
     """(job, status, error line) for each job, asking each launcher once."""
-    by_launcher: dict[str, list[Job]] = {}
-    for job in jobs:
-        by_launcher.setdefault(job.ref.launcher, []).append(job)
     found: dict[str, JobStatus] = {}
-    for name, group in by_launcher.items():
+    for name, group in by_launcher(jobs).items():
         found.update(launcher_class(name)().status(group))
     out = []
     for job in jobs:
@@ -356,24 +354,21 @@ def progress_of(run_dir: Path) -> str:
 
 def cancel(path: Path) -> tuple[list[Job], list[tuple[Job, JobStatus]]]:
     """Cancel the jobs of a run, sweep or study that have not ended; return (cancelled, ended)."""
-    active: dict[str, list[Job]] = {}
+    active: list[Job] = []
     ended = []
     for job, st, _ in statuses(jobs_in(path)):
         if st.done:
             ended.append((job, st))
         else:
-            active.setdefault(job.ref.launcher, []).append(job)
-    for name, group in active.items():
+            active.append(job)
+    for name, group in by_launcher(active).items():
         launcher_class(name)().cancel(group)
-    return [j for group in active.values() for j in group], ended
+    return active, ended
 
 
 def dependents(jobs: list[Job]) -> dict[str, list[str]]:
     """The scheduler's jobs held until one of `jobs` ends (hpctrain run --after), by launcher."""
-    by: dict[str, list[Job]] = {}
-    for job in jobs:
-        by.setdefault(job.ref.launcher, []).append(job)
-    found = {name: launcher_class(name)().dependents(group) for name, group in by.items()}
+    found = {name: launcher_class(name)().dependents(group) for name, group in by_launcher(jobs).items()}
     return {name: ids for name, ids in found.items() if ids}
 
 

@@ -28,5 +28,13 @@ def jobs_in(path: Path) -> list[Job]:
     )
 
 
+def by_launcher(jobs: list[Job]) -> dict[str, list[Job]]:
+    """The jobs grouped by the launcher that started them (each asked once, for its group)."""
+    out: dict[str, list[Job]] = {}
+    for job in jobs:
+        out.setdefault(job.ref.launcher, []).append(job)
+    return out
+
+
 def launcher_of(job: Job) -> Launcher:
     return launcher_class(job.ref.launcher)()

@@ -12,10 +12,11 @@ import ctypes
 import ctypes.util
 import resource
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 CLEAR_REFS = Path("/proc/self/clear_refs")
 STATUS = Path("/proc/self/status")
@@ -23,6 +24,8 @@ STATUS = Path("/proc/self/status")
 
 def reset_peak(device: torch.device) -> None:
     if device.type == "cuda":
+        import torch
+
         torch.cuda.reset_peak_memory_stats(device)
         return
     _trim_free_memory()
@@ -44,7 +47,14 @@ def _trim_free_memory() -> None:
 
 def peak_bytes(device: torch.device) -> int:
     if device.type == "cuda":
+        import torch
+
         return int(torch.cuda.max_memory_allocated(device))
+    return host_peak_bytes()
+
+
+def host_peak_bytes() -> int:
+    """The process's peak resident set (without torch: a user's script may never import it)."""
     try:
         for line in STATUS.read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -57,6 +67,7 @@ def peak_bytes(device: torch.device) -> int:
 def held_bytes(model: nn.Module, optimizer: Any) -> dict[str, int]:
     """What this rank holds of the parameters, gradients and optimizer state: its shards for a
     sharded model (DTensors: the local part), everything for a replicated one."""
+    import torch
 
     def local(t: Any) -> int:
         t = t.to_local() if hasattr(t, "to_local") else t

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import resource
 import runpy
 import socket
 import sys
@@ -23,6 +22,7 @@ from hpctrain import api, heap, records
 from hpctrain.config.schema import Config
 from hpctrain.engine.world import CommError, export_torch_env, gloo_env, launcher_world
 from hpctrain.lifeline import become_subreaper, end_descendants
+from hpctrain.train.memory import host_peak_bytes
 from hpctrain.train.stats import rank_stats, summarize
 from hpctrain.workload.code import CODE_DIR_VAR
 from hpctrain.workload.pattern import compile_pattern
@@ -134,7 +134,7 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
     steps = api._finish()
     if api._state.stopped:
         return False
-    result = rank_stats(steps, rank, socket.gethostname(), _peak_memory(), 0)
+    result = rank_stats(steps, rank, socket.gethostname(), host_peak_bytes(), 0)
     if not steps:  # no api.step calls: the wall time of the whole script
         result = dataclasses.replace(result, wall_s=finished - started)
     records.write(run_dir / records.script_result_file(rank), result)
@@ -213,15 +213,3 @@ def script_environment(cfg: Config) -> dict[str, object]:
     except ImportError:
         pass
     return rec
-
-
-def _peak_memory() -> int:
-    """The process's peak resident memory, as the built-in trainer reports it on the CPU; through
-    torch only where the script imported it (reading a peak is no reason to import torch)."""
-    if "torch" not in sys.modules:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-    import torch
-
-    from hpctrain.train.memory import peak_bytes
-
-    return peak_bytes(torch.device("cpu"))

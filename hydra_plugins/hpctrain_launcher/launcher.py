@@ -11,11 +11,12 @@ output directories, job i of the batch in its directory i: `hpctrain status`, `l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-import re
 import sys
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -46,7 +47,6 @@ ENTRY_TEXT = (
     "from hydra_plugins.hpctrain_launcher.rank import main\n\n"
     "sys.exit(main(sys.argv[1]))\n"
 )
-SUBMITIT_LINE = re.compile(r"\]\[submitit\]\[")
 RUN_KEYS = {"backend", "stall_timeout_s", "timeout_min", "_target_"}
 
 
@@ -58,8 +58,7 @@ class Reporter:
         log.info(text)
 
     def line(self, text: str) -> None:
-        if not SUBMITIT_LINE.search(text):  # submitit's own, in the Hydra job's log format
-            print(text, flush=True)
+        print(text, flush=True)
 
     def event(self, event: dict[str, Any]) -> None:
         pass
@@ -73,7 +72,7 @@ class HpctrainLauncher(Launcher):
     cluster: ClassVar[str]
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = settings
+        self.settings = plain(settings)
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
@@ -95,7 +94,13 @@ class HpctrainLauncher(Launcher):
         (home / ENTRY).write_text(ENTRY_TEXT)
         settings = run_settings(self.settings)
         points = [list(o) for o in job_overrides]
-        configs = [self._config(home, settings, i) for i in range(len(points))]
+        base = self._config(home, settings)
+        configs = [  # each point's own payload; placed() gives each its run directory home/<i>
+            dataclasses.replace(
+                base, script=dataclasses.replace(base.script, args=[str(payload_file(home, i))])
+            )
+            for i in range(len(points))
+        ]
         launcher = launcher_for(configs[0])
         validate_points(configs, [f"job {initial_job_idx + i}" for i in range(len(points))], launcher.facts)
         for i, overrides in enumerate(points):  # Hydra's own errors (a bad key) before anything starts
@@ -113,25 +118,23 @@ class HpctrainLauncher(Launcher):
             for i, job in enumerate(jobs)
         ]
 
-    def _config(self, home: Path, settings: RunSettings, i: int) -> Config:
-        """One point's hpctrain config: the cluster settings as given, the task as its script."""
+    def _config(self, home: Path, settings: RunSettings) -> Config:
+        """The points' hpctrain config: the cluster settings as given, the task as its script."""
         import yaml
 
         from hpctrain.config.load import config_from_yaml
 
         cluster = {k: v for k, v in self.settings.items() if k not in RUN_KEYS}
         data = {
-            "cluster": {**plain(cluster), "name": self.cluster},
+            "cluster": {**cluster, "name": self.cluster},
             "parallelism": {"backend": str(settings.backend)},
             "script": {
                 "path": str(home / ENTRY),
-                "args": [str(payload_file(home, i))],
                 "stall_timeout_s": settings.stall_timeout_s,
             },
             # every rank starts where the app was started, as the basic launcher's task runs (the
             # app's own modules reach the ranks through its import path: rank.py)
             "code": {"dir": os.getcwd(), "snapshot": False},
-            "run": {"dir": str(home / str(i))},
         }
         return config_from_yaml(yaml.safe_dump(data))
 
@@ -169,20 +172,19 @@ class HpctrainSlurmLauncher(HpctrainLauncher):
 
 def plain(value: Any) -> Any:
     """Hydra's instantiate hands nested settings over as DictConfig/ListConfig, enums as members."""
-    if isinstance(value, DictConfig) or OmegaConf.is_config(value):
+    if OmegaConf.is_config(value):
         value = OmegaConf.to_container(value, resolve=True, enum_to_str=True)
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
-    if hasattr(value, "value") and type(value).__module__ != "builtins":  # an Enum member
-        return value.value
-    return value
+    return value.value if isinstance(value, Enum) else value
 
 
 def run_settings(settings: dict[str, Any]) -> RunSettings:
-    known = {k: plain(settings[k]) for k in ("backend", "stall_timeout_s", "timeout_min") if k in settings}
-    return RunSettings(**known)
+    return RunSettings(
+        **{k: settings[k] for k in ("backend", "stall_timeout_s", "timeout_min") if k in settings}
+    )
 
 
 def job_labels(points: Sequence[Sequence[str]], first: int) -> list[str]:
