@@ -212,7 +212,14 @@ def _add_study(sub: Subparsers) -> None:
     sd.add_argument("--dry-run", action="store_true", help="list the runs; start nothing")
     _add_estimate(sd)
     sd.add_argument("--no-progress", action="store_true")
-    sd.add_argument("--no-wait", action="store_true", help=argparse.SUPPRESS)
+    sd.add_argument(
+        "--analyze-as-job",
+        "--no-wait",
+        dest="analyze_as_job",
+        action="store_true",
+        help="submit the runs and, after them, the analysis as a job of its own (the report appears "
+        "in the study directory without a waiting terminal); returns at once",
+    )
     sd.add_argument(
         "--timeout-min",
         type=positive_float,

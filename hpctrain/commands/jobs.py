@@ -32,7 +32,11 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
     found = orchestrate.statuses(orchestrate.jobs_in(path))
     found.sort(key=lambda f: state_rank(f[1].state))  # stable: submission order within a state
     by_name = orchestrate.overrides_in(path)
-    common, varying = split_common([by_name.get(job.run_dir.name, []) for job, _, _ in found])
+    # what varies between a study's points (its benchmarks and analysis job have no overrides)
+    names = [job.run_dir.name for job, _, _ in found]
+    common, known = split_common([by_name[n] for n in names if n in by_name])
+    told = iter(known)
+    varying = [next(told) if n in by_name else [] for n in names]
     unstarted = orchestrate.unstarted_in(path)
     if len(found) + len(unstarted) > 1:
         counts = Counter([st.state for _, st, _ in found] + ["NOT STARTED"] * len(unstarted))

@@ -23,6 +23,9 @@ from hpctrain.commands.ui import RichReporter
 from hpctrain.errors import HpctrainError, RecordError
 from hpctrain.orchestrate.study_run import create_study, load_study, run_study, write_study
 
+# the analysis job's script (study --analyze-as-job); by path: it imports this module
+REPORT_SCRIPT = Path(__file__).with_name("study_report.py")
+
 
 def cmd_study(args: argparse.Namespace, console: Console) -> int:
     if args.kind == "resume":
@@ -43,11 +46,32 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
             f"[bold]study[/] {args.kind}: {len(manifest.runs)} runs -> {study_dir}", highlight=False
         )
     reporter = RichReporter(console, progress=not args.no_progress)
+    if args.analyze_as_job:
+        return _submit_as_jobs(study_dir, reporter, console)
     try:
         run_study(study_dir, reporter, args.timeout_min * 60)
     finally:
         reporter.close()
     return analyze_and_report(study_dir, console)
+
+
+def _submit_as_jobs(study_dir: Path, reporter: RichReporter, console: Console) -> int:
+    from hpctrain.orchestrate.study_job import submit_study
+
+    done = submit_study(study_dir, reporter, REPORT_SCRIPT)
+    a = done.analysis
+    console.print(
+        f"submitted {len(done.runs)} run(s) and {len(done.benchmarks)} allreduce benchmark(s): jobs "
+        f"{' '.join(j.job_id for j in done.runs + done.benchmarks) or '-'}",
+        highlight=False,
+    )
+    console.print(
+        f"the analysis is job {a.job_id}, after every one of them: its report will be "
+        f"{study_dir / records.REPORT}/ (its output: hpctrain logs {a.run_dir})",
+        highlight=False,
+    )
+    console.print(f"follow it: hpctrain status {study_dir}", highlight=False)
+    return 0
 
 
 def _estimate(args: argparse.Namespace, console: Console) -> int:

@@ -39,10 +39,14 @@ def run_and_wait(
     return run
 
 
+def allreduce_overrides(max_mb: int) -> list[str]:
+    return ["bench.allreduce=true", f"bench.max_mb={max_mb}"]
+
+
 def run_allreduce(
     launcher: Launcher, cfg: Config, run_dir: Path, max_mb: int, timeout_s: float = 3600
 ) -> records.AllreduceResult:
     """Run the benchmark on the resources of `cfg` in `run_dir` and wait for its result."""
     cfg = allreduce_config(cfg, max_mb)
-    run = run_and_wait(launcher, cfg, run_dir, ["bench.allreduce=true", f"bench.max_mb={max_mb}"], timeout_s)
+    run = run_and_wait(launcher, cfg, run_dir, allreduce_overrides(max_mb), timeout_s)
     return records.read(run_dir / records.allreduce_file(run.plan.world_size), records.AllreduceResult)

@@ -12,7 +12,8 @@ from hpctrain.launch.registry import launcher_class, load_job
 
 
 def jobs_in(path: Path) -> list[Job]:
-    """The jobs of a run directory, a sweep directory or a study directory."""
+    """The jobs of a run directory, a sweep directory or a study directory (its points, then its
+    allreduce benchmarks and its analysis job)."""
     if (path / records.JOB).exists():
         return [load_job(path)]
     if (path / records.SWEEP).exists():
@@ -21,7 +22,8 @@ def jobs_in(path: Path) -> list[Job]:
     if (path / records.STUDY).exists():
         study = records.read(path / records.STUDY, records.StudyManifest)
         dirs = [records.member_dir(path, r.run_dir) for r in study.runs]
-        return [load_job(d) for d in dirs if (d / records.JOB).exists()]
+        dirs = [d for d in dirs if (d / records.JOB).exists()] + records.study_jobs_dirs(path)
+        return [load_job(d) for d in dirs]
     raise RecordError(
         f"{path} is not a run, sweep or study directory (no {records.JOB}, {records.SWEEP} "
         f"or {records.STUDY})"

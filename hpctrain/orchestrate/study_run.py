@@ -113,7 +113,7 @@ def pending(manifest: records.StudyManifest) -> list[records.StudyRun]:
     return [r for r in manifest.runs if not (Path(r.run_dir) / records.SUMMARY).exists()]
 
 
-def _set_aside(run_dir: Path) -> None:
+def keep_aside(run_dir: Path) -> None:
     """A failed attempt's directory is kept, renamed, never overwritten."""
     if run_dir.exists():
         run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{int(time.time())}"))
@@ -182,14 +182,41 @@ def _in_flight(launcher: Launcher, runs: list[records.StudyRun]) -> list[str]:
     ]
 
 
-def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
+@dataclass(frozen=True)
+class Attempt:
+    """One go at a study's unfinished points, planned and checked, nothing started: the manifest,
+    every run's config by name (composed once), the launcher, the points to run and their specs."""
+
+    study_dir: Path
+    manifest: records.StudyManifest
+    configs: dict[str, Config]
+    launcher: Launcher
+    todo: list[records.StudyRun]
+    runs: list[RunSpec]
+
+    def benchmarks(self) -> list[tuple[int, Config]]:
+        """(world size, the config of its first run) for each world size above one whose allreduce
+        benchmark has no result yet (the benchmark runs on that run's resources)."""
+        if not self.manifest.allreduce_bench:
+            return []
+        first: dict[int, Config] = {}
+        for r in self.manifest.runs:
+            first.setdefault(r.world_size, self.configs[r.name])
+        return [
+            (n, cfg)
+            for n, cfg in sorted(first.items())
+            if n > 1 and not (self.study_dir / records.allreduce_file(n)).exists()
+        ]
+
+
+def plan_attempt(study_dir: Path, reporter: Reporter) -> Attempt:
+    """Check the study again (the code or the config directory may have changed since it was
+    created) and plan its unfinished points; refuse while some of its jobs are still in flight."""
     manifest = checked_runs(study_dir, records.read_study(study_dir))
     todo = pending(manifest)
     done = len(manifest.runs) - len(todo)
     if done:
         reporter.note(f"{done} run(s) already finished; running the other {len(todo)}")
-    # every run's config, composed once: the pending ones run, and each world size's first one
-    # gives the resources of its allreduce benchmark
     configs: dict[str, Config] = dict(
         zip(
             (r.name for r in manifest.runs),
@@ -197,7 +224,6 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
         )
     )
     launcher = one_launcher(list(configs.values()))
-    # the study's configs are checked again: the code or the config directory may have changed
     validate_points(list(configs.values()), list(configs), launcher.facts)
     busy = _in_flight(launcher, todo)
     if busy:
@@ -209,16 +235,32 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
         RunSpec(i, r.overrides, configs[r.name], launcher.plan(configs[r.name], Path(r.run_dir), study_dir))
         for i, r in enumerate(todo)
     ]
-    if runs:
-        launcher.admit(runs)  # before a directory is renamed
-    for r in todo:
-        _set_aside(Path(r.run_dir))
-    if runs:
-        jobs = launcher.submit(runs, study_dir, detach=False)
-        write_sweep(study_dir / f"attempt-{int(time.time())}", launcher.name, runs, jobs)
+    return Attempt(study_dir, manifest, configs, launcher, todo, runs)
+
+
+def start_attempt(a: Attempt, detach: bool = False) -> list[Job]:
+    """Submit the attempt's runs, each into a fresh directory (an earlier attempt's is kept
+    aside), recorded as attempt-T; their jobs, in that order."""
+    a.launcher.admit(a.runs)  # before a directory is renamed
+    for spec in a.runs:
+        keep_aside(spec.run_dir)
+    jobs = a.launcher.submit(a.runs, a.study_dir, detach=detach)
+    record_attempt(a, a.runs, jobs)
+    return jobs
+
+
+def record_attempt(a: Attempt, specs: Sequence[RunSpec], jobs: list[Job]) -> None:
+    write_sweep(a.study_dir / f"attempt-{int(time.time())}", a.launcher.name, list(specs), jobs)
+
+
+def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
+    a = plan_attempt(study_dir, reporter)
+    launcher, todo, configs = a.launcher, a.todo, a.configs
+    if a.runs:
+        jobs = start_attempt(a)
         if not launcher.sequential:
             reporter.note(
-                f"submitted {len(runs)} run(s) as {len({j.job_id.split('_')[0] for j in jobs})} job array(s)"
+                f"submitted {len(a.runs)} run(s) as {len({j.job_id.split('_')[0] for j in jobs})} job array(s)"
             )
         labels = [
             f"study run {i + 1}/{len(todo)}: {r.name} ({r.world_size} ranks)" for i, r in enumerate(todo)
@@ -234,18 +276,14 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
                 reporter.note(failures[-1])
             else:
                 accounted(launcher, job)  # its cost from the scheduler's accounting, into its summary
-        if len(failures) == len(manifest.runs):
+        if len(failures) == len(a.manifest.runs):
             raise RunsFailed(f"every run of the study failed, the first: {failures[0]}\n  study: {study_dir}")
-    if manifest.allreduce_bench:
-        first: dict[int, Config] = {}
-        for r in manifest.runs:
-            first.setdefault(r.world_size, configs[r.name])
-        for n, cfg in sorted(first.items()):
-            out = study_dir / records.allreduce_file(n)
-            if n > 1 and not out.exists():
-                reporter.note(f"allreduce benchmark on {n} ranks")
-                result = run_allreduce(launcher, cfg, study_dir / f"allreduce-{n}", manifest.allreduce_max_mb)
-                records.write(out, result)
+    for n, cfg in a.benchmarks():
+        reporter.note(f"allreduce benchmark on {n} ranks")
+        run_dir = study_dir / records.allreduce_dir(n)
+        keep_aside(run_dir)
+        result = run_allreduce(launcher, cfg, run_dir, a.manifest.allreduce_max_mb)
+        records.write(study_dir / records.allreduce_file(n), result)
 
 
 def load_study(study_dir: Path) -> records.StudyManifest:

@@ -206,6 +206,22 @@ def allreduce_file(n: int) -> str:
     return f"allreduce-n{n}.json"
 
 
+def allreduce_dir(n: int) -> str:
+    """In a study directory: the run of the allreduce benchmark on n ranks."""
+    return f"allreduce-{n}"
+
+
+ANALYSIS = "analysis"  # in a study directory: the run of its analysis (study --analyze-as-job)
+
+
+def study_jobs_dirs(study_dir: Path) -> list[Path]:
+    """A study's own runs besides its points, where they were started: the allreduce benchmarks
+    and the analysis job (never an attempt set aside, NAME.failed-T)."""
+    found = [d for d in study_dir.glob("allreduce-*") if re.fullmatch(r"allreduce-\d+", d.name)]
+    found = sorted(found, key=lambda d: int(d.name.split("-")[1])) + [study_dir / ANALYSIS]
+    return [d for d in found if (d / JOB).is_file()]
+
+
 def keep_writes_private() -> None:
     """Nothing hpctrain creates is writable by other users, whatever the umask (a group-writable
     one is common on clusters): the ranks import the code snapshot, unpickle submitit's job files

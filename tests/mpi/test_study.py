@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain
+from tests.conftest import hpctrain, wait_for
 
 pytestmark = pytest.mark.mpi
 
@@ -230,6 +230,47 @@ def test_a_study_whose_every_run_fails_stops_before_the_benchmark_and_exits_4(tm
     )
     [study] = list(tmp_path.glob("*/*-strong"))
     assert not list(study.glob("allreduce-*")) and not (study / "report").exists()
+
+
+def test_a_study_analyzed_as_a_job_returns_at_once_and_its_analysis_runs_last(tmp_path: Path) -> None:
+    """--analyze-as-job: the command submits and returns; the points and then the analysis run
+    without it (the local supervisor runs them one after another). Here the point fails: the
+    analysis still runs after them, and fails saying there is nothing to report, which status
+    shows. (The SLURM study test's report comes from an analysis job.)"""
+    r = hpctrain(
+        "study",
+        "strong",
+        "--analyze-as-job",
+        "study.ranks=[1]",
+        "study.repetitions=1",
+        "study.steps=4",
+        "study.warmup_steps=1",
+        "study.allreduce_bench=false",  # the SLURM study test's analysis job gathers one
+        "data=digits",
+        "debug.fail_rank=0",
+        "debug.fail_step=1",
+        f"run.output_root={tmp_path}",
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    [study] = list(tmp_path.glob("*/*-strong"))
+    analysis = study / "analysis"
+    assert json.loads((analysis / "state.json").read_text())["state"] == "PENDING"  # not waited for
+    assert "submitted 1 run(s) and 0 allreduce benchmark(s)" in r.stdout, r.stdout
+    assert f"its report will be {study / 'report'}/" in r.stdout, r.stdout
+
+    def state(name: str) -> dict:
+        return json.loads((study / name / "state.json").read_text())
+
+    wait_for("the analysis job", lambda: state("analysis")["state"] not in ("PENDING", "RUNNING"), 240)
+    assert state("n1-r0")["state"] == state("analysis")["state"] == "FAILED"
+    assert state("analysis")["started"] >= state("n1-r0")["updated"]
+    assert not (study / "report").exists()
+    log = hpctrain("logs", str(analysis)).stdout
+    assert "n1-r0: FAILED; left out" in log, log
+    status = hpctrain("status", str(study)).stdout
+    assert "2 runs: 2 failed" in status, status
+    assert re.search(r"│ analysis +│ \d+_1 +│ FAILED +│.*AnalysisFailed: no finished run in", status), status
 
 
 def test_estimates_come_from_one_probe_per_distinct_point_or_from_an_earlier_study(

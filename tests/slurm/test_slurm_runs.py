@@ -216,11 +216,14 @@ def test_a_slow_node_fails_the_pre_flight_check_and_the_run_completes_without_it
     )
 
 
-def test_slurm_study_submits_arrays_and_reports(tmp_path: Path) -> None:
+def test_slurm_study_submits_arrays_and_its_analysis_as_a_job_after_them(tmp_path: Path) -> None:
+    """--analyze-as-job: the points and the allreduce benchmark as job arrays, one per shape, and
+    the analysis as a job SLURM holds until they have all ended (--dependency=afterany); the
+    report it writes is the one `hpctrain study` would have written waiting."""
     r = hpctrain(
         "study",
         "weak",
-        "--no-progress",
+        "--analyze-as-job",
         "cluster=slurm",
         "cluster.ranks_per_node=1",
         "study.nodes=[1,2]",
@@ -232,20 +235,35 @@ def test_slurm_study_submits_arrays_and_reports(tmp_path: Path) -> None:
         "data=digits",
         f"run.output_root={tmp_path}",
         "run.name=ss",
-        timeout=900,
+        timeout=120,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "submitted 4 run(s) as 2 job array(s)" in r.stdout  # one array per node count
+    ids = r.stdout.split("allreduce benchmark(s): jobs ")[1].split("\n")[0].split()
+    assert "submitted 4 run(s) and 1 allreduce benchmark(s)" in r.stdout, r.stdout
+    assert len({i.split("_")[0] for i in ids}) == 2, ids  # one array per node count
+    analysis = r.stdout.split("the analysis is job ")[1].split(",")[0]
+    assert wait_done(analysis, 300) == "COMPLETED"
     [study] = list(tmp_path.glob("*/*-ss-weak"))
+    out = subprocess.run(
+        ["sacct", "-n", "-P", "-X", "-o", "JobID,Start,End", "-j", ",".join([*ids, analysis])],
+        capture_output=True,
+        text=True,
+    ).stdout
+    times = {line.split("|")[0]: line.split("|")[1:] for line in out.splitlines()}
+    assert times[analysis][0] >= max(times[i][1] for i in ids), times  # ISO times: ordered as text
     worlds = sorted(
         json.loads((study / f"n{n}-r{k}" / "summary.json").read_text())["world_size"]
         for n in (1, 2)
         for k in (0, 1)
     )
     assert worlds == [1, 1, 2, 2]
+    assert json.loads((study / "n2-r0" / "summary.json").read_text())["cost_source"] == "sacct"
     bench = json.loads((study / "allreduce-n2.json").read_text())  # measured inside a 2-node job
     assert bench["n"] == 2 and bench["rows"][-1]["bytes"] == 2**20
-    check_report_against_the_run_records(study, r.stdout, kind="weak")
+    printed = hpctrain("logs", str(study / "analysis")).stdout
+    check_report_against_the_run_records(study, printed, kind="weak")
+    status = hpctrain("status", str(study)).stdout
+    assert "6 runs: 6 completed" in status, status
 
     # An interrupted study: one run never finished. Resume submits only that one, as a SLURM job.
     (study / "n2-r1" / "summary.json").unlink()

@@ -99,7 +99,9 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
 
     def held_until(self, cfg: Config, after: list[After]) -> Config | None:
         """sbatch --dependency=afterok:ID,afterany:ID: SLURM holds the job; only SLURM jobs of
-        this cluster can be waited for so."""
+        this cluster can be waited for so. Nothing to wait for: cfg as it is."""
+        if not after:
+            return cfg
         others = sorted({a.job.ref.launcher for a in after} - {self.name})
         if others:
             raise ConfigError.one(

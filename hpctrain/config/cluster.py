@@ -1,0 +1,147 @@
+"""The cluster settings (the `cluster` group): what every launcher understands, and each
+built-in launcher's own (local mpirun, SLURM through submitit). Re-exported by schema.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import ClassVar, Dict, List, Optional
+
+from omegaconf import MISSING
+
+from hpctrain.config.container import ContainerConf
+from hpctrain.config.options import MpiPlugin, RankStarter
+
+
+@dataclass
+class PreflightConf:
+    """cluster.preflight: before training, each rank times a GEMM and a ring exchange with the
+    next rank; a node slower than (1 - tolerance) x the nodes' median (or a reference) is bad
+    (analysis/preflight.py)."""
+
+    enabled: bool = False
+    tolerance: float = 0.5  # a node may fall this far below the median before it is bad
+    min_tflops: Optional[float] = None  # a reference: each node's compute at the run's precision
+    min_link_gbps: Optional[float] = None  # a reference: each node's links to other nodes, GB/s
+    max_resubmits: int = 2  # SLURM: resubmissions excluding bad nodes before the run gives up
+    # an earlier run or study of the same config whose checks' good nodes are a reference too
+    reference: Optional[str] = None
+    only: bool = False  # check the nodes and stop before training (hpctrain preflight)
+
+
+@dataclass
+class ClusterConf:
+    """Fields every launcher understands, and what planning asks of any cluster (its world size,
+    what a study scales) without asking the launcher itself."""
+
+    name: str = MISSING
+    env: Dict[str, str] = field(default_factory=dict)  # extra environment for every rank
+    container: ContainerConf = field(default_factory=ContainerConf)
+    # one device's dense peak at the run's precision, for MFU; null = the known-device table on
+    # GPUs (analysis/peak.py), a GEMM probe on CPUs
+    peak_tflops: Optional[float] = None
+    preflight: PreflightConf = field(default_factory=PreflightConf)
+    study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
+    # whether a run can lose some of its nodes and go on with the rest (train.elastic)
+    loses_nodes: ClassVar[bool] = False
+    # jobs may start, or restart, long after submission: user code is copied at submission so an
+    # edit meanwhile changes nothing (code.snapshot=null follows this)
+    snapshots_code: ClassVar[bool] = True
+    # a short probe run is started for `--estimate` (locally it costs seconds; on a scheduler it
+    # would be the submission the estimate is for, so an earlier run is named instead)
+    probes_for_estimates: ClassVar[bool] = False
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the launcher starts."""
+        raise NotImplementedError
+
+    @property
+    def node_size(self) -> int:
+        """Ranks on each node (ranks are placed on nodes in blocks)."""
+        return self.world_size
+
+    def one_rank(self) -> ClusterConf:
+        """The same cluster settings for one rank on one node without accelerators: a job that only
+        reads records (a study's analysis, hpctrain study --analyze-as-job)."""
+        raise NotImplementedError
+
+
+@dataclass
+class LocalClusterConf(ClusterConf):
+    name: str = "local"
+    ranks: int = 2  # processes started by mpirun on this machine
+    mpirun: str = "mpirun"  # the mpirun executable
+    # how the ranks start: mpirun, spawn (one process per rank as torchrun starts them, no MPI:
+    # the torch engines and Horovod over Gloo), or auto: mpirun where it is found or something
+    # needs MPI (Horovod over MPI, the allreduce benchmark), else spawn
+    starter: RankStarter = RankStarter.auto
+    oversubscribe: Optional[bool] = None  # null = only when ranks exceed this machine's cores
+    threads_per_rank: Optional[int] = None  # torch/OpenMP threads; null = cores // ranks
+    extra_args: List[str] = field(default_factory=list)  # extra mpirun arguments, one per item
+    checkpoint_interval: int = 0  # write a checkpoint every N steps (0: none)
+    snapshots_code: ClassVar[bool] = False  # the ranks start now, from the code as it is
+    probes_for_estimates: ClassVar[bool] = True
+
+    @property
+    def world_size(self) -> int:
+        return self.ranks
+
+    def one_rank(self) -> LocalClusterConf:
+        return dataclasses.replace(
+            self, ranks=1, threads_per_rank=1, checkpoint_interval=0, preflight=PreflightConf()
+        )
+
+
+@dataclass
+class SlurmClusterConf(ClusterConf):
+    """Submission with submitit; parameter names follow submitit's SLURM executor."""
+
+    name: str = "slurm"
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_min: int = 60  # wall-clock limit per job (requeues start a fresh limit)
+    nodes: int = 1
+    ranks_per_node: int = 1  # tasks per node; with GPUs, one rank per GPU
+    gpus_per_node: int = 0
+    cpus_per_rank: int = 1  # also the torch/OpenMP threads of each rank
+    mem_gb: Optional[float] = None  # memory per node; null = the partition's default
+    constraint: Optional[str] = None  # node features, e.g. "a100"
+    exclusive: bool = False  # whole nodes only
+    setup: List[str] = field(default_factory=list)  # one simple command per line, e.g. "module load cuda"
+    srun_args: List[str] = field(default_factory=list)  # extra srun arguments, one per item
+    mpi: MpiPlugin = MpiPlugin.pmix  # srun --mpi plugin that starts MPI for Horovod (backend=mpi)
+    signal_delay_s: int = 120  # SIGUSR2 this long before the time limit: checkpoint and requeue
+    max_requeues: int = 3  # requeues after time-outs or preemption before giving up
+    checkpoint_interval: int = 0  # also checkpoint every N steps (0: only on the signal)
+    array_parallelism: int = 64  # array tasks of a sweep running at once
+    submitit_folder: Optional[str] = None  # submitit's pickles and logs; null = <run dir>/submitit
+    exclude: List[str] = field(default_factory=list)  # nodes never to run on (sbatch --exclude)
+    nodelist: List[str] = field(default_factory=list)  # nodes the job must include (sbatch --nodelist)
+    dependency: Optional[str] = None  # sbatch --dependency, e.g. afterok:123 (run.after sets it)
+    study_scale: ClassVar[str] = "nodes"
+    loses_nodes: ClassVar[bool] = True  # --no-kill: the allocation outlives a lost node
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def node_size(self) -> int:
+        return self.ranks_per_node
+
+    def one_rank(self) -> SlurmClusterConf:
+        # nodelist cleared: one node cannot include several; dependency: set by whoever holds it
+        return dataclasses.replace(
+            self,
+            nodes=1,
+            ranks_per_node=1,
+            gpus_per_node=0,
+            cpus_per_rank=1,
+            exclusive=False,
+            nodelist=[],
+            dependency=None,
+            checkpoint_interval=0,
+            preflight=PreflightConf(),
+        )
