@@ -40,6 +40,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # beside local runs): Open MPI yields the core while it waits instead of spinning on it, as
     # hpctrain's own mpirun plan asks when ranks outnumber cores. Runs and jobs inherit it.
     os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    # Likewise OpenMP: torch's threads (two in a one-rank run here, and in these test processes)
+    # spin after each parallel region by default, so every wait between kernels (a collective,
+    # the data, a sleep) burnt a core the other stream could use: PASSIVE sleeps at once (a
+    # 400-step loop waiting 1 ms a step took 1.44 CPU-s spinning, 0.6 s passive, same wall time)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # A suite started in the background by a non-interactive shell (`... &`) inherits SIGINT
     # ignored, and so would every CLI it starts (Python then installs no Ctrl-C handler): the
     # tests that press Ctrl-C on a run would see it ignored. They emulate a terminal: default it.
