@@ -93,6 +93,7 @@ class JobStatus:
     elapsed: str = "-"
     reason: str = ""  # why it is pending, or how it ended
     blocked: bool = False  # pending, and the scheduler says it can never start as submitted
+    fix: str = ""  # what to do about a blocked job (the scheduler's reason decides)
 
     @property
     def done(self) -> bool:
@@ -230,12 +231,8 @@ class Launcher(ABC, Generic[P]):
             blocked = [j for j in jobs if j.job_id in states and states[j.job_id].blocked]
             if blocked:  # waiting would be for ever: stop them and say why
                 self.cancel(blocked)
-                why = states[blocked[0].job_id].reason
-                fix = (
-                    "submit it again once the runs it starts after complete, or start after them with :any"
-                    if "Dependency" in why
-                    else "change the request (cluster.partition, cluster.nodes, cluster.time_min, ...) and submit again"
-                )
+                first = states[blocked[0].job_id]
+                why, fix = first.reason, first.fix or "change the request and submit again"
                 raise LaunchError(
                     f"job(s) {', '.join(j.job_id for j in blocked)} can never start as submitted "
                     f"({why}); they were cancelled: {fix}"

@@ -36,6 +36,13 @@ def test_a_pending_reason_is_explained_and_the_hopeless_ones_are_marked() -> Non
     assert explain_pending("SomethingNew") == ("SomethingNew", False)  # unknown: shown, waited on
 
 
+def test_each_hopeless_reason_comes_with_its_own_fix() -> None:
+    from hpctrain.launch.slurm.sacct import blocked_fix
+
+    assert blocked_fix("DependencyNeverSatisfied").endswith("or start after them with :any")
+    assert blocked_fix("PartitionConfig").startswith("change the request (cluster.partition, cluster.nodes")
+
+
 def test_running_and_pending_are_not_done() -> None:
     states = parse_sacct(
         "7|x|RUNNING|1|00:00:03|0:0|n1|None\n8|x|PENDING|2|00:00:00|0:0|None assigned|Resources\n"
@@ -64,6 +71,12 @@ def test_array_tasks_that_never_started_take_the_arrays_state() -> None:
     states = with_array_tasks(["1153_0", "1153_1", "1153_7", "1153_16"], partly)
     assert [states[k].state for k in ("1153_0", "1153_1", "1153_7")] == ["RUNNING", "COMPLETED", "PENDING"]
     assert "1153_16" not in states  # not in the array's task list: still unknown
+    # task 1 started first, on the array's own record; task 0's record has not reached slurmdbd
+    # yet: the rest still names task 0, with task 1's state; task 0 has not run, let alone ended
+    lagging = parse_sacct(
+        "3492_1|x|COMPLETED|1|00:00:02|0:0|n2|None\n3492_[0]|x|COMPLETED|1|00:00:02|0:0|n2|None\n"
+    )
+    assert with_array_tasks(["3492_0", "3492_1"], lagging)["3492_0"].state == "PENDING"
 
 
 def test_squeue_reasons_by_job_and_array_task() -> None:

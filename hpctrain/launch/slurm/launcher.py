@@ -18,7 +18,7 @@ from hpctrain.launch.output import srun_failure
 from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
 from hpctrain.launch.slurm.plan import SlurmPlan, plan_slurm
-from hpctrain.launch.slurm.sacct import ENDED, explain_pending, job_usage
+from hpctrain.launch.slurm.sacct import ENDED, blocked_fix, explain_pending, job_usage
 from hpctrain.launch.slurm.watcher import StatusWatcher
 from hpctrain.records import State
 
@@ -165,7 +165,8 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
             elif s.state == State.PENDING and why:
                 reason, never = explain_pending(why)
                 note = f"pending: {reason}" + (f"; {s.note}" if s.note else "")
-                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, note, blocked=never)
+                fix = blocked_fix(why) if never else ""
+                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, note, blocked=never, fix=fix)
             else:
                 out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, s.note or f"exit code {s.exit_code}")
         return out

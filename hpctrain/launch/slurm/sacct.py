@@ -38,6 +38,19 @@ PENDING_REASONS: dict[str, tuple[str, bool]] = {
 }
 
 
+# what to do about a job that can never start as submitted: change what it asks for, except...
+CHANGE_THE_REQUEST = (
+    "change the request (cluster.partition, cluster.nodes, cluster.time_min, ...) and submit again"
+)
+NEVER_FIX = {
+    "DependencyNeverSatisfied": "submit it again once the runs it starts after complete, or start after them with :any",
+}
+
+
+def blocked_fix(reason: str) -> str:
+    return NEVER_FIX.get(reason, CHANGE_THE_REQUEST)
+
+
 def explain_pending(reason: str) -> tuple[str, bool]:
     """(text for the user, whether the job can never start) for sacct's Reason of a pending job."""
     text, never = PENDING_REASONS.get(reason, ("", False))
@@ -96,7 +109,10 @@ def _task_in(task: str, spec: str) -> bool:
 def with_array_tasks(requested: list[str], states: dict[str, JobState]) -> dict[str, JobState]:
     """Array tasks that never started have no record of their own: sacct shows the array's
     unsplit rest as one record, "123" (none split off yet) or "123_[4-15]". Give each such task
-    that record's state (a pending array cancelled as a whole is CANCELLED, not pending forever)."""
+    that record's state (a pending array cancelled as a whole is CANCELLED, not pending forever),
+    except that of a task which ran: the array's first record is also the first task to start,
+    and until slurmdbd has another task's own record (it lags) it can still list that task in its
+    rest, with the state of the one that ran (seen: an array's task 0 COMPLETED while it ran)."""
     out = dict(states)
     for jid in requested:
         array, _, task = jid.partition("_")
@@ -108,7 +124,8 @@ def with_array_tasks(requested: list[str], states: dict[str, JobState]) -> dict[
             if k == array or (k.startswith(f"{array}_[") and _task_in(task, k[len(array) + 1 :]))
         ]
         if rest:
-            out[jid] = replace(rest[0], job_id=jid)
+            ran = rest[0].state in (State.RUNNING, State.COMPLETED)
+            out[jid] = replace(rest[0], job_id=jid, state=State.PENDING if ran else rest[0].state)
     return out
 
 
