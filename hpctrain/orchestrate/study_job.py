@@ -16,8 +16,8 @@ from hpctrain.config.schema import CodeConf, Config, RunConf, ScriptConf
 from hpctrain.errors import LaunchError, RecordError
 from hpctrain.launch.base import After, Job, Launcher, RunSpec
 from hpctrain.orchestrate.probe import allreduce_config, allreduce_overrides
-from hpctrain.orchestrate.runs import Reporter, accounted
-from hpctrain.orchestrate.started import launcher_of
+from hpctrain.orchestrate.runs import Reporter, accounted, statuses
+from hpctrain.orchestrate.started import jobs_in, launcher_of
 from hpctrain.orchestrate.study_run import Attempt, keep_aside, plan_attempt, record_attempt, study_lock
 from hpctrain.orchestrate.validate import validate_points
 from hpctrain.records import State
@@ -101,20 +101,14 @@ def gather(study_dir: Path, say: Callable[[str], None]) -> None:
     """What the waiting `hpctrain study` does after its runs end, done by the analysis job: each
     completed point's cost from the scheduler's accounting, each benchmark's result where the
     analysis reads it. A point or benchmark that did not complete is said and left out."""
-    manifest = records.read_study(study_dir)
-    dirs = [records.member_dir(study_dir, r.run_dir) for r in manifest.runs]
-    dirs += [d for d in records.study_jobs_dirs(study_dir) if d.name != records.ANALYSIS]
-    for run_dir in dirs:
-        if not (run_dir / records.JOB).exists():
-            continue
-        job = Job.load(run_dir)
-        launcher = launcher_of(job)
-        status = launcher.status([job]).get(job.job_id)
-        if status is None or status.state != State.COMPLETED:
-            say(f"{run_dir.name}: {status.state if status else 'not known to the scheduler'}; left out")
+    jobs = [j for j in jobs_in(study_dir) if j.run_dir.name != records.ANALYSIS]
+    for job, status, _ in statuses(jobs):  # each launcher asked once for all of them
+        run_dir = job.run_dir
+        if status.state != State.COMPLETED:
+            say(f"{run_dir.name}: {status.state}; left out")
             continue
         if (run_dir / records.SUMMARY).exists():
-            accounted(launcher, job)
+            accounted(launcher_of(job), job)
         for result in run_dir.glob("allreduce-n*.json"):  # a benchmark's, beside the points
             try:
                 records.write(study_dir / result.name, records.read(result, records.AllreduceResult))

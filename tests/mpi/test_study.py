@@ -209,18 +209,20 @@ def test_a_pipeline_study_compares_micro_batches_and_reports_the_bubble(tmp_path
     assert r.returncode == 0 and "pipeline micro-batches: N=2 horovod gpipe: from m=2" in r.stdout, r.stdout
 
 
+# a short study whose every point fails at its first step
+FAILING = [
+    "study.repetitions=1", "study.steps=4", "study.warmup_steps=1", "data=digits",
+    "debug.fail_rank=0", "debug.fail_step=1",
+]  # fmt: skip
+
+
 def test_a_study_whose_every_run_fails_stops_before_the_benchmark_and_exits_4(tmp_path: Path) -> None:
     r = hpctrain(
         "study",
         "strong",
         "--no-progress",
         "study.ranks=[1,2]",
-        "study.repetitions=1",
-        "study.steps=4",
-        "study.warmup_steps=1",
-        "data=digits",
-        "debug.fail_rank=0",
-        "debug.fail_step=1",
+        *FAILING,
         f"run.output_root={tmp_path}",
         timeout=300,
     )
@@ -242,13 +244,8 @@ def test_a_study_analyzed_as_a_job_returns_at_once_and_its_analysis_runs_last(tm
         "strong",
         "--analyze-as-job",
         "study.ranks=[1]",
-        "study.repetitions=1",
-        "study.steps=4",
-        "study.warmup_steps=1",
+        *FAILING,
         "study.allreduce_bench=false",  # the SLURM study test's analysis job gathers one
-        "data=digits",
-        "debug.fail_rank=0",
-        "debug.fail_step=1",
         f"run.output_root={tmp_path}",
         timeout=120,
     )
