@@ -36,6 +36,7 @@ EPILOG = """examples:
   hpctrain study strong study.ranks=[1,2] --estimate       its time and node-hours beforehand
   hpctrain run cluster=slurm cluster.nodes=8 --estimate --from RUN_OR_STUDY_DIR
   hpctrain analyze outputs/<date>/<time>-train-strong      re-analyze a study
+  hpctrain tune model=mlp parallelism.engine=ddp tune.target_ranks=16   the fastest settings
   hpctrain track outputs/<date>/<time>-train --uri URI      send a run to MLflow later
   hpctrain doctor                                what this environment can do
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
@@ -46,6 +47,7 @@ EPILOG = """examples:
   hpctrain bench profile                         the profiler's cost once its window is over
   hpctrain bench predict STUDY_DIR               the step model's in-sample and leave-one-out errors
   hpctrain bench estimate                        --estimate's wall time and node-hours vs the runs
+  hpctrain bench tune                            hpctrain tune's best settings vs the config as given
 """
 
 
@@ -57,6 +59,13 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
         help="Hydra overrides, e.g. model=resnet18 train.steps=100 cluster.ranks=4",
     )
     p.add_argument("--config-dir", help="directory with config.yaml (default: hpctrain's conf/)")
+    p.add_argument(
+        "--overrides-file",
+        type=Path,
+        metavar="FILE",
+        help="a YAML list of overrides applied before those on the command line (e.g. the "
+        "best.yaml of hpctrain tune)",
+    )
 
 
 def _add_estimate(p: argparse.ArgumentParser) -> None:
@@ -90,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_jobs(sub)
     _add_study(sub)
+    _add_tune(sub)
     tr = sub.add_parser(
         "track",
         help="send a run, sweep or study to MLflow / TensorBoard from its records (again: never twice)",
@@ -237,6 +247,37 @@ def _add_study(sub: Subparsers) -> None:
     an.add_argument("--out", help="report directory (default: STUDY_DIR/report)")
 
 
+def _add_tune(sub: Subparsers) -> None:
+    tu = sub.add_parser(
+        "tune",
+        help="find the fastest settings with short trials guided by the step model",
+        description="Runs the config as given, then one setting at a time (the engine's fusion or "
+        "buckets, compression, cycle; micro-batches; resharding), leaving out values the step model "
+        "predicts clearly slower; prints what was tried and why, the best settings and their "
+        "predicted throughput at tune.target_ranks, and writes them to <tune>/best.yaml. "
+        "tune.budget_min, tune.keys and tune.target_ranks are overrides.",
+    )
+    _add_config_args(tu)
+    tu.add_argument("--resume", type=Path, metavar="DIR", help="go on with an interrupted tune")
+    tu.add_argument("--dry-run", action="store_true", help="list the settings and values; start nothing")
+    tu.add_argument(
+        "--timeout-min",
+        type=positive_float,
+        default=60,
+        help="stop waiting for one trial after this many minutes",
+    )
+
+
+def _with_overrides_file(args: argparse.Namespace) -> None:
+    """--overrides-file FILE: its overrides first, then the command line's."""
+    path = getattr(args, "overrides_file", None)
+    if path is None:
+        return
+    from hpctrain.config.override_file import overrides_file
+
+    args.overrides = [*overrides_file(path), *args.overrides]
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = build_parser()
     # Overrides may stand before or after flags (argparse alone splits positionals at a flag).
@@ -258,6 +299,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
         from hpctrain.commands.study import cmd_analyze, cmd_study
 
         return (cmd_study if args.command == "study" else cmd_analyze)(args, console)
+    if args.command == "tune":
+        from hpctrain.commands.tune import cmd_tune
+
+        return cmd_tune(args, console)
     if args.command in ("status", "logs", "cancel"):
         from hpctrain.commands import jobs
 
@@ -318,6 +363,10 @@ def _bench(args: argparse.Namespace, console: Console) -> int:
         from hpctrain.bench.startup import run_startup
 
         return run_startup(args, console)
+    if args.bench == "tune":
+        from hpctrain.bench.tune import run_tune_bench
+
+        return run_tune_bench(args, console)
     if args.bench == "predict":
         from hpctrain.bench.predict import run_predict
 
@@ -336,6 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.default_int_handler)
     try:
+        _with_overrides_file(args)
         return dispatch(args, console)
     except HpctrainError as e:
         err.print(Text("error: ", style="bold red") + Text(str(e)), soft_wrap=True)

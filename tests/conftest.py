@@ -116,7 +116,9 @@ def _gpus_needed(items: list[pytest.Item]) -> None:
 # of tests/mpi/test_engines.py and test_tensor.py together, measured). `bench submit` changes PATH
 # and `container build` may take many minutes: each keeps a process of its own, as does whatever a
 # test must signal or time out (start_hpctrain, own_process=True).
-IN_PROCESS = frozenset({"run", "status", "logs", "analyze", "cancel", "study", "track", "preflight", "bench"})
+IN_PROCESS = frozenset(
+    {"run", "status", "logs", "analyze", "cancel", "study", "track", "preflight", "bench", "tune"}
+)
 OWN_PROCESS = (["bench", "submit"],)
 
 

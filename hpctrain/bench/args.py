@@ -102,6 +102,14 @@ def _add_model_benches(bsub: Subparsers) -> None:
     es.add_argument("--steps", type=positive_int, default=300, help="steps of each run of the study")
     es.add_argument("--batch", type=positive_int, default=64, help="global batch (default 64)")
     es.add_argument("--out", default="outputs/bench")
+    tu = bsub.add_parser("tune", help="hpctrain tune's best settings vs the config as given, interleaved")
+    tu.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="the config (default: an MLP on 2 ranks)"
+    )
+    tu.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
+    tu.add_argument("--steps", type=positive_int, default=200, help="steps of each run (default 200)")
+    tu.add_argument("--budget-min", type=float, default=5.0, help="the tune's budget (default 5 min)")
+    tu.add_argument("--out", default="outputs/bench")
     pr = bsub.add_parser(
         "predict", help="the step model's in-sample and leave-one-out errors on recorded studies"
     )

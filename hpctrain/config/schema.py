@@ -291,6 +291,17 @@ class StudyConf:
 
 
 @dataclass
+class TuneConf:
+    """hpctrain tune: short trials of the settings that matter for the config (analysis/tune.py)."""
+
+    target_ranks: int = 0  # the world size to predict the best settings' throughput at (0: the config's)
+    budget_min: float = 10.0  # no trial starts after this many minutes of tuning
+    # the settings to search, by key (e.g. [parallelism.bucket_mb]); empty: every one the engine
+    # and the parallelism offer
+    keys: List[str] = field(default_factory=list)
+
+
+@dataclass
 class BenchConf:
     """Benchmarks that run as a workload, through the launcher's normal path like any run."""
 
@@ -323,6 +334,7 @@ class Config:
     script: ScriptConf = field(default_factory=ScriptConf)
     study: Optional[StudyConf] = None  # set by the `study` group (hpctrain study strong|weak)
     bench: BenchConf = field(default_factory=BenchConf)
+    tune: TuneConf = field(default_factory=TuneConf)
     run: RunConf = field(default_factory=RunConf)
     tracking: TrackingConf = field(default_factory=TrackingConf)  # the `tracking` group
     profile: ProfileConf = field(default_factory=ProfileConf)

@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from hpctrain.analysis.tune import Knob
 from hpctrain.config.schema import Config, ParallelismConf, ShardSettings
 from hpctrain.engine.world import RankInfo
 from hpctrain.errors import Problem
@@ -100,6 +101,11 @@ class Engine(ABC, Generic[S]):
         """Does the engine meet the other ranks through torch.distributed's store
         (MASTER_ADDR/MASTER_PORT, chosen by the launcher)?"""
         return False
+
+    @classmethod
+    def tune_knobs(cls, cfg: Config) -> list[Knob]:
+        """The settings `hpctrain tune` searches for this engine, each with the values to try."""
+        return []
 
     @classmethod
     def needs_mpi(cls, cfg: Config) -> bool:

@@ -16,6 +16,7 @@ import socket
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from hpctrain.analysis.tune import Effect, Knob
 from hpctrain.config.schema import Config, DdpSettings, ParallelismConf
 from hpctrain.engine.base import Engine, Sharding, StageReplicas, TensorParallel
 from hpctrain.engine.world import CommError, RankInfo, export_torch_env
@@ -57,6 +58,15 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
     @classmethod
     def grad_bucket_bytes(cls, cfg: Config) -> int:
         return int(cfg.parallelism.bucket_mb * 2**20)
+
+    @classmethod
+    def tune_knobs(cls, cfg: Config) -> list[Knob]:
+        # buckets around DDP's 25 MB default; a communication hook that halves the bytes
+        return [
+            Knob("parallelism.bucket_mb", (1, 5, 25, 100), Effect.grouping),
+            Knob("parallelism.compression", ("none", "fp16", "bf16"), Effect.wire),
+            Knob("parallelism.gradient_as_bucket_view", (False, True)),
+        ]
 
     @classmethod
     def needs_torch_store(cls, cfg: Config) -> bool:

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpctrain.analysis.tune import Effect, Knob
 from hpctrain.config.schema import Config, HorovodSettings
 from hpctrain.engine.base import Engine, StageReplicas, Timeline, step_optimizer
 from hpctrain.engine.quiet_wait import optimizer_handles, wait_quietly
@@ -96,6 +97,16 @@ class HorovodEngine(Engine[HorovodSettings], StageReplicas, Timeline):
     def grad_bucket_bytes(cls, cfg: Config) -> int:
         mb = cfg.parallelism.fusion_threshold_mb
         return HOROVOD_FUSION_BYTES if mb is None else int(mb * 2**20)  # 0 disables fusion
+
+    @classmethod
+    def tune_knobs(cls, cfg: Config) -> list[Knob]:
+        # the fusion buffer around Horovod's 64 MB default (0: no fusion, a message per tensor),
+        # the cycle around its 1 ms (Horovod's docs: "Tensor Fusion" and its autotune's range)
+        return [
+            Knob("parallelism.fusion_threshold_mb", (0, 4, 16, 64, 128), Effect.grouping),
+            Knob("parallelism.compression", ("none", "fp16"), Effect.wire),
+            Knob("parallelism.cycle_time_ms", (0.5, 1, 5)),
+        ]
 
     @classmethod
     def needs_mpi(cls, cfg: Config) -> bool:

@@ -12,8 +12,8 @@ from hpctrain.launch.registry import launcher_class, load_job
 
 
 def jobs_in(path: Path) -> list[Job]:
-    """The jobs of a run directory, a sweep directory or a study directory (its points, then its
-    allreduce benchmarks and its analysis job)."""
+    """The jobs of a run directory, a sweep directory, a study directory (its points, then its
+    allreduce benchmarks and its analysis job) or a tune directory (its trials)."""
     if (path / records.JOB).exists():
         return [load_job(path)]
     if (path / records.SWEEP).exists():
@@ -24,9 +24,13 @@ def jobs_in(path: Path) -> list[Job]:
         dirs = [records.member_dir(path, r.run_dir) for r in study.runs]
         dirs = [d for d in dirs if (d / records.JOB).exists()] + records.study_jobs_dirs(path)
         return [load_job(d) for d in dirs]
+    if (path / records.TUNE).exists():
+        tune = records.read(path / records.TUNE, records.TuneManifest)
+        dirs = [path / t.name for t in tune.trials]
+        return [load_job(d) for d in dirs if (d / records.JOB).exists()]
     raise RecordError(
-        f"{path} is not a run, sweep or study directory (no {records.JOB}, {records.SWEEP} "
-        f"or {records.STUDY})"
+        f"{path} is not a run, sweep, study or tune directory (no {records.JOB}, {records.SWEEP}, "
+        f"{records.STUDY} or {records.TUNE})"
     )
 
 

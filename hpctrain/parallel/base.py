@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from hpctrain.analysis.tune import Knob
 from hpctrain.errors import Problem
 
 if TYPE_CHECKING:
@@ -79,6 +80,11 @@ class ParallelismKind:
     def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
         """Refusals of train.resume_from when it holds only sharded (.dcp) checkpoints."""
         return []
+
+    @classmethod
+    def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
+        """The settings `hpctrain tune` searches under this parallelism, given the engine's."""
+        return engine
 
     # --- on the ranks ------------------------------------------------------------------------
     @classmethod

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from hpctrain.analysis.tune import Knob
 from hpctrain.config.layout import SCHEDULES, describe
 from hpctrain.config.schema import PipelineSettings
 from hpctrain.config.split import split_points
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from hpctrain.train.checkpoint import Restored
     from hpctrain.train.setup import Setup
     from hpctrain.train.step import Trainer
+
+
+# the micro-batch counts `hpctrain tune` tries (those that do not divide the batch are left out)
+MICROBATCHES = (1, 2, 4, 8, 16)
 
 
 class Pipeline(ParallelismKind):
@@ -80,6 +85,11 @@ class Pipeline(ParallelismKind):
         return (f"parallelism.stages={world}",)  # one replica: its stages grow with the scale
 
     @classmethod
+    def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
+        # one replica: no gradients to average, only the micro-batches that fill the pipeline
+        return [Knob("parallelism.microbatches", MICROBATCHES)]
+
+    @classmethod
     def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
         """A pipeline's stages load whole tensors with the optimizer state by index; sharded
         checkpoints (.dcp) hold it by parameter name, resharded only into a data layout."""
@@ -106,6 +116,10 @@ class Hybrid(Pipeline):
 
     needs = StageReplicas
     one_replica = False
+
+    @classmethod
+    def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
+        return [Knob("parallelism.microbatches", MICROBATCHES), *engine]
 
     @classmethod
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from hpctrain.analysis.tune import Knob
 from hpctrain.config.layout import describe_mesh
 from hpctrain.config.schema import ShardHolder, TpHolder
 from hpctrain.config.split import shard_units
@@ -38,6 +39,11 @@ class Fsdp(ParallelismKind):
     torch_store = True  # the mesh's process groups
     builtin_only = True
     whole_world: ClassVar[bool] = True
+
+    @classmethod
+    def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
+        # the units' collectives are FSDP's own, not the engine's buckets or compression
+        return [Knob("parallelism.shard.reshard_after_forward", (True, False))]
 
     @classmethod
     def degree(cls, cfg: Config, world: int, ranks_per_node: int) -> int:

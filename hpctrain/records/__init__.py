@@ -18,6 +18,7 @@
     checkpoints/         step-NNNNNN.pt and the `latest` pointer
     sweep.json           SweepManifest (in a sweep directory)
     study.json           StudyManifest, allreduce-n{N}.json AllreduceResult (in a study directory)
+    tune.json            TuneManifest, best.yaml, trial-{K}/ run directories (in a tune directory)
 
 Writes are atomic (temporary file + rename), so a reader never sees half a file; readers check
 every field and raise RecordError naming the file (and line) and what is wrong.
@@ -36,6 +37,7 @@ from typing import Any, TypeVar
 from hpctrain.errors import RecordError, RecordMissing
 from hpctrain.records.io import one_sync, read_new_lines, write_atomic
 from hpctrain.records.states import DONE, State
+from hpctrain.records.tune import TuneManifest, TuneTrial
 from hpctrain.records.typed import FORMAT_VERSION, from_dict, to_dict
 from hpctrain.records.types import (
     AllreduceResult,
@@ -81,6 +83,8 @@ __all__ = [
     "StepRecord",
     "StudyManifest",
     "StudyRun",
+    "TuneManifest",
+    "TuneTrial",
     "SweepManifest",
     "SweepRun",
     "new",
@@ -122,6 +126,10 @@ SUPERVISOR_LOG = "supervisor.log"  # the local supervisor's own output (run or s
 RELEASED = "released"  # the waiting command gave up waiting: its supervisor keeps the runs going
 SWEEP = "sweep.json"
 STUDY = "study.json"
+TUNE = "tune.json"
+BEST = (
+    "best.yaml"  # in a tune directory: the best settings as an override file (hpctrain run --overrides-file)
+)
 REPORT = "report"
 
 

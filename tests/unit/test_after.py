@@ -50,7 +50,7 @@ def test_slurm_holds_the_job_until_each_earlier_job_with_its_mode(tmp_path: Path
 @pytest.mark.parametrize(
     "make, rule",
     [
-        (lambda d: d, "is not a run, sweep or study directory"),
+        (lambda d: d, "is not a run, sweep, study or tune directory"),
         (lambda d: _job(d / "loc", "local", "123"), "a SLURM job can only wait for SLURM jobs"),
     ],
 )

@@ -1,0 +1,91 @@
+"""`hpctrain bench tune`: `hpctrain tune` on a communication-bound config, then its best settings
+against the config as given in longer runs, interleaved (each repeat in the other order, so that
+drift hits both alike): medians and their ratio, from this one run. Beside them, the most any
+communication setting could give by the step model: the step less all its exposed communication
+(the trial of the config as given)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hpctrain import records
+from hpctrain.bench import hpctrain_run
+from hpctrain.config.override_file import overrides_file
+from hpctrain.errors import LaunchError
+from hpctrain.lifeline import with_lifeline
+
+TARGET = 1.15  # the issue's: tuned over the config as given
+# hpctrain's DDP reaches about half the no-communication ceiling on this config (bench overhead)
+DEFAULT = ["model=mlp", "model.width=2048", "model.depth=2", "parallelism.engine=ddp", "cluster.ranks=2"]
+
+
+def _run(argv: list[str], what: str) -> None:
+    r = subprocess.run(with_lifeline(argv), capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise LaunchError(f"{what} failed ({r.returncode}): {' '.join(argv)}\n{r.stderr[-2000:]}")
+
+
+def _ceiling(trial: Path) -> float:
+    """How much faster the step would be with no exposed communication at all (the bound on what
+    any communication setting can give): step / (step - exposed)."""
+    s = records.read(trial / records.SUMMARY, records.RunSummary)
+    return s.step_s / max(s.step_s - s.comm_s, 1e-12)
+
+
+def run_tune_bench(args: argparse.Namespace, console: Console) -> int:
+    given = list(args.overrides) or DEFAULT
+    out = Path(args.out) / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-tune")
+    home = out / "tune"
+    console.print(f"tuning {' '.join(given)} ({args.budget_min:g} min at most)", highlight=False)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "hpctrain.cli",
+            "tune",
+            *given,
+            f"run.dir={home}",
+            f"tune.budget_min={args.budget_min}",
+        ],
+        "hpctrain tune",
+    )
+    tuned = overrides_file(home / records.BEST)
+    contenders = {"as given": given, "tuned": tuned}
+    got: dict[str, list[float]] = {c: [] for c in contenders}
+    steps = [f"train.steps={args.steps}", f"train.warmup_steps={max(args.steps // 10, 1)}"]
+    for i in range(args.repeats):
+        for name in list(contenders)[:: 1 if i % 2 == 0 else -1]:
+            run_dir = out / f"{name.replace(' ', '-')}-{i}"
+            _run(hpctrain_run(run_dir, *contenders[name], *steps), f"the run {run_dir.name}")
+            s = records.read(run_dir / records.SUMMARY, records.RunSummary)
+            got[name].append(s.throughput_samples_per_s)
+    med = {c: statistics.median(v) for c, v in got.items()}
+    table = Table(
+        title=f"tune: {' '.join(given)}; {args.repeats} interleaved runs of {args.steps} steps each"
+    )
+    for col in ("contender", "settings", "samples/s (median)", "runs"):
+        table.add_column(col, justify="right" if col != "settings" else "left")
+    changed = [o for o in tuned if o not in given]
+    for c, settings in (("as given", "(the config's)"), ("tuned", " ".join(changed) or "(the same)")):
+        table.add_row(c, settings, f"{med[c]:.1f}", " ".join(f"{v:.0f}" for v in got[c]))
+    console.print(table)
+    ratio = med["tuned"] / med["as given"]
+    verdict = "[green]meets[/]" if ratio >= TARGET else "[red]below[/]"
+    console.print(f"tuned / as given = {ratio:.3f} ({verdict} the {TARGET} target)")
+    bound = _ceiling(home / "trial-0")
+    console.print(
+        f"the step model's bound: without any exposed communication the step of the config as given "
+        f"would be {bound:.2f}x faster (its trial: step less exposed communication)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"runs in {out}; the tune's table: hpctrain tune --resume {home}", highlight=False)
+    return 0

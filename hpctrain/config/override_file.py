@@ -1,0 +1,32 @@
+"""--overrides-file: overrides kept in a file (hpctrain tune writes the best settings as one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from hpctrain.errors import ConfigError
+
+
+def overrides_file(path: Path) -> list[str]:
+    """The overrides of an override file (hpctrain tune's best.yaml): a YAML list of KEY=VALUE."""
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError.one(
+            "--overrides-file",
+            f"{path}: {why}",
+            "give a YAML list of overrides, e.g. - parallelism.bucket_mb=5",
+        )
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise bad(f"cannot be read ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        raise bad(f"is not YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        return []
+    if not isinstance(data, list) or not all(isinstance(x, str) and "=" in x for x in data):
+        raise bad("is not a list of KEY=VALUE strings")
+    return list(data)

@@ -1,0 +1,314 @@
+"""`hpctrain tune`: plan the search (the engine's and the parallelism's knobs, every value checked
+against the config before anything starts), run its trials one after another as ordinary short
+runs in <tune>/trial-K (so status, logs, tracking and analysis work on each), refit and prune as
+analysis/tune.py says, and write tune.json after every trial and best.yaml at the end.
+
+The search is deterministic given its trials' results, so resuming replays it: a trial whose run
+finished with the same settings is read back, not run again; one that did not is set aside and
+run again."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from hpctrain import records
+from hpctrain.analysis.estimate import NoEstimate, PointEstimate, estimate_point
+from hpctrain.analysis.evidence import from_run
+from hpctrain.analysis.tune import (
+    Candidate,
+    Knob,
+    Search,
+    Settings,
+    Trial,
+    candidates,
+    changed,
+    next_knob,
+    override_text,
+    verdict,
+)
+from hpctrain.config import load_config
+from hpctrain.config.derived import default_run_dir
+from hpctrain.config.schema import Config
+from hpctrain.engine.registry import engine_class
+from hpctrain.errors import ConfigError, HpctrainError, Problem, RecordError
+from hpctrain.launch.base import Launcher
+from hpctrain.launch.rundir import claim_fresh
+from hpctrain.orchestrate.estimate import Point, probe_config, target_of
+from hpctrain.orchestrate.probe import run_and_wait
+from hpctrain.orchestrate.runs import prepare
+from hpctrain.orchestrate.study_run import keep_aside
+from hpctrain.parallel.registry import kind_of
+
+
+@dataclass
+class Tuning:
+    """A tune planned: the config, its launcher, the knobs with their valid values, the config's
+    own settings, and the values left out before anything ran (invalid here), with why."""
+
+    overrides: list[str]
+    config_dir: str | None
+    cfg: Config
+    launcher: Launcher
+    knobs: list[Knob]
+    base: Settings
+    invalid: list[str]
+
+
+def _get(cfg: Config, key: str) -> object:
+    obj: object = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _tune_problems(cfg: Config, world: int) -> list[Problem]:
+    t, p = cfg.tune, []
+    if cfg.script.path:
+        p.append(Problem("script.path", "a script's settings are its own; tune searches hpctrain's trainer's", "drop script.path"))  # fmt: skip
+    if world < 2:
+        p.append(Problem("cluster", f"a tune needs at least 2 ranks (this config runs {world}): with one "
+                         "there is nothing to communicate", "e.g. cluster.ranks=2, or cluster.nodes=2"))  # fmt: skip
+    if t.budget_min <= 0:
+        p.append(Problem("tune.budget_min", f"must be > 0 (got {t.budget_min:g})", "e.g. tune.budget_min=10"))
+    if t.target_ranks < 0:
+        p.append(Problem("tune.target_ranks", f"must be >= 0 (got {t.target_ranks})", "e.g. tune.target_ranks=64"))  # fmt: skip
+    return p
+
+
+def offered_knobs(cfg: Config) -> list[Knob]:
+    """Every knob the engine and the parallelism offer for `cfg`."""
+    engine = engine_class(str(cfg.parallelism.engine)).tune_knobs(cfg)
+    return kind_of(cfg).tune_knobs(cfg, engine)
+
+
+def chosen_knobs(cfg: Config) -> list[Knob]:
+    """The offered knobs, restricted to tune.keys when given (an unknown key is an error)."""
+    offered = offered_knobs(cfg)
+    keys = list(cfg.tune.keys)
+    unknown = [k for k in keys if k not in {o.key for o in offered}]
+    if unknown:
+        raise ConfigError.one(
+            "tune.keys",
+            f"{unknown} is not searched for engine={cfg.parallelism.engine}, parallelism={cfg.parallelism.name}",
+            f"choose among {[o.key for o in offered]}, or leave tune.keys empty for all of them",
+        )
+    return [o for o in offered if not keys or o.key in keys]
+
+
+def plan_tune(overrides: Sequence[str], config_dir: str | None) -> Tuning:
+    """Compose and validate the config and every value of every knob on it; nothing is created."""
+    prep = prepare(overrides, config_dir)
+    (run,) = prep.runs
+    cfg, launcher = run.cfg, prep.launcher
+    problems = _tune_problems(cfg, run.plan.world_size)
+    if problems:
+        raise ConfigError(problems)
+    target_config(cfg, launcher)  # tune.target_ranks must be a world the cluster can make
+    knobs, invalid = [], []
+    for knob in chosen_knobs(cfg):
+        ok = []
+        for v in knob.values:
+            try:
+                prepare([*overrides, f"{knob.key}={override_text(v)}"], config_dir)
+                ok.append(v)
+            except ConfigError as e:
+                invalid.append(f"{knob.key}={override_text(v)}: {e.problems[0].rule}")
+        if len(ok) > 1 or (ok and override_text(_get(cfg, knob.key)) not in map(override_text, ok)):
+            knobs.append(dataclasses.replace(knob, values=tuple(ok)))
+    if not knobs:
+        raise HpctrainError("nothing to tune: no setting of this config has another valid value")
+    base = tuple((k.key, override_text(_get(cfg, k.key))) for k in knobs)
+    return Tuning(list(overrides), config_dir, cfg, launcher, knobs, base, invalid)
+
+
+def target_config(cfg: Config, launcher: Launcher) -> Config:
+    """`cfg` at tune.target_ranks (0: as it is), by the cluster's own scale (ranks, nodes)."""
+    want, scale = cfg.tune.target_ranks, cfg.cluster.study_scale
+    if want in (0, cfg.cluster.world_size):
+        return cfg
+    per = cfg.cluster.world_size // max(getattr(cfg.cluster, scale), 1)
+    if want % per:
+        raise ConfigError.one(
+            "tune.target_ranks",
+            f"{want} ranks is not a whole number of cluster.{scale} of {per} rank(s) each",
+            f"e.g. tune.target_ranks={per * max(want // per, 1)}",
+        )
+    return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, **{scale: want // per}))
+
+
+def create_tune(t: Tuning, now: datetime | None = None) -> Path:
+    """The tune directory: the dated default <root>/<date>/<time>-<name>-tune (a suffix when
+    taken), or run.dir, which must not exist."""
+    stem = default_run_dir(t.cfg, now or datetime.now())
+    if t.cfg.run.dir is None:
+        return claim_fresh(stem.with_name(f"{stem.name}-tune").resolve())
+    home = stem.resolve()
+    try:
+        home.mkdir(parents=True)
+    except FileExistsError as e:
+        raise HpctrainError(f"{home} already exists; resume a tune with hpctrain tune --resume {home}") from e
+    except OSError as e:
+        raise HpctrainError(f"cannot create the tune directory {home}: {e}") from e
+    return home
+
+
+@dataclass
+class Tuned:
+    search: Search
+    tuning: Tuning
+    home: Path
+    manifest: records.TuneManifest
+    target: PointEstimate | None
+    no_target: str  # why there is no prediction at the target ("" : there is)
+
+
+class Tuner:
+    """Runs a planned tune in `home`: the trials, the records, the budget."""
+
+    def __init__(
+        self, t: Tuning, home: Path, say: Callable[[str], None], timeout_s: float,
+        before: records.TuneManifest | None = None,
+    ) -> None:  # fmt: skip
+        self.t, self.home, self.say, self.timeout_s = t, home, say, timeout_s
+        # a resumed tune's trials, by name: what each changed (its run is reused if it finished)
+        self.before = {x.name: x.changed for x in before.trials} if before else {}
+        self.search = Search(list(t.knobs))
+        self.left_out: list[records.TuneTrial] = []
+        self.started = time.monotonic()
+
+    @property
+    def over_budget(self) -> bool:
+        return time.monotonic() - self.started >= 60 * self.t.cfg.tune.budget_min
+
+    def run(self) -> Tuned:
+        self.trial(self.t.base, math.nan)
+        if self.search.best is None:
+            raise HpctrainError(f"the config as given failed its trial: see {self.home / 'trial-0'}")
+        while (knob := next_knob(self.search)) is not None:
+            cands = candidates(self.search, knob)
+            self.search.done.append(knob.key)
+            for c in cands:
+                if c.pruned:
+                    self.leave_out(c, f"pruned: {c.pruned}")
+                elif self.over_budget:
+                    self.leave_out(c, f"not run: past the budget of {self.t.cfg.tune.budget_min:g} min")
+                else:
+                    self.trial(c.settings, c.predicted_s)
+        return self.finish()
+
+    def leave_out(self, c: Candidate, why: str) -> None:
+        self.left_out.append(
+            records.TuneTrial("", changed(self.t.base, c.settings), c.predicted_s, verdict=why)
+        )
+        self.write()
+
+    def trial(self, settings: Settings, predicted_s: float) -> None:
+        name = f"trial-{len(self.search.trials)}"
+        run_dir = self.home / name
+        extra = changed(self.t.base, settings)
+        summary, error = self.finished(run_dir, extra), ""
+        if summary is None:
+            keep_aside(run_dir)
+            guess = f" (predicted {1e3 * predicted_s:.2f} ms)" if math.isfinite(predicted_s) else ""
+            self.say(f"{name}: {' '.join(extra) or 'the config as given'}{guess}")
+            summary, error = self.run_trial(run_dir, extra)
+        self.search.trials.append(Trial(name, settings, summary, predicted_s, error))
+        self.write()
+
+    def finished(self, run_dir: Path, extra: list[str]) -> records.RunSummary | None:
+        """A trial of these settings that finished before (a resumed tune), else None."""
+        if self.before.get(run_dir.name) != extra:
+            return None
+        try:
+            return records.read(run_dir / records.SUMMARY, records.RunSummary)
+        except RecordError:
+            return None
+
+    def run_trial(self, run_dir: Path, extra: list[str]) -> tuple[records.RunSummary | None, str]:
+        overrides = [*self.t.overrides, *extra]
+        prep = prepare([*overrides, f"run.dir={run_dir}"], self.t.config_dir)
+        cfg = probe_config(prep.runs[0].cfg, run_dir)
+        try:
+            run_and_wait(self.t.launcher, cfg, run_dir, overrides, self.timeout_s)
+            return records.read(run_dir / records.SUMMARY, records.RunSummary), ""
+        except (HpctrainError, RecordError) as e:  # a setting that fails is a result too
+            self.say(f"{run_dir.name} failed: {e}")
+            return None, str(e).splitlines()[0] if str(e) else type(e).__name__
+
+    def manifest(self, finished: bool = False) -> records.TuneManifest:
+        best = self.search.best
+        trials = [
+            records.TuneTrial(
+                t.name,
+                changed(self.t.base, t.settings),
+                t.predicted_s,
+                t.step_s if t.summary else math.nan,
+                t.summary.throughput_samples_per_s if t.summary else math.nan,
+                verdict(self.search, t),
+            )
+            for t in self.search.trials
+        ]
+        return records.new(
+            records.TuneManifest,
+            launcher=self.t.launcher.name,
+            overrides=self.t.overrides,
+            config_dir=self.t.config_dir,
+            trials=trials,
+            left_out=self.left_out,
+            best=changed(self.t.base, best.settings) if best else [],
+            best_trial=best.name if best else "",
+            finished=finished,
+        )
+
+    def write(self, finished: bool = False) -> records.TuneManifest:
+        m = self.manifest(finished)
+        records.write(self.home / records.TUNE, m)
+        return m
+
+    def finish(self) -> Tuned:
+        m = self.write(finished=True)
+        best = [o for o in self.t.overrides if not o.startswith(("tune.", "run."))] + m.best
+        head = f"# hpctrain tune {self.home}: the best of {len(m.trials)} trial(s), {m.best_trial}\n"
+        records.write_atomic(self.home / records.BEST, head + yaml.safe_dump(best, default_flow_style=False))
+        est, why = self.predicted(self.home / m.best_trial, m.best)
+        return Tuned(self.search, self.t, self.home, m, est, why)
+
+    def predicted(self, best_dir: Path, best: list[str]) -> tuple[PointEstimate | None, str]:
+        """The best settings at tune.target_ranks, from the best trial's own step model."""
+        cfg = load_config([*self.t.overrides, *best], self.t.config_dir)
+        cfg = target_config(cfg, self.t.launcher)
+        plan = self.t.launcher.plan(cfg, self.home / "target")
+        label = f"best at {plan.world_size} ranks"
+        try:
+            return estimate_point(from_run(best_dir), target_of(Point(label, cfg, plan))), ""
+        except (NoEstimate, RecordError) as e:
+            return None, str(e)
+
+
+def read_tune(home: Path) -> records.TuneManifest:
+    if not (home / records.TUNE).is_file():
+        raise RecordError(f"{home} is not a tune directory (no {records.TUNE})")
+    return records.read(home / records.TUNE, records.TuneManifest)
+
+
+def tune(
+    overrides: Sequence[str], config_dir: str | None, say: Callable[[str], None], timeout_s: float = 3600
+) -> Tuned:
+    t = plan_tune(overrides, config_dir)
+    home = create_tune(t)
+    say(f"tune: {len(t.knobs)} setting(s) to search -> {home}")
+    return Tuner(t, home, say, timeout_s).run()
+
+
+def resume_tune(home: Path, say: Callable[[str], None], timeout_s: float = 3600) -> Tuned:
+    m = read_tune(home)
+    t = plan_tune(m.overrides, m.config_dir)
+    return Tuner(t, home, say, timeout_s, m).run()
