@@ -45,7 +45,7 @@ EPILOG = """examples:
   hpctrain bench pipeline                        pipeline step parts: idle vs theory, transfers, overhead
   hpctrain bench memory                          state per rank, ddp vs fsdp, vs ZeRO-3's 1/N
   hpctrain bench profile                         the profiler's cost once its window is over
-  hpctrain bench predict STUDY_DIR               the step model's in-sample and leave-one-out errors
+  hpctrain bench predict [STUDY_DIR]             the step model vs published results; its errors on studies
   hpctrain bench estimate                        --estimate's wall time and node-hours vs the runs
   hpctrain bench tune                            hpctrain tune's best settings vs the config as given
 """

@@ -56,6 +56,12 @@ class Knob:
     effect: Effect = Effect.unmodelled
 
 
+def divisors(n: int) -> tuple[int, ...]:
+    """The degrees a setting over n ranks may take: powers of two dividing n, and n."""
+    found = {d for d in (2**k for k in range(n.bit_length())) if n % d == 0} | {max(n, 1)}
+    return tuple(sorted(found))
+
+
 def override_text(value: Any) -> str:
     """A value as Hydra's override grammar reads it back."""
     if isinstance(value, bool):

@@ -111,6 +111,11 @@ def _add_model_benches(bsub: Subparsers) -> None:
     tu.add_argument("--budget-min", type=float, default=5.0, help="the tune's budget (default 5 min)")
     tu.add_argument("--out", default="outputs/bench")
     pr = bsub.add_parser(
-        "predict", help="the step model's in-sample and leave-one-out errors on recorded studies"
+        "predict", help="the step model against published results, and its errors on recorded studies"
     )
-    pr.add_argument("studies", nargs="+", metavar="STUDY_DIR", help="study directories (hpctrain study ...)")
+    pr.add_argument(
+        "studies",
+        nargs="*",
+        metavar="STUDY_DIR",
+        help="study directories (hpctrain study ...), after the published results",
+    )

@@ -1,4 +1,6 @@
-"""`hpctrain bench predict STUDY...`: how well the step-time model explains each study: every
+"""`hpctrain bench predict [STUDY...]`: the step model against published multi-scale results
+(analysis/published.py: fitted on the smaller scales, the larger predicted), then how well it
+explains each recorded study: every
 measured scale predicted with itself (in-sample) and without it (leave-one-out), the term that
 carries the leave-one-out error, and whether the model describes the study at all; for pipeline
 studies at several micro-batch counts, the count the pipeline terms predict fastest per scale."""
@@ -13,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain.analysis.analyze import analyze_dir
+from hpctrain.analysis.published import MISS, PUBLISHED, check, worst_beyond
 from hpctrain.analysis.report import model_lines
 from hpctrain.errors import HpctrainError
 
@@ -23,7 +26,36 @@ def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%" if math.isfinite(x) else "-"
 
 
+def show_published(console: Console) -> None:
+    """The model fitted on each published result's smaller scales, predicting the larger ones."""
+    for p in PUBLISHED:
+        checks = check(p)
+        t = Table(
+            title=f"bench predict: {p.name}, {p.model}, {p.batch_per_gpu} images per GPU", caption=p.source
+        )
+        for col in ("GPUs", "published img/s", "predicted img/s", "error", ""):
+            t.add_column(col, justify="right" if col else "left")
+        for c in checks:
+            rate = p.batch_per_gpu * c.gpus
+            t.add_row(
+                str(c.gpus),
+                f"{p.images_per_s[c.gpus]:.1f}",
+                f"{rate / c.predicted_s:.1f}",
+                _pct(c.error),
+                "fitted" if c.fitted else ("MISSES" if abs(c.error) > MISS else "predicted"),
+            )
+        console.print(t)
+        worst = worst_beyond(checks)
+        console.print(
+            f"fitted up to {p.fit_upto} GPUs; largest error beyond: {100 * worst:.1f}%"
+            + (f"; what the model lacks there: {p.misses}" if worst > MISS else ""),
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def run_predict(args: argparse.Namespace, console: Console) -> int:
+    show_published(console)
     for study in args.studies:
         a = analyze_dir(Path(study))
         if not a.points:

@@ -234,9 +234,9 @@ class Tuner:
 
     def run_trial(self, run_dir: Path, extra: list[str]) -> tuple[records.RunSummary | None, str]:
         overrides = [*self.t.overrides, *extra]
-        prep = prepare([*overrides, f"run.dir={run_dir}"], self.t.config_dir)
-        cfg = probe_config(prep.runs[0].cfg, run_dir)
-        try:
+        try:  # each value was valid alone; a combination of them may not be (refused: a result)
+            prep = prepare([*overrides, f"run.dir={run_dir}"], self.t.config_dir)
+            cfg = probe_config(prep.runs[0].cfg, run_dir)
             run_and_wait(self.t.launcher, cfg, run_dir, overrides, self.timeout_s)
             return records.read(run_dir / records.SUMMARY, records.RunSummary), ""
         except (HpctrainError, RecordError) as e:  # a setting that fails is a result too

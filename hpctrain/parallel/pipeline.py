@@ -86,8 +86,11 @@ class Pipeline(ParallelismKind):
 
     @classmethod
     def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
-        # one replica: no gradients to average, only the micro-batches that fill the pipeline
-        return [Knob("parallelism.microbatches", MICROBATCHES)]
+        # one replica: no gradients to average, only how the pipeline is filled
+        return [
+            Knob("parallelism.microbatches", MICROBATCHES),
+            Knob("parallelism.schedule", tuple(SCHEDULES)),
+        ]
 
     @classmethod
     def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
@@ -119,7 +122,7 @@ class Hybrid(Pipeline):
 
     @classmethod
     def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
-        return [Knob("parallelism.microbatches", MICROBATCHES), *engine]
+        return [*Pipeline.tune_knobs(cfg, engine), *engine]
 
     @classmethod
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:

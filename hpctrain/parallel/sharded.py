@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from hpctrain.analysis.tune import Knob
+from hpctrain.analysis.tune import Knob, divisors
 from hpctrain.config.layout import describe_mesh
 from hpctrain.config.schema import ShardHolder, TpHolder
 from hpctrain.config.split import shard_units
@@ -42,8 +42,12 @@ class Fsdp(ParallelismKind):
 
     @classmethod
     def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
-        # the units' collectives are FSDP's own, not the engine's buckets or compression
-        return [Knob("parallelism.shard.reshard_after_forward", (True, False))]
+        # the units' collectives are FSDP's own, not the engine's buckets or compression; tensor
+        # parallelism inside a node (2-D), over degrees the node's ranks divide into
+        return [
+            Knob("parallelism.shard.reshard_after_forward", (True, False)),
+            Knob("parallelism.tp.degree", divisors(node_size(cfg))),
+        ]
 
     @classmethod
     def degree(cls, cfg: Config, world: int, ranks_per_node: int) -> int:
@@ -110,3 +114,9 @@ class Hsdp(Fsdp):
     """Shard groups (one node's ranks by default) x replicas of them."""
 
     whole_world = False
+
+    @classmethod
+    def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
+        # how many ranks one shard group spans: fewer, more replicas (less state each gathers)
+        world = int(cfg.cluster.world_size)
+        return [*super().tune_knobs(cfg, engine), Knob("parallelism.shard.degree", divisors(world))]

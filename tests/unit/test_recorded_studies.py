@@ -105,6 +105,13 @@ def test_bench_predict_prints_both_errors_for_recorded_studies() -> None:
     assert text.count("largest error: in-sample") == 3 and "leave-one-out" in text
     assert "the model describes these runs" in text
     assert "does NOT describe these runs" in text and "LOO err" in text
+    # the published results come first, each with its largest error beyond the fitted scales
+    assert text.index("bench predict: Piz Daint") < text.index("largest error: in-sample")
+    assert (
+        "fitted up to 16 GPUs; largest error beyond: 39.4%; what the model lacks there: parameter servers"
+        in text
+    )
+    assert "fitted up to 16 GPUs; largest error beyond: 8.3%\n" in text
 
 
 def test_status_of_a_study_lists_every_run_also_those_without_a_job(tmp_path: Path) -> None:

@@ -136,8 +136,8 @@ def test_micro_batch_counts_that_do_not_divide_the_batch_are_left_out_with_the_r
     t = plan_tune(
         ["parallelism=pipeline", "cluster.ranks=2", "parallelism.stages=2", "train.batch_per_rank=12"], None
     )
-    ((key, values),) = [(k.key, k.values) for k in t.knobs]
-    assert key == "parallelism.microbatches" and values == (1, 2, 4)
+    knobs = {k.key: k.values for k in t.knobs}
+    assert knobs["parallelism.microbatches"] == (1, 2, 4)
     assert any(
         w.startswith("parallelism.microbatches=8: 8 micro-batches do not divide") for w in t.invalid
     ), t.invalid
@@ -154,3 +154,26 @@ def test_an_override_file_is_read_back_and_a_bad_one_named(tmp_path: Path) -> No
         assert e.value.problems[0].key == "--overrides-file" and why in e.value.problems[0].rule
     with pytest.raises(ConfigError, match="cannot be read"):
         overrides_file(tmp_path / "missing.yaml")
+
+
+def test_sharding_searches_resharding_tensor_parallel_degrees_and_shard_groups_its_model_allows() -> None:
+    fsdp = plan_tune(["parallelism=fsdp", "cluster.ranks=4", "model=transformer", "data=tokens"], None)
+    knobs = {k.key: k.values for k in fsdp.knobs}
+    assert knobs == {
+        "parallelism.shard.reshard_after_forward": (True, False),
+        "parallelism.tp.degree": (1, 2, 4),
+    }
+    # hsdp: one group of all 4 ranks is no replication, refused as hsdp's rules say; tensor
+    # parallelism of 2 over groups of 2 leaves one group too
+    hsdp = ["parallelism=hsdp", "cluster.ranks=4", "parallelism.shard.degree=2"]
+    t = plan_tune(hsdp, None)
+    knobs = {k.key: k.values for k in t.knobs}
+    assert knobs["parallelism.shard.degree"] == (1, 2) and "parallelism.tp.degree" not in knobs
+    assert any(w.startswith("parallelism.shard.degree=4: hsdp replicates") for w in t.invalid), t.invalid
+    assert any(w.startswith("parallelism.tp.degree=2: ") for w in t.invalid), t.invalid
+
+
+def test_a_pipeline_searches_its_schedules_and_leaves_out_those_its_stages_refuse() -> None:
+    t = plan_tune(["parallelism=pipeline", "cluster.ranks=2", "parallelism.stages=2", "model=mlp"], None)
+    schedules = dict((k.key, k.values) for k in t.knobs)["parallelism.schedule"]
+    assert "gpipe" in schedules and "1f1b" in schedules, (schedules, t.invalid)
