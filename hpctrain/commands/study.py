@@ -113,6 +113,10 @@ def analyze_and_report(study_dir: Path, console: Console, out: Path | None = Non
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     path = Path(args.path).resolve()
+    if (path / records.TUNE).exists():  # a tune: its table and best settings, from tune.json
+        from hpctrain.commands.tune import show_tune_dir
+
+        return show_tune_dir(path, console)
     if not (path / records.STUDY).exists():  # a run: its trace summary, if it was profiled
         if has_traces(path):
             return show_traces(path, console)

@@ -13,7 +13,7 @@ from rich.table import Table
 from hpctrain import records
 from hpctrain.analysis.tune import override_text
 from hpctrain.errors import HpctrainError
-from hpctrain.orchestrate.tune import Tuned, plan_tune, resume_tune, tune
+from hpctrain.orchestrate.tune import Tuned, plan_tune, read_tune, resume_tune, tune
 
 
 def _ms(x: float) -> str:
@@ -33,13 +33,14 @@ def tune_table(m: records.TuneManifest, title: str) -> Table:
     return t
 
 
-def show_tuned(done: Tuned, console: Console) -> None:
-    m, home = done.manifest, done.home
+def show_best(m: records.TuneManifest, console: Console, ranks: str) -> None:
     console.print(tune_table(m, f"tune: {len(m.trials)} trial(s), {len(m.left_out)} left out"))
-    best = next(t for t in m.trials if t.name == m.best_trial)
-    n = done.tuning.cfg.cluster.world_size
+    best = next((t for t in m.trials if t.name == m.best_trial), None)
+    if best is None:
+        console.print("no trial finished yet", highlight=False)
+        return
     console.print(
-        f"best: {' '.join(m.best) or 'the config as given'}: {best.samples_per_s:.0f} samples/s on {n} "
+        f"best: {' '.join(m.best) or 'the config as given'}: {best.samples_per_s:.0f} samples/s on {ranks} "
         f"rank(s) here ({m.best_trial}, step {_ms(best.step_s)} ms)",
         highlight=False,
         soft_wrap=True,
@@ -50,6 +51,28 @@ def show_tuned(done: Tuned, console: Console) -> None:
             f"  {first.step_s / best.step_s:.2f}x the config as given ({_ms(first.step_s)} ms)",
             highlight=False,
         )
+
+
+def show_tune_dir(home: Path, console: Console) -> int:
+    """`hpctrain analyze TUNE_DIR`: what the tune recorded, nothing run or planned again."""
+    m = read_tune(home)
+    summary = home / m.best_trial / records.SUMMARY
+    ranks = (
+        str(records.read(summary, records.RunSummary).world_size)
+        if m.best_trial and summary.exists()
+        else "?"
+    )
+    show_best(m, console, ranks)
+    if not m.finished:
+        console.print(f"[yellow]unfinished:[/] go on with hpctrain tune --resume {home}", highlight=False)
+    elif (home / records.BEST).exists():
+        console.print(f"settings: {home / records.BEST}", highlight=False)
+    return 0
+
+
+def show_tuned(done: Tuned, console: Console) -> None:
+    m, home = done.manifest, done.home
+    show_best(m, console, str(done.tuning.cfg.cluster.world_size))
     if done.target is not None:
         e = done.target
         console.print(

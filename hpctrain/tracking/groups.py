@@ -30,17 +30,21 @@ LIVE_EVERY_S = 5.0
 
 
 def members(path: Path) -> tuple[str, list[tuple[Path, list[str]]]]:
-    """("run" | "sweep" | "study", [(run directory, its overrides)])."""
+    """("run" | "sweep" | "study", [(run directory, its overrides)]); a tune's trials are a sweep's."""
     if (path / records.STUDY).exists():
         m = records.read(path / records.STUDY, records.StudyManifest)
         return "study", [(records.member_dir(path, r.run_dir), list(r.overrides)) for r in m.runs]
     if (path / records.SWEEP).exists():
         s = records.read(path / records.SWEEP, records.SweepManifest)
         return "sweep", [(records.member_dir(path, r.run_dir), list(r.overrides)) for r in s.runs]
+    if (path / records.TUNE).exists():  # a tune's trials, as a sweep's points
+        t = records.read(path / records.TUNE, records.TuneManifest)
+        return "sweep", [(path / x.name, [*t.overrides, *x.changed]) for x in t.trials]
     if (path / records.JOB).exists() or (path / records.SUMMARY).exists():
         return "run", [(path, [])]
     raise RecordError(
-        f"{path} is not a run, sweep or study directory (no {records.JOB}, {records.SWEEP} or {records.STUDY})"
+        f"{path} is not a run, sweep, study or tune directory (no {records.JOB}, {records.SWEEP}, "
+        f"{records.STUDY} or {records.TUNE})"
     )
 
 

@@ -60,6 +60,9 @@ def test_a_tune_chooses_from_its_trials_runs_its_best_settings_and_resumes(tmp_p
     assert f"compression: {compression}" in r.stdout, r.stdout
     status = hpctrain("status", str(home)).stdout
     assert all(re.search(rf"{n} .*COMPLETED", status) for n in names), status
+    shown = hpctrain("analyze", str(home))  # from tune.json: nothing runs
+    assert shown.returncode == 0 and re.search(rf"│ {best} .*│ best +│", shown.stdout), shown.stdout
+    assert f"best: {' '.join(m['best']) or 'the config as given'}: " in shown.stdout, shown.stdout
 
     # interrupted before its last trial finished: resuming runs that one only, its remains set aside
     (home / "trial-2" / "summary.json").unlink()

@@ -177,3 +177,23 @@ def test_a_pipeline_searches_its_schedules_and_leaves_out_those_its_stages_refus
     t = plan_tune(["parallelism=pipeline", "cluster.ranks=2", "parallelism.stages=2", "model=mlp"], None)
     schedules = dict((k.key, k.values) for k in t.knobs)["parallelism.schedule"]
     assert "gpipe" in schedules and "1f1b" in schedules, (schedules, t.invalid)
+
+
+def test_a_tunes_trials_are_tracked_as_a_sweeps_points(tmp_path: Path) -> None:
+    from hpctrain.tracking.groups import members
+
+    trials = [
+        records.TuneTrial("trial-0", []),
+        records.TuneTrial("trial-1", ["parallelism.compression=fp16"]),
+    ]
+    m = records.new(
+        records.TuneManifest, launcher="local", overrides=["model=mlp"], config_dir=None, trials=trials
+    )
+    records.write(tmp_path / records.TUNE, m)
+    assert members(tmp_path) == (
+        "sweep",
+        [
+            (tmp_path / "trial-0", ["model=mlp"]),
+            (tmp_path / "trial-1", ["model=mlp", "parallelism.compression=fp16"]),
+        ],
+    )
