@@ -80,7 +80,8 @@ def _add_estimate(p: argparse.ArgumentParser) -> None:
         dest="estimate_from",
         type=Path,
         metavar="DIR",
-        help="with --estimate: the earlier run or study of this config to estimate from (no probe)",
+        help="with --estimate: the earlier run, study or tune (its best trial) of this config to estimate "
+        "from (no probe)",
     )
 
 

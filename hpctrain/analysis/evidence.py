@@ -8,6 +8,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from hpctrain import records
@@ -132,12 +133,24 @@ def from_study(study_dir: Path) -> Evidence:
     return Evidence(str(study_dir), scales, model, band, what_of(first))
 
 
+def from_tune(tune_dir: Path) -> Evidence:
+    """A tune: its best trial, the run of the settings it chose (best.yaml)."""
+    t = records.read(tune_dir / records.TUNE, records.TuneManifest)
+    if not t.best_trial:
+        raise RecordError(f"{tune_dir}: no trial of this tune finished to estimate from")
+    ev = from_run(tune_dir / t.best_trial)
+    return replace(ev, source=f"{tune_dir}'s best trial ({t.best_trial})")
+
+
 def evidence_from(path: Path) -> Evidence:
-    """An earlier run or study named as the estimate's evidence."""
+    """An earlier run, study or tune named as the estimate's evidence."""
     if (path / records.STUDY).exists():
         return from_study(path)
+    if (path / records.TUNE).exists():
+        return from_tune(path)
     if (path / records.SUMMARY).exists():
         return from_run(path)
     raise RecordError(
-        f"{path}: neither a finished run (summary.json) nor a study (study.json) to estimate from"
+        f"{path}: neither a finished run (summary.json), a study (study.json) nor a tune (tune.json) "
+        "to estimate from"
     )

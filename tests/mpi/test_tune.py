@@ -60,6 +60,11 @@ def test_a_tune_chooses_from_its_trials_runs_its_best_settings_and_resumes(tmp_p
     assert f"compression: {compression}" in r.stdout, r.stdout
     status = hpctrain("status", str(home)).stdout
     assert all(re.search(rf"{n} .*COMPLETED", status) for n in names), status
+    # the tune's best trial is an estimate's evidence, as a run or a study is
+    est = hpctrain("run", "--overrides-file", str(home / "best.yaml"), "--estimate", "--from", str(home))
+    assert (
+        est.returncode == 0 and "measured at N=2" in est.stdout and "nothing was submitted" in est.stdout
+    ), est.stdout + est.stderr
     shown = hpctrain("analyze", str(home))  # from tune.json: nothing runs
     assert shown.returncode == 0 and re.search(rf"│ {best} .*│ best +│", shown.stdout), shown.stdout
     assert f"best: {' '.join(m['best']) or 'the config as given'}: " in shown.stdout, shown.stdout
