@@ -197,3 +197,13 @@ def test_a_tunes_trials_are_tracked_as_a_sweeps_points(tmp_path: Path) -> None:
             (tmp_path / "trial-1", ["model=mlp", "parallelism.compression=fp16"]),
         ],
     )
+
+
+def test_a_dry_run_lists_each_setting_with_its_values_and_starts_nothing(tmp_path: Path) -> None:
+    from tests.conftest import hpctrain_here
+
+    r = hpctrain_here("tune", "--dry-run", "parallelism.engine=ddp", f"run.output_root={tmp_path}")
+    assert r.returncode == 0, r.stderr
+    assert "parallelism.bucket_mb: 1, 5, 25, 100 (now 25; grouping)" in r.stdout, r.stdout
+    assert "parallelism.gradient_as_bucket_view: false, true (now false; unmodelled)" in r.stdout
+    assert "nothing was started" in r.stdout and not any(tmp_path.iterdir())
