@@ -91,6 +91,7 @@ class Trial:
     summary: RunSummary | None
     predicted_s: float = math.nan  # its step as the model predicted before it ran (NaN: not predicted)
     error: str = ""
+    knob: str = ""  # the knob whose value it tried ("": the config as given)
 
     @property
     def step_s(self) -> float:
@@ -174,28 +175,45 @@ def predict(best: Trial, knob: Knob, value: str, f: float) -> float:
     return s.step_s + f * (then - now)
 
 
+def miss(search: Search, knob: Knob) -> tuple[float, int]:
+    """How far the model missed this knob's values tried so far: the mean of measured - predicted
+    (seconds) over its trials, and how many; the model does not charge a setting's compute (a
+    compression's casts), and this carries what it missed to the knob's other values."""
+    misses = [
+        t.step_s - t.predicted_s
+        for t in search.trials
+        if t.knob == knob.key and t.summary is not None and math.isfinite(t.predicted_s)
+    ]
+    return (sum(misses) / len(misses), len(misses)) if misses else (0.0, 0)
+
+
+def candidate(search: Search, knob: Knob, value: str) -> Candidate:
+    """knob=value on top of the best settings so far, predicted from every trial so far (f refitted,
+    the knob's own misses added), and pruned when clearly slower than the best measured step."""
+    best = search.best
+    if best is None:
+        raise ValueError("no trial to predict from")
+    f = exposed_share(search.trials)
+    bias, n = miss(search, knob)
+    p = predict(best, knob, value, f) + bias
+    why = ""
+    if math.isfinite(p) and p > best.step_s * (1 + PRUNE):
+        why = (
+            f"predicted {1e3 * p:.2f} ms, {100 * (p / best.step_s - 1):.0f}% slower than the best "
+            f"measured {1e3 * best.step_s:.2f} ms (f={f:.2f}"
+            + (f"; {1e3 * bias:+.2f} ms: what {n} other value(s) of it missed by" if n else "")
+            + ")"
+        )
+    return Candidate(knob, value, with_setting(best.settings, knob.key, value), p, why)
+
+
 def candidates(search: Search, knob: Knob) -> list[Candidate]:
-    """The knob's values other than the best settings' own, each predicted, and pruned where the
-    model expects it clearly slower than the best measured step."""
+    """The knob's values other than the best settings' own, each as `candidate` says."""
     best = search.best
     if best is None:
         return []
-    f = exposed_share(search.trials)
-    have = dict(best.settings)
-    out = []
-    for v in knob.values:
-        value = override_text(v)
-        if have.get(knob.key) == value:
-            continue
-        p = predict(best, knob, value, f)
-        why = ""
-        if math.isfinite(p) and p > best.step_s * (1 + PRUNE):
-            why = (
-                f"predicted {1e3 * p:.2f} ms, {100 * (p / best.step_s - 1):.0f}% slower than the best "
-                f"measured {1e3 * best.step_s:.2f} ms (f={f:.2f})"
-            )
-        out.append(Candidate(knob, value, with_setting(best.settings, knob.key, value), p, why))
-    return out
+    have = dict(best.settings).get(knob.key)
+    return [candidate(search, knob, override_text(v)) for v in knob.values if override_text(v) != have]
 
 
 def next_knob(search: Search) -> Knob | None:

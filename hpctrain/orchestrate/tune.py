@@ -28,7 +28,7 @@ from hpctrain.analysis.tune import (
     Search,
     Settings,
     Trial,
-    candidates,
+    candidate,
     changed,
     next_knob,
     override_text,
@@ -193,16 +193,23 @@ class Tuner:
         if self.search.best is None:
             raise HpctrainError(f"the config as given failed its trial: see {self.home / 'trial-0'}")
         while (knob := next_knob(self.search)) is not None:
-            cands = candidates(self.search, knob)
-            self.search.done.append(knob.key)
-            for c in cands:
-                if c.pruned:
-                    self.leave_out(c, f"pruned: {c.pruned}")
-                elif self.over_budget:
-                    self.leave_out(c, f"not run: past the budget of {self.t.cfg.tune.budget_min:g} min")
-                else:
-                    self.trial(c.settings, c.predicted_s)
+            self.round(knob)
         return self.finish()
+
+    def round(self, knob: Knob) -> None:
+        """The knob's other values, each predicted again just before it would run (from every
+        trial so far, this round's included)."""
+        best = self.search.best
+        start = dict(best.settings).get(knob.key) if best else None
+        self.search.done.append(knob.key)
+        for value in [override_text(v) for v in knob.values if override_text(v) != start]:
+            c = candidate(self.search, knob, value)
+            if c.pruned:
+                self.leave_out(c, f"pruned: {c.pruned}")
+            elif self.over_budget:
+                self.leave_out(c, f"not run: past the budget of {self.t.cfg.tune.budget_min:g} min")
+            else:
+                self.trial(c.settings, c.predicted_s, knob.key)
 
     def leave_out(self, c: Candidate, why: str) -> None:
         self.left_out.append(
@@ -210,7 +217,7 @@ class Tuner:
         )
         self.write()
 
-    def trial(self, settings: Settings, predicted_s: float) -> None:
+    def trial(self, settings: Settings, predicted_s: float, knob: str = "") -> None:
         name = f"trial-{len(self.search.trials)}"
         run_dir = self.home / name
         extra = changed(self.t.base, settings)
@@ -220,7 +227,7 @@ class Tuner:
             guess = f" (predicted {1e3 * predicted_s:.2f} ms)" if math.isfinite(predicted_s) else ""
             self.say(f"{name}: {' '.join(extra) or 'the config as given'}{guess}")
             summary, error = self.run_trial(run_dir, extra)
-        self.search.trials.append(Trial(name, settings, summary, predicted_s, error))
+        self.search.trials.append(Trial(name, settings, summary, predicted_s, error, knob))
         self.write()
 
     def finished(self, run_dir: Path, extra: list[str]) -> records.RunSummary | None:

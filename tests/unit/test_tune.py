@@ -16,6 +16,7 @@ from hpctrain.analysis.tune import (
     Knob,
     Search,
     Trial,
+    candidate,
     candidates,
     exposed_share,
     next_knob,
@@ -87,6 +88,21 @@ def test_every_trial_refits_the_exposed_share() -> None:
     # a trial predicts from the best one: 92 ms at fp16; 1 MiB buckets of its 8 MiB there: 8 x 4 +
     # 8 = 40 ms expected against 16: 92 + f x 24
     assert predict(trials[1], BUCKETS, "1", 352 / 832) == pytest.approx(0.092 + 352 / 832 * 0.024)
+
+
+def test_what_the_model_missed_on_one_value_is_carried_to_the_knobs_others() -> None:
+    wire = Knob("parallelism.compression", ("none", "fp16", "bf16"), Effect.wire)
+    fp16 = (BASE[0], ("parallelism.compression", "fp16"), BASE[2])
+    # fp16 was predicted at 96 ms (16 ms of halved bytes at f = 0.5) and took 141: its casts cost
+    # compute the model does not charge
+    tried = Trial("trial-1", fp16, _ddp(141, 4, "fp16"), predicted_s=0.096, knob=wire.key)
+    search = Search([wire], [Trial("trial-0", BASE, _ddp(100, 12)), tried])
+    c = candidate(search, wire, "bf16")
+    f = exposed_share(search.trials)  # refitted with the fp16 trial: (24 x 12 + 16 x 4) / 832
+    assert f == pytest.approx(352 / 832)
+    # 100 + f x (16 - 24) ms, plus the 45 ms fp16 missed by
+    assert c.predicted_s == pytest.approx(0.100 - f * 0.008 + 0.045)
+    assert c.pruned.endswith("+45.00 ms: what 1 other value(s) of it missed by)"), c.pruned
 
 
 def test_the_best_changes_only_beyond_the_noise_and_failures_are_named() -> None:
