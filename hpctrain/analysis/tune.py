@@ -176,15 +176,21 @@ def predict(best: Trial, knob: Knob, value: str, f: float) -> float:
 
 
 def miss(search: Search, knob: Knob) -> tuple[float, int]:
-    """How far the model missed this knob's values tried so far: the mean of measured - predicted
-    (seconds) over its trials, and how many; the model does not charge a setting's compute (a
-    compression's casts), and this carries what it missed to the knob's other values."""
-    misses = [
-        t.step_s - t.predicted_s
+    """What the model missed on this knob's values tried so far, to add to its prediction of
+    another value: the mean of measured - predicted (seconds) over those trials, and how many
+    (the model does not charge a setting's own compute, such as a compression's casts). When the
+    best trial is one of them, its step holds its own miss already: that is taken out."""
+    tried = [
+        t
         for t in search.trials
         if t.knob == knob.key and t.summary is not None and math.isfinite(t.predicted_s)
     ]
-    return (sum(misses) / len(misses), len(misses)) if misses else (0.0, 0)
+    if not tried:
+        return 0.0, 0
+    mean = sum(t.step_s - t.predicted_s for t in tried) / len(tried)
+    best = search.best
+    own = best.step_s - best.predicted_s if best is not None and any(t is best for t in tried) else 0.0
+    return mean - own, len(tried)
 
 
 def candidate(search: Search, knob: Knob, value: str) -> Candidate:

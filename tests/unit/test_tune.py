@@ -103,6 +103,13 @@ def test_what_the_model_missed_on_one_value_is_carried_to_the_knobs_others() -> 
     # 100 + f x (16 - 24) ms, plus the 45 ms fp16 missed by
     assert c.predicted_s == pytest.approx(0.100 - f * 0.008 + 0.045)
     assert c.pruned.endswith("+45.00 ms: what 1 other value(s) of it missed by)"), c.pruned
+    # had fp16 become the best, its step would hold its own miss: nothing more is added from it
+    quick = Trial("trial-1", fp16, _ddp(80, 4, "fp16"), predicted_s=0.096, knob=wire.key)
+    search = Search([wire], [Trial("trial-0", BASE, _ddp(100, 12)), quick])
+    assert search.best is quick
+    f = exposed_share(search.trials)
+    assert candidate(search, wire, "bf16").predicted_s == pytest.approx(0.080)  # the same bytes as fp16
+    assert candidate(search, wire, "none").predicted_s == pytest.approx(0.080 + f * 0.008)
 
 
 def test_the_best_changes_only_beyond_the_noise_and_failures_are_named() -> None:
