@@ -1,6 +1,8 @@
 """hydra/launcher=hpctrain_local passes Hydra's own launcher test suites, unmodified, as
-hydra-submitit-launcher's tests run them: every sweep point is one hpctrain run of two ranks under
-mpirun, each running the task function, with rank 0's JobReturn handed back to Hydra."""
+hydra-submitit-launcher's tests run them: every sweep point is one hpctrain run under mpirun
+running the task function, with rank 0's JobReturn handed back to Hydra. The suites check Hydra's
+contract (sweeps, directories, overrides) with one rank a point; the tests below check what two
+ranks add (every rank runs the task, rank 0's return, a failure on rank 1)."""
 
 from __future__ import annotations
 
@@ -20,14 +22,15 @@ from tests.hydra.tasks import fail_on_rank_1, sweep_of, train
 pytestmark = pytest.mark.mpi
 
 LOCAL = ["hydra/launcher=hpctrain_local", "hydra.launcher.ranks=2"]
+ONE_RANK = ["hydra/launcher=hpctrain_local", "hydra.launcher.ranks=1"]
 
 
-@pytest.mark.parametrize("launcher_name, overrides", [("hpctrain_local", LOCAL[1:])])
+@pytest.mark.parametrize("launcher_name, overrides", [("hpctrain_local", ONE_RANK[1:])])
 class TestHpctrainLocalLauncher(LauncherTestSuite):
     pass
 
 
-@pytest.mark.parametrize("task_launcher_cfg, extra_flags", [({}, ["-m", *LOCAL])])
+@pytest.mark.parametrize("task_launcher_cfg, extra_flags", [({}, ["-m", *ONE_RANK])])
 class TestHpctrainLocalLauncherIntegration(IntegrationTestSuite):
     pass
 
