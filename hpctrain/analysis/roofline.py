@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from hpctrain.analysis.model import CommModel, from_probe
-from hpctrain.records import RunSummary
+from hpctrain.records import RunSummary, wire_bytes_per_param
 
 MIB = 2**20
 WAIT_FACTOR = 1.5  # exposed beyond this multiple of the expected time is waiting, not transfer
@@ -179,25 +179,30 @@ def roofline(
     )
 
 
-def for_run(s: RunSummary) -> Roofline | None:
+def for_run(
+    s: RunSummary, bucket_bytes: float | None = None, compression: str | None = None
+) -> Roofline | None:
     """A run's roofline on its own probe (None: a single rank, a pipeline, one tensor-parallel
     replica, or an older record). The gradients' collectives span the data-parallel ranks and
-    carry a tensor-parallel rank's slice: world / tp ranks, grad_bytes / tp each."""
+    carry a tensor-parallel rank's slice: world / tp ranks, grad_bytes / tp each. With
+    `bucket_bytes` or `compression`: the same run had it grouped or compressed its gradients so
+    (hpctrain tune's predictions); the probe, of the bytes the run sent, stays its own."""
     comm = from_probe(s.world_size, s.grad_bytes, s.probe_small_s, s.probe_full_s)
     if comm is None or not math.isfinite(s.comm_s):
         return None
     wait = s.imbalance_s if math.isfinite(s.imbalance_s) else 0.0
     tp = max(s.tp_degree, 1)
+    compression = s.compression if compression is None else compression
     return roofline(
         s.engine,
         s.grouping,
         s.world_size // tp,
-        s.grad_bytes / tp,
-        s.grad_bucket_bytes,
+        s.parameters * wire_bytes_per_param(compression) / tp,
+        s.grad_bucket_bytes if bucket_bytes is None else bucket_bytes,
         s.grad_tensors,
         comm,
         max(s.comm_s - wait, 0.0),
-        s.compression,
+        compression,
         wait,
     )
 

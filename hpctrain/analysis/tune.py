@@ -23,8 +23,7 @@ from enum import StrEnum
 from typing import Any
 
 from hpctrain.analysis.metrics import through_origin
-from hpctrain.analysis.model import from_probe
-from hpctrain.analysis.roofline import MIB, for_run, roofline
+from hpctrain.analysis.roofline import MIB, for_run
 from hpctrain.records import RunSummary
 
 # A value predicted this much slower than the best measured step is left out: a short trial's
@@ -34,8 +33,6 @@ PRUNE = 0.10
 # A trial must beat the best by more than this to take its place: what is within a launch's noise
 # keeps the settings the user already has.
 MIN_GAIN = 0.02
-# bytes on the wire per gradient byte, by compression (parallelism.compression)
-WIRE = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}
 
 
 class Effect(StrEnum):
@@ -111,12 +108,11 @@ class Candidate:
 
 @dataclass
 class Search:
-    """Where the search stands: the trials so far, the knobs done, the values left out."""
+    """Where the search stands: the trials so far and the knobs done."""
 
     knobs: list[Knob]
     trials: list[Trial] = field(default_factory=list)
     done: list[str] = field(default_factory=list)  # knob keys whose round ran
-    pruned: list[Candidate] = field(default_factory=list)
 
     @property
     def best(self) -> Trial | None:
@@ -133,15 +129,7 @@ class Search:
 def _expected(s: RunSummary, bucket_bytes: float, compression: str) -> float | None:
     """The collectives' expected time per step for the run `s` with another group size or
     compression (None: no probe, a single rank, a pipeline)."""
-    comm = from_probe(s.world_size, s.grad_bytes, s.probe_small_s, s.probe_full_s)
-    if comm is None or for_run(s) is None:
-        return None
-    tp = max(s.tp_degree, 1)
-    wire = WIRE.get(compression, 1.0) / WIRE.get(s.compression, 1.0)
-    rf = roofline(
-        s.engine, s.grad_grouping, s.world_size // tp, wire * s.grad_bytes / tp, bucket_bytes,
-        s.grad_tensors, comm, 0.0, compression,
-    )  # fmt: skip
+    rf = for_run(s, bucket_bytes, compression)
     return rf.expected_s if rf else None
 
 

@@ -111,7 +111,7 @@ def plan_tune(overrides: Sequence[str], config_dir: str | None) -> Tuning:
     problems = _tune_problems(cfg, run.plan.world_size)
     if problems:
         raise ConfigError(problems)
-    target_config(cfg, launcher)  # tune.target_ranks must be a world the cluster can make
+    target_config(cfg)  # tune.target_ranks must be a world the cluster can make
     knobs, invalid = [], []
     for knob in chosen_knobs(cfg):
         ok = []
@@ -129,7 +129,7 @@ def plan_tune(overrides: Sequence[str], config_dir: str | None) -> Tuning:
     return Tuning(list(overrides), config_dir, cfg, launcher, knobs, base, invalid)
 
 
-def target_config(cfg: Config, launcher: Launcher) -> Config:
+def target_config(cfg: Config) -> Config:
     """`cfg` at tune.target_ranks (0: as it is), by the cluster's own scale (ranks, nodes)."""
     want, scale = cfg.tune.target_ranks, cfg.cluster.study_scale
     if want in (0, cfg.cluster.world_size):
@@ -162,7 +162,6 @@ def create_tune(t: Tuning, now: datetime | None = None) -> Path:
 
 @dataclass
 class Tuned:
-    search: Search
     tuning: Tuning
     home: Path
     manifest: records.TuneManifest
@@ -286,12 +285,12 @@ class Tuner:
         head = f"# hpctrain tune {self.home}: the best of {len(m.trials)} trial(s), {m.best_trial}\n"
         records.write_atomic(self.home / records.BEST, head + yaml.safe_dump(best, default_flow_style=False))
         est, why = self.predicted(self.home / m.best_trial, m.best)
-        return Tuned(self.search, self.t, self.home, m, est, why)
+        return Tuned(self.t, self.home, m, est, why)
 
     def predicted(self, best_dir: Path, best: list[str]) -> tuple[PointEstimate | None, str]:
         """The best settings at tune.target_ranks, from the best trial's own step model."""
         cfg = load_config([*self.t.overrides, *best], self.t.config_dir)
-        cfg = target_config(cfg, self.t.launcher)
+        cfg = target_config(cfg)
         plan = self.t.launcher.plan(cfg, self.home / "target")
         label = f"best at {plan.world_size} ranks"
         try:

@@ -59,6 +59,7 @@ from hpctrain.records.types import (
     SweepManifest,
     SweepRun,
     new,
+    wire_bytes_per_param,
 )
 
 __all__ = [
@@ -88,6 +89,7 @@ __all__ = [
     "SweepManifest",
     "SweepRun",
     "new",
+    "wire_bytes_per_param",
     "read",
     "write",
     "read_json",

@@ -88,6 +88,11 @@ class RankSummary:
         return self.param_bytes + self.grad_bytes + self.optimizer_bytes
 
 
+def wire_bytes_per_param(compression: str) -> int:
+    """Bytes a gradient puts on the wire per parameter under a parallelism.compression."""
+    return 2 if compression in ("fp16", "bf16") else 4
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """summary.json: rank 0's aggregate over all ranks, written last."""
@@ -197,7 +202,7 @@ class RunSummary:
 
     @property
     def grad_bytes_per_param(self) -> int:
-        return 2 if self.compression in ("fp16", "bf16") else 4
+        return wire_bytes_per_param(self.compression)
 
     @property
     def grad_bytes(self) -> int:
