@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -19,8 +18,7 @@ from rich.table import Table
 from hpctrain import records
 from hpctrain.analysis.estimate import PointEstimate
 from hpctrain.analysis.evidence import whole_s
-from hpctrain.errors import LaunchError
-from hpctrain.lifeline import with_lifeline
+from hpctrain.bench import run_checked
 from hpctrain.orchestrate.estimate import estimate, probe_length, study_points
 
 TARGET = 0.25  # the bound on the error of the wall time and the node-hours
@@ -52,9 +50,7 @@ def _study(
 
 def _run_study(overrides: list[str]) -> None:
     argv = [sys.executable, "-m", "hpctrain.cli", "study", "strong", "--no-progress", *overrides]
-    r = subprocess.run(with_lifeline(argv), capture_output=True, text=True, timeout=3600)
-    if r.returncode != 0:
-        raise LaunchError(f"benchmark study failed ({r.returncode}): {' '.join(argv)}\n{r.stderr[-2000:]}")
+    run_checked(argv, "benchmark study", 3600)
 
 
 def _err(predicted: float, actual: float) -> float:

@@ -16,7 +16,6 @@ tensor-parallel models are built on the meta device and each rank draws only its
 from __future__ import annotations
 
 import argparse
-import subprocess
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,9 +25,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from hpctrain import records
-from hpctrain.bench import hpctrain_run
-from hpctrain.errors import LaunchError
-from hpctrain.lifeline import with_lifeline
+from hpctrain.bench import hpctrain_run, run_checked
 
 MiB = 2**20
 
@@ -96,11 +93,7 @@ def run_memory_bench(args: argparse.Namespace, console: Console) -> int:
         for case, n in cases:
             run_dir = out / f"{case.label.replace(' ', '')}-n{n}"
             argv = _argv(run_dir, case, n, args)
-            r = subprocess.run(with_lifeline(argv), capture_output=True, text=True, timeout=3600)
-            if r.returncode != 0:
-                raise LaunchError(
-                    f"benchmark run failed ({r.returncode}): {' '.join(argv)}\n{r.stderr[-2000:]}"
-                )
+            run_checked(argv, timeout_s=3600)
             got[(case, n)] = records.read(run_dir / records.SUMMARY, records.RunSummary)
             bar.advance(task)
     console.print(_table(args, got))

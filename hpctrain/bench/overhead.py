@@ -20,12 +20,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 from hpctrain import records
-from hpctrain.bench import hpctrain_run
+from hpctrain.bench import hpctrain_run, run_checked
 from hpctrain.bench.minimal import throughput
-from hpctrain.errors import ConfigError, LaunchError
+from hpctrain.errors import ConfigError
 from hpctrain.facts import free_tcp_port
 from hpctrain.launch.local.plan import mpirun_prefix
-from hpctrain.lifeline import with_lifeline
 
 TARGET_OWN = 0.97  # each hpctrain engine against its own hand-written script
 TARGET_CEILING = 0.95  # hpctrain's faster engine against the no-communication ceiling
@@ -97,20 +96,13 @@ def contenders(s: Setup, horovod: bool, horovod_nccl: bool) -> tuple[list[str], 
     return list(CONTENDERS), ""
 
 
-def _run(argv: list[str]) -> str:
-    r = subprocess.run(with_lifeline(argv), capture_output=True, text=True, timeout=1800)  # ends with us
-    if r.returncode != 0:
-        raise LaunchError(f"benchmark run failed ({r.returncode}): {' '.join(argv)}\n{r.stderr[-2000:]}")
-    return r.stdout
-
-
 def _measure(who: str, i: int, out: Path, s: Setup) -> float:
     kind, engine = who.split(" ") if " " in who else ("minimal", "none")
     if kind == "hpctrain":
         run_dir = out / f"hpctrain-{engine}-{i}"
-        _run(hpctrain_argv(engine, run_dir, s))
+        run_checked(hpctrain_argv(engine, run_dir, s))
         return float(records.read(run_dir / records.SUMMARY, records.RunSummary).throughput_samples_per_s)
-    return throughput(_run(_minimal_argv(engine, s)), s.batch, s.steps, s.warmup)
+    return throughput(run_checked(_minimal_argv(engine, s)), s.batch, s.steps, s.warmup)
 
 
 def _horovod() -> tuple[bool, bool]:

@@ -9,7 +9,6 @@ moving its activations and running the schedule costs (the bench prints that rat
 from __future__ import annotations
 
 import argparse
-import subprocess
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -20,9 +19,7 @@ from rich.table import Table
 
 from hpctrain import records
 from hpctrain.analysis.pipeline import best_microbatches, predict_step, stage_compute, theory, theory_measured
-from hpctrain.bench import hpctrain_run
-from hpctrain.errors import LaunchError
-from hpctrain.lifeline import with_lifeline
+from hpctrain.bench import hpctrain_run, run_checked
 
 MICROBATCHES = (1, 2, 4, 8)
 SCHEDULES = ("gpipe", "1f1b")
@@ -66,9 +63,7 @@ def _argv(run_dir: Path, args: argparse.Namespace, schedule: str, m: int) -> lis
 
 
 def _run(run_dir: Path, argv: list[str]) -> records.RunSummary:
-    r = subprocess.run(with_lifeline(argv), capture_output=True, text=True, timeout=1800)  # ends with us
-    if r.returncode != 0:
-        raise LaunchError(f"benchmark run failed ({r.returncode}): {' '.join(argv)}\n{r.stderr[-2000:]}")
+    run_checked(argv)
     return records.read(run_dir / records.SUMMARY, records.RunSummary)
 
 

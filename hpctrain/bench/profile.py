@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 from datetime import datetime
 from pathlib import Path
 
@@ -16,9 +15,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from hpctrain import records
+from hpctrain.bench import run_checked
 from hpctrain.bench.overhead import Setup, hpctrain_argv
-from hpctrain.errors import LaunchError
-from hpctrain.lifeline import with_lifeline
 
 CONTENDERS = ("profiler off", "window ended")
 
@@ -42,9 +40,7 @@ def run_profile_bench(args: argparse.Namespace, console: Console) -> int:
             for which in order:
                 run_dir = out / f"{which.replace(' ', '-')}-{rep}"
                 argv = _argv(run_dir, which, args.ranks, args.steps, args.warmup)
-                r = subprocess.run(with_lifeline(argv), capture_output=True, text=True, timeout=1800)
-                if r.returncode != 0:
-                    raise LaunchError(f"benchmark run failed ({r.returncode}): {r.stderr[-2000:]}")
+                run_checked(argv)
                 s = records.read(run_dir / records.SUMMARY, records.RunSummary)
                 found[which].append(s.throughput_samples_per_s)
                 bar.advance(task)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -17,20 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain import records
-from hpctrain.bench import hpctrain_run
+from hpctrain.bench import hpctrain_run, run_checked
 from hpctrain.config.override_file import overrides_file
-from hpctrain.errors import LaunchError
-from hpctrain.lifeline import with_lifeline
 
 TARGET = 1.15  # the issue's: tuned over the config as given
 # hpctrain's DDP reaches about half the no-communication ceiling on this config (bench overhead)
 DEFAULT = ["model=mlp", "model.width=2048", "model.depth=2", "parallelism.engine=ddp", "cluster.ranks=2"]
-
-
-def _run(argv: list[str], what: str) -> None:
-    r = subprocess.run(with_lifeline(argv), capture_output=True, text=True, timeout=3600)
-    if r.returncode != 0:
-        raise LaunchError(f"{what} failed ({r.returncode}): {' '.join(argv)}\n{r.stderr[-2000:]}")
 
 
 def _ceiling(trial: Path) -> float:
@@ -45,7 +36,7 @@ def run_tune_bench(args: argparse.Namespace, console: Console) -> int:
     out = Path(args.out) / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-tune")
     home = out / "tune"
     console.print(f"tuning {' '.join(given)} ({args.budget_min:g} min at most)", highlight=False)
-    _run(
+    run_checked(
         [
             sys.executable,
             "-m",
@@ -56,6 +47,7 @@ def run_tune_bench(args: argparse.Namespace, console: Console) -> int:
             f"tune.budget_min={args.budget_min}",
         ],
         "hpctrain tune",
+        3600,
     )
     tuned = overrides_file(home / records.BEST)
     contenders = {"as given": given, "tuned": tuned}
@@ -64,7 +56,7 @@ def run_tune_bench(args: argparse.Namespace, console: Console) -> int:
     for i in range(args.repeats):
         for name in list(contenders)[:: 1 if i % 2 == 0 else -1]:
             run_dir = out / f"{name.replace(' ', '-')}-{i}"
-            _run(hpctrain_run(run_dir, *contenders[name], *steps), f"the run {run_dir.name}")
+            run_checked(hpctrain_run(run_dir, *contenders[name], *steps), f"the run {run_dir.name}", 3600)
             s = records.read(run_dir / records.SUMMARY, records.RunSummary)
             got[name].append(s.throughput_samples_per_s)
     med = {c: statistics.median(v) for c, v in got.items()}
