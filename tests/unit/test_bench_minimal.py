@@ -34,13 +34,16 @@ def test_horovods_contenders_are_left_out_where_it_cannot_run() -> None:
 def test_the_hand_written_ddp_loop_runs_spawned_and_both_sides_take_the_device() -> None:
     import sys
 
-    from hpctrain.bench.overhead import Setup, _minimal_argv, _run, hpctrain_argv
+    from hpctrain.bench import run_checked
+    from hpctrain.bench.overhead import Setup, _minimal_argv, hpctrain_argv
 
     s = Setup(2, 1, 16, 4, 1, device="cpu", starter="spawn")
     argv = _minimal_argv("ddp", s)
     assert argv[:5] == [sys.executable, "-m", "hpctrain.launch.local.spawn", "-np", "2"] and "--" in argv
     assert argv[argv.index("--device") + 1] == "cpu"
-    assert throughput(_run(argv), s.batch, s.steps, s.warmup) > 0  # a real run of the baseline, no mpirun
+    assert (
+        throughput(run_checked(argv), s.batch, s.steps, s.warmup) > 0
+    )  # a real run of the baseline, no mpirun
     gpu = hpctrain_argv("ddp", Path("/r"), Setup(1, 1, 16, 4, 1, device="cuda", starter="spawn"))
     assert "train.device=cuda" in gpu and "cluster.starter=spawn" in gpu
     assert "--device" in _minimal_argv("ddp", Setup(1, 1, 16, 4, 1, device="cuda"))
