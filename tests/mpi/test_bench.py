@@ -80,14 +80,17 @@ def test_bench_estimate_sets_each_runs_prediction_beside_what_it_took(tmp_path: 
         assert m, band
         wall, lo, hi = (float(x) for x in m.groups())
         s = records.read(study / name / records.SUMMARY, records.RunSummary)
-        assert float(took) == pytest.approx(whole_s(study / name, s), abs=0.006)
+        actual = whole_s(study / name, s)
+        assert float(took) == pytest.approx(actual, abs=0.006)
         # from the unrounded figures: the table rounds wall and took to 0.01 s (each off by up to 0.005)
         # and the error to 0.1 %; 100 (wall / took - 1) then moves by up to 0.5 (1 + wall / took) / took + 0.05
         t = float(took)
         assert float(err.rstrip("%")) == pytest.approx(
             100 * (wall / t - 1), abs=0.5 * (1 + wall / t) / t + 0.06
         )
-        assert inside == ("yes" if lo <= float(took) <= hi else "no")
+        # the band's ends are shown to 0.01 s: within 0.005 s of one, either verdict is honest
+        if min(abs(actual - lo), abs(actual - hi)) > 0.005:
+            assert inside == ("yes" if lo <= actual <= hi else "no"), (actual, lo, hi)
     assert re.search(r"mean \|error\| [\d.]+%, worst [\d.]+% \(target ≤ 25%: (met|NOT met)\)", r.stdout), (
         r.stdout
     )
