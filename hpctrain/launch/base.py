@@ -21,7 +21,8 @@ from __future__ import annotations
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -156,6 +157,14 @@ class Launcher(ABC, Generic[P]):
         return None
 
     # --- side effects -----------------------------------------------------------------------
+    @contextmanager
+    def held(self, cfg: Config, home: Path, minutes: float, say: Callable[[str], None]) -> Iterator[None]:
+        """Hold the resources of runs shaped like `cfg` for about `minutes` while the block runs,
+        so that runs submitted inside it, one at a time, start at once (SLURM: one allocation,
+        each run a job step of it; its records in `home`). Default: nothing to hold, local
+        ranks start at once."""
+        yield
+
     def admit(self, runs: list[RunSpec[P]]) -> None:
         """Refuse, before anything is written or submitted, runs the scheduler would not accept
         (e.g. more jobs than the user may queue). Raises LaunchError. Default: accept all."""

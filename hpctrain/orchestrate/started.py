@@ -13,7 +13,7 @@ from hpctrain.launch.registry import launcher_class, load_job
 
 def jobs_in(path: Path) -> list[Job]:
     """The jobs of a run directory, a sweep directory, a study directory (its points, then its
-    allreduce benchmarks and its analysis job) or a tune directory (its trials)."""
+    allreduce benchmarks and its analysis job) or a tune directory (its trials, then the allocation they ran in)."""
     if (path / records.JOB).exists():
         return [load_job(path)]
     if (path / records.SWEEP).exists():
@@ -26,7 +26,7 @@ def jobs_in(path: Path) -> list[Job]:
         return [load_job(d) for d in dirs]
     if (path / records.TUNE).exists():
         tune = records.read(path / records.TUNE, records.TuneManifest)
-        dirs = [path / t.name for t in tune.trials]
+        dirs = [path / t.name for t in tune.trials] + [path / records.ALLOCATION]
         return [load_job(d) for d in dirs if (d / records.JOB).exists()]
     raise RecordError(
         f"{path} is not a run, sweep, study or tune directory (no {records.JOB}, {records.SWEEP}, "

@@ -38,7 +38,7 @@ from hpctrain.config import load_config
 from hpctrain.config.derived import default_run_dir
 from hpctrain.config.schema import Config
 from hpctrain.engine.registry import engine_class
-from hpctrain.errors import ConfigError, HpctrainError, Problem, RecordError
+from hpctrain.errors import ConfigError, HpctrainError, LaunchError, Problem, RecordError, RunCancelled
 from hpctrain.launch.base import Launcher
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.estimate import Point, probe_config, target_of
@@ -181,6 +181,7 @@ class Tuner:
         self.before = {x.name: x.changed for x in before.trials} if before else {}
         self.search = Search(list(t.knobs))
         self.left_out: list[records.TuneTrial] = []
+        self.running: records.TuneTrial | None = None  # the trial started and not yet ended
         self.started = time.monotonic()
 
     @property
@@ -188,11 +189,18 @@ class Tuner:
         return time.monotonic() - self.started >= 60 * self.t.cfg.tune.budget_min
 
     def run(self) -> Tuned:
-        self.trial(self.t.base, math.nan)
-        if self.search.best is None:
-            raise HpctrainError(f"the config as given failed its trial: see {self.home / 'trial-0'}")
-        while (knob := next_knob(self.search)) is not None:
-            self.round(knob)
+        """The trials, with the launcher holding their resources throughout (on SLURM one
+        allocation, each trial a job step of it: one wait in the queue)."""
+        self.write()  # a tune directory from the start (status, cancel, --resume find it)
+        shape = probe_config(self.t.cfg, self.home / records.ALLOCATION)
+        with self.t.launcher.held(
+            shape, self.home / records.ALLOCATION, self.t.cfg.tune.budget_min, self.say
+        ):
+            self.trial(self.t.base, math.nan)
+            if self.search.best is None:
+                raise HpctrainError(f"the config as given failed its trial: see {self.home / 'trial-0'}")
+            while (knob := next_knob(self.search)) is not None:
+                self.round(knob)
         return self.finish()
 
     def round(self, knob: Knob) -> None:
@@ -225,7 +233,10 @@ class Tuner:
             keep_aside(run_dir)
             guess = f" (predicted {1e3 * predicted_s:.2f} ms)" if math.isfinite(predicted_s) else ""
             self.say(f"{name}: {' '.join(extra) or 'the config as given'}{guess}")
+            self.running = records.TuneTrial(name, extra, predicted_s, verdict="running")
+            self.write()
             summary, error = self.run_trial(run_dir, extra)
+            self.running = None
         self.search.trials.append(Trial(name, settings, summary, predicted_s, error, knob))
         self.write()
 
@@ -245,6 +256,12 @@ class Tuner:
             cfg = probe_config(prep.runs[0].cfg, run_dir)
             run_and_wait(self.t.launcher, cfg, run_dir, overrides, self.timeout_s)
             return records.read(run_dir / records.SUMMARY, records.RunSummary), ""
+        except (RunCancelled, LaunchError) as e:  # cancelled, or the cluster cannot run it: the tune stops
+            if self.running is not None:
+                self.running = dataclasses.replace(self.running, verdict=f"stopped: {e}")
+                self.write()
+            resume = f"; the tune stopped (hpctrain tune --resume {self.home} runs this trial again)"
+            raise type(e)(f"{e}{resume}") from e
         except (HpctrainError, RecordError) as e:  # a setting that fails is a result too
             self.say(f"{run_dir.name} failed: {e}")
             return None, str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -261,7 +278,7 @@ class Tuner:
                 verdict(self.search, t),
             )
             for t in self.search.trials
-        ]
+        ] + ([self.running] if self.running else [])
         return records.new(
             records.TuneManifest,
             launcher=self.t.launcher.name,

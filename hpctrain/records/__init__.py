@@ -222,6 +222,7 @@ def allreduce_dir(n: int) -> str:
 
 
 ANALYSIS = "analysis"  # in a study directory: the run of its analysis (study --analyze-as-job)
+ALLOCATION = "allocation"  # in a tune directory: the allocation its trials ran in (SLURM)
 
 
 def study_jobs_dirs(study_dir: Path) -> list[Path]:

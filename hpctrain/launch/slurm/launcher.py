@@ -4,10 +4,14 @@ tells the state. Sweeps and studies go out as one job array per resource shape."
 from __future__ import annotations
 
 import dataclasses
+import math
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpctrain import records
 from hpctrain.config.schema import Config, SlurmClusterConf
@@ -22,6 +26,11 @@ from hpctrain.launch.slurm.sacct import ENDED, blocked_fix, explain_pending, job
 from hpctrain.launch.slurm.watcher import StatusWatcher
 from hpctrain.records import State
 
+if TYPE_CHECKING:
+    from hpctrain.launch.slurm.allocation import Allocation
+
+HOLD_WAIT_S = 24 * 3600.0  # how long held() waits in the queue for its allocation
+
 
 @register_launcher("slurm")
 class SlurmLauncher(Launcher[SlurmPlan], Excludes):
@@ -31,6 +40,7 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
     def __init__(self, facts: HostFacts | None = None, python: str = sys.executable) -> None:
         super().__init__(facts, python)
         self.watcher = StatusWatcher()  # every status question of this launcher goes through it
+        self.allocation: Allocation | None = None  # held(): runs start as its steps
         self._asking: threading.Thread | None = None
 
     @staticmethod
@@ -89,10 +99,29 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         if len(runs) > 1:
             check_room(runs, self.limits(runs))
 
+    @contextmanager
+    def held(self, cfg: Config, home: Path, minutes: float, say: Callable[[str], None]) -> Iterator[None]:
+        """One allocation of the runs' shape (allocation.py) for `minutes` plus one run's
+        cluster.time_min; submit() starts each run as a step of it until the block ends."""
+        from hpctrain.launch.slurm.allocation import hold
+
+        c: SlurmClusterConf = cfg.cluster
+        plan = self.plan(cfg, home)
+        alloc = hold(plan, home, f"{cfg.run.name}-alloc", math.ceil(minutes) + c.time_min, say, HOLD_WAIT_S)
+        self.allocation = alloc
+        try:
+            yield
+        finally:
+            self.allocation = None
+            alloc.release()
+
     def submit(
         self, runs: list[RunSpec[SlurmPlan]], group_dir: Path | None = None, detach: bool = True
     ) -> list[Job]:
         from hpctrain.launch.slurm.submit import submit_runs
+
+        if self.allocation is not None:  # a run at a time, as a step of the held allocation
+            return [self.allocation.start(run) for run in runs]
 
         limits = self.limits(runs) if len(runs) > 1 else Limits(SLURM_DEFAULT_MAX_ARRAY_SIZE, None, 0, "")
         return submit_runs(runs, limits)[0]
@@ -168,7 +197,8 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
                 fix = blocked_fix(why) if never else ""
                 out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, note, blocked=never, fix=fix)
             else:
-                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, s.note or f"exit code {s.exit_code}")
+                ended = f"exit code {s.exit_code}" if s.done else ""  # a running job has none yet
+                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, s.note or ended)
         return out
 
     def log_paths(self, job: Job, rank: int) -> list[Path]:
@@ -240,11 +270,17 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         )
 
     def _job_stderr(self, job: Job) -> str:
-        """The batch script's stderr, where srun reports tasks that failed."""
-        try:
-            return self.log_paths(job, 0)[1].read_text(errors="replace")[-20000:]
-        except OSError:
-            return ""
+        """The batch script's stderr, where srun reports tasks that failed (for a job step,
+        srun's own file beside the logs: allocation.py)."""
+        from hpctrain.launch.slurm.allocation import STEP_ERR
+
+        text = ""
+        for path in (self.log_paths(job, 0)[1], self.log_paths(job, 0)[1].with_name(STEP_ERR)):
+            try:
+                text += path.read_text(errors="replace")[-20000:]
+            except OSError:
+                pass
+        return text
 
 
 def waiting_on(squeue: str, ids: set[str]) -> list[str]:

@@ -74,12 +74,13 @@ class JobState:
         return self.state in DONE
 
 
-def parse_sacct(text: str) -> dict[str, JobState]:
-    """`sacct -X -P -n -o <SACCT_FIELDS>` output -> states by job id (allocations only)."""
+def parse_sacct(text: str, steps: frozenset[str] = frozenset()) -> dict[str, JobState]:
+    """`sacct -P -n -o <SACCT_FIELDS>` output -> states by job id: allocations, and of the job
+    steps (ALLOC.STEP) only those in `steps` (runs started as steps: allocation.py)."""
     out: dict[str, JobState] = {}
     for line in text.splitlines():
         parts = line.split("|")
-        if len(parts) != len(SACCT_FIELDS) or "." in parts[0]:
+        if len(parts) != len(SACCT_FIELDS) or ("." in parts[0] and parts[0] not in steps):
             continue
         jid, name, state, nodes, elapsed, code, nodelist, reason = parts
         out[jid] = JobState(
@@ -135,7 +136,8 @@ def sacct(job_ids: list[str]) -> dict[str, JobState]:
     if not job_ids:
         return {}
     query = ",".join(sorted({j.split("_")[0] for j in job_ids}))
-    argv = ["sacct", "-X", "-P", "-n", "-o", ",".join(SACCT_FIELDS), "-j", query]
+    steps = frozenset(j for j in job_ids if "." in j)  # asked for by id: sacct lists the step alone
+    argv = ["sacct", *([] if steps else ["-X"]), "-P", "-n", "-o", ",".join(SACCT_FIELDS), "-j", query]
     try:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     except FileNotFoundError as e:
@@ -145,7 +147,7 @@ def sacct(job_ids: list[str]) -> dict[str, JobState]:
         ) from e
     if r.returncode != 0:  # accounting down (slurmdbd, its database): the queue still answers
         return from_queue(job_ids, " ".join(r.stderr.split()) or f"exit status {r.returncode}")
-    found = with_array_tasks(job_ids, parse_sacct(r.stdout))
+    found = with_array_tasks(job_ids, parse_sacct(r.stdout, steps))
     return {j: found[j] for j in job_ids if j in found}
 
 
@@ -251,7 +253,18 @@ def job_usage(job_id: str) -> Usage | None:
     """The job's usage from accounting (None: accounting does not answer or knows no such job)."""
     try:
         r = subprocess.run(
-            ["sacct", "-j", job_id, "--duplicates", "-X", "-n", "-P", "-o", ",".join(COST_FIELDS)],
+            # a job step's own row is not an allocation's (-X would hide it)
+            [
+                "sacct",
+                "-j",
+                job_id,
+                "--duplicates",
+                *([] if "." in job_id else ["-X"]),
+                "-n",
+                "-P",
+                "-o",
+                ",".join(COST_FIELDS),
+            ],
             capture_output=True,
             text=True,
             timeout=30,

@@ -1,0 +1,194 @@
+"""Runs as job steps of one held allocation, as `salloc` then `srun` do by hand: `hpctrain tune`
+on SLURM waits in the queue once, then starts every trial at once on the same nodes.
+
+The allocation is a batch job that only waits (its script loops until a release file appears,
+so it ends COMPLETED when the tune is done, and is cancelled as a fallback). Each run in it is
+an ordinary planned SLURM run (run directory, plan.json, submitit's folder and pickle) started
+by `srun --jobid=ALLOC` from the submitting host instead of by sbatch: its job id is the step's
+("ALLOC.STEP"), which sacct reports and scancel stops, and its rank logs are named as a batch
+run's are (`ALLOC.STEP_<rank>_log.out`), so status, logs, cancel and failure attribution work on
+it unchanged. A step has no batch-script teardown: no restarts in place and no pre-flight
+resubmission (the launcher refuses neither; a tune's trials are short probes without them).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from submitit.core.utils import DelayedSubmission
+
+from hpctrain import records
+from hpctrain.errors import LaunchError
+from hpctrain.launch.base import Job, RunSpec
+from hpctrain.launch.rundir import prepare_run_dir, write_run_files
+from hpctrain.launch.slurm.job import TrainingJob
+from hpctrain.launch.slurm.nodes import fields, scontrol
+from hpctrain.launch.slurm.plan import SUBMIT_MODULE, SlurmPlan
+from hpctrain.launch.slurm.sacct import query
+from hpctrain.records import State
+
+RELEASE = "release"  # in the allocation's directory: the holding script ends when it appears
+STEP_ERR = "srun.err"  # in a step's submitit folder: srun's own report (which task died, how)
+POLL_S = 1.0
+
+
+def hold_script(executor: dict[str, Any], name: str, time_min: int, release: Path) -> str:
+    """The allocation's batch script: submitit's #SBATCH header for the runs' parameters (their
+    nodes, tasks, CPUs, GPUs, partition, account, exclusions...) under its own name and time,
+    without the time-limit signal (nothing in it checkpoints), then a loop that waits. Pure."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    params = {**executor, "job_name": name, "time": time_min, "setup": []}
+    params.pop("teardown", None)
+    text = _make_sbatch_string(command="true", folder=str(release.parent), **params)
+    head = [
+        line
+        for line in text.split("\n# setup")[0].split("\n# command")[0].splitlines()
+        if not line.startswith(("#SBATCH --signal", "#SBATCH --wckey"))
+    ]
+    wait = f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 2; done"
+    return "\n".join(
+        [*head, "", "# hold the nodes for job steps started by srun --jobid (hpctrain)", wait, ""]
+    )
+
+
+def step_command(plan: SlurmPlan, alloc_id: str, name: str) -> str:
+    """The shell command that starts the run as a step of `alloc_id`: the plan's setup lines
+    (its exports among them), then srun with the plan's shape and srun arguments, logging as
+    a batch run does (%j.%s: the step's own id). Pure."""
+    ex = plan.executor
+    shape = [f"--nodes={ex['nodes']}", f"--ntasks-per-node={ex['ntasks_per_node']}"]
+    shape.append(f"--cpus-per-task={ex['cpus_per_task']}")
+    if ex.get("gpus_per_node"):
+        shape.append(f"--gpus-per-node={ex['gpus_per_node']}")
+    logs = Path(plan.folder) / "%j.%s_%t_log"
+    srun = [
+        "srun", f"--jobid={alloc_id}", f"--job-name={name}", *shape, "--unbuffered",
+        "--output", f"{logs}.out", "--error", f"{logs}.err",
+        *[str(a) for a in ex.get("srun_args", [])],
+    ]  # fmt: skip
+    run = f"{plan.python} -u -m {SUBMIT_MODULE} {shlex.quote(plan.folder)}"
+    setup = [str(line) for line in ex.get("setup", [])]
+    return "\n".join(["set -e", *setup, "export SUBMITIT_EXECUTOR=slurm", f"exec {shlex.join(srun)} {run}"])
+
+
+def clean_env(env: dict[str, str]) -> dict[str, str]:
+    """The submitting host's environment without the SLURM_* variables of an allocation it may
+    itself run in (srun would read them as the step's), SLURM_CONF kept."""
+    return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
+def step_id(squeue_steps: str, alloc_id: str, name: str) -> str | None:
+    """From `squeue -h -s -j ALLOC -o %i|%j`: the id of the step named `name`. Pure."""
+    for line in squeue_steps.splitlines():
+        sid, _, sname = line.strip().partition("|")
+        if sname == name and sid.startswith(f"{alloc_id}."):
+            return sid
+    return None
+
+
+@dataclass
+class Allocation:
+    """A held allocation: its job id and its directory (job.json, the script, its log)."""
+
+    job_id: str
+    home: Path
+
+    def state(self) -> State:
+        return State.of(fields(scontrol("show", "job", "-o", self.job_id)).get("JobState", ""))
+
+    def start(self, run: RunSpec[SlurmPlan], timeout_s: float = 120) -> Job:
+        """Write the run's files and start it as a step; its job.json names the step."""
+        plan = run.plan
+        write_run_files(prepare_run_dir(run.run_dir), run.cfg, plan)
+        folder = Path(plan.folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        DelayedSubmission(TrainingJob(plan.run_dir)).dump(folder / f"{self.job_id}_submitted.pkl")
+        name = f"hpctrain-{run.run_dir.name}"
+        err = (folder / STEP_ERR).open("ab")
+        with err:
+            proc = subprocess.Popen(
+                ["bash", "-c", step_command(plan, self.job_id, name)],
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=clean_env(dict(os.environ)),
+            )  # fmt: skip
+        sid = self._step_of(proc, name, folder, timeout_s)
+        ref = records.new(
+            records.JobRef, launcher="slurm", job_id=sid, world_size=plan.world_size, folder=plan.folder
+        )
+        records.write(run.run_dir / records.JOB, ref, indent=None)
+        return Job(run.run_dir, ref)
+
+    def _step_of(self, proc: subprocess.Popen[bytes], name: str, folder: Path, timeout_s: float) -> str:
+        """The step's id once the controller lists it; a LaunchError with srun's words if srun
+        ends first or the step never appears."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = step_id(
+                query(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"]) or "", self.job_id, name
+            )
+            if found is None:  # a short step may have left the queue already: accounting has it
+                text = query(["sacct", "-P", "-n", "-o", "JobID,JobName", "-j", self.job_id]) or ""
+                found = step_id(text, self.job_id, name)
+            if found is not None:
+                return found
+            if proc.poll() is not None:
+                said = (folder / STEP_ERR).read_text(errors="replace").strip()[-2000:]
+                raise LaunchError(
+                    f"srun could not start a step in allocation {self.job_id} ({self.state()}): "
+                    f"{said or f'exit status {proc.returncode}'}"
+                )
+            time.sleep(POLL_S)
+        proc.kill()
+        raise LaunchError(
+            f"the step {name} did not appear in allocation {self.job_id} within {timeout_s:g} s"
+        )
+
+    def release(self, wait_s: float = 30) -> None:
+        """End the allocation: the release file, then scancel if it is still there after `wait_s`."""
+        records.write_atomic(self.home / RELEASE, "")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if self.state() not in (State.RUNNING, State.PENDING, State.UNKNOWN):
+                return
+            time.sleep(POLL_S)
+        query(["scancel", self.job_id], timeout_s=60)
+
+
+def hold(
+    plan: SlurmPlan, home: Path, name: str, time_min: int, say: Callable[[str], None], timeout_s: float
+) -> Allocation:
+    """Submit the allocation for runs of `plan`'s shape and wait until it runs; its job.json in
+    `home` lets status and cancel find it. LaunchError if it ends or is still waiting at
+    `timeout_s` (then cancelled), with the controller's reason."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / RELEASE).unlink(missing_ok=True)  # an earlier allocation's (a resumed tune)
+    script = home / "hold.sbatch"
+    records.write_atomic(script, hold_script(plan.executor, name, time_min, home / RELEASE))
+    try:
+        r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise LaunchError(f"sbatch could not submit the allocation: {e}") from e
+    if r.returncode != 0:
+        raise LaunchError(f"sbatch refused the allocation: {r.stderr.strip() or r.returncode}")
+    alloc = Allocation(r.stdout.strip().split(";")[0], home)
+    ref = records.new(records.JobRef, launcher="slurm", job_id=alloc.job_id, world_size=plan.world_size, folder=str(home))  # fmt: skip
+    records.write(home / records.JOB, ref, indent=None)
+    say(f"allocation {alloc.job_id}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) for every trial")
+    deadline, said = time.monotonic() + timeout_s, ""
+    while (state := alloc.state()) != State.RUNNING:
+        why = fields(scontrol("show", "job", "-o", alloc.job_id)).get("Reason", "")
+        if state not in (State.PENDING, State.UNKNOWN) or time.monotonic() > deadline:
+            query(["scancel", alloc.job_id], timeout_s=60)
+            raise LaunchError(f"allocation {alloc.job_id} did not start ({state}, reason {why or 'none'})")
+        if why and why != said and why != "None":
+            say(f"allocation {alloc.job_id} pending: {why}")
+            said = why
+        time.sleep(POLL_S)
+    return alloc
