@@ -183,10 +183,16 @@ class Tuner:
         self.left_out: list[records.TuneTrial] = []
         self.running: records.TuneTrial | None = None  # the trial started and not yet ended
         self.started = time.monotonic()
+        self.spent_before = before.spent_s if before else 0.0  # a resumed tune's budget goes on
 
     @property
     def over_budget(self) -> bool:
-        return time.monotonic() - self.started >= 60 * self.t.cfg.tune.budget_min
+        return self.spent_s >= 60 * self.t.cfg.tune.budget_min
+
+    @property
+    def spent_s(self) -> float:
+        """Seconds of tuning so far, over every invocation of this tune."""
+        return self.spent_before + time.monotonic() - self.started
 
     def run(self) -> Tuned:
         """The trials, with the launcher holding their resources throughout (on SLURM one
@@ -213,10 +219,21 @@ class Tuner:
             c = candidate(self.search, knob, value)
             if c.pruned:
                 self.leave_out(c, f"pruned: {c.pruned}")
+            elif refused := self.refused(c.settings):
+                self.leave_out(c, f"refused: {refused}")
             elif self.over_budget:
                 self.leave_out(c, f"not run: past the budget of {self.t.cfg.tune.budget_min:g} min")
             else:
                 self.trial(c.settings, c.predicted_s, knob.key)
+
+    def refused(self, settings: Settings) -> str:
+        """Why the config's rules refuse these values together ("": they do not). Each was
+        checked alone before the tune; a combination (one micro-batch with 1F1B) may not hold."""
+        try:
+            prepare([*self.t.overrides, *changed(self.t.base, settings)], self.t.config_dir)
+        except ConfigError as e:
+            return f"{e.problems[0].key}: {e.problems[0].rule}"
+        return ""
 
     def leave_out(self, c: Candidate, why: str) -> None:
         self.left_out.append(
@@ -289,6 +306,7 @@ class Tuner:
             best=changed(self.t.base, best.settings) if best else [],
             best_trial=best.name if best else "",
             finished=finished,
+            spent_s=self.spent_s,
         )
 
     def write(self, finished: bool = False) -> records.TuneManifest:

@@ -30,3 +30,4 @@ class TuneManifest:
     best: list[str] = field(default_factory=list)  # the best trial's changed settings
     best_trial: str = ""  # its name ("": no trial finished yet)
     finished: bool = False
+    spent_s: float = 0.0  # seconds of tuning over every invocation (tune.budget_min counts them all)

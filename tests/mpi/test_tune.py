@@ -88,5 +88,6 @@ def test_a_tune_chooses_from_its_trials_runs_its_best_settings_and_resumes(tmp_p
     ran = re.findall(r"^(trial-\d+): ", r.stdout, re.M)
     assert ran[:1] == [last] and not set(ran) & set(names[:-1]), r.stdout
     assert len(list(home.glob(f"{last}.failed-*"))) == 1
-    assert json.loads((home / "tune.json").read_text())["finished"]
+    again = json.loads((home / "tune.json").read_text())
+    assert again["finished"] and again["spent_s"] > m["spent_s"] > 0  # the budget counts both invocations
     assert _steps(home, names[:-1]) == {n: steps[n] for n in names[:-1]}  # read back, not run again

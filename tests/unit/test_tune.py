@@ -196,10 +196,20 @@ def test_sharding_searches_resharding_tensor_parallel_degrees_and_shard_groups_i
     assert any(w.startswith("parallelism.tp.degree=2: ") for w in t.invalid), t.invalid
 
 
-def test_a_pipeline_searches_its_schedules_and_leaves_out_those_its_stages_refuse() -> None:
+def test_a_pipeline_searches_its_schedules_and_leaves_out_those_its_stages_refuse(tmp_path: Path) -> None:
+    from hpctrain.orchestrate.tune import Tuner
+
     t = plan_tune(["parallelism=pipeline", "cluster.ranks=2", "parallelism.stages=2", "model=mlp"], None)
     schedules = dict((k.key, k.values) for k in t.knobs)["parallelism.schedule"]
     assert "gpipe" in schedules and "1f1b" in schedules, (schedules, t.invalid)
+    # values valid alone may be refused together: such a candidate is left out with the rule
+    tuner = Tuner(t, tmp_path, lambda _: None, 60)
+    one_1f1b = (("parallelism.microbatches", "1"), ("parallelism.schedule", "1f1b"))
+    assert tuner.refused(one_1f1b).startswith(
+        "parallelism.microbatches: 1F1B keeps one micro-batch in flight"
+    )
+    assert tuner.refused((("parallelism.microbatches", "2"), ("parallelism.schedule", "1f1b"))) == ""
+    assert tuner.refused(t.base) == ""
 
 
 def test_a_tunes_trials_are_tracked_as_a_sweeps_points(tmp_path: Path) -> None:
@@ -230,3 +240,15 @@ def test_a_dry_run_lists_each_setting_with_its_values_and_starts_nothing(tmp_pat
     assert "parallelism.bucket_mb: 1, 5, 25, 100 (now 25; grouping)" in r.stdout, r.stdout
     assert "parallelism.gradient_as_bucket_view: false, true (now false; unmodelled)" in r.stdout
     assert "nothing was started" in r.stdout and not any(tmp_path.iterdir())
+
+
+def test_the_budget_counts_a_resumed_tunes_earlier_invocations(tmp_path: Path) -> None:
+    from hpctrain.orchestrate.tune import Tuner
+
+    t = plan_tune(["parallelism.engine=ddp", "cluster.ranks=2", "tune.budget_min=10"], None)
+    fresh = Tuner(t, tmp_path, lambda _: None, 60)
+    assert not fresh.over_budget and fresh.manifest().spent_s < 5
+    before = dataclasses.replace(fresh.manifest(), spent_s=599.0)
+    assert not Tuner(t, tmp_path, lambda _: None, 60, before).over_budget  # 1 s of the 10 min left
+    spent = Tuner(t, tmp_path, lambda _: None, 60, dataclasses.replace(before, spent_s=600.0))
+    assert spent.over_budget and spent.manifest().spent_s >= 600.0
