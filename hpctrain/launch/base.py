@@ -7,6 +7,7 @@ ReFrame's launcher registry. A launcher is chosen by the config's `cluster.name`
     plan(cfg, run_dir)        pure: the launch plan (what --dry-run prints), no I/O
     describe(plans)           the dry-run text of one run or a sweep
     admit(runs)               refuse what the scheduler would not accept, before any file is written
+    held(cfg, home, ...)      hold resources while runs go one after another (SLURM: one allocation)
     submit(runs)              write the run files, start or submit; returns one Job per run
     status(jobs)              JobStatus per job id (PENDING RUNNING COMPLETED FAILED CANCELLED ...)
     wait(jobs)                poll status until every job is done (generic, below)
