@@ -7,6 +7,7 @@ communication setting could give by the step model: the step less all its expose
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from datetime import datetime
@@ -31,6 +32,15 @@ def _ceiling(trial: Path) -> float:
     return s.step_s / max(s.step_s - s.comm_s, 1e-12)
 
 
+def _serial_floor(runs: list[records.RunSummary]) -> tuple[float, float]:
+    """(median step, median floor) of `runs`, the floor the step model gives where the collective
+    cannot overlap compute (ranks that fill the cores: its CPU work runs in their place): the
+    compute plus the collective of all gradients alone (the run's own probe). A setting that
+    keeps the bytes can bring the step down to it, no further."""
+    step = statistics.median(s.step_s for s in runs)
+    return step, statistics.median(s.compute_s + s.probe_full_s for s in runs)
+
+
 def run_tune_bench(args: argparse.Namespace, console: Console) -> int:
     given = list(args.overrides) or DEFAULT
     out = Path(args.out) / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-tune")
@@ -52,6 +62,7 @@ def run_tune_bench(args: argparse.Namespace, console: Console) -> int:
     tuned = overrides_file(home / records.BEST)
     contenders = {"as given": given, "tuned": tuned}
     got: dict[str, list[float]] = {c: [] for c in contenders}
+    summaries: dict[str, list[records.RunSummary]] = {c: [] for c in contenders}
     steps = [f"train.steps={args.steps}", f"train.warmup_steps={max(args.steps // 10, 1)}"]
     for i in range(args.repeats):
         for name in list(contenders)[:: 1 if i % 2 == 0 else -1]:
@@ -59,6 +70,7 @@ def run_tune_bench(args: argparse.Namespace, console: Console) -> int:
             run_checked(hpctrain_run(run_dir, *contenders[name], *steps), f"the run {run_dir.name}", 3600)
             s = records.read(run_dir / records.SUMMARY, records.RunSummary)
             got[name].append(s.throughput_samples_per_s)
+            summaries[name].append(s)
     med = {c: statistics.median(v) for c, v in got.items()}
     table = Table(
         title=f"tune: {' '.join(given)}; {args.repeats} interleaved runs of {args.steps} steps each"
@@ -76,6 +88,16 @@ def run_tune_bench(args: argparse.Namespace, console: Console) -> int:
     console.print(
         f"the step model's bound: without any exposed communication the step of the config as given "
         f"would be {bound:.2f}x faster (its trial: step less exposed communication)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    (given_step, given_floor), (tuned_step, tuned_floor) = (_serial_floor(summaries[c]) for c in contenders)
+    world = summaries["tuned"][0].world_size
+    console.print(
+        f"where the collective cannot overlap compute ({world} rank(s) here on {os.cpu_count()} core(s)): "
+        f"the floor is compute + the collective alone, {1e3 * given_floor:.1f} ms as given "
+        f"(step {1e3 * given_step:.1f} ms: at most {given_step / given_floor:.2f}x from settings that keep "
+        f"the bytes), {1e3 * tuned_floor:.1f} ms tuned (step {1e3 * tuned_step:.1f} ms)",
         highlight=False,
         soft_wrap=True,
     )

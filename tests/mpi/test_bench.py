@@ -94,3 +94,48 @@ def test_bench_estimate_sets_each_runs_prediction_beside_what_it_took(tmp_path: 
     assert re.search(r"mean \|error\| [\d.]+%, worst [\d.]+% \(target ≤ 25%: (met|NOT met)\)", r.stdout), (
         r.stdout
     )
+
+
+def test_bench_tune_sets_its_best_against_the_config_as_given_and_the_floors_come_from_their_runs(
+    tmp_path: Path,
+) -> None:
+    """A tune of one setting, then one run of each contender: the medians, the ratio, the bound and
+    the floor where the collective cannot overlap are the runs' own figures; no timing is asserted."""
+    import statistics
+
+    given = ["data=digits", "model=cnn", "parallelism.engine=ddp", "cluster.ranks=2",
+             "tune.keys=[parallelism.gradient_as_bucket_view]"]  # fmt: skip
+    r = hpctrain(
+        "bench", "tune", *given, "--repeats", "1", "--steps", "20", "--out", str(tmp_path), timeout=600
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    [out] = list(tmp_path.glob("*/*-tune"))
+    runs = {c: json.loads((out / f"{c}-0" / "summary.json").read_text()) for c in ("as-given", "tuned")}
+    best = yaml.safe_load((out / "tune" / "best.yaml").read_text())
+    tuned_cfg = yaml.safe_load((out / "tuned-0" / "config.yaml").read_text())
+    assert best[: len(given) - 1] == given[:-1] and tuned_cfg["parallelism"]["engine"] == "ddp", best
+    rows = {
+        m[1]: float(m[2]) for m in re.finditer(r"│\s+(as given|tuned) │.*│\s+([\d.]+) │\s+\d+ │", r.stdout)
+    }
+    assert rows == pytest.approx(
+        {c.replace("-", " "): s["throughput_samples_per_s"] for c, s in runs.items()}, abs=0.06
+    )
+    ratio = runs["tuned"]["throughput_samples_per_s"] / runs["as-given"]["throughput_samples_per_s"]
+    m = re.search(r"tuned / as given = ([\d.]+) \((meets|below) the 1.15 target\)", r.stdout)
+    assert (
+        m and float(m[1]) == pytest.approx(ratio, abs=6e-4) and (m[2] == "meets") == (round(ratio, 3) >= 1.15)
+    )
+    t0 = json.loads((out / "tune" / "trial-0" / "summary.json").read_text())
+    m = re.search(r"would be ([\d.]+)x faster", r.stdout)
+    assert m and float(m[1]) == pytest.approx(t0["step_s"] / (t0["step_s"] - t0["comm_s"]), abs=6e-3), (
+        r.stdout
+    )
+    floor = {c: 1e3 * (s["compute_s"] + s["probe_full_s"]) for c, s in runs.items()}
+    m = re.search(
+        r"alone, ([\d.]+) ms as given \(step ([\d.]+) ms: at most ([\d.]+)x .*\), ([\d.]+) ms tuned", r.stdout
+    )
+    assert m, r.stdout
+    assert float(m[1]) == pytest.approx(floor["as-given"], abs=0.06)
+    assert float(m[2]) == pytest.approx(1e3 * statistics.median([runs["as-given"]["step_s"]]), abs=0.06)
+    assert float(m[3]) == pytest.approx(1e3 * runs["as-given"]["step_s"] / floor["as-given"], abs=6e-3)
+    assert float(m[4]) == pytest.approx(floor["tuned"], abs=0.06)
