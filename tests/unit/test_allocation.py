@@ -31,11 +31,7 @@ def test_the_holding_script_asks_for_the_runs_resources_and_only_waits() -> None
     # nothing in it checkpoints or runs ranks: no signal before the limit, no srun, no teardown
     assert not any("--signal" in line for line in sbatch), text
     body = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert body == ["while [ ! -e '/runs/my tune/allocation/release' ]; do sleep 2; done"], text
-    assert (
-        text.rstrip().splitlines()[-1]
-        == "while [ ! -e '/runs/my tune/allocation/release' ]; do sleep 2; done"
-    )
+    assert body == ["while [ ! -e '/runs/my tune/allocation/release' ]; do sleep 1; done"], text
 
 
 def test_a_step_runs_the_plan_on_the_allocation_with_its_shape_setup_and_logs() -> None:

@@ -67,3 +67,16 @@ def test_a_new_job_is_looked_up_at_once() -> None:
     s.now = 0.2  # within the interval, but job 2 is new to the watcher
     states, _ = w.states(["1", "2"])
     assert set(states) == {"1", "2"} and w.calls.sacct == 2
+
+
+def test_runs_one_after_another_are_each_watched_from_their_own_start() -> None:
+    """A tune's trials: the second, 5 s long, is noticed to end within a second, not 10% of the tune."""
+    s = Scheduler({"1": 3000.0, "2": float("inf")})
+    w = _watcher(s)
+    while not w.states(["1"])[0]["1"].done:
+        s.now += 1.0
+    start = s.now  # job 1 was noticed late (a minute between looks by then): job 2 starts now
+    s.ends["2"] = start + 5.0
+    while not w.states(["2"])[0]["2"].done:
+        s.now += 1.0
+    assert s.now - start <= 6.0, (start, s.now)

@@ -53,7 +53,7 @@ def hold_script(executor: dict[str, Any], name: str, time_min: int, release: Pat
         for line in text.split("\n# setup")[0].split("\n# command")[0].splitlines()
         if not line.startswith(("#SBATCH --signal", "#SBATCH --wckey"))
     ]
-    wait = f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 2; done"
+    wait = f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 1; done"
     return "\n".join(
         [*head, "", "# hold the nodes for job steps started by srun --jobid (hpctrain)", wait, ""]
     )
@@ -157,8 +157,20 @@ class Allocation:
         while time.monotonic() < deadline:
             if self.state() not in (State.RUNNING, State.PENDING, State.UNKNOWN):
                 return
-            time.sleep(POLL_S)
+            time.sleep(POLL_S / 4)  # the holding loop looks every second
         query(["scancel", self.job_id], timeout_s=60)
+
+
+def _end_earlier(home: Path, say: Callable[[str], None]) -> None:
+    """An earlier allocation of `home` still in the queue (its tune was killed, then resumed)
+    holds nodes nobody will use: cancelled."""
+    try:
+        earlier = records.read(home / records.JOB, records.JobRef).job_id
+    except records.RecordError:
+        return
+    if Allocation(earlier, home).state() in (State.RUNNING, State.PENDING):
+        query(["scancel", earlier], timeout_s=60)
+        say(f"allocation {earlier}, left by an earlier invocation, cancelled")
 
 
 def hold(
@@ -168,6 +180,7 @@ def hold(
     `home` lets status and cancel find it. LaunchError if it ends or is still waiting at
     `timeout_s` (then cancelled), with the controller's reason."""
     home.mkdir(parents=True, exist_ok=True)
+    _end_earlier(home, say)
     (home / RELEASE).unlink(missing_ok=True)  # an earlier allocation's (a resumed tune)
     script = home / "hold.sbatch"
     records.write_atomic(script, hold_script(plan.executor, name, time_min, home / RELEASE))

@@ -3,7 +3,8 @@ asks about is looked up in one `sacct` call (and one `squeue` call for the pendi
 command that waits asks the scheduler less and less often, as submitit's InfoWatcher does.
 
 The interval between two looks is min(MAX_S, max(MIN_S, elapsed / 10)), elapsed counted from
-the watcher's first look: every second for the first 10 s, then 10% of the time waited so far,
+the watcher's first look (again from the next look when new jobs come after every job it knew
+has ended, as a tune's trials do, one after another): every second for the first 10 s, then 10% of the time waited so far,
 then once a minute. A job that ends is noticed at most 10% of its wait late, and a one-hour wait
 costs about 100 calls instead of 3,600. Jobs that have ended are never asked about again. An
 array whose tasks are all asked about is asked for by its id alone, so the command line stays
@@ -51,6 +52,8 @@ class StatusWatcher:
         now = self.clock()
         new = [j for j in job_ids if j not in self._states]
         live = [j for j in job_ids if j in self._states and not self._states[j].done]
+        if new and all(s.done for s in self._states.values()):
+            self._first = None  # a new wait (runs one after another: a tune's trials) starts afresh
         if new or (live and now - self._last >= self.interval()):
             self._look([*new, *live], now)
         found = {j: self._states[j] for j in job_ids if j in self._states}
