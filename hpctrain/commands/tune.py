@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -13,7 +14,7 @@ from rich.table import Table
 from hpctrain import records
 from hpctrain.analysis.tune import override_text
 from hpctrain.errors import HpctrainError
-from hpctrain.orchestrate.tune import Tuned, plan_tune, read_tune, resume_tune, tune
+from hpctrain.orchestrate.tune import Tuned, held_text, plan_tune, read_tune, resume_tune, tune, tune_home
 
 
 def _ms(x: float) -> str:
@@ -99,6 +100,9 @@ def _dry_run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{k.key}: {values} (now {dict(t.base)[k.key]}; {k.effect})", highlight=False)
     for why in t.invalid:
         console.print(f"[dim]left out: {why}[/]", highlight=False)
+    held = held_text(t, tune_home(t.cfg, datetime.now()))
+    if held:
+        console.print(held, highlight=False, markup=False, end="", soft_wrap=True)
     console.print(f"budget: {t.cfg.tune.budget_min:g} min; nothing was started", highlight=False)
     return 0
 

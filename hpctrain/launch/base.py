@@ -166,6 +166,10 @@ class Launcher(ABC, Generic[P]):
         ranks start at once."""
         yield
 
+    def describe_held(self, cfg: Config, home: Path, minutes: float) -> str:
+        """What held() would submit and how a run would start in it, for a dry run ("": nothing)."""
+        return ""
+
     def admit(self, runs: list[RunSpec[P]]) -> None:
         """Refuse, before anything is written or submitted, runs the scheduler would not accept
         (e.g. more jobs than the user may queue). Raises LaunchError. Default: accept all."""

@@ -144,13 +144,29 @@ def target_config(cfg: Config) -> Config:
     return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, **{scale: want // per}))
 
 
+def trial_shape(t: Tuning, home: Path) -> Config:
+    """What the launcher holds resources for: a trial of the config (the knobs change no
+    resource, so every trial has this shape)."""
+    return probe_config(t.cfg, home / records.ALLOCATION)
+
+
+def held_text(t: Tuning, home: Path) -> str:
+    """What the tune would hold for its trials, for a dry run ("": the launcher holds nothing)."""
+    return t.launcher.describe_held(trial_shape(t, home), home / records.ALLOCATION, t.cfg.tune.budget_min)
+
+
+def tune_home(cfg: Config, now: datetime) -> Path:
+    """The tune directory's path: run.dir, or the dated default <root>/<date>/<time>-<name>-tune."""
+    stem = default_run_dir(cfg, now)
+    return (stem if cfg.run.dir is not None else stem.with_name(f"{stem.name}-tune")).resolve()
+
+
 def create_tune(t: Tuning, now: datetime | None = None) -> Path:
-    """The tune directory: the dated default <root>/<date>/<time>-<name>-tune (a suffix when
-    taken), or run.dir, which must not exist."""
-    stem = default_run_dir(t.cfg, now or datetime.now())
+    """The tune directory (tune_home; the default gets a suffix when taken; run.dir must not
+    exist)."""
+    home = tune_home(t.cfg, now or datetime.now())
     if t.cfg.run.dir is None:
-        return claim_fresh(stem.with_name(f"{stem.name}-tune").resolve())
-    home = stem.resolve()
+        return claim_fresh(home)
     try:
         home.mkdir(parents=True)
     except FileExistsError as e:
@@ -198,9 +214,11 @@ class Tuner:
         """The trials, with the launcher holding their resources throughout (on SLURM one
         allocation, each trial a job step of it: one wait in the queue)."""
         self.write()  # a tune directory from the start (status, cancel, --resume find it)
-        shape = probe_config(self.t.cfg, self.home / records.ALLOCATION)
         with self.t.launcher.held(
-            shape, self.home / records.ALLOCATION, self.t.cfg.tune.budget_min, self.say
+            trial_shape(self.t, self.home),
+            self.home / records.ALLOCATION,
+            self.t.cfg.tune.budget_min,
+            self.say,
         ):
             self.trial(self.t.base, math.nan)
             if self.search.best is None:

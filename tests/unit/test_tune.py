@@ -252,3 +252,26 @@ def test_the_budget_counts_a_resumed_tunes_earlier_invocations(tmp_path: Path) -
     assert not Tuner(t, tmp_path, lambda _: None, 60, before).over_budget  # 1 s of the 10 min left
     spent = Tuner(t, tmp_path, lambda _: None, 60, dataclasses.replace(before, spent_s=600.0))
     assert spent.over_budget and spent.manifest().spent_s >= 600.0
+
+
+def test_a_slurm_dry_run_shows_the_allocation_and_how_a_trial_starts_in_it(tmp_path: Path) -> None:
+    from tests.conftest import hpctrain_here
+
+    home = tmp_path / "t"
+    r = hpctrain_here(
+        "tune", "--dry-run", "cluster=slurm", "cluster.nodes=2", "cluster.ranks_per_node=2",
+        "cluster.time_min=30", "tune.budget_min=4.5", "parallelism.engine=ddp", f"run.dir={home}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    for want in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --time=35",
+        "#SBATCH --job-name=train-alloc",
+    ):
+        assert want in lines, r.stdout  # the budget rounded up, plus one trial's cluster.time_min
+    assert f"while [ ! -e {home}/allocation/release ]; do sleep 1; done" in lines, r.stdout
+    [srun] = [line for line in lines if line.startswith("exec srun --jobid=ALLOC ")]
+    assert f"--output {home}/trial-0/submitit/%j.%s_%t_log.out" in srun and "--ntasks-per-node=2" in srun
+    assert lines[-1] == "budget: 4.5 min; nothing was started" and not home.exists()

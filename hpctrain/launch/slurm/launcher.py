@@ -115,6 +115,23 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
             self.allocation = None
             alloc.release()
 
+    def describe_held(self, cfg: Config, home: Path, minutes: float) -> str:
+        from hpctrain.launch.slurm.allocation import RELEASE, hold_script, step_command
+
+        c: SlurmClusterConf = cfg.cluster
+        script = hold_script(
+            self.plan(cfg, home).executor,
+            f"{cfg.run.name}-alloc",
+            math.ceil(minutes) + c.time_min,
+            home / RELEASE,
+        )
+        trial = self.plan(cfg, home.parent / "trial-0")
+        return (
+            f"# the allocation every trial runs in (sbatch; nothing was submitted)\n{script}"
+            f"# then each trial, a job step of it (trial-0's; ALLOC: the allocation's job id)\n"
+            f"{step_command(trial, 'ALLOC', 'hpctrain-trial-0')}\n"
+        )
+
     def submit(
         self, runs: list[RunSpec[SlurmPlan]], group_dir: Path | None = None, detach: bool = True
     ) -> list[Job]:
