@@ -61,16 +61,14 @@ def run_tune_bench(args: argparse.Namespace, console: Console) -> int:
     )
     tuned = overrides_file(home / records.BEST)
     contenders = {"as given": given, "tuned": tuned}
-    got: dict[str, list[float]] = {c: [] for c in contenders}
     summaries: dict[str, list[records.RunSummary]] = {c: [] for c in contenders}
     steps = [f"train.steps={args.steps}", f"train.warmup_steps={max(args.steps // 10, 1)}"]
     for i in range(args.repeats):
         for name in list(contenders)[:: 1 if i % 2 == 0 else -1]:
             run_dir = out / f"{name.replace(' ', '-')}-{i}"
             run_checked(hpctrain_run(run_dir, *contenders[name], *steps), f"the run {run_dir.name}", 3600)
-            s = records.read(run_dir / records.SUMMARY, records.RunSummary)
-            got[name].append(s.throughput_samples_per_s)
-            summaries[name].append(s)
+            summaries[name].append(records.read(run_dir / records.SUMMARY, records.RunSummary))
+    got = {c: [s.throughput_samples_per_s for s in runs] for c, runs in summaries.items()}
     med = {c: statistics.median(v) for c, v in got.items()}
     table = Table(
         title=f"tune: {' '.join(given)}; {args.repeats} interleaved runs of {args.steps} steps each"

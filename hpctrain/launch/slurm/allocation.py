@@ -29,7 +29,7 @@ from hpctrain.errors import LaunchError
 from hpctrain.launch.base import Job, RunSpec
 from hpctrain.launch.rundir import prepare_run_dir, write_run_files
 from hpctrain.launch.slurm.job import TrainingJob
-from hpctrain.launch.slurm.nodes import fields, scontrol
+from hpctrain.launch.slurm.nodes import fields, job_state, scontrol
 from hpctrain.launch.slurm.plan import SUBMIT_MODULE, SlurmPlan
 from hpctrain.launch.slurm.sacct import query
 from hpctrain.records import State
@@ -102,7 +102,7 @@ class Allocation:
     home: Path
 
     def state(self) -> State:
-        return State.of(fields(scontrol("show", "job", "-o", self.job_id)).get("JobState", ""))
+        return job_state(self.job_id)
 
     def start(self, run: RunSpec[SlurmPlan], timeout_s: float = 120) -> Job:
         """Write the run's files and start it as a step; its job.json names the step."""
@@ -168,7 +168,7 @@ def _end_earlier(home: Path, say: Callable[[str], None]) -> None:
         earlier = records.read(home / records.JOB, records.JobRef).job_id
     except records.RecordError:
         return
-    if Allocation(earlier, home).state() in (State.RUNNING, State.PENDING):
+    if job_state(earlier) in (State.RUNNING, State.PENDING):
         query(["scancel", earlier], timeout_s=60)
         say(f"allocation {earlier}, left by an earlier invocation, cancelled")
 
@@ -195,8 +195,11 @@ def hold(
     records.write(home / records.JOB, ref, indent=None)
     say(f"allocation {alloc.job_id}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) for every trial")
     deadline, said = time.monotonic() + timeout_s, ""
-    while (state := alloc.state()) != State.RUNNING:
-        why = fields(scontrol("show", "job", "-o", alloc.job_id)).get("Reason", "")
+    while True:
+        job = fields(scontrol("show", "job", "-o", alloc.job_id))  # its state and reason, one call
+        state, why = State.of(job.get("JobState", "")), job.get("Reason", "")
+        if state == State.RUNNING:
+            return alloc
         if state not in (State.PENDING, State.UNKNOWN) or time.monotonic() > deadline:
             query(["scancel", alloc.job_id], timeout_s=60)
             raise LaunchError(f"allocation {alloc.job_id} did not start ({state}, reason {why or 'none'})")
@@ -204,4 +207,3 @@ def hold(
             say(f"allocation {alloc.job_id} pending: {why}")
             said = why
         time.sleep(POLL_S)
-    return alloc

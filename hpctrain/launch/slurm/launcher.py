@@ -105,9 +105,7 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         cluster.time_min; submit() starts each run as a step of it until the block ends."""
         from hpctrain.launch.slurm.allocation import hold
 
-        c: SlurmClusterConf = cfg.cluster
-        plan = self.plan(cfg, home)
-        alloc = hold(plan, home, f"{cfg.run.name}-alloc", math.ceil(minutes) + c.time_min, say, HOLD_WAIT_S)
+        alloc = hold(self.plan(cfg, home), home, *_hold_terms(cfg, minutes), say, HOLD_WAIT_S)
         self.allocation = alloc
         try:
             yield
@@ -118,13 +116,7 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
     def describe_held(self, cfg: Config, home: Path, minutes: float) -> str:
         from hpctrain.launch.slurm.allocation import RELEASE, hold_script, step_command
 
-        c: SlurmClusterConf = cfg.cluster
-        script = hold_script(
-            self.plan(cfg, home).executor,
-            f"{cfg.run.name}-alloc",
-            math.ceil(minutes) + c.time_min,
-            home / RELEASE,
-        )
+        script = hold_script(self.plan(cfg, home).executor, *_hold_terms(cfg, minutes), home / RELEASE)
         trial = self.plan(cfg, home.parent / "trial-0")
         return (
             f"# the allocation every trial runs in (sbatch; nothing was submitted)\n{script}"
@@ -291,13 +283,20 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         srun's own file beside the logs: allocation.py)."""
         from hpctrain.launch.slurm.allocation import STEP_ERR
 
-        text = ""
-        for path in (self.log_paths(job, 0)[1], self.log_paths(job, 0)[1].with_name(STEP_ERR)):
+        text, stderr = "", self.log_paths(job, 0)[1]
+        for path in (stderr, stderr.with_name(STEP_ERR)):
             try:
                 text += path.read_text(errors="replace")[-20000:]
             except OSError:
                 pass
         return text
+
+
+def _hold_terms(cfg: Config, minutes: float) -> tuple[str, int]:
+    """The allocation's job name and time limit: `minutes` plus one run's cluster.time_min (a
+    run started just before `minutes` are up may take that long)."""
+    c: SlurmClusterConf = cfg.cluster
+    return f"{cfg.run.name}-alloc", math.ceil(minutes) + c.time_min
 
 
 def waiting_on(squeue: str, ids: set[str]) -> list[str]:

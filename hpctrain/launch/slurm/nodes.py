@@ -9,6 +9,8 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from hpctrain.records import State
+
 LOST_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT")
 
 
@@ -38,6 +40,11 @@ def fields(line: str) -> dict[str, str]:
         if eq:
             out.setdefault(key, value)
     return out
+
+
+def job_state(jid: str) -> State:
+    """SLURM's JobState of this job now (UNKNOWN when scontrol cannot tell)."""
+    return State.of(fields(scontrol("show", "job", "-o", jid)).get("JobState", ""))
 
 
 def node_states(text: str) -> dict[str, str]:

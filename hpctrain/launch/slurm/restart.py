@@ -29,10 +29,9 @@ from hpctrain.config.schema import Config
 from hpctrain.launch.output import srun_failure, srun_node_failures, srun_reporting_nodes
 from hpctrain.launch.slurm.exclude import resubmitted_without_bad_nodes
 from hpctrain.launch.slurm.nodes import (
-    fields,
     hostnames,
     job_nodes,
-    scontrol,
+    job_state,
     settled_losses,
     slurmd_timeout_s,
     step_env,
@@ -73,11 +72,6 @@ def srun_argv(plan: Mapping[str, Any], folder: str, array: bool, place: Sequence
         SUBMIT_MODULE,
         folder,
     ]
-
-
-def job_state(jid: str) -> State:
-    """SLURM's JobState of this job now (UNKNOWN when scontrol cannot tell)."""
-    return State.of(fields(scontrol("show", "job", "-o", jid)).get("JobState", ""))
 
 
 def why_not(run_dir: Path, max_restarts: int, used: int, state: State) -> str | None:

@@ -4,8 +4,8 @@ command that waits asks the scheduler less and less often, as submitit's InfoWat
 
 The interval between two looks is min(MAX_S, max(MIN_S, elapsed / 10)), elapsed counted from
 the watcher's first look (again from the next look when new jobs come after every job it knew
-has ended, as a tune's trials do, one after another): every second for the first 10 s, then 10% of the time waited so far,
-then once a minute. A job that ends is noticed at most 10% of its wait late, and a one-hour wait
+has ended, as a tune's trials do, one after another): every second for the first 10 s, then 10%
+of the time waited so far, then once a minute. A job that ends is noticed at most 10% of its wait late, and a one-hour wait
 costs about 100 calls instead of 3,600. Jobs that have ended are never asked about again. An
 array whose tasks are all asked about is asked for by its id alone, so the command line stays
 short whatever the sweep's size.
