@@ -37,6 +37,7 @@ from hpctrain.records import State
 RELEASE = "release"  # in the allocation's directory: the holding script ends when it appears
 STEP_ERR = "srun.err"  # in a step's submitit folder: srun's own report (which task died, how)
 POLL_S = 1.0
+GONE_S = 300.0  # how long a resumed tune waits for an earlier allocation's ranks to be killed
 
 
 def hold_script(executor: dict[str, Any], name: str, time_min: int, release: Path) -> str:
@@ -161,9 +162,11 @@ class Allocation:
         query(["scancel", self.job_id], timeout_s=60)
 
 
-def _end_earlier(home: Path, say: Callable[[str], None]) -> None:
+def _end_earlier(home: Path, say: Callable[[str], None], timeout_s: float = GONE_S) -> None:
     """An earlier allocation of `home` still in the queue (its tune was killed, then resumed)
-    holds nodes nobody will use: cancelled."""
+    holds nodes nobody will use: cancelled. Then, cancelled now or before, it must have left the
+    queue: until SLURM has killed its steps' ranks (they ignore SIGTERM, so KillWait later), they
+    still write into the trials' directories that the resumed tune is about to set aside."""
     try:
         earlier = records.read(home / records.JOB, records.JobRef).job_id
     except records.RecordError:
@@ -171,6 +174,14 @@ def _end_earlier(home: Path, say: Callable[[str], None]) -> None:
     if job_state(earlier) in (State.RUNNING, State.PENDING):
         query(["scancel", earlier], timeout_s=60)
         say(f"allocation {earlier}, left by an earlier invocation, cancelled")
+    deadline = time.monotonic() + timeout_s
+    while query(["squeue", "-h", "-j", earlier, "-o", "%T"]):  # None or "": no longer listed
+        if time.monotonic() > deadline:
+            raise LaunchError(
+                f"allocation {earlier}, left by an earlier invocation, is still ending after "
+                f"{timeout_s:g} s (squeue -j {earlier}); resume when it has left the queue"
+            )
+        time.sleep(POLL_S)
 
 
 def hold(
