@@ -58,7 +58,12 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="Hydra overrides, e.g. model=resnet18 train.steps=100 cluster.ranks=4",
     )
-    p.add_argument("--config-dir", help="directory with config.yaml (default: hpctrain's conf/)")
+    p.add_argument(
+        "--config-dir",
+        metavar="DIR",
+        help="a directory of extra config groups and options (e.g. cluster/mysite.yaml), searched after "
+        "hpctrain's own and before $HPCTRAIN_CONFIG_PATH and ~/.config/hpctrain (hpctrain doctor lists them)",
+    )
     p.add_argument(
         "--overrides-file",
         type=Path,

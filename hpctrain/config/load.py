@@ -15,7 +15,6 @@ import sys
 import typing
 from collections.abc import Iterator, Sequence
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -29,6 +28,7 @@ from omegaconf.errors import (
 )
 
 from hpctrain.config.schema import CLUSTER_SCHEMAS, Config, register
+from hpctrain.config.search import SearchPath, search_path
 from hpctrain.config.values import expand_user_paths
 from hpctrain.errors import ConfigError, Problem
 
@@ -55,21 +55,6 @@ def normalise(overrides: Sequence[str]) -> list[str]:
     return out
 
 
-DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-
-
-def conf_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """--config-dir, else $HPCTRAIN_CONF_DIR, else the conf/ that ships beside the package."""
-    d = Path(explicit or os.environ.get("HPCTRAIN_CONF_DIR") or DEFAULT_CONF_DIR).resolve()
-    if not (d / "config.yaml").is_file():
-        raise ConfigError.one(
-            "--config-dir",
-            f"{d} has no config.yaml",
-            "point --config-dir (or HPCTRAIN_CONF_DIR) at hpctrain's conf/ directory",
-        )
-    return d
-
-
 def compose_config(
     overrides: Sequence[str], config_dir: str | os.PathLike[str] | None = None, config_name: str = "config"
 ) -> DictConfig:
@@ -79,21 +64,21 @@ def compose_config(
     from hydra.errors import HydraException
 
     GlobalHydra.instance().clear()
-    d = conf_dir(config_dir)
+    found = search_path(config_dir)
     overrides = normalise(overrides)
-    _check_group_choices(overrides, d)
+    _check_group_choices(overrides, found)
     with (
         _version_base_kept(),
-        initialize_config_dir(config_dir=str(d), version_base="1.3", job_name="hpctrain"),
+        initialize_config_dir(config_dir=str(found.shipped), version_base="1.3", job_name="hpctrain"),
     ):
         try:
-            return compose(config_name=config_name, overrides=list(overrides))
+            return compose(config_name=config_name, overrides=[*overrides, *found.hydra_overrides()])
         except (HydraException, OmegaConfBaseException) as e:
             raise _translate(e, overrides) from e
         except AssertionError as e:  # OmegaConf.update of a key under a null section
             if "Unexpected type for root" not in str(e):
                 raise
-            raise _unselected(overrides, config_groups(d)) from e
+            raise _unselected(overrides, found.groups()) from e
         except yaml.YAMLError as e:  # a broken YAML file in the config directory
             raise ConfigError.one(
                 "--config-dir", f"a YAML file does not parse: {' '.join(str(e).split())}", "fix that file"
@@ -127,12 +112,7 @@ def _unselected(overrides: Sequence[str], groups: set[str]) -> ConfigError:
     return ConfigError.one(key, f"{section} is not selected in this command, so {key} sets nothing", fix)
 
 
-def config_groups(d: Path) -> set[str]:
-    """The config groups: the config directory's sub-directories, and `cluster` (ConfigStore)."""
-    return {g.name for g in d.iterdir() if g.is_dir()} | {"cluster"}
-
-
-def _check_group_choices(overrides: Sequence[str], d: Path) -> None:
+def _check_group_choices(overrides: Sequence[str], found: SearchPath) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -140,16 +120,16 @@ def _check_group_choices(overrides: Sequence[str], d: Path) -> None:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as e:
         raise _translate(e, overrides) from e
-    check_parsed(parsed, d)
+    check_parsed(parsed, found)
 
 
-def check_parsed(parsed: Sequence[Any], d: Path, groups: set[str] | None = None) -> None:
+def check_parsed(parsed: Sequence[Any], found: SearchPath, groups: set[str] | None = None) -> None:
     """What Hydra would accept but hpctrain would ignore or fail on later: `=5` (no key), `model=5`
     (Hydra raises a bare ValueError), `model=[mlp,cnn]` (Hydra merges both options into one
     config), a sweep (`model=cnn,mlp`, `train.steps=range(1,3)`) without -m, and `hydra.*`
     (hpctrain composes with Hydra's compose API, which applies none of Hydra's own run, sweep,
     launcher or job settings)."""
-    groups = config_groups(d) if groups is None else groups
+    groups = found.groups() if groups is None else groups
     problems = []
     for o in parsed:
         key, value = o.key_or_group, o.value()
@@ -180,7 +160,7 @@ def check_parsed(parsed: Sequence[Any], d: Path, groups: set[str] | None = None)
                 )
             )
         elif key in groups and o.package is None and not isinstance(value, str):
-            options = sorted(p.stem for p in (d / key).glob("*.yaml"))
+            options = found.options(key)
             problems.append(
                 Problem(
                     key,

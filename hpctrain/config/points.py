@@ -23,9 +23,10 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from hpctrain.config.load import _translate, check_parsed, compose_config, conf_dir, config_groups, normalise
+from hpctrain.config.load import _translate, check_parsed, compose_config, normalise
 from hpctrain.config.load import to_config as _to_config
 from hpctrain.config.schema import Config
+from hpctrain.config.search import search_path
 from hpctrain.config.values import expand_user_paths
 
 
@@ -152,15 +153,15 @@ def load_configs(
 ) -> list[Config]:
     """Configs for many override lists (a sweep or study), in order; the same as load_config of
     each, and the same errors."""
-    d = conf_dir(config_dir)
-    groups = config_groups(d)
+    found = search_path(config_dir)
+    groups = found.groups()
     parsed_points = []
     for overrides in map(normalise, points):
         try:
             parsed = [_parse_one(o) for o in overrides]
         except HydraException as e:
             raise _translate(e, overrides) from e
-        check_parsed(parsed, d, groups)
+        check_parsed(parsed, found, groups)
         parsed_points.append((overrides, parsed))
     shared_lines = set.intersection(*(set(ov) for ov, _ in parsed_points)) if parsed_points else set()
     bases: dict[tuple[str, ...], Base] = {}

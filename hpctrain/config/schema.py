@@ -6,6 +6,7 @@ Units are in key names (`_mb`, `_ms`, `_min`), as in Hydra's submitit launcher.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional
 
@@ -192,10 +193,21 @@ class TpHolder:
     tp: TensorParallelSettings = field(default_factory=TensorParallelSettings)
 
 
+def default_engine() -> str:
+    """Horovod, the mission's engine, where it is installed; torch's DDP where it is not (a fresh
+    `pip install hpctrain`: `hpctrain install horovod` builds it), so that a first run trains."""
+    try:
+        return "horovod" if importlib.util.find_spec("horovod") is not None else "ddp"
+    except (ImportError, ValueError):
+        return "ddp"
+
+
 @dataclass
 class ParallelismCommon:
     name: str = "data"  # how the model is spread: a registered parallelism (parallel/registry.py)
-    engine: str = "horovod"  # what averages gradients: horovod | ddp (engine/registry.py)
+    # what averages gradients: horovod | ddp (engine/registry.py); by default Horovod where it is
+    # installed, else DDP
+    engine: str = field(default_factory=default_engine)
     backend: Backend = Backend.mpi  # horovod and scripts: controller and CPU collectives (ddp: Gloo/NCCL)
     compression: Compression = Compression.none  # gradient compression on the wire
     backward_passes_per_step: int = 1  # micro-batches accumulated locally before one allreduce

@@ -25,11 +25,16 @@ def expand(overrides: Sequence[str], config_dir: str | None = None) -> list[list
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
 
-    from hpctrain.config.load import conf_dir, normalise
+    from hpctrain.config.load import normalise
     from hpctrain.config.schema import register
+    from hpctrain.config.search import search_path
 
     register()
-    loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(conf_dir(config_dir))))
+    found = search_path(config_dir)
+    csp = create_config_search_path(str(found.shipped))
+    for s in found.added:  # as hydra.searchpath appends them: glob(...) lists their options too
+        csp.append(s.origin, f"file://{s.path}")
+    loader = ConfigLoaderImpl(config_search_path=csp)
     try:
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(normalise(overrides))
     except HydraException as e:

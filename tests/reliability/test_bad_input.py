@@ -19,8 +19,21 @@ CASES = [
     (["run", "model=5", "--dry-run"], 2, "model: names no option of the config group (got 5)"),
     (["run", "model=null", "--dry-run"], 2, "model: names no option of the config group (got None)"),
     (["run", "cluster=7", "--dry-run"], 2, "choose one of: local, slurm"),
-    (["run", "--config-dir", "{tmp}/brokenconf", "--dry-run"], 2, "a YAML file does not parse"),
-    (["run", "--config-dir", "{tmp}", "--dry-run"], 2, "has no config.yaml"),
+    (
+        ["run", "--config-dir", "{tmp}/brokenconf", "model=broken", "--dry-run"],
+        2,
+        "a YAML file does not parse",
+    ),
+    (
+        ["run", "--config-dir", "{tmp}/nosuch", "--dry-run"],
+        2,
+        "--config-dir: {tmp}/nosuch is not a directory",
+    ),
+    (
+        ["run", "--config-dir", "{tmp}/shadow", "--dry-run"],
+        2,
+        "model/cnn.yaml is hpctrain's own, which would hide",
+    ),
     (["run", "run.dir={tmp}/afile", *DIGITS], 3, "is a file; choose another run.dir"),
     (["run", "optim.lr=inf", "--dry-run"], 2, "optim.lr: must be a finite number (got inf)"),
     (["run", "optim.lr=nan", "-m", "train.steps=8,9", "--dry-run"], 2, "optim.lr: must be a finite number"),
@@ -262,8 +275,10 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp / "flat" / "1.jpg").write_bytes(b"")
     (tmp / "texts" / "a" / "notes.txt").write_text("not an image")
     (tmp / "one" / "a" / "0.png").write_bytes(b"")
-    (tmp / "brokenconf").mkdir()
-    (tmp / "brokenconf" / "config.yaml").write_text("defaults:\n  - hpctrain_schema\nfoo: [1, 2\n")
+    (tmp / "brokenconf" / "model").mkdir(parents=True)  # a site's option that does not parse
+    (tmp / "brokenconf" / "model" / "broken.yaml").write_text("name: mlp\nfoo: [1, 2\n")
+    (tmp / "shadow" / "model").mkdir(parents=True)  # a site's file that hpctrain's own would hide
+    (tmp / "shadow" / "model" / "cnn.yaml").write_text("name: cnn\n")
     (tmp / "taken-strong").mkdir()  # an explicit study directory that exists
     (tmp / "fsdprun" / "checkpoints" / "step-000002.dcp").mkdir(parents=True)  # a sharded run's
     (tmp / "fsdprun" / "checkpoints" / "step-000002.dcp" / ".metadata").write_bytes(b"")
