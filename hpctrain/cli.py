@@ -39,6 +39,7 @@ EPILOG = """examples:
   hpctrain tune model=mlp parallelism.engine=ddp tune.target_ranks=16   the fastest settings
   hpctrain track outputs/<date>/<time>-train --uri URI      send a run to MLflow later
   hpctrain doctor                                what this environment can do
+  hpctrain install horovod                       build Horovod for this environment (no root)
   hpctrain bench overhead                        hpctrain vs a hand-written Horovod script
   hpctrain bench submit                          256-point sweep: submit time, sbatch calls
   hpctrain bench startup                         a rank's start: torch's optimizers vs hpctrain's
@@ -117,6 +118,23 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--uri", help="an MLflow tracking URI (a server, or sqlite:///path.db)")
     tr.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
     sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
+    ins = sub.add_parser(
+        "install",
+        help="build and install Horovod for this environment (no root; cached per user)",
+        description="horovod: Horovod 0.28.1 built from its source release for this environment's torch "
+        "and Python, with the MPI (mpicxx) and CUDA (nvcc) found on PATH (load them first: module load "
+        "openmpi cuda), patched for PyTorch 2 and Python 3.12; cached in ~/.cache/hpctrain/wheels, so "
+        "another environment with the same torch and Python installs it in seconds.",
+    )
+    ins.add_argument("what", choices=["horovod"])
+    ins.add_argument(
+        "--gpu",
+        choices=["auto", "nccl", "none"],
+        default="auto",
+        help="NCCL GPU operations: auto (where torch is a CUDA build and nvcc is found), nccl, none",
+    )
+    ins.add_argument("--rebuild", action="store_true", help="build again, even if cached or installed")
+    ins.add_argument("--dry-run", action="store_true", help="say what would be built, and stop")
     pf = sub.add_parser(
         "preflight",
         help="check the nodes a run would train on (a GEMM each, a ring of links) and stop",
@@ -329,6 +347,10 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
         from hpctrain.commands.preflight import cmd_preflight
 
         return cmd_preflight(args, console)
+    if args.command == "install":
+        from hpctrain.commands.install import cmd_install
+
+        return cmd_install(args, console)
     if args.command == "doctor":
         from hpctrain.commands.doctor import run_doctor
 

@@ -152,12 +152,12 @@ def _sample_problems(cfg: Config) -> list[Problem]:
                 f"set data.num_samples >= {b.global_}, or use a smaller batch",
             )
         ]
-    if cfg.data._target_ is None and cfg.data.name == "digits" and b.global_ > 1797:
+    if cfg.data._target_ is None and cfg.data.name == "digits" and b.global_ > 1437:
         return [
             Problem(
                 "train.batch_per_rank",
-                f"the global batch {b.global_} exceeds the 1797 digits",
-                "use a global batch of at most 1797",
+                f"the global batch {b.global_} exceeds the 1437 training digits (360 more are held out)",
+                "use a global batch of at most 1437",
             )
         ]
     return []

@@ -73,8 +73,12 @@ def synthetic_tokens(cfg: DataConf, seed: int) -> TensorDataset:
     return TensorDataset(seq[:, :-1].contiguous(), seq[:, 1:].contiguous())
 
 
-def digits() -> TensorDataset:
-    """scikit-learn's 8x8 digits (shipped with the package), standardised, as 1x8x8 images.
+DIGITS_TRAIN = 1437  # the first 80% of a fixed shuffle; the other 360 are held out for the accuracy
+
+
+def digits(part: str = "train") -> TensorDataset:
+    """scikit-learn's 8x8 digits (shipped with the package), standardised, as 1x8x8 images: the
+    training part, or the held-out part ("test"), split by one fixed shuffle whatever train.seed is.
     Read from the package's data file as sklearn.datasets.load_digits reads it, without importing
     scikit-learn (1.5-2 s of CPU in every rank of every run)."""
     spec = importlib.util.find_spec("sklearn")  # finds the package without running it
@@ -83,7 +87,15 @@ def digits() -> TensorDataset:
     table = np.loadtxt(Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz", delimiter=",")
     x = torch.tensor(table[:, :-1].reshape(-1, 1, 8, 8), dtype=torch.float32)
     x = (x - x.mean()) / x.std()
-    return TensorDataset(x, torch.tensor(table[:, -1].astype(np.int64), dtype=torch.long))
+    y = torch.tensor(table[:, -1].astype(np.int64), dtype=torch.long)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    keep = order[:DIGITS_TRAIN] if part == "train" else order[DIGITS_TRAIN:]
+    return TensorDataset(x[keep], y[keep])
+
+
+def held_out(cfg: DataConf) -> TensorDataset | None:
+    """The samples the run never trains on, for the accuracy at its end (built-in data alone)."""
+    return digits("test") if cfg._target_ is None and cfg.name == "digits" else None
 
 
 class ImageFolder(Dataset[tuple[torch.Tensor, int]]):

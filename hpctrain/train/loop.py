@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from torch.utils.data import TensorDataset
 
 from hpctrain import heap, records
 from hpctrain.config.derived import Derived
@@ -23,10 +24,11 @@ from hpctrain.engine.world import RankInfo
 from hpctrain.events import format_event
 from hpctrain.records.restarts import attempt
 from hpctrain.train import checkpoint
+from hpctrain.train.data import held_out
 from hpctrain.train.memory import peak_bytes, reset_peak
 from hpctrain.train.profile import attach
 from hpctrain.train.schedule import lr_at
-from hpctrain.train.setup import Build, prepare
+from hpctrain.train.setup import Build, build_model, prepare
 from hpctrain.train.stats import rank_stats
 from hpctrain.train.step import StepInput, StepResult, Trainer
 from hpctrain.train.stop import StopControl
@@ -89,12 +91,16 @@ def train(
     if out is None:
         return None
     probe, wait = t.after_training(out, d.world_size, info.rank)
-    if cfg.train.save_model:
-        weights = t.whole_model_state()
-        if master:
+    test = held_out(cfg.data)
+    accuracy = float("nan")
+    if cfg.train.save_model or test is not None:
+        weights = t.whole_model_state()  # collective: every rank calls it
+        if master and cfg.train.save_model:
             buf = io.BytesIO()
             torch.save(weights, buf)
             records.write_atomic(run_dir / records.MODEL, buf.getvalue())
+        if master and test is not None:
+            accuracy = evaluate(cfg, d, weights, test)
     return rank_stats(
         out,
         info.rank,
@@ -109,7 +115,20 @@ def train(
         held=t.held_bytes(),
         link=t.link(),
         tp=t.tp_traffic(),
+        accuracy=accuracy,
     )
+
+
+def evaluate(cfg: Config, d: Derived, weights: dict[str, torch.Tensor], test: TensorDataset) -> float:
+    """The share of `test` the whole trained model classifies right: a fresh copy of the model on
+    the CPU with the gathered weights (whatever the parallelism), in fp32, in evaluation mode."""
+    model, _ = build_model(cfg, d, torch.device("cpu"))  # on the meta device where sharded: assign
+    model.load_state_dict({k: v.detach().to("cpu", torch.float32) for k, v in weights.items()}, assign=True)
+    model.eval()
+    x, y = test.tensors
+    with torch.no_grad():
+        right = sum(int((model(xb).argmax(-1) == yb).sum()) for xb, yb in zip(x.split(256), y.split(256)))
+    return right / len(y)
 
 
 @dataclass(frozen=True)

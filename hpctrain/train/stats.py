@@ -49,6 +49,7 @@ def rank_stats(
     held: dict[str, int] | None = None,
     link: tuple[float, float] = (0.0, 0.0),
     tp: tuple[int, float, float] = (0, 0.0, 0.0),
+    accuracy: float = float("nan"),
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
@@ -69,6 +70,7 @@ def rank_stats(
         data_s=mean("data_s"),
         compute_s=mean("compute_s"),
         comm_s=mean("comm_s"),
+        heldout_accuracy=accuracy,
         first_loss=steps[0].loss if steps else float("nan"),
         last_loss=statistics.fmean(r.loss for r in last) if last else float("nan"),
         peak_memory_bytes=int(peak_memory_bytes),
@@ -167,5 +169,6 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
         probe_small_s=avg("probe_small_s"),
         probe_full_s=avg("probe_full_s"),
         imbalance_s=avg("wait_s"),
+        heldout_accuracy=per_rank[0].heldout_accuracy,
         **about,
     )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
+from hpctrain.config.options import Dataset
 from hpctrain.train.data import GlobalBatchSampler
 
 
@@ -53,13 +55,30 @@ def test_global_batch_larger_than_dataset_is_refused() -> None:
 
 def test_digits_read_without_scikit_learn_equal_load_digits() -> None:
     """data=digits reads the package's file itself (no sklearn import in every rank): the same
-    images and labels, bit for bit, as sklearn.datasets.load_digits, standardised."""
-    import torch
+    images and labels, bit for bit, as sklearn.datasets.load_digits, standardised (its training
+    and held-out parts together, in the split's order)."""
     from sklearn.datasets import load_digits
 
     from hpctrain.train.data import digits
 
-    d, ds = load_digits(), digits()
+    d, train, test = load_digits(), digits("train"), digits("test")
+    order = torch.randperm(1797, generator=torch.Generator().manual_seed(0))
     x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1)
-    assert torch.equal(ds.tensors[0], (x - x.mean()) / x.std())
-    assert torch.equal(ds.tensors[1], torch.tensor(d.target, dtype=torch.long))
+    assert torch.equal(torch.cat([train.tensors[0], test.tensors[0]]), ((x - x.mean()) / x.std())[order])
+    assert torch.equal(torch.cat([train.tensors[1], test.tensors[1]]), torch.tensor(d.target)[order])
+
+
+def test_the_digits_hold_out_360_samples_the_training_never_sees_whatever_the_seed() -> None:
+    from hpctrain.config.schema import DataConf
+    from hpctrain.train.data import build_dataset, digits, held_out
+
+    train, test = digits("train"), digits("test")
+    assert (len(train), len(test)) == (1437, 360)
+    rows = {tuple(x.flatten().tolist()) for x in train.tensors[0]}
+    assert not any(tuple(x.flatten().tolist()) in rows for x in test.tensors[0])  # no sample in both
+    conf = DataConf(name=Dataset.digits, channels=1, image_size=8)
+    for seed in (0, 7):  # the split is the data's, not the run's
+        assert torch.equal(build_dataset(conf, seed).tensors[0], train.tensors[0])
+    kept = held_out(conf)
+    assert kept is not None and torch.equal(kept.tensors[1], test.tensors[1])
+    assert held_out(DataConf()) is None  # synthetic data holds nothing out

@@ -1,0 +1,258 @@
+"""`hpctrain install horovod`: Horovod 0.28.1 (its last release, source only) built for the active
+environment, as any user, and cached per user.
+
+The release does not build as shipped against PyTorch 2 or Python 3.12: its CMake files ask for
+C++14 where PyTorch's headers need C++17 (both files, or the link fails on a duplicate
+`gloo::rendezvous::Store::kDefaultTimeout`), and two files import `distutils`, which 3.12 dropped.
+`plan` (pure) decides what to build from what was found; `patch_tree` applies the patches, each
+checked; `build` runs pip, the only side effect besides the cache. The wheel is cached under
+`<cache>/wheels/horovod-<version>_torch-<torch>_<python>_<gpu ops>/` (the key scripts/setup.sh
+has always used), so a second environment with the same torch and Python installs in seconds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpctrain.errors import HpctrainError
+
+VERSION = "0.28.1"
+BUILD_TOOLS = ("setuptools", "wheel", "packaging")  # --no-build-isolation: the sdist has no pyproject
+
+Say = Callable[[str], None]
+
+
+class InstallError(HpctrainError):
+    exit_code = 3
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the environment offers (facts, gathered by `look`)."""
+
+    python: str  # cp311
+    torch: str | None  # 2.13.0, 2.11.0+cu130; None: not importable
+    torch_cuda: str | None  # the CUDA version torch was built for
+    cxx: str | None  # a C++ compiler's path
+    cmake: str | None
+    mpicxx: str | None  # MPI's compiler wrapper (mpicxx/mpicc): Horovod's MPI controller needs it
+    nvcc: str | None
+    installed: str | None  # the importable Horovod's version with its controllers, e.g. "0.28.1 mpi gloo"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `build` does, and why (what `--dry-run` prints)."""
+
+    wheel_dir: Path
+    env: dict[str, str]  # HOROVOD_* build switches
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def cached(self) -> bool:
+        return any(self.wheel_dir.glob("horovod-*.whl"))
+
+
+# --- pure: patches -----------------------------------------------------------------------------
+# (file, old, new): each must apply, or the sdist is not the one these were written for
+PATCHES: tuple[tuple[str, str, str], ...] = (
+    ("CMakeLists.txt", "CMAKE_CXX_STANDARD 14", "CMAKE_CXX_STANDARD 17"),
+    ("horovod/torch/CMakeLists.txt", "CMAKE_CXX_STANDARD 14", "CMAKE_CXX_STANDARD 17"),
+    (
+        "horovod/torch/CMakeLists.txt",
+        "from distutils.sysconfig import get_python_inc; print(get_python_inc())",
+        "import sysconfig; print(sysconfig.get_paths()['include'])",
+    ),
+    (
+        "horovod/runner/js_run.py",
+        "from distutils.spawn import find_executable\n",
+        "from shutil import which as find_executable\n",
+    ),
+)
+
+
+def patched(rel: str, text: str) -> str:
+    """`text` of the sdist's file `rel` with every patch for it applied; InstallError if one finds
+    nothing to change."""
+    for name, old, new in PATCHES:
+        if name != rel:
+            continue
+        if old not in text:
+            raise InstallError(
+                f"Horovod {VERSION}'s {rel} has no {old.strip()!r}: not the sdist these patches fit"
+            )
+        text = text.replace(old, new)
+    return text
+
+
+def patch_tree(src: Path) -> None:
+    for rel in dict.fromkeys(name for name, _, _ in PATCHES):
+        path = src / rel
+        path.write_text(patched(rel, path.read_text()))
+
+
+# --- pure: the plan ----------------------------------------------------------------------------
+def torch_tag(found: Found) -> str:
+    return f"{(found.torch or '?').replace('+', '_')}_{found.python}"
+
+
+def plan(found: Found, gpu: str, cache: Path, env: Mapping[str, str] = os.environ) -> Plan:
+    """The build for this environment. `gpu`: auto (NCCL where torch is a CUDA build and nvcc is
+    found), nccl or none. InstallError naming each missing tool and where clusters keep it."""
+    missing = []
+    if found.torch is None:
+        missing.append("torch is not importable in this environment: pip install torch (before Horovod)")
+    if found.cxx is None:
+        missing.append("a C++ compiler (c++ or g++ on PATH, or CXX): `module load gcc`, or your OS's g++")
+    if found.cmake is None:
+        missing.append(
+            'cmake 3.13 to 3.x: `module load cmake`, or `pip install "cmake<4"` (CMake 4 rejects Gloo)'
+        )
+    ops = str(env.get("HOROVOD_GPU_OPERATIONS", "")).lower() or None
+    nccl = {"nccl": True, "none": False}.get(gpu, found.torch_cuda is not None and found.nvcc is not None)
+    if ops is not None:
+        nccl = ops == "nccl"
+    if found.torch_cuda is not None and found.nvcc is None:
+        # a CUDA torch makes Horovod's torch extension compile CUDA code, whatever the GPU ops say
+        missing.append(
+            f"nvcc: torch is a CUDA {found.torch_cuda} build, so Horovod's torch extension compiles CUDA "
+            "code: `module load cuda` (or set CUDA_HOME)"
+        )
+    if missing:
+        raise InstallError("cannot build Horovod here; missing:\n  - " + "\n  - ".join(missing))
+    notes = []
+    build_env = {
+        "HOROVOD_WITH_PYTORCH": "1",
+        "HOROVOD_WITH_GLOO": "1",
+        "HOROVOD_WITHOUT_TENSORFLOW": "1",
+        "HOROVOD_WITHOUT_MXNET": "1",
+    }
+    if found.mpicxx is not None:
+        build_env["HOROVOD_WITH_MPI"] = "1"
+    else:
+        build_env["HOROVOD_WITHOUT_MPI"] = "1"
+        notes.append(
+            "no MPI compiler wrapper (mpicxx/mpicc) on PATH: Horovod gets Gloo only "
+            "(parallelism.backend=gloo); for MPI, `module load openmpi` first and run this again"
+        )
+    if nccl:
+        build_env["HOROVOD_GPU_OPERATIONS"] = "NCCL"
+    gpu_ops = "nccl" if nccl else "cpu"
+    wheel_dir = cache / "wheels" / f"horovod-{VERSION}_torch-{torch_tag(found)}_{gpu_ops}"
+    return Plan(wheel_dir, build_env, notes)
+
+
+# --- side effects --------------------------------------------------------------------------------
+def look(python: str = sys.executable) -> Found:
+    """The facts `plan` needs, from PATH and the environment's interpreter."""
+    probe = (
+        "import sys\n"
+        "print(f'cp{sys.version_info[0]}{sys.version_info[1]}')\n"
+        "try:\n import torch; print(torch.__version__); print(torch.version.cuda or '')\n"
+        "except Exception: print(''); print('')\n"
+        "try:\n import horovod, horovod.torch as h\n"
+        " print(horovod.__version__, *[n for n, f in (('mpi', h.mpi_built), ('gloo', h.gloo_built), "
+        "('nccl', h.nccl_built)) if f()])\n"
+        "except Exception: print('')\n"
+    )
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
+    lines = [*out.stdout.splitlines(), "", "", "", ""]
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    return Found(
+        python=lines[0] or f"cp{sys.version_info[0]}{sys.version_info[1]}",
+        torch=lines[1] or None,
+        torch_cuda=lines[2] or None,
+        cxx=shutil.which(cxx) if cxx else None,
+        cmake=shutil.which("cmake"),
+        mpicxx=shutil.which("mpicxx") or shutil.which("mpicc"),
+        nvcc=shutil.which("nvcc") or _cuda_home_nvcc(),
+        installed=lines[3] or None,
+    )
+
+
+def _cuda_home_nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    nvcc = Path(home, "bin", "nvcc") if home else None
+    return str(nvcc) if nvcc is not None and nvcc.is_file() else None
+
+
+def build(p: Plan, python: str, say: Say, tick: Callable[[float, str], None]) -> float:
+    """Download the sdist, patch it, build the wheel into the cache (published whole or not at
+    all); the seconds it took. `tick` hears the time so far and the log's last line every second.
+    The build's log is kept beside the cache on failure."""
+    t0 = time.monotonic()
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
+    _run([*pip, "install", *BUILD_TOOLS], "installing the build tools")
+    with tempfile.TemporaryDirectory(prefix="hpctrain-horovod-") as tmp:
+        work = Path(tmp)
+        _run(
+            [*pip, "download", "--no-deps", "--no-binary", ":all:", f"horovod=={VERSION}", "-d", tmp],
+            "download",
+        )
+        (sdist,) = work.glob(f"horovod-{VERSION}.tar.gz")
+        with tarfile.open(sdist) as tar:
+            tar.extractall(work, filter="data")
+        src = work / f"horovod-{VERSION}"
+        patch_tree(src)
+        staging = p.wheel_dir.with_name(p.wheel_dir.name + f".tmp{os.getpid()}")
+        staging.mkdir(parents=True, exist_ok=True)
+        log = work / "build.log"
+        env = {**os.environ, **p.env, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"}
+        say(f"building Horovod {VERSION} (about 8 minutes on 2 cores); its log: {log}")
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", str(staging), "."],
+                cwd=src,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                while proc.poll() is None:
+                    time.sleep(1)
+                    tick(time.monotonic() - t0, _last_line(log))
+            finally:
+                if proc.poll() is None:  # interrupted: the compilers stop with it
+                    proc.kill()
+                    proc.wait()
+        if proc.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            kept = p.wheel_dir.parent / f"horovod-{VERSION}-build-failed.log"
+            shutil.copyfile(log, kept)
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+            raise InstallError(f"Horovod's build failed; the end of its log ({kept}):\n{tail}")
+        shutil.rmtree(p.wheel_dir, ignore_errors=True)
+        staging.rename(p.wheel_dir)  # published whole: another build never sees half a wheel
+    return time.monotonic() - t0
+
+
+def _last_line(log: Path) -> str:
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - 400))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][:100] if lines else ""
+
+
+def install(p: Plan, python: str) -> None:
+    (wheel,) = sorted(p.wheel_dir.glob("horovod-*.whl"))[-1:]
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "-q", "install"]
+    _run([*pip, "--force-reinstall", "--no-deps", str(wheel)], "install")
+    _run([*pip, str(wheel)], "its requirements")  # psutil, cloudpickle, pyyaml, ...
+
+
+def _run(argv: list[str], what: str) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise InstallError(f"{what} failed ({' '.join(argv[:6])} ...):\n{tail}")
