@@ -7,13 +7,15 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
 
-SETUP = "bash scripts/setup.sh"
+SETUP = "pip install --upgrade hpctrain (from a checkout: bash scripts/setup.sh)"
+HOROVOD = "hpctrain install horovod"  # builds it for this environment (install/horovod.py)
 SLURM_COMMANDS = ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo")
 
 
@@ -43,8 +45,8 @@ def _first_line(argv: list[str]) -> str:
 
 def check_python() -> Check:
     v = platform.python_version()
-    ok = v.startswith(("3.10", "3.11"))
-    return Check("python", ok, v, "" if ok else "use Python 3.10 or 3.11 (Horovod 0.28.1 breaks on 3.12)")
+    ok = (3, 11) <= sys.version_info[:2] <= (3, 13)  # pyproject.toml's requires-python
+    return Check("python", ok, v, "" if ok else "use Python 3.11 to 3.13 (e.g. module load python/3.11)")
 
 
 def check_torch() -> Check:
@@ -64,7 +66,10 @@ def check_torch() -> Check:
 def check_horovod() -> list[Check]:
     v = _version_of("horovod")
     if v is None:
-        return [Check("horovod", False, "not importable", SETUP)]
+        from hpctrain.config.schema import default_engine
+
+        detail = f"not installed: runs use parallelism.engine={default_engine()} (torch DDP)"
+        return [Check("horovod", False, detail, HOROVOD, required=False)]
     try:
         import horovod.torch as hvd
     except Exception as e:  # noqa: BLE001
@@ -73,7 +78,7 @@ def check_horovod() -> list[Check]:
                 "horovod",
                 False,
                 f"{v}, but horovod.torch fails: {e}",
-                f"rebuild: rm -rf ~/.cache/hpctrain && {SETUP}",
+                f"rebuild it: {HOROVOD} --rebuild",
             )
         ]
     controllers = [n for n, f in (("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()]
@@ -94,9 +99,9 @@ def check_horovod() -> list[Check]:
             "horovod controllers",
             bool(controllers),
             ", ".join(controllers) or "none",
-            f"rebuild with HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1: {SETUP}",
+            f"module load openmpi (mpicxx on PATH), then {HOROVOD} --rebuild",
         ),
-        Check("horovod tensor operations", bool(ops), ", ".join(ops) or "none", SETUP),
+        Check("horovod tensor operations", bool(ops), ", ".join(ops) or "none", f"{HOROVOD} --rebuild"),
     ]
     import torch
 
@@ -106,7 +111,7 @@ def check_horovod() -> list[Check]:
                 "horovod NCCL",
                 False,
                 "GPUs present but Horovod has no NCCL operations",
-                f"HOROVOD_GPU_OPERATIONS=NCCL {SETUP}",
+                f"module load cuda (nvcc on PATH), then {HOROVOD} --rebuild --gpu nccl",
                 required=False,
             )
         )
@@ -120,7 +125,7 @@ def check_mpi() -> list[Check]:
             "mpirun",
             mpirun is not None,
             _first_line(["mpirun", "--version"]) if mpirun else "not found",
-            "apt-get install openmpi-bin libopenmpi-dev",
+            "module load openmpi, or apt-get install openmpi-bin (Debian)",
         )
     ]
     if _version_of("mpi4py") is None:
@@ -167,7 +172,7 @@ def check_slurm() -> Check:
         "slurm client",
         not missing,
         detail,
-        "apt-get install slurm-client (to submit to a cluster from this machine)",
+        "on a cluster's login node: module load slurm; elsewhere your OS's SLURM client (to submit from here)",
         required=False,
     )
 
@@ -189,6 +194,25 @@ def check_containers() -> list[Check]:
     return out
 
 
+def check_configs() -> list[Check]:
+    """Where configs are read from (config/search.py): hpctrain's own, then what a site or user added."""
+    from hpctrain.config.search import search_path
+    from hpctrain.errors import ConfigError
+
+    try:
+        found = search_path()
+    except ConfigError as e:
+        return [Check("configs", False, p.rule, p.fix) for p in e.problems]
+    return [
+        Check(
+            f"configs ({s.origin})",
+            True,
+            str(s.path),
+        )
+        for s in found.sources
+    ]
+
+
 def check_host() -> Check:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return Check("host", True, f"{platform.node()}, {cores} cores, {'root' if os.geteuid() == 0 else 'user'}")
@@ -197,6 +221,7 @@ def check_host() -> Check:
 CHECKS: list[Callable[[], Check | list[Check]]] = [
     check_host,
     check_python,
+    check_configs,
     check_torch,
     check_horovod,
     check_mpi,

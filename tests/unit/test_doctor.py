@@ -43,7 +43,7 @@ def test_horovod_built_without_mpi_or_gloo_fails_with_the_rebuild_fix(monkeypatc
     checks = {c.name: c for c in doctor.check_horovod()}
     controllers = checks["horovod controllers"]
     assert not controllers.ok and controllers.detail == "none"
-    assert "HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1" in controllers.fix
+    assert "hpctrain install horovod --rebuild" in controllers.fix
     code, text = _run(monkeypatch, list(checks.values()))
     assert code == 1 and "missing" in text
 
@@ -71,3 +71,13 @@ def test_sinfo_without_a_cluster_is_said_plainly_not_shown_as_a_version(monkeypa
     check = doctor.check_slurm()
     assert check.ok and "res_nsearch" not in check.detail, check
     assert check.detail.startswith("no cluster configured here (set SLURM_CONF, or start one"), check
+
+
+def test_without_horovod_doctor_passes_and_names_the_install_command(monkeypatch) -> None:
+    """A fresh pip install has no Horovod: not a refusal; runs use DDP, and the fix is one command."""
+    monkeypatch.setattr(doctor, "_version_of", lambda module: None)
+    (check,) = doctor.check_horovod()
+    assert not check.ok and not check.required and check.fix == "hpctrain install horovod"
+    assert "parallelism.engine=" in check.detail
+    code, _ = _run(monkeypatch, [check])
+    assert code == 0

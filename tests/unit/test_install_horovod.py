@@ -1,0 +1,58 @@
+"""`hpctrain install horovod`: the plan from what the environment offers, and the patches (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hpctrain.install.horovod import Found, InstallError, patched, plan
+
+FULL = Found(
+    "cp312",
+    "2.6.0+cu124",
+    "12.4",
+    "/usr/bin/c++",
+    "/usr/bin/cmake",
+    "/opt/ompi/bin/mpicxx",
+    "/cuda/bin/nvcc",
+    None,
+)
+
+
+def test_a_cuda_torch_with_nvcc_and_mpi_builds_nccl_with_mpi_into_a_key_of_torch_and_python() -> None:
+    p = plan(FULL, "auto", Path("/c"), env={})
+    assert p.env["HOROVOD_WITH_MPI"] == "1" and p.env["HOROVOD_GPU_OPERATIONS"] == "NCCL"
+    assert p.wheel_dir == Path("/c/wheels/horovod-0.28.1_torch-2.6.0_cu124_cp312_nccl") and not p.notes
+    assert "HOROVOD_GPU_OPERATIONS" not in plan(FULL, "none", Path("/c"), env={}).env
+
+
+def test_without_mpi_it_builds_gloo_only_and_says_how_to_get_mpi() -> None:
+    cpu = Found("cp311", "2.13.0+cpu", None, "/usr/bin/g++", "/usr/bin/cmake", None, None, None)
+    p = plan(cpu, "auto", Path("/c"), env={})
+    assert p.env["HOROVOD_WITHOUT_MPI"] == "1" and "HOROVOD_WITH_MPI" not in p.env
+    assert p.wheel_dir.name == "horovod-0.28.1_torch-2.13.0_cpu_cp311_cpu"  # setup.sh's key, kept
+    assert "module load openmpi" in p.notes[0]
+
+
+def test_every_missing_tool_is_named_with_where_clusters_keep_it() -> None:
+    bare = Found("cp311", "2.6.0+cu124", "12.4", None, None, None, None, None)
+    with pytest.raises(InstallError) as e:
+        plan(bare, "auto", Path("/c"), env={})
+    text = str(e.value)
+    assert "module load gcc" in text and '"cmake<4"' in text and "module load cuda" in text
+
+
+def test_the_patches_apply_to_horovods_text_and_refuse_another() -> None:
+    torch_cmake = (
+        'set(CMAKE_CXX_STANDARD 14)\nexecute_process(COMMAND ${PY_EXE} -c "from distutils.sysconfig '
+        'import get_python_inc; print(get_python_inc())")\n'
+    )
+    out = patched("horovod/torch/CMakeLists.txt", torch_cmake)
+    assert "CMAKE_CXX_STANDARD 17" in out and "distutils" not in out and "sysconfig.get_paths()" in out
+    js = "import os\nfrom distutils.spawn import find_executable\n"
+    assert (
+        patched("horovod/runner/js_run.py", js) == "import os\nfrom shutil import which as find_executable\n"
+    )
+    with pytest.raises(InstallError, match="not the sdist these patches fit"):
+        patched("CMakeLists.txt", "set(CMAKE_CXX_STANDARD 17)\n")
