@@ -44,19 +44,36 @@ template_key=$({
 template="$CACHE/venvs/$template_key"
 if [ "${1:-}" = "--template-key" ]; then echo "$template_key"; exit 0; fi
 
-# --- 1. system packages (Debian) -------------------------------------------------------------
-APT_PKGS=(openmpi-bin libopenmpi-dev g++ make cmake git procps)
-[ -z "$WHEELS" ] || APT_PKGS=(openmpi-bin libopenmpi3 procps)  # nothing to compile
-[ -z "${HPCTRAIN_CONTAINERS:-}" ] || APT_PKGS+=(charliecloud debootstrap python3-lark)
+# --- 1. system tools ---------------------------------------------------------------------------
+# Checked as commands, not packages: on a cluster's login node MPI, compilers and CMake come from
+# environment modules (module load openmpi gcc cmake). Missing ones are installed only on
+# Debian/Ubuntu as root or with passwordless sudo; elsewhere they are named with where clusters
+# keep them, and setup goes on with what it can do (without mpicc: mpi4py's wheel, Horovod without
+# MPI or none).
+declare -A DEB=([mpirun]=openmpi-bin [mpicc]=libopenmpi-dev [c++]=g++ [make]=make [cmake]=cmake [git]=git [ps]=procps)
+declare -A MODULE=([mpirun]="module load openmpi" [mpicc]="module load openmpi" [c++]="module load gcc"
+  [make]="your OS's make" [cmake]='module load cmake, or pip install "cmake<4"' [git]="module load git"
+  [ps]="your OS's procps")
+TOOLS=(mpirun mpicc c++ make cmake git ps)
+[ -z "$WHEELS" ] || TOOLS=(mpirun ps)  # nothing to compile
+[ -z "${HPCTRAIN_CONTAINERS:-}" ] || { TOOLS+=(ch-image debootstrap); DEB[ch-image]=charliecloud; DEB[debootstrap]=debootstrap
+  MODULE[ch-image]="module load charliecloud"; MODULE[debootstrap]="your OS's debootstrap"; }
 missing=()
-for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if ! "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1; then missing+=(python3-venv python3-dev); fi
-if ((${#missing[@]})); then
-  say "installing Debian packages: ${missing[*]}"
-  SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+for t in "${TOOLS[@]}"; do command -v "$t" >/dev/null 2>&1 || missing+=("$t"); done
+[ -z "${HPCTRAIN_CONTAINERS:-}" ] || /usr/bin/python3 -c 'import lark' >/dev/null 2>&1 || { missing+=(lark); DEB[lark]=python3-lark; MODULE[lark]="Debian's python3-lark"; }
+"$PY" -c 'import venv, ensurepip' >/dev/null 2>&1 || { missing+=(venv); DEB[venv]="python3-venv python3-dev"; MODULE[venv]="module load python (a Python with venv)"; }
+SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+if ((${#missing[@]})) && [ -f /etc/debian_version ] && command -v apt-get >/dev/null 2>&1 &&
+   { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
+  pkgs=(); for t in "${missing[@]}"; do pkgs+=(${DEB[$t]}); done
+  say "installing Debian packages: ${pkgs[*]}"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  missing=()
 fi
+for t in "${missing[@]}"; do say "missing: $t (${MODULE[$t]}); going on without it"; done
+has() { command -v "$1" >/dev/null 2>&1; }
+[[ " ${missing[*]} " != *" venv "* ]] || { echo "this Python ($PY) cannot make a virtual environment: ${MODULE[venv]}, or set PYTHON" >&2; exit 1; }
 
 # --- 2. virtual environment and Python packages ----------------------------------------------
 # A new clone's environment is this machine's last one for the same requirements (the template
@@ -107,71 +124,14 @@ if ! "$VENV/bin/python" -c 'import torch, mpi4py' >/dev/null 2>&1; then
   fi
   pip_install "$TORCH_SPEC" numpy
   # mpi4py is built against the system OpenMPI so that it and Horovod share one MPI library.
-  if [ -n "$WHEELS" ]; then
-    pip_install 'mpi4py>=4,<5'   # the wheel built against the same OpenMPI on the host
+  if [ -n "$WHEELS" ] || ! has mpicc; then
+    pip_install 'mpi4py>=4,<5'   # a wheel (the host's own in a container build)
   else
     say "building mpi4py against $(mpirun --version 2>/dev/null | head -1)"
     pip_install --no-binary mpi4py 'mpi4py>=4,<5'
   fi
 fi
 
-# --- 3. Horovod, built once per (Horovod, torch, Python, GPU ops) and cached ------------------
-# (asked only when a wheel is needed: each question imports torch, 1.5 s)
-torch_tag() { "$VENV/bin/python" -c 'import sys, torch; print(torch.__version__.replace("+", "_"), f"cp{sys.version_info[0]}{sys.version_info[1]}", sep="_")'; }
-gpu_ops=${HOROVOD_GPU_OPERATIONS:-cpu}
-# Horovod's own `horovodrun --check-build` takes ~13 s; asking horovod.torch directly takes ~3 s.
-nccl_check=True
-[ "${gpu_ops,,}" != nccl ] || nccl_check="h.nccl_built()"
-horovod_ok() {
-  "$VENV/bin/python" -c "import horovod, horovod.torch as h, sys; sys.exit(not (horovod.__version__ == '$HOROVOD_VERSION' and h.mpi_built() and h.gloo_built() and $nccl_check))" >/dev/null 2>&1
-}
-horovod_build_failed() {
-  tail -40 "$1" >&2
-  echo "Horovod build failed; the end of its log is above" >&2
-  if grep -q "Could NOT find CUDAToolkit" "$1"; then
-    # a CUDA build of torch makes Horovod compile its CUDA parts, whatever HOROVOD_GPU_OPERATIONS says
-    echo "this torch is a CUDA build ($("$VENV/bin/python" -c 'import torch; print(torch.__version__)')): Horovod's torch" \
-      "extension then needs the CUDA toolkit (nvcc and libcudart): load it (e.g. module load cuda, or set" \
-      "CUDA_HOME) and run setup again, or set HPCTRAIN_HOROVOD=0 to go on without Horovod" >&2
-  fi
-}
-if [ "${gpu_ops,,}" = nccl ] && "$VENV/bin/python" -c 'import horovod.torch as h, sys; sys.exit(h.nccl_built())' >/dev/null 2>&1; then
-  say "the installed Horovod has no NCCL operations and a GPU build was asked for: building one with NCCL"
-fi
-WITH_HOROVOD=${HPCTRAIN_HOROVOD:-1}
-if [ "$WITH_HOROVOD" = 0 ]; then
-  say "without Horovod (HPCTRAIN_HOROVOD=0): the torch engines run, engine=horovod is refused"
-elif horovod_ok; then
-  say "Horovod $HOROVOD_VERSION already installed"
-else
-  wheel_dir="$CACHE/wheels/horovod-${HOROVOD_VERSION}_torch-$(torch_tag)_${gpu_ops,,}"
-  if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
-    say "building Horovod $HOROVOD_VERSION from source (about 8 minutes on 2 cores; cached in $wheel_dir)"
-    build=$(mktemp -d)
-    trap 'rm -rf "$build"' EXIT
-    "${PIP[@]}" download --no-deps --no-binary :all: "horovod==$HOROVOD_VERSION" -d "$build"
-    tar -xzf "$build"/horovod-*.tar.gz -C "$build"
-    src="$build/horovod-$HOROVOD_VERSION"
-    # PyTorch 2.x headers need C++17; Horovod 0.28.1 asks for C++14. Both files must change, or the
-    # link fails on a duplicate gloo::rendezvous::Store::kDefaultTimeout (see shared design notes).
-    sed -i 's/CMAKE_CXX_STANDARD 14/CMAKE_CXX_STANDARD 17/' "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
-    grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt" || { echo "C++17 patch did not apply" >&2; exit 1; }
-    # Python 3.12 has no distutils: Python's include directory from sysconfig, `which` from shutil
-    sed -i "s/from distutils.sysconfig import get_python_inc; print(get_python_inc())/import sysconfig; print(sysconfig.get_paths()['include'])/" "$src/horovod/torch/CMakeLists.txt"
-    sed -i 's/^from distutils.spawn import find_executable$/from shutil import which as find_executable/' "$src/horovod/runner/js_run.py"
-    ! grep -rq 'distutils' "$src/horovod/torch/CMakeLists.txt" "$src/horovod/runner/js_run.py" || { echo "distutils patch did not apply" >&2; exit 1; }
-    mkdir -p "$wheel_dir.tmp"
-    (cd "$src" && HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 \
-        HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
-        MAKEFLAGS="-j$(nproc)" \
-        "$VENV/bin/python" -m pip wheel --no-build-isolation --no-deps -w "$wheel_dir.tmp" . ) \
-        > "$build/build.log" 2>&1 || { horovod_build_failed "$build/build.log"; exit 1; }
-    rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"   # publish the cache entry atomically
-  fi
-  say "installing cached Horovod wheel from $wheel_dir"
-  pip_install --force-reinstall --no-deps "$wheel_dir"/horovod-*.whl
-  pip_install "$wheel_dir"/horovod-*.whl  # its own requirements (psutil, cloudpickle, ...)
-fi
 # Re-install hpctrain only when its dependencies changed (or the venv serves another clone).
 stamp="$VENV/.hpctrain-installed"
 want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16) $ROOT"
@@ -185,6 +145,28 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   fi
   echo "$want" > "$stamp"
 fi
+# --- 3. Horovod: `hpctrain install horovod` builds it for this environment (patched for PyTorch 2
+# and Python 3.12) once per (Horovod, torch, Python, GPU ops), cached in $CACHE/wheels ----------
+gpu_ops=${HOROVOD_GPU_OPERATIONS:-cpu}
+# Horovod's own `horovodrun --check-build` takes ~13 s; asking horovod.torch directly takes ~3 s.
+nccl_check=True
+[ "${gpu_ops,,}" != nccl ] || nccl_check="h.nccl_built()"
+horovod_ok() {
+  "$VENV/bin/python" -c "import horovod, horovod.torch as h, sys; sys.exit(not (horovod.__version__ == '$HOROVOD_VERSION' and h.gloo_built() and $nccl_check))" >/dev/null 2>&1
+}
+WITH_HOROVOD=${HPCTRAIN_HOROVOD:-1}
+if [ "$WITH_HOROVOD" = 0 ]; then
+  say "without Horovod (HPCTRAIN_HOROVOD=0): the torch engines run, engine=horovod is refused"
+elif horovod_ok; then
+  say "Horovod $HOROVOD_VERSION already installed"
+elif [ -z "$WHEELS" ] && ! { has c++ && has cmake; }; then
+  WITH_HOROVOD=0
+  say "Horovod not built: it needs a C++ compiler and cmake (module load gcc cmake), then: hpctrain install horovod"
+else
+  installed=1
+  HPCTRAIN_CACHE=$CACHE "$VENV/bin/hpctrain" install horovod ${GPU:+--gpu nccl} || exit 1
+fi
+
 if [ -n "$installed" ]; then
   # Where PYTHONDONTWRITEBYTECODE is set, nothing would ever write these: every process would
   # compile torch again. A file no Python 3 parses (a package's template) is no reason to stop.
@@ -195,7 +177,7 @@ if [ -n "$installed" ]; then
   "$VENV/bin/python" -m compileall -q -j 0 -x '/site-packages/(pip|setuptools|sklearn|scipy|networkx)/' \
     "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null 2>&1 || true
 fi
-[ "$WITH_HOROVOD" = 0 ] || [ -z "$installed" ] || horovod_ok || { echo "Horovod $HOROVOD_VERSION with PyTorch, MPI and Gloo${GPU:+ and NCCL} is not importable from $VENV" >&2; exit 1; }
+[ "$WITH_HOROVOD" = 0 ] || [ -z "$installed" ] || horovod_ok || { echo "Horovod $HOROVOD_VERSION with PyTorch and Gloo${GPU:+ and NCCL} is not importable from $VENV" >&2; exit 1; }
 if [ -n "$GPU" ]; then
   "$VENV/bin/python" - <<'PY'
 import torch

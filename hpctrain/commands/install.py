@@ -39,6 +39,7 @@ def cmd_install(args: argparse.Namespace, console: Console) -> int:
         return 0
     t0 = time.monotonic()
     if args.rebuild or not p.cached:
+        p.buildable()
         with console.status("building Horovod") as status:
             took = hv.build(
                 p,

@@ -183,7 +183,7 @@ def summary_table(s: RunSummary) -> Table:
         t.add_row("  per stage", " / ".join(f"{b / 2**20:.0f}" for b in per_stage) + " MiB", "")
     if known(s.first_loss):
         t.add_row("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}", "")
-    if known(s.heldout_accuracy):
+    if s.heldout_accuracy is not None:
         t.add_row("held-out accuracy", f"{100 * s.heldout_accuracy:.1f}%", "samples never trained on")
     t.add_row("timed steps", str(s.timed_steps), "")
     return t

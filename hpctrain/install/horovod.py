@@ -55,6 +55,12 @@ class Plan:
     wheel_dir: Path
     env: dict[str, str]  # HOROVOD_* build switches
     notes: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # what a build needs and this environment lacks
+
+    def buildable(self) -> None:
+        """InstallError naming each missing tool and where clusters keep it (a cached wheel needs none)."""
+        if self.missing:
+            raise InstallError("cannot build Horovod here; missing:\n  - " + "\n  - ".join(self.missing))
 
     @property
     def cached(self) -> bool:
@@ -106,7 +112,7 @@ def torch_tag(found: Found) -> str:
 
 def plan(found: Found, gpu: str, cache: Path, env: Mapping[str, str] = os.environ) -> Plan:
     """The build for this environment. `gpu`: auto (NCCL where torch is a CUDA build and nvcc is
-    found), nccl or none. InstallError naming each missing tool and where clusters keep it."""
+    found), nccl or none. What a build would lack is listed in `missing`, with where clusters keep it."""
     missing = []
     if found.torch is None:
         missing.append("torch is not importable in this environment: pip install torch (before Horovod)")
@@ -126,8 +132,6 @@ def plan(found: Found, gpu: str, cache: Path, env: Mapping[str, str] = os.enviro
             f"nvcc: torch is a CUDA {found.torch_cuda} build, so Horovod's torch extension compiles CUDA "
             "code: `module load cuda` (or set CUDA_HOME)"
         )
-    if missing:
-        raise InstallError("cannot build Horovod here; missing:\n  - " + "\n  - ".join(missing))
     notes = []
     build_env = {
         "HOROVOD_WITH_PYTORCH": "1",
@@ -147,7 +151,7 @@ def plan(found: Found, gpu: str, cache: Path, env: Mapping[str, str] = os.enviro
         build_env["HOROVOD_GPU_OPERATIONS"] = "NCCL"
     gpu_ops = "nccl" if nccl else "cpu"
     wheel_dir = cache / "wheels" / f"horovod-{VERSION}_torch-{torch_tag(found)}_{gpu_ops}"
-    return Plan(wheel_dir, build_env, notes)
+    return Plan(wheel_dir, build_env, notes, missing)
 
 
 # --- side effects --------------------------------------------------------------------------------

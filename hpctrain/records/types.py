@@ -63,8 +63,8 @@ class RankSummary:
     # (its data + compute against the slowest's, step by step); NaN: not measured (pipelines, older runs)
     wait_s: float = float("nan")
     # rank 0, after training: the share of the data's held-out samples the whole model classifies
-    # right (data=digits; NaN: the data holds none out)
-    heldout_accuracy: float = float("nan")
+    # right (data=digits; None: the data holds none out)
+    heldout_accuracy: float | None = None
     # bytes this rank holds at the end of training: parameters, gradients, optimizer state (its
     # shards under fsdp/hsdp; 0: not recorded)
     param_bytes: int = 0
@@ -157,7 +157,7 @@ class RunSummary:
     probe_full_s: float = 0.0
     # load imbalance: mean over ranks of RankSummary.wait_s, a part of comm_s (NaN: not measured)
     imbalance_s: float = float("nan")
-    heldout_accuracy: float = float("nan")  # see RankSummary (rank 0's)
+    heldout_accuracy: float | None = None  # see RankSummary (rank 0's)
     # as the engine says (engine/base.py): how it groups gradients, "fusion" | "buckets", and the
     # allreduce benchmark's column that times its collective; "" in older records (see below)
     grad_grouping: str = ""

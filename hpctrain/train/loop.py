@@ -92,7 +92,7 @@ def train(
         return None
     probe, wait = t.after_training(out, d.world_size, info.rank)
     test = held_out(cfg.data)
-    accuracy = float("nan")
+    accuracy: float | None = None
     if cfg.train.save_model or test is not None:
         weights = t.whole_model_state()  # collective: every rank calls it
         if master and cfg.train.save_model:

@@ -49,7 +49,7 @@ def rank_stats(
     held: dict[str, int] | None = None,
     link: tuple[float, float] = (0.0, 0.0),
     tp: tuple[int, float, float] = (0, 0.0, 0.0),
-    accuracy: float = float("nan"),
+    accuracy: float | None = None,
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]

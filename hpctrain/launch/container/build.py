@@ -31,16 +31,26 @@ from packaging.requirements import Requirement
 
 from hpctrain.errors import LaunchError
 from hpctrain.launch.container.store import RECORD, cache_dir
+from hpctrain.resources import shipped
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository (or source tree) hpctrain runs from
-DOCKERFILE = ROOT / "containers" / "charliecloud.Dockerfile"
+RECIPE = "charliecloud.Dockerfile"  # in containers/, shipped in the package (resources.py)
 SUITE = "bookworm"
 # what the image needs from Debian: Python with venv, OpenMPI 4.1 (the host's major version: the
 # hybrid model), procps for hpctrain's process checks
 BASE_PACKAGES = ("python3", "python3-venv", "openmpi-bin", "libopenmpi3", "procps")
 BUILD_TOOLS = {"pip", "setuptools", "wheel", "packaging"}  # setup.sh's editable install needs them
 FROM_SOURCE = {"mpi4py"}  # built against this machine's OpenMPI, as setup.sh builds it
-CONTEXT_FILES = ("pyproject.toml", "README.md", "hpctrain", "conf", "scripts/setup.sh")
+# the image installs hpctrain from its sources (setup.py maps conf/ and containers/ in)
+CONTEXT_FILES = (
+    "pyproject.toml",
+    "setup.py",
+    "README.md",
+    "hpctrain",
+    "conf",
+    "containers",
+    "scripts/setup.sh",
+)
 
 Say = Callable[[str], None]
 
@@ -141,6 +151,12 @@ def horovod_wheel() -> Path:
 
 
 def gather_inputs() -> Inputs:
+    if not (ROOT / "pyproject.toml").is_file():  # a pip install carries no sources to build from
+        raise LaunchError(
+            "hpctrain container build installs hpctrain from its sources: run it from a clone of the "
+            "repository (its scripts/setup.sh); with a pip install, use an image your site provides "
+            "(cluster.container.runtime=apptainer|pyxis)"
+        )
     mirror = apt_mirror(read_apt_sources())
     if mirror is None:
         raise LaunchError("no Debian mirror in /etc/apt/sources.list*: debootstrap needs one")
@@ -151,7 +167,7 @@ def gather_inputs() -> Inputs:
         packages=BASE_PACKAGES,
         suite=SUITE,
         mirror=mirror,
-        dockerfile=DOCKERFILE.read_text(),
+        dockerfile=(shipped("containers") / RECIPE).read_text(),
         setup_sh=hashlib.sha256((ROOT / "scripts" / "setup.sh").read_bytes()).hexdigest(),
     )
 
