@@ -132,16 +132,19 @@ if ! "$VENV/bin/python" -c 'import torch, mpi4py' >/dev/null 2>&1; then
   fi
 fi
 
-# Re-install hpctrain only when its dependencies changed (or the venv serves another clone).
+# Re-install hpctrain only when its dependencies changed (or the venv serves another clone). The
+# checkout goes on the import path as it is (setuptools' compat mode: a .pth), so Hydra finds the
+# hydra_plugins namespace there, which the import hook of its default editable mode hides.
+COMPAT="--config-settings editable_mode=compat"
 stamp="$VENV/.hpctrain-installed"
 want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16) $ROOT"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   if [ -n "$cloned" ]; then  # its dependencies came with the environment: only hpctrain itself
     say "installing hpctrain (editable)"
-    "${PIP[@]}" install --no-compile --no-deps --no-build-isolation -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+    "${PIP[@]}" install --no-compile --no-deps --no-build-isolation $COMPAT -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   else
     say "installing hpctrain (editable) and its dependencies"
-    pip_install --no-build-isolation -e "$ROOT${EXTRAS:+[$EXTRAS]}"
+    pip_install --no-build-isolation $COMPAT -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   fi
   echo "$want" > "$stamp"
 fi

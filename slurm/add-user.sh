@@ -9,8 +9,12 @@ set -euo pipefail
 user=${1:?usage: slurm/add-user.sh USER}
 id -u "$user" >/dev/null 2>&1 || { echo "no such user: $user" >&2; exit 1; }
 export SLURM_CONF
-sacctmgr -i -n show account users format=account | grep -qw users ||
-  sacctmgr -i add account users Cluster=hpctrain Description=users Organization=hpctrain >/dev/null
-sacctmgr -i -n show assoc where user="$user" account=users format=user | grep -qw "$user" ||
-  sacctmgr -i add user "$user" Account=users DefaultAccount=users Cluster=hpctrain >/dev/null
+# sacctmgr's add exits 1 for what exists already ("Nothing new added"): ask first, then check
+listed() { sacctmgr -i -n -P show "$@" 2>/dev/null || true; }
+[ -n "$(listed account users format=account)" ] ||
+  sacctmgr -i add account users Cluster=hpctrain Description=users Organization=hpctrain >/dev/null || true
+[ -n "$(listed assoc where user="$user" account=users format=user)" ] ||
+  sacctmgr -i add user "$user" Account=users DefaultAccount=users Cluster=hpctrain >/dev/null || true
+[ "$(listed assoc where user="$user" account=users format=user)" = "$user" ] ||
+  { echo "[slurm] could not admit $user: sacctmgr show assoc lists no association in account users" >&2; exit 1; }
 echo "[slurm] $user may submit (account users)"

@@ -17,6 +17,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,13 +78,26 @@ def user_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def _fresh_environment(home: Path, out: Path) -> None:
     for old in ("env", "outputs", "multirun", ".config", "app", "wheel"):
         shutil.rmtree(home / old, ignore_errors=True)
+    # the sdist, then the wheel from the sdist (so the sdist is complete): what a release uploads
     built = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)],
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    (wheel,), (sdist,) = out.glob("hpctrain-*.whl"), out.glob("hpctrain-*.tar.gz")
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)],
         capture_output=True,
         text=True,
     )
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    (wheel,) = out.glob("hpctrain-*.whl")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    with zipfile.ZipFile(wheel) as z:  # what a command reads at run time ships inside the package
+        names = set(z.namelist())
+    shipped = {
+        "hpctrain/conf/config.yaml",
+        "hpctrain/conf/cluster/slurm.yaml",
+        "hpctrain/containers/hpctrain.def",
+    }
+    assert shipped | {"hydra_plugins/hpctrain_launcher/launcher.py"} <= names
     (home / "wheel").mkdir()
     shutil.copy(wheel, home / "wheel")
     shutil.chown(home / "wheel", USER)

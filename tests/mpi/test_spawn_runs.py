@@ -63,9 +63,10 @@ def test_without_horovod_installed_ddp_runs_and_horovod_is_refused(tmp_path: Pat
         env=env,
     )
     assert "No module named 'horovod'" in probe.stderr  # hidden indeed, and hpctrain imported first
-    r = cli(f"run.dir={tmp_path / 'ddp'}", *BASE, *SPAWN, "parallelism.engine=ddp")
+    r = cli(f"run.dir={tmp_path / 'ddp'}", *BASE, *SPAWN)  # the default engine: DDP without Horovod
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads((tmp_path / "ddp" / "summary.json").read_text())["engine"] == "ddp"
-    r = cli(f"run.dir={tmp_path / 'hvd'}", *BASE)
+    r = cli(f"run.dir={tmp_path / 'hvd'}", *BASE, "parallelism.engine=horovod")
     assert r.returncode == 2 and "parallelism.engine: horovod is not installed" in r.stderr, r.stderr
+    assert "hpctrain install horovod" in r.stderr
     assert "engine=ddp" in r.stderr and not (tmp_path / "hvd").exists()  # refused before anything
