@@ -57,3 +57,27 @@ def test_the_patches_apply_to_horovods_text_and_refuse_another() -> None:
     )
     with pytest.raises(InstallError, match="not the sdist these patches fit"):
         patched("CMakeLists.txt", "set(CMAKE_CXX_STANDARD 17)\n")
+
+
+def test_an_sdist_member_that_would_land_outside_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """Pythons before 3.11.4 (Debian 12's 3.11.2) have no extraction filter: unpack checks itself."""
+    import io
+    import tarfile
+
+    from hpctrain.install import horovod
+
+    def sdist(name: str, member: str) -> Path:
+        path = tmp_path / name
+        with tarfile.open(path, "w:gz") as tar:
+            info = tarfile.TarInfo(member)
+            info.size = 2
+            tar.addfile(info, io.BytesIO(b"hi"))
+        return path
+
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    (tmp_path / "in").mkdir()
+    horovod.unpack(sdist("good.tar.gz", "horovod-0.28.1/setup.py"), tmp_path / "in")
+    assert (tmp_path / "in" / "horovod-0.28.1" / "setup.py").read_text() == "hi"
+    with pytest.raises(InstallError, match="would land outside"):
+        horovod.unpack(sdist("bad.tar.gz", "../escaped.txt"), tmp_path / "in")
+    assert not (tmp_path / "escaped.txt").exists()
