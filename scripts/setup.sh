@@ -162,8 +162,9 @@ if [ "$WITH_HOROVOD" = 0 ]; then
   say "without Horovod (HPCTRAIN_HOROVOD=0): the torch engines run, engine=horovod is refused"
 elif horovod_ok; then
   say "Horovod $HOROVOD_VERSION already installed"
-elif [ -z "$WHEELS" ] && ! { has c++ && has cmake; }; then
-  WITH_HOROVOD=0
+elif [ -z "$WHEELS" ] && ! { has c++ && has cmake; } &&
+     ! "$VENV/bin/hpctrain" install horovod --dry-run 2>/dev/null | grep -q ": cached in"; then
+  WITH_HOROVOD=0  # nothing cached to install, nothing to build it with: go on with the torch engines
   say "Horovod not built: it needs a C++ compiler and cmake (module load gcc cmake), then: hpctrain install horovod"
 else
   installed=1
