@@ -97,6 +97,15 @@ def torch_facts_key() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def importable(module: str) -> bool:
+    """Whether `module` can be imported here, asked without importing it (Horovod's import takes
+    seconds): what the default engine and the engine's rules decide on."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def cache_dir() -> Path:
     """hpctrain's cache (as scripts/setup.sh keeps its wheels): $HPCTRAIN_CACHE, else
     $XDG_CACHE_HOME/hpctrain, else ~/.cache/hpctrain."""

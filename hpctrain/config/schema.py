@@ -6,7 +6,6 @@ Units are in key names (`_mb`, `_ms`, `_min`), as in Hydra's submitit launcher.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional
 
@@ -40,6 +39,7 @@ from hpctrain.config.options import (  # noqa: F401  (re-exported: the schema's 
     Schedule,
     StudyKind,
 )
+from hpctrain.facts import importable
 
 
 @dataclass
@@ -196,10 +196,7 @@ class TpHolder:
 def default_engine() -> str:
     """Horovod, the mission's engine, where it is installed; torch's DDP where it is not (a fresh
     `pip install hpctrain`: `hpctrain install horovod` builds it), so that a first run trains."""
-    try:
-        return "horovod" if importlib.util.find_spec("horovod") is not None else "ddp"
-    except (ImportError, ValueError):
-        return "ddp"
+    return "horovod" if importable("horovod") else "ddp"
 
 
 @dataclass

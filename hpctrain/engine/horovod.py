@@ -25,6 +25,7 @@ from hpctrain.engine.base import Engine, StageReplicas, Timeline, step_optimizer
 from hpctrain.engine.quiet_wait import optimizer_handles, wait_quietly
 from hpctrain.engine.world import CommError, RankInfo, gloo_env
 from hpctrain.errors import Problem
+from hpctrain.facts import importable
 
 if TYPE_CHECKING:
     import torch
@@ -33,7 +34,9 @@ if TYPE_CHECKING:
     from hpctrain.records import Layout
 
 # the one command that builds and installs it for the active environment (commands/install.py)
-INSTALL_HINT = "install it with `hpctrain install horovod` (a few minutes: 2.2 on 2 cores here; no root)"
+INSTALL_HINT = (
+    "install it with `hpctrain install horovod` (it builds for this environment in minutes; no root)"
+)
 HOROVOD_FUSION_BYTES = 64 * 2**20  # Horovod's HOROVOD_FUSION_THRESHOLD default
 
 
@@ -269,12 +272,7 @@ def init_horovod(  # -> horovod.torch module
 def horovod_installed() -> bool:
     """Whether Horovod can be imported here (without importing it: that starts nothing, but takes
     seconds)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("horovod") is not None
-    except (ImportError, ValueError):
-        return False
+    return importable("horovod")
 
 
 def horovod_without_nccl() -> str:

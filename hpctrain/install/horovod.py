@@ -210,7 +210,7 @@ def build(p: Plan, python: str, say: Say, tick: Callable[[float, str], None]) ->
         staging.mkdir(parents=True, exist_ok=True)
         log = work / "build.log"
         env = {**os.environ, **p.env, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"}
-        say(f"building Horovod {VERSION} (a few minutes: 2.2 on 2 cores here); its log: {log}")
+        say(f"building Horovod {VERSION} (a few minutes); its log: {log}")
         with log.open("w") as out:
             proc = subprocess.Popen(
                 [*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", str(staging), "."],

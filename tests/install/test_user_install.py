@@ -34,23 +34,38 @@ MASKED = ("apt", "apt-get", "dpkg", "sudo")
 AS_USER = (
     "for t in " + " ".join(MASKED) + "; do "
     'p=$(command -v "$t") && mount --bind /dev/null "$p"; done; '
-    'exec runuser -u "$WHO" -- env -i HOME="$HOMEDIR" USER="$WHO" PATH="$UPATH" LANG=C.UTF-8 $EXTRA "$@"'
+    'exec runuser -u "$WHO" -- env -i HOME="$HOMEDIR" USER="$WHO" PATH="$UPATH" LANG=C.UTF-8 "$@"'
 )
 
 
 def as_user(
-    home: Path, *argv: str, cwd: Path | None = None, extra: dict[str, str] | None = None, timeout: float = 600
-):
-    env_bin = home / "env" / "bin"
+    home: Path,
+    *argv: str,
+    cwd: Path | None = None,
+    extra: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """argv as the user, in a private mount namespace; `extra`: NAME=VALUE words env(1) sets too."""
     shell = {
         "WHO": USER,
         "HOMEDIR": str(home),
-        "UPATH": f"{env_bin}:/usr/local/bin:/usr/bin:/bin",
-        "EXTRA": " ".join(f"{k}={v}" for k, v in (extra or {}).items()),
+        "UPATH": f"{home / 'env' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
         "PATH": os.environ["PATH"],
     }
+    assigned = [f"{k}={v}" for k, v in (extra or {}).items()]
     return subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "bash", "-c", AS_USER, "as-user", *argv],
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            AS_USER,
+            "as-user",
+            *assigned,
+            *argv,
+        ],
         capture_output=True,
         text=True,
         env=shell,
