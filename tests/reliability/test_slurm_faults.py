@@ -90,7 +90,9 @@ def test_resume_refuses_a_study_whose_jobs_are_still_running(tmp_path: Path) -> 
         assert proc.returncode == 130 and "keep running" in out, out + err
         [study] = list(tmp_path.glob("*/*-strong"))
         job = json.loads((study / "n1-r0" / "job.json").read_text())["job_id"]
-        assert sacct_state(job) == "RUNNING"
+        # the ranks write steps before slurmdbd records the start (it lags the controller: the
+        # fresh clone of 2026-11-27 saw PENDING here once): wait for the record, then resume
+        wait_for("sacct to record the job running", lambda: sacct_state(job) == "RUNNING", timeout_s=30)
         r = hpctrain("study", "resume", str(study), timeout=120)
         assert r.returncode == 1, r.stdout + r.stderr
         assert f"still in flight: n1-r0 (job {job} RUNNING)" in r.stderr, r.stderr
