@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from hpctrain.config.derived import world_size
+from hpctrain.config.options import DIGITS_TRAIN
 from hpctrain.config.resume import resume_checkpoints
 from hpctrain.config.schema import Config
 from hpctrain.config.split import declared_checkpoint_blocks
@@ -152,12 +153,12 @@ def _sample_problems(cfg: Config) -> list[Problem]:
                 f"set data.num_samples >= {b.global_}, or use a smaller batch",
             )
         ]
-    if cfg.data._target_ is None and cfg.data.name == "digits" and b.global_ > 1437:
+    if cfg.data._target_ is None and cfg.data.name == "digits" and b.global_ > DIGITS_TRAIN:
         return [
             Problem(
                 "train.batch_per_rank",
-                f"the global batch {b.global_} exceeds the 1437 training digits (360 more are held out)",
-                "use a global batch of at most 1437",
+                f"the global batch {b.global_} exceeds the {DIGITS_TRAIN} training digits (360 more are held out)",
+                f"use a global batch of at most {DIGITS_TRAIN}",
             )
         ]
     return []

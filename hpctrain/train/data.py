@@ -8,6 +8,7 @@ is then mathematically the same as single-process training (the equivalence test
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset
 
 from hpctrain.config.folder import IMAGE_SUFFIXES  # one list for validation and the ranks
+from hpctrain.config.options import DIGITS_TRAIN
 from hpctrain.config.schema import DataConf
 
 
@@ -73,18 +75,12 @@ def synthetic_tokens(cfg: DataConf, seed: int) -> TensorDataset:
     return TensorDataset(seq[:, :-1].contiguous(), seq[:, 1:].contiguous())
 
 
-DIGITS_TRAIN = 1437  # the first 80% of a fixed shuffle; the other 360 are held out for the accuracy
-
-
 def digits(part: str = "train") -> TensorDataset:
     """scikit-learn's 8x8 digits (shipped with the package), standardised, as 1x8x8 images: the
     training part, or the held-out part ("test"), split by one fixed shuffle whatever train.seed is.
     Read from the package's data file as sklearn.datasets.load_digits reads it, without importing
     scikit-learn (1.5-2 s of CPU in every rank of every run)."""
-    spec = importlib.util.find_spec("sklearn")  # finds the package without running it
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError("data=digits needs scikit-learn (pip install scikit-learn)")
-    table = np.loadtxt(Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz", delimiter=",")
+    table = _digits_table()
     x = torch.tensor(table[:, :-1].reshape(-1, 1, 8, 8), dtype=torch.float32)
     x = (x - x.mean()) / x.std()
     y = torch.tensor(table[:, -1].astype(np.int64), dtype=torch.long)
@@ -93,9 +89,24 @@ def digits(part: str = "train") -> TensorDataset:
     return TensorDataset(x[keep], y[keep])
 
 
-def held_out(cfg: DataConf) -> TensorDataset | None:
-    """The samples the run never trains on, for the accuracy at its end (built-in data alone)."""
-    return digits("test") if cfg._target_ is None and cfg.name == "digits" else None
+@functools.cache
+def _digits_table() -> np.ndarray:
+    """The data file, parsed once per process (rank 0 reads both parts)."""
+    spec = importlib.util.find_spec("sklearn")  # finds the package without running it
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("data=digits needs scikit-learn (pip install scikit-learn)")
+    return np.loadtxt(Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz", delimiter=",")
+
+
+def holds_out(cfg: DataConf) -> bool:
+    """Whether the data keeps samples the run never trains on (built-in digits alone): every rank
+    asks, since measuring the accuracy on them gathers the model."""
+    return cfg._target_ is None and cfg.name == "digits"
+
+
+def held_out(cfg: DataConf) -> TensorDataset:
+    """The samples the run never trains on, for the accuracy at its end (rank 0 alone loads them)."""
+    return digits("test")
 
 
 class ImageFolder(Dataset[tuple[torch.Tensor, int]]):

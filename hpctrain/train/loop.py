@@ -24,7 +24,7 @@ from hpctrain.engine.world import RankInfo
 from hpctrain.events import format_event
 from hpctrain.records.restarts import attempt
 from hpctrain.train import checkpoint
-from hpctrain.train.data import held_out
+from hpctrain.train.data import held_out, holds_out
 from hpctrain.train.memory import peak_bytes, reset_peak
 from hpctrain.train.profile import attach
 from hpctrain.train.schedule import lr_at
@@ -91,16 +91,16 @@ def train(
     if out is None:
         return None
     probe, wait = t.after_training(out, d.world_size, info.rank)
-    test = held_out(cfg.data)
+    test = holds_out(cfg.data)
     accuracy: float | None = None
-    if cfg.train.save_model or test is not None:
+    if cfg.train.save_model or test:
         weights = t.whole_model_state()  # collective: every rank calls it
         if master and cfg.train.save_model:
             buf = io.BytesIO()
             torch.save(weights, buf)
             records.write_atomic(run_dir / records.MODEL, buf.getvalue())
-        if master and test is not None:
-            accuracy = evaluate(cfg, d, weights, test)
+        if master and test:
+            accuracy = evaluate(cfg, d, weights, held_out(cfg.data))
     return rank_stats(
         out,
         info.rank,

@@ -70,7 +70,7 @@ def test_digits_read_without_scikit_learn_equal_load_digits() -> None:
 
 def test_the_digits_hold_out_360_samples_the_training_never_sees_whatever_the_seed() -> None:
     from hpctrain.config.schema import DataConf
-    from hpctrain.train.data import build_dataset, digits, held_out
+    from hpctrain.train.data import build_dataset, digits, held_out, holds_out
 
     train, test = digits("train"), digits("test")
     assert (len(train), len(test)) == (1437, 360)
@@ -79,6 +79,5 @@ def test_the_digits_hold_out_360_samples_the_training_never_sees_whatever_the_se
     conf = DataConf(name=Dataset.digits, channels=1, image_size=8)
     for seed in (0, 7):  # the split is the data's, not the run's
         assert torch.equal(build_dataset(conf, seed).tensors[0], train.tensors[0])
-    kept = held_out(conf)
-    assert kept is not None and torch.equal(kept.tensors[1], test.tensors[1])
-    assert held_out(DataConf()) is None  # synthetic data holds nothing out
+    assert holds_out(conf) and torch.equal(held_out(conf).tensors[1], test.tensors[1])
+    assert not holds_out(DataConf())  # synthetic data holds nothing out
