@@ -51,12 +51,15 @@ else
   build=$!
   trap 'kill -- -$build 2>/dev/null || true; wait $build 2>/dev/null || true' EXIT
 fi
-# the type checker, the linter, the formatter and the layer contract are gates, like the tests;
+# the type checker, the linter, the formatter, the layer contract and the docs' build are gates, like the tests;
 # mypy's cache lives beside the wheels, outside the clone (it checks files by hash: 28 s -> 1 s)
 "$VENV/bin/python" -m mypy --cache-dir "$CACHE/mypy" hpctrain hydra_plugins
 "$VENV/bin/python" -m ruff check hpctrain hydra_plugins tests scripts
 "$VENV/bin/python" -m ruff format --check hpctrain hydra_plugins tests scripts
 "$VENV/bin/lint-imports"
+# the documentation site: the generated references current, every link and anchor resolving, the
+# sample report made again by today's analysis, warnings as errors (tests/docs checks its commands)
+HPCTRAIN_VENV="$VENV" bash "$ROOT/scripts/docs.sh"
 # hpctrain's own modules byte-compiled once: where PYTHONDONTWRITEBYTECODE is set (as on this
 # machine) every process would otherwise compile them again (about 0.1 s of CPU each; a suite
 # starts some 1,500: CLIs, supervisors, ranks)

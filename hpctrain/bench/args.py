@@ -16,7 +16,7 @@ def add_bench(sub: Subparsers) -> None:
     bench = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     ov = bsub.add_parser("overhead", help="hpctrain's training throughput vs a minimal Horovod script")
-    ov.add_argument("--ranks", type=positive_int, default=2)
+    ov.add_argument("--ranks", type=positive_int, default=2, help="ranks of each run")
     ov.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
     ov.add_argument("--steps", type=positive_int, help="per run, a tenth warm-up (default: cpu 60, cuda 400)")
     ov.add_argument("--batch", type=positive_int, default=64, help="per-rank batch")
@@ -31,9 +31,9 @@ def add_bench(sub: Subparsers) -> None:
     ar = bsub.add_parser(
         "allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit"
     )
-    ar.add_argument("--ranks", type=positive_int, default=2)
-    ar.add_argument("--max-mb", type=positive_int, default=256)
-    ar.add_argument("--out", default="outputs/bench")
+    ar.add_argument("--ranks", type=positive_int, default=2, help="ranks that allreduce")
+    ar.add_argument("--max-mb", type=positive_int, default=256, help="largest message, MiB")
+    ar.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     ba = bsub.add_parser(
         "analyze", help="analyze + report a synthetic study of N runs (target: 1000 in < 2 s)"
     )
@@ -46,23 +46,26 @@ def add_bench(sub: Subparsers) -> None:
     sb.add_argument(
         "--points", type=positive_int, nargs="+", default=[256], help="sweep sizes (e.g. 256 10000)"
     )
-    sb.add_argument("--out", default="outputs/bench")
+    sb.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     pp = bsub.add_parser(
         "pipeline", help="pipeline step parts (idle vs (p-1)/(m+p-1), transfers, overhead) at m = 1, 2, 4, 8"
     )
-    pp.add_argument("--stages", type=positive_int, default=2)
+    pp.add_argument("--stages", type=positive_int, default=2, help="pipeline stages (one rank each)")
     pp.add_argument("--batch", type=positive_int, default=2048, help="samples per step")
-    pp.add_argument("--steps", type=positive_int, default=6)
+    pp.add_argument("--steps", type=positive_int, default=6, help="steps of each run")
     pp.add_argument("--width", type=positive_int, default=1024, help="MLP width")
     pp.add_argument("--depth", type=positive_int, default=8, help="MLP blocks (split evenly over the stages)")
-    pp.add_argument("--microbatches", type=positive_int, nargs="+", default=[1, 2, 4, 8])
+    pp.add_argument(
+        "--microbatches", type=positive_int, nargs="+", default=[1, 2, 4, 8], help="micro-batch counts to run"
+    )
     pp.add_argument(
         "--schedules",
         nargs="+",
         default=["gpipe", "1f1b"],
         choices=["gpipe", "1f1b", "interleaved_zb", "zbv"],
+        help="schedules to run, each at every micro-batch count",
     )
-    pp.add_argument("--out", default="outputs/bench")
+    pp.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     _add_model_benches(bsub)
 
 
@@ -77,16 +80,16 @@ def _add_model_benches(bsub: Subparsers) -> None:
         "--depth", type=positive_int, default=16, help="transformer layers (default 16: ~50 M parameters)"
     )
     me.add_argument("--batch", type=positive_int, default=2, help="sequences per rank")
-    me.add_argument("--steps", type=positive_int, default=3)
-    me.add_argument("--out", default="outputs/bench")
+    me.add_argument("--steps", type=positive_int, default=3, help="steps of each run")
+    me.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     pf = bsub.add_parser("profile", help="throughput with the profiler's window over vs the profiler off")
-    pf.add_argument("--ranks", type=positive_int, default=2)
+    pf.add_argument("--ranks", type=positive_int, default=2, help="ranks of each run")
     pf.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
-    pf.add_argument("--steps", type=positive_int, default=60)
+    pf.add_argument("--steps", type=positive_int, default=60, help="steps of each run")
     pf.add_argument(
         "--warmup", type=positive_int, default=10, help="warm-up steps; the window lies inside them"
     )
-    pf.add_argument("--out", default="outputs/bench")
+    pf.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     st = bsub.add_parser("startup", help="a rank's CPU to its first step: torch's optimizers vs hpctrain's")
     st.add_argument(
         "--repeats", type=positive_int, default=5, help="interleaved processes of each (default 5)"
@@ -94,14 +97,19 @@ def _add_model_benches(bsub: Subparsers) -> None:
     es = bsub.add_parser(
         "estimate", help="--estimate's wall time and node-hours against a study run right after"
     )
-    es.add_argument("--cluster", choices=["local", "slurm"], default="local")
+    es.add_argument(
+        "--cluster",
+        choices=["local", "slurm"],
+        default="local",
+        help="where the study runs (slurm: slurm/start.sh's cluster)",
+    )
     es.add_argument(
         "--scales", type=positive_int, nargs="+", default=[1, 2], help="ranks (local) or nodes (slurm)"
     )
     es.add_argument("--reps", type=positive_int, default=2, help="runs per scale (default 2: 4 runs)")
     es.add_argument("--steps", type=positive_int, default=300, help="steps of each run of the study")
     es.add_argument("--batch", type=positive_int, default=64, help="global batch (default 64)")
-    es.add_argument("--out", default="outputs/bench")
+    es.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     tu = bsub.add_parser("tune", help="hpctrain tune's best settings vs the config as given, interleaved")
     tu.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="the config (default: an MLP on 2 ranks)"
@@ -109,7 +117,7 @@ def _add_model_benches(bsub: Subparsers) -> None:
     tu.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
     tu.add_argument("--steps", type=positive_int, default=200, help="steps of each run (default 200)")
     tu.add_argument("--budget-min", type=float, default=5.0, help="the tune's budget (default 5 min)")
-    tu.add_argument("--out", default="outputs/bench")
+    tu.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     pr = bsub.add_parser(
         "predict", help="the step model against published results, and its errors on recorded studies"
     )

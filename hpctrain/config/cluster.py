@@ -19,7 +19,7 @@ class PreflightConf:
     next rank; a node slower than (1 - tolerance) x the nodes' median (or a reference) is bad
     (analysis/preflight.py)."""
 
-    enabled: bool = False
+    enabled: bool = False  # run the check before training
     tolerance: float = 0.5  # a node may fall this far below the median before it is bad
     min_tflops: Optional[float] = None  # a reference: each node's compute at the run's precision
     min_link_gbps: Optional[float] = None  # a reference: each node's links to other nodes, GB/s
@@ -34,7 +34,9 @@ class ClusterConf:
     """Fields every launcher understands, and what planning asks of any cluster (its world size,
     what a study scales) without asking the launcher itself."""
 
-    name: str = MISSING
+    name: str = (
+        MISSING  # the launcher: local or slurm, set by the cluster option (a site preset builds on one)
+    )
     env: Dict[str, str] = field(default_factory=dict)  # extra environment for every rank
     container: ContainerConf = field(default_factory=ContainerConf)
     # one device's dense peak at the run's precision, for MFU; null = the known-device table on
@@ -98,13 +100,13 @@ class SlurmClusterConf(ClusterConf):
     """Submission with submitit; parameter names follow submitit's SLURM executor."""
 
     name: str = "slurm"
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
+    partition: Optional[str] = None  # sbatch --partition; null = the cluster's default
+    account: Optional[str] = None  # sbatch --account (the project charged); null = yours
+    qos: Optional[str] = None  # sbatch --qos; null = the account's default
     time_min: int = 60  # wall-clock limit per job (requeues start a fresh limit)
-    nodes: int = 1
+    nodes: int = 1  # nodes of each job (world size = nodes x ranks_per_node)
     ranks_per_node: int = 1  # tasks per node; with GPUs, one rank per GPU
-    gpus_per_node: int = 0
+    gpus_per_node: int = 0  # GPUs requested per node (--gpus-per-node); 0 = a CPU job
     cpus_per_rank: int = 1  # also the torch/OpenMP threads of each rank
     mem_gb: Optional[float] = None  # memory per node; null = the partition's default
     constraint: Optional[str] = None  # node features, e.g. "a100"

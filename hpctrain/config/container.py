@@ -18,7 +18,7 @@ class ContainerRuntime(StrEnum):  # cluster.container.runtime
 class ContainerConf:
     """Every rank runs inside an image (cluster.container.*); the driver stays on the host."""
 
-    runtime: ContainerRuntime = ContainerRuntime.none
+    runtime: ContainerRuntime = ContainerRuntime.none  # what runs the image; none = no image
     # charliecloud: an image name in ch-image storage (null = the one `hpctrain container build`
     # made) or an image directory; apptainer: a .sif file; pyxis: what enroot imports (a .sqsh)
     image: str | None = None

@@ -14,8 +14,8 @@ class TrackingConf:
     the waiting command is present and completed at the end; `hpctrain track DIR` logs it again
     later (from a login node, for runs of an offline cluster) and never duplicates."""
 
-    name: str = "none"
-    mlflow: bool = False
+    name: str = "none"  # the option chosen (conf/tracking/)
+    mlflow: bool = False  # one MLflow run per run (a parent run per sweep or study)
     tensorboard: bool = False  # event files in <run dir>/tensorboard (one writer, all ranks' tags)
     # MLflow tracking URI (a server, or sqlite:///path.db); null = sqlite:///<output_root>/mlflow.db
     # with artifacts in <output_root>/mlartifacts: no server, no network
@@ -27,12 +27,12 @@ class TrackingConf:
 class ProfileConf:
     """torch.profiler over a window of steps: one Chrome trace per rank in <run dir>/traces/."""
 
-    enabled: bool = False
+    enabled: bool = False  # profile a window of steps with torch.profiler
     # the first and last profiled step (both included); null = the 3 steps after the warm-up
     steps: Optional[List[int]] = None
     ranks: Optional[List[int]] = None  # the ranks that profile; null = all
     memory: bool = False  # also record allocations (the trace's memory view)
-    record_shapes: bool = False
+    record_shapes: bool = False  # also record the operators' input shapes
     with_stack: bool = False  # Python stacks of the operators (larger traces)
     horovod_timeline: bool = False  # also Horovod's timeline of the window (engine=horovod)
 

@@ -44,7 +44,7 @@ from hpctrain.facts import importable
 
 @dataclass
 class ModelConf:
-    name: Model = Model.cnn
+    name: Model = Model.cnn  # a built-in model (conf/model/); ignored when _target_ is set
     width: int = 16  # first conv channels (cnn, resnet), hidden units (mlp), d_model (transformer)
     depth: int = 2  # hidden layers (mlp), encoder layers (transformer); cnn/resnet ignore it
     heads: int = 4  # attention heads (transformer); width must be divisible by it
@@ -57,12 +57,12 @@ class ModelConf:
     # Your own model instead of `name`: a class or factory by import path (Hydra's instantiate),
     # e.g. model._target_=mypkg.nets.Net +model.hidden=64 (extra keys are its keyword arguments)
     _target_: Optional[str] = None
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # the _target_'s keyword arguments
 
 
 @dataclass
 class DataConf:
-    name: Dataset = Dataset.synthetic
+    name: Dataset = Dataset.synthetic  # a built-in dataset (conf/data/); ignored when _target_ is set
     num_samples: int = 2048  # size of a synthetic dataset (synthetic, tokens)
     channels: int = 3  # image channels (digits: 1)
     image_size: int = 32  # image height = width in pixels (digits: 8)
@@ -77,7 +77,7 @@ class DataConf:
     # Your own data instead of `name`: a callable returning a map-style torch Dataset of
     # (input, target) pairs, e.g. data._target_=mypkg.data.make_dataset +data.n=4096
     _target_: Optional[str] = None
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # the _target_'s keyword arguments
 
 
 @dataclass
@@ -85,7 +85,7 @@ class LossConf:
     """The training loss: cross-entropy over the model's last dimension unless a _target_ is given."""
 
     _target_: Optional[str] = None  # e.g. torch.nn.MSELoss, or mypkg.losses.Focal +loss.gamma=2
-    kwargs: Dict[str, Any] = field(default_factory=dict)
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # the _target_'s keyword arguments
 
 
 @dataclass
@@ -145,6 +145,7 @@ class PipelineSettings:
 
     stages: int = 1  # pipeline ranks one sample goes through
     microbatches: int = 1  # micro-batches each replica's batch is cut into, in flight at once
+    # the order of micro-batches' forward and backward chunks (config/layout.py: SCHEDULES)
     schedule: Schedule = Schedule.gpipe  # type: ignore[attr-defined]
     virtual_stages: int = 1  # interleaved_1f1b (2 or more), interleaved_zb: model pieces per pipeline rank
     # where a new stage begins: module names (model.named_modules()); empty = the model's declared
@@ -221,10 +222,10 @@ class ParallelismConf(
 
 @dataclass
 class OptimConf:
-    name: Optimizer = Optimizer.sgd
+    name: Optimizer = Optimizer.sgd  # the optimizer (conf/optim/)
     lr: float = 0.05  # learning rate at the reference batch
     momentum: float = 0.9  # sgd momentum
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # L2 penalty (sgd), decoupled weight decay (adamw)
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw
     lr_scaling: LrScaling = LrScaling.none  # linear: lr x global_batch / reference_batch (Goyal et al. 2017)
     reference_batch: Optional[int] = None  # batch that `lr` was tuned for; null = per-rank batch
@@ -235,7 +236,7 @@ class OptimConf:
 class TrainConf:
     steps: int = 50  # optimizer steps
     warmup_steps: int = 5  # first steps excluded from timing statistics
-    seed: int = 0
+    seed: int = 0  # seeds the model's initial weights, the data order and synthetic data
     log_interval: int = 10  # steps between rank-0 log lines
     batch_per_rank: Optional[int] = 32  # samples per rank per step; set this or global_batch
     global_batch: Optional[int] = None  # samples per step over all ranks; set this or batch_per_rank
@@ -256,6 +257,7 @@ class TrainConf:
     # queue for the full size (parallel/elastic.py); min_ranks: the fewest it goes on with
     elastic: bool = False
     min_ranks: Optional[int] = None  # null: one node's ranks
+    # after an elastic shrink: keep the global batch (each rank takes more) or the per-rank batch
     elastic_keeps: ElasticKeeps = ElasticKeeps.global_batch
 
 
@@ -282,7 +284,7 @@ class StudyConf:
     ranks: List[int] = field(default_factory=lambda: [1, 2])  # world sizes with cluster=local
     nodes: List[int] = field(default_factory=lambda: [1, 2])  # node counts with cluster=slurm
     repetitions: int = 3  # runs per scale, for a mean and a 95% confidence interval
-    steps: int = 30
+    steps: int = 30  # optimizer steps of every run
     warmup_steps: int = 5  # excluded from timing
     global_batch: int = 64  # strong scaling: samples per step over all ranks
     batch_per_rank: int = 32  # weak scaling: samples per step per rank

@@ -89,7 +89,7 @@ def _plan_problems(cfg: Config) -> list[Problem]:
             Problem(
                 "parallelism.tp.sequence_parallel",
                 "your plan names no seams where the sequence is split and gathered",
-                f"add the styles {', '.join(SEAMS)} to parallelism.tp.plan (README: Tensor parallelism)",
+                f"add the styles {', '.join(SEAMS)} to parallelism.tp.plan (docs: howto/tensor-parallel)",
             )
         ]
     return []

@@ -1,0 +1,27 @@
+"""Sphinx configuration of hpctrain's documentation (built by scripts/docs.sh, warnings as
+errors). Pages are MyST Markdown; docs/reference/{config,cli,exit-status}.md are generated from the
+code by `python -m hpctrain.docgen docs/reference`."""
+
+from hpctrain import __version__
+
+project = "hpctrain"
+author = "the hpctrain developers"
+copyright = "2026, the hpctrain developers"
+version = release = __version__
+
+extensions = ["myst_parser"]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build", "_scratch", "_generated"]
+# `[text](#a-heading)` and `[text](page.md#a-heading)` resolve to headings down to level 3, and a
+# link to a missing page or anchor is a warning, so an error of the build
+myst_heading_anchors = 3
+myst_enable_extensions = ["colon_fence", "deflist", "attrs_inline"]
+suppress_warnings: list[str] = []
+nitpicky = True
+
+html_theme = "furo"
+html_title = f"hpctrain {release}"
+html_static_path: list[str] = []
+html_copy_source = False
+html_show_sourcelink = False
+pygments_style = "friendly"

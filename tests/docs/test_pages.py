@@ -1,0 +1,73 @@
+"""What the pages show is what hpctrain does: the run summary the quickstart shows is rendered
+from a real run's record by today's code, the report tutorial documents every column and plot
+the report has, the run-directory page every file of the records' contract, and the README stays
+a front page without dated figures."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+from rich.console import Console
+
+from hpctrain import records
+from hpctrain.analysis.plots import PLOTS
+from hpctrain.analysis.report import COLUMNS
+from hpctrain.commands.ui import print_summary
+from hpctrain.records import RunSummary
+
+ROOT = Path(__file__).parents[2]
+DOCS = ROOT / "docs"
+
+
+def test_the_quickstart_summary_is_a_real_runs_summary_as_hpctrain_prints_it(snapshot) -> None:
+    """docs/quickstart.md includes tests/snapshots/run_summary.txt: a 2-rank run on the digits."""
+    s = records.read(ROOT / "tests/fixtures/runs/digits-2ranks/summary.json", RunSummary)
+    buf = io.StringIO()
+    print_summary(Console(file=buf, width=132, color_system=None, force_terminal=False), s)
+    text = "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+    assert "held-out accuracy" in text and "98.1%" in text
+    snapshot("run_summary.txt", text)
+    assert "tests/snapshots/run_summary.txt" in (DOCS / "quickstart.md").read_text()
+
+
+def _table_first_cells(page: str, header: str) -> set[str]:
+    """The first cells of the Markdown table whose header row starts with `| header |`."""
+    lines = page.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
+    cells = set()
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells.add(line.split("|")[1].strip().strip("`"))
+    return cells
+
+
+def test_the_report_tutorial_explains_every_column_and_plot() -> None:
+    page = (DOCS / "tutorials" / "report.md").read_text()
+    columns = _table_first_cells(page, "column")
+    assert [c for c in COLUMNS if c not in columns] == []
+    files = _table_first_cells(page, "file")
+    assert [p for p in PLOTS if p not in files] == []
+
+
+def test_the_run_directory_page_names_every_file_of_the_records_contract() -> None:
+    """records/__init__.py's docstring is the contract: every file it names is on the page."""
+    page = (DOCS / "reference" / "run-directory.md").read_text()
+    contract = records.__doc__ or ""
+    names = set(re.findall(r"^\s{4}([\w.{}\-/]+)", contract, re.M))
+    names |= {n.strip(",") for n in re.findall(r"^\s{4}[\w.{}\-/]+,\s*([\w.{}\-/]+)", contract, re.M)}
+    assert len(names) > 15
+    assert sorted(n for n in names if n.rstrip("/") not in page) == []
+
+
+DATED = re.compile(r"\b20\d\d-\d\d-\d\d\b|\bon this machine\b|\d+ min \d+ s\b", re.I)
+
+
+def test_the_readme_is_a_front_page_without_dated_figures() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert DATED.findall(text) == []
+    for word in ("Horovod", "DDP", "FSDP", "HSDP", "pipeline", "tensor parallel", "SLURM"):
+        assert word.lower() in text.lower(), word
