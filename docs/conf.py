@@ -25,3 +25,11 @@ html_static_path: list[str] = []
 html_copy_source = False
 html_show_sourcelink = False
 pygments_style = "friendly"
+# hpctrain's terminal tables are up to 96 columns wide and drawn with box characters: a smaller
+# code font fits them in the content column, and DejaVu Sans Mono (where installed) has the heavy
+# box characters that some systems' first monospace font lacks
+_mono = '"DejaVu Sans Mono", SFMono-Regular, Menlo, Consolas, Monaco, "Liberation Mono", monospace'
+html_theme_options = {
+    "light_css_variables": {"font-stack--monospace": _mono, "code-font-size": "0.74em"},
+    "dark_css_variables": {"font-stack--monospace": _mono, "code-font-size": "0.74em"},
+}

@@ -25,7 +25,7 @@ def test_the_quickstart_summary_is_a_real_runs_summary_as_hpctrain_prints_it(sna
     """docs/quickstart.md includes tests/snapshots/run_summary.txt: a 2-rank run on the digits."""
     s = records.read(ROOT / "tests/fixtures/runs/digits-2ranks/summary.json", RunSummary)
     buf = io.StringIO()
-    print_summary(Console(file=buf, width=132, color_system=None, force_terminal=False), s)
+    print_summary(Console(file=buf, width=96, color_system=None, force_terminal=False), s)
     text = "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
     assert "held-out accuracy" in text and "98.1%" in text
     snapshot("run_summary.txt", text)
