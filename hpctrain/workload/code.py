@@ -83,6 +83,18 @@ def git_top(src: Path) -> str | None:
     return top.stdout.strip() if top.returncode == 0 else None
 
 
+def in_snapshot(src: Path, include: list[str], path: Path) -> bool:
+    """Would a snapshot of `src` hold `path` (a file inside it)? Asked before anything is created:
+    a script the user has not `git add`ed would be missing from the job, which would fail on the
+    nodes after its wait in the queue."""
+    rel = path.resolve().relative_to(src.resolve())
+    if include:
+        return any(rel in {p.relative_to(src) for p in src.glob(g)} for g in include)
+    if git_top(src) is None:
+        return True  # refused on its own (NOT_GIT)
+    return _git(src, "ls-files", "--error-unmatch", "--", str(rel)).returncode == 0
+
+
 def files_to_copy(src: Path, include: list[str]) -> tuple[list[Path], dict[str, Any]]:
     """Relative paths to copy and what git says about the tree (commit, dirty) if it is one."""
     info: dict[str, Any] = {"source": str(src), "git": False}

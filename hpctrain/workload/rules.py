@@ -9,7 +9,7 @@ from hpctrain.config.schema import Config, ParallelismConf, ScriptConf, TrainCon
 from hpctrain.config.tp_plan import STYLES
 from hpctrain.errors import Problem
 from hpctrain.train.targets import orphan_kwargs, target_problems
-from hpctrain.workload.code import NOT_GIT, git_top, snapshot_on
+from hpctrain.workload.code import NOT_GIT, git_top, in_snapshot, snapshot_on
 from hpctrain.workload.pattern import PatternError, compile_pattern
 
 
@@ -173,6 +173,17 @@ def _script_problems(cfg: Config, code: Path) -> list[Problem]:
                 "script.path",
                 f"{path} is outside code.dir={code}: the code snapshot would not hold it",
                 "set code.dir to the project that holds the script, or code.snapshot=false",
+            )
+        )
+    elif snapshot_on(cfg) and not in_snapshot(code, cfg.code.include, path):
+        how = f"code.include={cfg.code.include}" if cfg.code.include else "git's tracked files"
+        p.append(
+            Problem(
+                "script.path",
+                f"{path} is not among {how}, which the code snapshot copies: the job would not find it",
+                "add it to code.include, or code.snapshot=false"
+                if cfg.code.include
+                else f"git add {path}, or set code.include / code.snapshot=false",
             )
         )
     if s.throughput_regex is not None:

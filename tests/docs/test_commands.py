@@ -209,19 +209,11 @@ def test_a_documented_command_parses_composes_and_validates(
 
 def _compare_output(shown: Shown, argv: list[str], refused: ConfigError | None) -> None:
     """The shown lines appear in the command's output, in order (a page may show an excerpt)."""
-    import contextlib
-    import io
+    from tests.conftest import hpctrain_here
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        import sys
-
-        sys.stdout, sys.stderr = out, err  # rich's consoles take the streams at creation
-        try:
-            code = cli.main(argv)
-        finally:
-            sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
-    printed = [line.rstrip() for line in (out.getvalue() + err.getvalue()).splitlines()]
+    r = hpctrain_here(*argv, cwd=Path.cwd())
+    code = r.returncode
+    printed = [line.rstrip() for line in (r.stdout + r.stderr).splitlines()]
     assert code == (2 if refused is not None else 0), f"{shown}: exit {code}\n" + "\n".join(printed)
     at = 0
     for want in (w for w in shown.output if w.strip() not in ("", "...", "…")):
@@ -240,3 +232,11 @@ def test_the_checker_catches_a_dead_key_and_a_renamed_option(monkeypatch: pytest
         cli.parse(["run", "--dryrun"])
     assert not _tolerated(ConfigError.one("train.steps", "must be >= 1", "set it"))
     assert _tolerated(ConfigError.one("script.path", "does not exist", "name your script"))
+
+
+def page_command(page: str, start: str) -> list[str]:
+    """The arguments of the first command `page` shows that begins with `start` (the tutorials'
+    tests run them as the page shows them)."""
+    found = [s for s in SHOWN if s.page == page and s.text.startswith(start)]
+    assert found, f"{page} no longer shows a command beginning {start!r}"
+    return shlex.split(found[0].text, comments=True)[1:]

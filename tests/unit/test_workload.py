@@ -125,6 +125,30 @@ def test_a_script_outside_the_snapshot_is_rejected(tmp_path: Path) -> None:
     assert p.key == "script.path" and "outside code.dir" in p.rule
 
 
+def test_a_script_the_snapshot_would_leave_out_is_rejected_before_submission(tmp_path: Path) -> None:
+    """A script not yet `git add`ed (or outside code.include) would be missing on the nodes: the
+    job would fail after its wait in the queue, so it is refused now, naming the fix."""
+    import subprocess
+
+    git = ["git", "-C", str(tmp_path), "-c", "user.email=u@example.org", "-c", "user.name=u"]
+    (tmp_path / "lib.py").write_text("")
+    (tmp_path / "train.py").write_text("print(1)\n")
+    for step in (["init", "-q"], ["add", "lib.py"], ["commit", "-q", "-m", "lib"]):
+        subprocess.run([*git, *step], check=True)
+    slurm = ["cluster=slurm", f"script={tmp_path / 'train.py'}", f"code.dir={tmp_path}"]
+    cfg = load_config(slurm)
+    [p] = workload_problems(cfg)
+    assert p.key == "script.path" and "not among git's tracked files" in p.rule
+    assert p.fix.startswith(f"git add {tmp_path / 'train.py'}")
+    subprocess.run([*git, "add", "train.py"], check=True)  # staged is enough: the snapshot copies it
+    assert workload_problems(cfg) == []
+    globbed = load_config([*slurm, "code.include=[lib.py]"])
+    [p] = workload_problems(globbed)
+    assert "not among code.include=['lib.py']" in p.rule and "add it to code.include" in p.fix
+    local = load_config([f"script={tmp_path / 'train.py'}", f"code.dir={tmp_path}", "code.include=[lib.py]"])
+    assert workload_problems(local) == []  # no snapshot locally: the script runs where it is
+
+
 @pytest.mark.parametrize(
     "environ, expected",
     [

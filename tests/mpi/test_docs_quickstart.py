@@ -1,0 +1,65 @@
+"""The quickstart's commands, run as docs/quickstart.md shows them (tests/docs reads them from the
+page): the first run learns the digits, the sweep runs its four points, and a background run is
+followed and cancelled with the page's status, logs and cancel. Only `run.dir` is added (and the
+sweep's steps shortened), so that the test knows where the records are."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import hpctrain, wait_until_gone
+from tests.docs.test_commands import page_command
+
+pytestmark = pytest.mark.mpi
+PAGE = "docs/quickstart.md"
+
+
+def test_the_first_run_learns_the_digits(tmp_path: Path) -> None:
+    argv = page_command(PAGE, "hpctrain run data=digits")
+    r = hpctrain(*argv, "--no-progress", f"run.dir={tmp_path / 'run'}")
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["world_size"] == 2 and s["heldout_accuracy"] > 0.9 and s["last_loss"] < 0.5
+    for row in ("throughput", "exposed communication", "data wait", "held-out accuracy"):
+        assert row in r.stdout  # the rows the page explains
+
+
+def test_the_sweep_runs_every_point(tmp_path: Path) -> None:
+    argv = page_command(PAGE, "hpctrain run -m")
+    sweep = tmp_path / "sweep"
+    r = hpctrain(*argv, "--no-progress", "train.steps=8", "train.warmup_steps=2", f"run.dir={sweep}")
+    assert r.returncode == 0, r.stderr
+    runs = json.loads((sweep / "sweep.json").read_text())["runs"]
+    done = sorted(
+        (s["precision"], s["world_size"])
+        for s in (json.loads(p.read_text()) for p in sweep.glob("*/summary.json"))
+    )
+    assert len(runs) == 4 and done == [("bf16", 1), ("bf16", 2), ("fp32", 1), ("fp32", 2)]
+
+
+def test_a_background_run_is_followed_and_cancelled_with_the_pages_commands(tmp_path: Path) -> None:
+    run_dir = tmp_path / "bg"
+    r = hpctrain(*page_command(PAGE, "hpctrain run --no-wait"), f"run.dir={run_dir}")
+    assert r.returncode == 0, r.stderr
+    here = str(run_dir)
+
+    def page(start: str) -> list[str]:
+        return [here if a == "outputs/<date>/<time>-train" else a for a in page_command(PAGE, start)]
+
+    st = hpctrain(*page("hpctrain status"))
+    assert st.returncode == 0 and ("RUNNING" in st.stdout or "PENDING" in st.stdout), st.stdout
+    # the page follows the log (--follow, until the run ends); here, once rank 1 has printed
+    deadline = time.monotonic() + 120
+    while not (run_dir / "logs" / "rank1.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    logs = hpctrain(*[a for a in page("hpctrain logs") if a != "--follow"])
+    assert logs.returncode == 0, logs.stderr
+    c = hpctrain(*page("hpctrain cancel"))
+    assert c.returncode == 0, c.stderr
+    wait_until_gone(run_dir)
+    st = hpctrain(*page("hpctrain status"))
+    assert "CANCELLED" in st.stdout, st.stdout
