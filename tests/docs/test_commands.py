@@ -234,9 +234,16 @@ def test_the_checker_catches_a_dead_key_and_a_renamed_option(monkeypatch: pytest
     assert _tolerated(ConfigError.one("script.path", "does not exist", "name your script"))
 
 
-def page_command(page: str, start: str) -> list[str]:
-    """The arguments of the first command `page` shows that begins with `start` (the tutorials'
-    tests run them as the page shows them)."""
-    found = [s for s in SHOWN if s.page == page and s.text.startswith(start)]
+def page_command(page: str, start: str, dry_run: bool | None = None) -> list[str]:
+    """The arguments of the first command `page` shows that begins with `start` (and, if
+    `dry_run` is given, does or does not end in --dry-run): the tutorials' tests run them as the
+    page shows them."""
+    found = [
+        s
+        for s in SHOWN
+        if s.page == page
+        and s.text.startswith(start)
+        and (dry_run is None or ("--dry-run" in shlex.split(s.text, comments=True)) == dry_run)
+    ]
     assert found, f"{page} no longer shows a command beginning {start!r}"
     return shlex.split(found[0].text, comments=True)[1:]

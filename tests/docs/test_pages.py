@@ -71,3 +71,17 @@ def test_the_readme_is_a_front_page_without_dated_figures() -> None:
     assert DATED.findall(text) == []
     for word in ("Horovod", "DDP", "FSDP", "HSDP", "pipeline", "tensor parallel", "SLURM"):
         assert word.lower() in text.lower(), word
+
+
+def test_every_page_has_one_title_and_is_in_the_table_of_contents() -> None:
+    """One `# ` heading a page (a second would split it in the navigation); Sphinx's build (-W)
+    refuses a page outside every toctree, this names a page without a title."""
+    pages = [p for p in DOCS.rglob("*.md") if not {"_build", "_generated", "_scratch"} & set(p.parts)]
+    assert len(pages) > 25
+    for page in pages:
+        titles, fenced = [], False
+        for line in page.read_text().splitlines():
+            fenced = fenced != line.startswith("```")
+            if not fenced and line.startswith("# "):
+                titles.append(line)
+        assert len(titles) == 1, f"{page.relative_to(DOCS)}: {titles}"

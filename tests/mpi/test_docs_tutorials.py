@@ -1,7 +1,9 @@
-"""The quickstart's commands, run as docs/quickstart.md shows them (tests/docs reads them from the
-page): the first run learns the digits, the sweep runs its four points, and a background run is
-followed and cancelled with the page's status, logs and cancel. Only `run.dir` is added (and the
-sweep's steps shortened), so that the test knows where the records are."""
+"""The local tutorials' commands, run as the pages show them (tests/docs reads them from the pages):
+docs/quickstart.md's first run learns the digits, its sweep runs its four points, and a
+background run is followed and cancelled with the page's status, logs and cancel;
+docs/tutorials/scaling-study.md's study runs, resumes with nothing left to do, and its report has
+every file docs/tutorials/report.md describes. Only `run.dir` is added (and steps shortened), so
+that the test knows where the records are."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 
 from tests.conftest import hpctrain, wait_until_gone
 from tests.docs.test_commands import page_command
+from tests.docs.test_pages import DOCS, _table_first_cells
 
 pytestmark = pytest.mark.mpi
 PAGE = "docs/quickstart.md"
@@ -63,3 +66,22 @@ def test_a_background_run_is_followed_and_cancelled_with_the_pages_commands(tmp_
     wait_until_gone(run_dir)
     st = hpctrain(*page("hpctrain status"))
     assert "CANCELLED" in st.stdout, st.stdout
+
+
+def test_the_scaling_study_tutorial_runs_resumes_and_reports(tmp_path: Path) -> None:
+    study_page = "docs/tutorials/scaling-study.md"
+    argv = page_command(study_page, "hpctrain study strong study.ranks=[1,2]", dry_run=False)
+    home = tmp_path / "s-strong"  # a study's directory: run.dir plus its kind
+    short = ["study.steps=12", "study.warmup_steps=2", "study.allreduce_max_mb=1"]
+    r = hpctrain(*argv, "--no-progress", *short, f"run.dir={tmp_path / 's'}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = json.loads((home / "study.json").read_text())["runs"]
+    assert sorted(x["name"] for x in runs) == [f"n{n}-r{k}" for n in (1, 2) for k in range(3)]
+    resume = [str(home) if "<date>" in a else a for a in page_command(study_page, "hpctrain study resume")]
+    again = hpctrain(*resume, "--no-progress")
+    assert again.returncode == 0, again.stderr
+    files = _table_first_cells((DOCS / "tutorials" / "report.md").read_text(), "file")
+    written = {p.name for p in (home / "report").iterdir()}
+    for entry in files:
+        for name in (n.strip(" `") for n in entry.split(",")):
+            assert name in written, f"the report page describes {name}; the study wrote {sorted(written)}"
