@@ -213,12 +213,12 @@ def render(conf: Path) -> str:
         "",
         "## Config groups",
         "",
-        "| group | option | default | what it is | sets |",
-        "|---|---|---|---|---|",
+        "| option | what it is | sets |",
+        "|---|---|---|",
     ]
     for o in opts:
-        mark = "yes" if chosen.get(o.group) == o.name else ""
-        out.append(f"| `{o.group}` | `{o.name}` | {mark} | {cell(o.about)} | {cell(o.sets)} |")
+        mark = " (default)" if chosen.get(o.group) == o.name else ""
+        out.append(f"| `{o.group}={o.name}`{mark} | {cell(o.about)} | {cell(o.sets)} |")
     for f in dataclasses.fields(Config):
         if f.name == "cluster":
             out += ["", "## cluster", "", summary(ClusterConf), ""]
