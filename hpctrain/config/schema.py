@@ -215,9 +215,9 @@ class ParallelismCommon:
 class ParallelismConf(
     TpHolder, ShardHolder, PipelineSettings, DdpSettings, HorovodSettings, ParallelismCommon
 ):
-    """How the work is spread: the parallelism and the engine, then each engine's and the
-    pipeline's own settings, grouped in the classes above (the keys stay flat: parallelism.<key>;
-    an engine names its group, engine.base.Engine.settings)."""
+    """How the work is spread: the parallelism and the engine, and each one's own settings. The
+    keys stay flat (parallelism.<key>); an engine or a parallelism reads only its own group of them
+    and refuses another's before anything starts (engine.base.Engine.settings)."""
 
 
 @dataclass

@@ -221,7 +221,7 @@ def render(conf: Path) -> str:
         out.append(f"| `{o.group}={o.name}`{mark} | {cell(o.about)} | {cell(o.sets)} |")
     for f in dataclasses.fields(Config):
         if f.name == "cluster":
-            out += ["", "## cluster", "", summary(ClusterConf), ""]
+            out += ["", "## cluster", "", cell(summary(ClusterConf)), ""]
             for title, ks in cluster_keys().items():
                 out += [f"### {title}", "", *_key_table(ks), ""]
             continue
@@ -231,6 +231,6 @@ def render(conf: Path) -> str:
         about = (
             summary(section) if section.__doc__ and not section.__doc__.startswith(section.__name__) else ""
         )
-        out += ["", f"## {f.name}", ""] + ([about, ""] if about else [])
+        out += ["", f"## {f.name}", ""] + ([cell(about), ""] if about else [])
         out += _key_table(list(keys(section, f.name + ".")))
     return "\n".join(out).rstrip() + "\n"
