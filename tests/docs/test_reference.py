@@ -3,6 +3,7 @@ now, every config key and every command-line option is in them, and each has its
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,14 @@ def test_run_help_lists_the_config_groups_and_their_options(tmp_path: Path) -> N
     help_text = run.format_help()
     assert "config groups (choose with group=option" in help_text
     assert "  model:       cnn, mlp, resnet18, resnet50, transformer" in help_text
+
+
+def test_the_bench_help_states_the_targets_the_benchmark_holds_itself_to() -> None:
+    from hpctrain.bench.analyze import TARGETS_S
+
+    analyze = next(c for c in cli_ref.commands(build_parser()) if c.words == ("bench", "analyze"))
+    said = {
+        int(n.replace(",", "")): float(s)
+        for n, s in re.findall(r"([\d,]+)(?: runs)? in ([\d.]+) s", analyze.help)
+    }
+    assert said == TARGETS_S
