@@ -85,3 +85,12 @@ def test_every_page_has_one_title_and_is_in_the_table_of_contents() -> None:
             if not fenced and line.startswith("# "):
                 titles.append(line)
         assert len(titles) == 1, f"{page.relative_to(DOCS)}: {titles}"
+
+
+def test_the_readmes_summary_is_an_excerpt_of_the_quickstarts_snapshot() -> None:
+    """The front page shows rows of the same real run, as hpctrain prints them today."""
+    snapshot = (ROOT / "tests" / "snapshots" / "run_summary.txt").read_text().splitlines()
+    text = (ROOT / "README.md").read_text()
+    rows = [line for line in text.splitlines() if line and line[0] in "┏┃┡│└" and "..." not in line]
+    assert len(rows) > 8
+    assert [r for r in rows if r not in snapshot] == []
