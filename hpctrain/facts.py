@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpctrain import bounded
+
 TORCH_FACTS = ("cuda_available", "cuda_bf16", "cpu_fp16_autocast", "cpu_bf16_autocast")
 TORCH_COUNTS = ("cuda_devices",)
 
@@ -135,8 +137,8 @@ def read_cached(path: Path) -> Any:
     """A cached JSON document; None when absent or unreadable (the caller computes it again and
     checks the shape of what it got)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(bounded.read_bytes(path, bounded.SMALL))  # a planted giant is no entry
+    except (OSError, ValueError, RecursionError):
         return None
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hpctrain import records
+from hpctrain import bounded, records
 from hpctrain.errors import RecordError
 
 CACHE = ".summaries-cache.json"
@@ -70,8 +70,8 @@ def read_compact(path: Path) -> records.RunSummary:
 
 def read_cache(study_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads((study_dir / CACHE).read_text())
-    except (OSError, ValueError):
+        data = json.loads(bounded.read_bytes(study_dir / CACHE, bounded.RECORD))
+    except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("rows"), dict):
         return {}

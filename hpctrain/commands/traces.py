@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from hpctrain import records
+from hpctrain import bounded, records
 from hpctrain.analysis.traces import RankTrace, agreement, rank_trace, straggler
 from hpctrain.errors import RecordError
 
@@ -25,9 +25,9 @@ def load_traces(run_dir: Path) -> list[RankTrace]:
     for path in sorted((run_dir / "traces").glob(TRACE_GLOB)):
         rank = int(path.name.removeprefix("rank").split(".")[0])
         try:
-            events = json.loads(path.read_text())["traceEvents"]
+            events = json.loads(bounded.read_bytes(path, bounded.TRACE))["traceEvents"]
             out.append(rank_trace(rank, events))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             raise RecordError(f"{path}: not a readable profiler trace ({e})") from e
     return out
 

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import yaml
 
+from hpctrain import bounded
 from hpctrain.errors import ConfigError
+
+MAX_OVERRIDES = 10_000  # best.yaml holds a few; a sweep's values go in one override each
 
 
 def overrides_file(path: Path) -> list[str]:
@@ -20,13 +23,19 @@ def overrides_file(path: Path) -> list[str]:
         )
 
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(bounded.read_text(path, bounded.SMALL))
     except OSError as e:
         raise bad(f"cannot be read ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise bad(f"is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except RecursionError:
+        raise bad("nests deeper than Python can read") from None
     except yaml.YAMLError as e:
         raise bad(f"is not YAML ({str(e).splitlines()[0]})") from None
     if data is None:
         return []
     if not isinstance(data, list) or not all(isinstance(x, str) and "=" in x for x in data):
         raise bad("is not a list of KEY=VALUE strings")
+    if len(data) > MAX_OVERRIDES:
+        raise bad(f"holds {len(data)} overrides; hpctrain takes at most {MAX_OVERRIDES} from a file")
     return list(data)

@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hpctrain import bounded
 from hpctrain.errors import RecordError, RecordMissing
 from hpctrain.records.io import one_sync, read_new_lines, write_atomic
 from hpctrain.records.states import DONE, State
@@ -195,7 +196,7 @@ def read_jsonl(path: Path) -> list[Any]:
     """The documents of a file of JSON lines; a damaged line (a writer killed mid-line) is
     skipped, and a missing file has none."""
     try:
-        text = path.read_text(errors="replace")
+        text = bounded.read_text(path, bounded.RECORD, errors="replace")
     except OSError:
         return []
     out = []
@@ -265,13 +266,15 @@ def finite(obj: Any) -> Any:
 def read_json(path: Path) -> Any:
     """Parsed JSON, or RecordError naming the file (RecordMissing if it does not exist)."""
     try:
-        text = Path(path).read_text()
+        text = bounded.read_text(path, bounded.RECORD)
     except FileNotFoundError as e:
         raise RecordMissing(f"{path}: missing") from e
     except (OSError, UnicodeDecodeError) as e:
         raise RecordError(f"{path}: cannot be read ({e})") from e
     try:
         return json.loads(text)
+    except RecursionError:
+        raise RecordError(f"{path}: nests deeper than a record does") from None
     except json.JSONDecodeError as e:
         what = (
             "empty" if not text.strip() else f"not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})"
@@ -301,17 +304,23 @@ def iter_steps(path: Path, tolerate_partial_tail: bool = True) -> Iterator[StepR
     killed mid-write) is skipped when `tolerate_partial_tail`; any other bad line is an error
     naming the file and the line."""
     try:
-        raw = Path(path).read_bytes()
+        f = open(path, "rb")  # noqa: SIM115 - a generator's file, closed below
     except FileNotFoundError as e:
         raise RecordMissing(f"{path}: missing") from e
-    lines = raw.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]
-    for no, line in enumerate(complete, start=1):
-        if line.strip():
-            yield _step(path, no, line)
-    if tail.strip():
-        if not tolerate_partial_tail:
-            yield _step(path, len(lines), tail)
+    with f:
+        # line by line, each bounded: a planted file of one endless line cannot fill the memory
+        for no, line in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), start=1):
+            if not line.endswith(b"\n"):
+                if len(line) > MAX_LINE:
+                    raise RecordError(f"{path}, line {no}: longer than {MAX_LINE} bytes: not a step record")
+                if line.strip() and not tolerate_partial_tail:  # a rank killed mid-write
+                    yield _step(path, no, line)
+                return
+            if line.strip():
+                yield _step(path, no, line)
+
+
+MAX_LINE = 1 << 20  # a step record is a few hundred bytes
 
 
 def _step(path: Path, no: int, line: bytes) -> StepRecord:

@@ -47,14 +47,19 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         raise
 
 
+FOLLOW_CHUNK = 16 << 20
+
+
 def read_new_lines(path: Path, offset: int) -> tuple[list[str], int]:
     """Complete lines appended to `path` since byte `offset`, and the new offset; a partial last
     line waits for the next call. For following logs that other processes are writing."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
-            data = f.read()
+            data = f.read(FOLLOW_CHUNK)  # a bound per call: a log may grow faster than it is read
     except FileNotFoundError:
         return [], offset
     cut = data.rfind(b"\n") + 1
+    if cut == 0 and len(data) == FOLLOW_CHUNK:  # one line longer than a chunk: shown in pieces
+        cut = len(data)
     return data[:cut].decode(errors="replace").splitlines(), offset + cut

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from hpctrain import records
+from hpctrain import bounded, records
 from hpctrain.errors import RecordError
 from hpctrain.records.preflight import excluded
 from hpctrain.records.restarts import read_restarts
@@ -30,8 +30,8 @@ class StepRow:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(bounded.read_bytes(path, bounded.RECORD))
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -50,9 +50,9 @@ def params_of(run_dir: Path, overrides: list[str] | None = None) -> dict[str, st
     parallelism, precision, versions, and the git commit of the code snapshot."""
     out: dict[str, str] = {}
     try:
-        cfg = yaml.safe_load((run_dir / records.CONFIG).read_text())
+        cfg = yaml.safe_load(bounded.read_text(run_dir / records.CONFIG, bounded.TEXT))
         out.update({k: v for k, v in flatten(cfg).items() if v not in ("None", "[]", "{}")})
-    except (OSError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
         pass
     plan, env, code = (
         _json(run_dir / records.PLAN),

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from hpctrain import records
+from hpctrain import bounded, records
 from hpctrain.records import State
 from hpctrain.tracking.sinks import MlflowSink, TensorBoardSink, default_uri, step_metrics
 from hpctrain.tracking.source import params_of, step_rows, summary_metrics, world_of
@@ -45,8 +45,8 @@ def targets_of(run_dir: Path, group: str | None = None, uri: str | None = None) 
     (`uri` = "default"). The experiment: tracking.experiment, else the group's (a sweep's or
     study's directory name), else run.name."""
     try:
-        cfg = yaml.safe_load((run_dir / records.CONFIG).read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        cfg = yaml.safe_load(bounded.read_text(run_dir / records.CONFIG, bounded.TEXT)) or {}
+    except (OSError, ValueError, yaml.YAMLError, RecursionError):
         cfg = {}
     t, run = cfg.get("tracking") or {}, cfg.get("run") or {}
     default = default_uri(Path(run.get("output_root") or "outputs"))
@@ -59,9 +59,9 @@ def targets_of(run_dir: Path, group: str | None = None, uri: str | None = None) 
 
 def load_state(run_dir: Path) -> dict[str, Any]:
     try:
-        data = json.loads((run_dir / TRACKING).read_text())
+        data = json.loads(bounded.read_bytes(run_dir / TRACKING, bounded.RECORD))
         return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from hpctrain import records
+from hpctrain import bounded, records
 from hpctrain.errors import HpctrainError
 
 DIR = records.CHECKPOINTS
@@ -125,7 +125,7 @@ def latest(run_dir: Path) -> Path | None:
     pointer = run_dir / records.LATEST_CHECKPOINT
     if not pointer.exists():
         return None
-    path = run_dir / DIR / pointer.read_text().strip()
+    path = run_dir / DIR / bounded.read_text(pointer, bounded.SMALL, errors="replace").strip()
     return path if path.exists() else None
 
 
@@ -185,10 +185,14 @@ def _own(run_dir: Path) -> tuple[list[Path], list[str]]:
     found = sorted(records.published_checkpoints(d), key=lambda p: p.stem, reverse=True)
     notes: list[str] = []
     if pointer.exists():
-        named = d / pointer.read_text(errors="replace").strip()
-        if named.exists() and named.parent == d and named.name.startswith("step-"):
+        try:
+            named: Path | None = d / bounded.read_text(pointer, bounded.SMALL, errors="replace").strip()
+        except OSError as e:  # a planted giant or a FIFO names no checkpoint
+            named = None
+            notes.append(f"{pointer} cannot be read ({e.strerror})")
+        if named is not None and named.exists() and named.parent == d and named.name.startswith("step-"):
             found = [named, *(p for p in found if p != named)]
-        else:
+        elif named is not None:
             notes.append(f"{pointer} names {named.name!r}, which does not exist")
     return found, notes
 

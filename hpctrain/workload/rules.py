@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hpctrain import bounded
 from hpctrain.config.schema import Config, ParallelismConf, ScriptConf, TrainConf
 from hpctrain.config.tp_plan import STYLES
 from hpctrain.errors import Problem
@@ -228,7 +229,7 @@ def _not_python(path: Path) -> str | None:
     """Why the file is not Python source, or None: it is compiled here (not run), so a shell script,
     a binary or a syntax error stops before any rank starts."""
     try:
-        data = path.read_bytes()
+        data = bounded.read_bytes(path, bounded.TEXT)
     except OSError as e:
         return f"cannot be read: {e.strerror}"
     if b"\0" in data[:4096]:

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpctrain import records
+from hpctrain import bounded, records
 from hpctrain.config.schema import Config, SlurmClusterConf
 from hpctrain.errors import ConfigError, HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
 from hpctrain.facts import HostFacts
@@ -286,7 +286,7 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         text, stderr = "", self.log_paths(job, 0)[1]
         for path in (stderr, stderr.with_name(STEP_ERR)):
             try:
-                text += path.read_text(errors="replace")[-20000:]
+                text += bounded.tail(path, 20000)
             except OSError:
                 pass
         return text

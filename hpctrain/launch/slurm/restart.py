@@ -86,9 +86,10 @@ def why_not(run_dir: Path, max_restarts: int, used: int, state: State) -> str | 
 def _tail(stderr: Path, offset: int) -> str:
     """What the failed step's srun wrote to rank 0's error log (its last 20,000 characters)."""
     try:
-        with open(stderr, errors="replace") as f:
-            f.seek(offset)
-            return f.read()[-20000:]
+        size = stderr.stat().st_size
+        with open(stderr, "rb") as f:
+            f.seek(max(offset, size - 20000))
+            return f.read(20000).decode(errors="replace")
     except OSError:
         return ""
 
