@@ -15,6 +15,7 @@ import pytest
 from hpctrain import bounded, facts, records
 from hpctrain.errors import RecordError
 from tests.conftest import ROOT, hpctrain_here
+from tests.unit.test_records import STEP
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -92,22 +93,9 @@ def test_records_past_their_bound_are_named_not_read(tmp_path: Path) -> None:
 
 def test_step_records_still_read_line_by_line_with_a_partial_tail(tmp_path: Path) -> None:
     f = tmp_path / "steps-rank0.jsonl"
-    rec = records.StepRecord(
-        step=1,
-        rank=0,
-        loss=1.0,
-        lr=0.1,
-        data_s=0.0,
-        compute_s=0.1,
-        comm_s=0.0,
-        step_s=0.1,
-        samples=8,
-        samples_per_s=80.0,
-        timed=True,
-    )
-    line = records.step_line(rec)
+    line = records.step_line(STEP)
     f.write_text(line + line + line[: len(line) // 2])
-    assert [s.step for s in records.iter_steps(f)] == [1, 1]
+    assert [s.step for s in records.iter_steps(f)] == [STEP.step, STEP.step]
     with pytest.raises(RecordError, match="line 3"):
         list(records.iter_steps(f, tolerate_partial_tail=False))
 
