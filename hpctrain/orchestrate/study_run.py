@@ -5,11 +5,9 @@ analyze. The expansion itself is pure (study.py)."""
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import os
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,13 +21,12 @@ from hpctrain.config.validate import SAFE_NAME
 from hpctrain.errors import HpctrainError, RecordError, RunsFailed
 from hpctrain.launch.base import Job, Launcher, RunSpec
 from hpctrain.launch.rundir import claim_fresh
+from hpctrain.orchestrate.lock import writer_lock
 from hpctrain.orchestrate.probe import run_allreduce
 from hpctrain.orchestrate.runs import Reporter, accounted, follow, one_launcher, write_sweep
 from hpctrain.orchestrate.study import expand_study
 from hpctrain.orchestrate.validate import validate_points
 from hpctrain.records import State
-
-LOCK = ".lock"  # in a study directory: held by the hpctrain running the study
 
 
 @dataclass(frozen=True)
@@ -119,27 +116,9 @@ def keep_aside(run_dir: Path) -> None:
         run_dir.rename(run_dir.with_name(f"{run_dir.name}.failed-{int(time.time())}"))
 
 
-@contextmanager
-def study_lock(study_dir: Path) -> Iterator[None]:
-    """One hpctrain at a time runs a study: a second `study resume` would rename the directories
-    the first one's runs are writing to. flock: released by the kernel if the holder dies."""
-    path = study_dir / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise HpctrainError(
-            f"study {study_dir} is being run by another hpctrain (pid {holder}); wait for it to end, "
-            f"or stop it, then: hpctrain study resume {study_dir}"
-        ) from None
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        yield
-    finally:
-        os.close(fd)
+def study_lock(study_dir: Path) -> AbstractContextManager[None]:
+    """One hpctrain at a time runs a study (lock.py)."""
+    return writer_lock(study_dir, "study", f"hpctrain study resume {study_dir}")
 
 
 def checked_runs(study_dir: Path, manifest: records.StudyManifest) -> records.StudyManifest:

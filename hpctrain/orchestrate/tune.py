@@ -13,6 +13,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -42,6 +43,7 @@ from hpctrain.errors import ConfigError, HpctrainError, LaunchError, Problem, Re
 from hpctrain.launch.base import Launcher
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.estimate import Point, probe_config, target_of
+from hpctrain.orchestrate.lock import writer_lock
 from hpctrain.orchestrate.probe import run_and_wait
 from hpctrain.orchestrate.runs import prepare
 from hpctrain.orchestrate.study_run import keep_aside
@@ -364,10 +366,19 @@ def tune(
     t = plan_tune(overrides, config_dir)
     home = create_tune(t)
     say(f"tune: {len(t.knobs)} setting(s) to search -> {home}")
-    return Tuner(t, home, say, timeout_s).run()
+    with tune_lock(home):
+        return Tuner(t, home, say, timeout_s).run()
 
 
 def resume_tune(home: Path, say: Callable[[str], None], timeout_s: float = 3600) -> Tuned:
-    m = read_tune(home)
-    t = plan_tune(m.overrides, m.config_dir)
-    return Tuner(t, home, say, timeout_s, m).run()
+    read_tune(home)  # a tune directory, before a lock file is made in it
+    with tune_lock(home):  # before anything of the tune is read for going on, or renamed
+        m = read_tune(home)
+        t = plan_tune(m.overrides, m.config_dir)
+        return Tuner(t, home, say, timeout_s, m).run()
+
+
+def tune_lock(home: Path) -> AbstractContextManager[None]:
+    """One hpctrain at a time runs a tune (lock.py): a second --resume would set the first's
+    running trials aside and run trials beside them."""
+    return writer_lock(home, "tune", f"hpctrain tune --resume {home}")

@@ -1,5 +1,5 @@
 """Concurrent use: two runs started in the same second both run, in distinct directories; one
-study is run by one hpctrain at a time; study resume stays inside the study directory."""
+study, and one tune, is run by one hpctrain at a time; study resume stays inside the study directory."""
 
 from __future__ import annotations
 
@@ -68,6 +68,26 @@ def test_a_second_resume_of_a_running_study_is_refused_and_disturbs_nothing(tmp_
         proc.terminate()
         proc.communicate(timeout=60)
     assert proc.returncode == 130
+
+
+def test_a_second_resume_of_a_running_tune_is_refused_and_disturbs_nothing(tmp_path: Path) -> None:
+    """Round 5, class 2: `tune --resume` of a tune still running set its trials aside and ran
+    trials beside them; tune.json and best.yaml ended as the second's."""
+    home = tmp_path / "tune"
+    tune = [*SMALL, "train.steps=3000", "parallelism.engine=ddp", "tune.keys=[parallelism.compression]"]
+    proc = start_hpctrain("tune", *tune, f"run.dir={home}")
+    try:
+        wait_for("the tune's first trial to start", lambda: (home / "trial-0" / "steps-rank0.jsonl").exists())
+        before = sorted(p.name for p in home.iterdir())
+        r = hpctrain("tune", "--resume", str(home), timeout=120)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"tune {home} is being run by another hpctrain (pid {proc.pid})" in r.stderr, r.stderr
+        assert f"then: hpctrain tune --resume {home}" in r.stderr
+        assert sorted(p.name for p in home.iterdir()) == before  # no trial set aside, none added
+        assert proc.poll() is None  # the first tune goes on
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
 
 
 def test_resume_never_writes_outside_the_study_whatever_study_json_says(tmp_path: Path) -> None:
