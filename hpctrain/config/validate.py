@@ -316,6 +316,16 @@ def _host_problems(cfg: Config, f: HostFacts) -> list[Problem]:
                 "lower cluster.ranks, or say cluster.oversubscribe=true to run it anyway",
             )
         )
+    threads = c.threads_per_rank if c.name == "local" else None
+    if threads and threads * c.ranks > OVERSUBSCRIBE_LIMIT * f.cpu_count and c.oversubscribe is not True:
+        p.append(  # it becomes OMP_NUM_THREADS: 100,000 threads a rank would bring the host down
+            Problem(
+                "cluster.threads_per_rank",
+                f"{threads} threads x {c.ranks} ranks on {f.cpu_count} cores is over "
+                f"{OVERSUBSCRIBE_LIMIT} per core: a typo more likely than a plan",
+                "lower it (null: the cores shared out among the ranks), or say cluster.oversubscribe=true",
+            )
+        )
     dev = cfg.train.device
     if dev == "cuda" and not f.cuda_available:
         p.append(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -22,10 +23,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.errors import CompactHydraException
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from hpctrain.errors import Problem
 from hydra_plugins.hpctrain_launcher.config import RunSettings
 from hydra_plugins.hpctrain_launcher.rank import path_file, return_file
 
@@ -81,7 +84,18 @@ class HpctrainLauncher(Launcher):
         self.config, self.task_function, self.hydra_context = config, task_function, hydra_context
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """hpctrain's errors reach Hydra as a compact exception: its message alone, as Hydra shows
+        its own configuration errors, with the launcher's settings named as the user set them."""
+        from hpctrain.errors import HpctrainError
+
+        try:
+            return self._launch(job_overrides, initial_job_idx)
+        except HpctrainError as e:
+            raise HpctrainLauncherError(launcher_message(e)) from None
+
+    def _launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        from hpctrain.errors import ConfigError
         from hpctrain.launch.registry import launcher_for
         from hpctrain.launch.rundir import claim_fresh
         from hpctrain.orchestrate.runs import follow, placed, start
@@ -89,22 +103,29 @@ class HpctrainLauncher(Launcher):
 
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        settings = run_settings(self.settings)
+        points = [list(o) for o in job_overrides]
+        labels = [f"job {initial_job_idx + i}" for i in range(len(points))]
+        # everything is checked before anything is created: the settings, every point's run (its
+        # entry script stands in for the one written below) and every point's Hydra config
+        if bad := settings_problems(settings):
+            raise ConfigError(bad)
+        draft = self._config(Path(__file__).with_name("rank.py"), settings)
+        launcher = launcher_for(draft)
+        validate_points([draft] * len(points), labels, launcher.facts)
+        payloads = [self._payload(o, initial_job_idx + i) for i, o in enumerate(points)]
         # each call its own: a sweeper's later batch, or the app run again into the same sweep.dir
         home = claim_fresh(Path(str(self.config.hydra.sweep.dir)).absolute() / RUNS_DIR)
         (home / ENTRY).write_text(ENTRY_TEXT)
-        settings = run_settings(self.settings)
-        points = [list(o) for o in job_overrides]
-        base = self._config(home, settings)
+        base = self._config(home / ENTRY, settings)
         configs = [  # each point's own payload; placed() gives each its run directory home/<i>
             dataclasses.replace(
                 base, script=dataclasses.replace(base.script, args=[str(payload_file(home, i))])
             )
             for i in range(len(points))
         ]
-        launcher = launcher_for(configs[0])
-        validate_points(configs, [f"job {initial_job_idx + i}" for i in range(len(points))], launcher.facts)
-        for i, overrides in enumerate(points):  # Hydra's own errors (a bad key) before anything starts
-            self._write_payload(payload_file(home, i), overrides, initial_job_idx + i)
+        for i, payload in enumerate(payloads):
+            self._write_payload(payload_file(home, i), payload)
         prep = placed(launcher, list(zip(points, configs)), home, sweep=True, dated=False)
         log.info(f"hpctrain: {len(points)} job(s) on cluster {self.cluster}; runs in {home}")
         jobs = start(prep, detach=False)
@@ -118,7 +139,7 @@ class HpctrainLauncher(Launcher):
             for i, job in enumerate(jobs)
         ]
 
-    def _config(self, home: Path, settings: RunSettings) -> Config:
+    def _config(self, entry: Path, settings: RunSettings) -> Config:
         """The points' hpctrain config: the cluster settings as given, the task as its script."""
         import yaml
 
@@ -129,7 +150,7 @@ class HpctrainLauncher(Launcher):
             "cluster": {**cluster, "name": self.cluster},
             "parallelism": {"backend": str(settings.backend)},
             "script": {
-                "path": str(home / ENTRY),
+                "path": str(entry),
                 "stall_timeout_s": settings.stall_timeout_s,
             },
             # every rank starts where the app was started, as the basic launcher's task runs (the
@@ -138,14 +159,12 @@ class HpctrainLauncher(Launcher):
         }
         return config_from_yaml(yaml.safe_dump(data))
 
-    def _write_payload(self, path: Path, overrides: list[str], num: int) -> None:
+    def _payload(self, overrides: list[str], num: int) -> bytes:
         """What the point's ranks need: the task function, the point's config (composed here, so a
-        bad override fails before anything is submitted), the launcher's Hydra context and
+        bad override fails before anything is created), the launcher's Hydra context and
         singletons (the ConfigStore, resolvers), as submitit's launcher sends them."""
         assert self.config is not None and self.hydra_context is not None
         import cloudpickle
-
-        from hpctrain import records
 
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         with open_dict(sweep_config):
@@ -157,9 +176,14 @@ class HpctrainLauncher(Launcher):
             "hydra_context": self.hydra_context,
             "singletons": Singleton.get_state(),
         }
+        return bytes(cloudpickle.dumps(payload))
+
+    def _write_payload(self, path: Path, payload: bytes) -> None:
+        from hpctrain import records
+
         path.parent.mkdir(parents=True, exist_ok=True)
         path_file(path).write_text("\n".join(p for p in sys.path if p) + "\n")
-        records.write_atomic(path, cloudpickle.dumps(payload))
+        records.write_atomic(path, payload)
 
 
 class HpctrainLocalLauncher(HpctrainLauncher):
@@ -179,6 +203,42 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value.value if isinstance(value, Enum) else value
+
+
+class HpctrainLauncherError(CompactHydraException):
+    """An hpctrain error in a Hydra launch: Hydra prints its message, without a traceback."""
+
+
+# the launcher's settings as the user sets them, for what hpctrain's rules call them
+SETTING_NAMES = {"script.stall_timeout_s": "stall_timeout_s", "parallelism.backend": "backend"}
+
+
+def launcher_message(e: Exception) -> str:
+    """The error with hpctrain's keys renamed to the hydra.launcher settings they came from."""
+    from hpctrain.errors import ConfigError
+
+    if not isinstance(e, ConfigError):
+        return f"hpctrain's launcher: {e}"
+    renamed = []
+    for p in e.problems:
+        key = SETTING_NAMES.get(p.key, p.key.removeprefix("cluster."))
+        setting = p.key in SETTING_NAMES or p.key.startswith("cluster.")
+        new = f"hydra.launcher.{key}" if setting else p.key
+        renamed.append(dataclasses.replace(p, key=new, fix=p.fix.replace(p.key, new)))
+    return f"hpctrain's launcher: {ConfigError(renamed)}"
+
+
+def settings_problems(s: RunSettings) -> list[Problem]:
+    """The launcher's own settings (the rest are hpctrain's cluster settings, checked as such)."""
+    if math.isfinite(s.timeout_min) and s.timeout_min > 0:
+        return []
+    return [
+        Problem(
+            "hydra.launcher.timeout_min",
+            f"must be a positive number of minutes (got {s.timeout_min})",
+            "e.g. hydra.launcher.timeout_min=60: how long the app waits for its jobs",
+        )
+    ]
 
 
 def run_settings(settings: dict[str, Any]) -> RunSettings:

@@ -106,3 +106,11 @@ def test_a_planted_giant_cache_entry_is_no_entry(tmp_path: Path) -> None:
     assert facts.read_cached(entry) is None
     entry.write_text(json.dumps({"tflops": 1.0}))
     assert facts.read_cached(entry) == {"tflops": 1.0}
+
+
+def test_threads_per_rank_past_the_cores_is_refused_as_ranks_are() -> None:
+    """It becomes OMP_NUM_THREADS: 100,000 a rank was accepted (round 5, class 3)."""
+    r = hpctrain_here("run", "--dry-run", "cluster.threads_per_rank=100000")
+    assert r.returncode == 2 and "cluster.threads_per_rank: 100000 threads x 2 ranks on" in r.stderr, r.stderr
+    ok = hpctrain_here("run", "--dry-run", "cluster.threads_per_rank=100000", "cluster.oversubscribe=true")
+    assert ok.returncode == 0, ok.stderr
