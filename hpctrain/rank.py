@@ -188,10 +188,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     engine.shutdown()
     if info.rank != 0:
         return True
-    summary = summarize(
-        everyone,
-        plan.batch.global_,
-        **model_flops(cfg, plan),
+    about = dict(
         started=started,
         finished=finished,
         precision=cfg.precision.name,
@@ -203,6 +200,9 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         **parallelism_about(cfg, plan, type(engine)),
         **restarts_about(run_dir),
     )
+    summary = summarize(everyone, plan.batch.global_, **model_flops(cfg, plan), **about)
+    if implausible(summary):  # a cached count or peak that lies: measured again, the cache mended
+        summary = summarize(everyone, plan.batch.global_, **model_flops(cfg, plan, fresh=True), **about)
     records.write(run_dir / records.SUMMARY, summary)
     print(format_event("done", throughput=summary.throughput_samples_per_s), flush=True)
     return True
@@ -224,16 +224,29 @@ def restarts_about(run_dir: Path) -> dict[str, object]:
     }
 
 
-def model_flops(cfg: Config, plan: records.PlanRecord) -> dict[str, object]:
+def implausible(s: records.RunSummary) -> bool:
+    """An MFU above 100% from a cached figure: the cache was damaged or planted (a peak below what
+    the run itself achieved, a count above what the model does)."""
+    cached = "cached" in s.peak_source or "cached" in s.flops_source
+    return cached and s.mfu is not None and s.mfu > 1
+
+
+def model_flops(cfg: Config, plan: records.PlanRecord, fresh: bool = False) -> dict[str, object]:
     """The summary's MFU inputs, on rank 0 (after the others left): the model's FLOPs per
-    sample and one device's peak (train/flops.py)."""
+    sample and one device's peak (train/flops.py), from their caches unless `fresh`."""
     from hpctrain.engine.device import current_device
     from hpctrain.train.flops import device_peak, flops_per_sample
     from hpctrain.train.parts import make_dataset
 
-    flops, _ = flops_per_sample(cfg, make_dataset(cfg, plan.batch.global_), max(plan.batch.micro, 1))
-    peak = device_peak(cfg, current_device(cfg.train.device))
-    return {"flops_per_sample": flops, "peak_tflops": peak.tflops, "peak_source": peak.source}
+    batch = max(plan.batch.micro, 1)
+    flops, counted = flops_per_sample(cfg, make_dataset(cfg, plan.batch.global_), batch, fresh)
+    peak = device_peak(cfg, current_device(cfg.train.device), fresh)
+    return {
+        "flops_per_sample": flops,
+        "flops_source": counted,
+        "peak_tflops": peak.tflops,
+        "peak_source": peak.source,
+    }
 
 
 def fail(run_dir: Path, error: BaseException) -> NoReturn:

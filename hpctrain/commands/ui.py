@@ -159,6 +159,7 @@ def summary_table(s: RunSummary) -> Table:
             "model FLOP/s per rank",
             f"{s.tflops_per_rank:.3g} TFLOP/s",
             f"MFU {100 * s.mfu:.1f}% of {s.peak_tflops:.3g} ({s.peak_source})"
+            + (": above 100%, so that peak is too low" if s.mfu > 1 else "")
             if s.mfu is not None and s.peak_tflops is not None
             else f"MFU unknown ({s.peak_source})",
         )

@@ -182,6 +182,7 @@ class RunSummary:
     peak_tflops: float | None = None
     peak_source: str = ""
     mfu: float | None = None
+    flops_source: str = ""  # FlopCounterMode, or its count read from the cache
 
     @property
     def grouping(self) -> str:

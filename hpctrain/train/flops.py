@@ -28,15 +28,16 @@ from hpctrain.train.parts import make_criterion, make_model, workload_label
 PROBE_N = 512  # the CPU probe's square GEMM: 2 n^3 FLOPs a call, large enough to reach the BLAS peak
 
 
-def flops_per_sample(cfg: Config, dataset: Any, batch: int) -> tuple[float, str]:
+def flops_per_sample(cfg: Config, dataset: Any, batch: int, fresh: bool = False) -> tuple[float, str]:
     """(training FLOPs of one sample, forward + backward; NaN where it cannot be counted, with the
     reason) on `batch` samples like the dataset's first. Never raises: the count runs after
     training, and a model it cannot count must not cost the run its summary. Built-in models are
-    counted once per configuration and then read from the cache (flops_cache)."""
+    counted once per configuration and then read from the cache (flops_cache); `fresh`: counted
+    again, whatever the cache says (it said something implausible: rank.py)."""
     try:
         x0, y0 = (torch.as_tensor(v) for v in dataset[0])
         path = flops_cache(cfg, x0, y0, batch)
-        cached = _read_count(path)
+        cached = None if fresh else _read_count(path)
         if cached is not None:
             return cached, "FlopCounterMode (cached)"
         with torch.device("meta"):
@@ -98,9 +99,9 @@ def gemm_probe_tflops(precision: str, n: int = PROBE_N, seconds: float = 0.2) ->
     return 2 * n**3 * calls / elapsed / 1e12
 
 
-def device_peak(cfg: Config, device: torch.device) -> Peak:
+def device_peak(cfg: Config, device: torch.device, fresh: bool = False) -> Peak:
     """The peak of one of this run's devices at its precision: config, else the table, else (CPU)
-    the GEMM probe; NaN for a GPU the table does not know."""
+    the GEMM probe (cached per host; `fresh`: probed again); NaN for a GPU the table does not know."""
     precision = str(cfg.precision.name)
     if cfg.cluster.peak_tflops is not None:
         return Peak(cfg.cluster.peak_tflops, "config: cluster.peak_tflops")
@@ -112,12 +113,22 @@ def device_peak(cfg: Config, device: torch.device) -> Peak:
     threads = torch.get_num_threads()
     what = f"probe: {PROBE_N}x{PROBE_N} {precision} GEMM on {threads} thread(s)"
     path = peak_cache(precision, threads)
-    found = _cached_positive(path, "tflops")
+    found = None if fresh else _cached_positive(path, "tflops")
     if found is not None:
-        return Peak(found, f"{what}, cached")
+        return Peak(found, f"{what}, cached{_age(path)}")
     probe = gemm_probe_tflops(precision)
     keep_cached(path, {"tflops": probe, "probed": time.time()})
     return Peak(probe, what)
+
+
+def _age(path: Path) -> str:
+    """How long ago a cached probe ran (' 3 h ago'), from its record; '' where it says nothing."""
+    doc = read_cached(path)
+    when = doc.get("probed") if isinstance(doc, dict) else None
+    if not isinstance(when, (int, float)) or not math.isfinite(when):
+        return ""
+    hours = max(0.0, time.time() - when) / 3600
+    return f" {hours:.0f} h ago" if hours >= 1 else f" {60 * hours:.0f} min ago"
 
 
 def peak_cache(precision: str, threads: int) -> Path:
