@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import os
 import re
-import sys
 import typing
 from collections.abc import Iterator, Sequence
 from enum import Enum
@@ -27,60 +26,13 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from hpctrain.config.overrides import normalise
 from hpctrain.config.schema import CLUSTER_SCHEMAS, Config, register
 from hpctrain.config.search import SearchPath, search_path
 from hpctrain.config.values import expand_user_paths
 from hpctrain.errors import ConfigError, Problem
 
 TARGETED = ("model", "data", "loss")  # sections whose _target_ takes keyword arguments as extra keys
-
-
-MAX_DEPTH = 64
-
-
-def _depth(text: str) -> int:
-    """How deep brackets and braces nest in an override (quotes are not parsed: a bound, not a
-    grammar; Hydra's parser says what is wrong with a value that passes it)."""
-    depth = deepest = 0
-    for ch in text:
-        if ch in "[{(":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]})":
-            depth -= 1
-    return deepest
-
-
-def normalise(overrides: Sequence[str]) -> list[str]:
-    """`script=train.py` is short for `script.path=train.py` (the issue's and torchrun's way);
-    `cluster.container=IMAGE.sif`, the key before runtimes existed, still means Apptainer."""
-    out = []
-    deep = [o for o in overrides if _depth(o) > MAX_DEPTH]
-    if deep:  # Hydra's parser recurses once a level: a deep one would end in a RecursionError
-        raise ConfigError(
-            [
-                Problem(
-                    o.split("=")[0][:80],
-                    f"nests lists or maps {_depth(o)} levels deep; hpctrain reads at most {MAX_DEPTH}",
-                    "flatten the value",
-                )
-                for o in deep
-            ]
-        )
-    for o in overrides:
-        if o.startswith("script="):
-            out.append(f"script.path={o[len('script=') :]}")
-        elif o.startswith("cluster.container=") and not o.startswith("cluster.container={"):
-            image = o[len("cluster.container=") :]
-            print(
-                f"hpctrain: {o} is deprecated; it means cluster.container.runtime=apptainer "
-                f"cluster.container.image={image}",
-                file=sys.stderr,
-            )
-            out += ["cluster.container.runtime=apptainer", f"cluster.container.image={image}"]
-        else:
-            out.append(o)
-    return out
 
 
 def compose_config(

@@ -99,9 +99,11 @@ def _is_section(tp: Any) -> type | None:
 
 def keys(cls: type, prefix: str, skip: frozenset[str] = frozenset()) -> Iterator[Key]:
     """Every leaf key under `prefix` (a section's nested dataclasses included), in schema order."""
+    if not dataclasses.is_dataclass(cls):
+        return
     hints = typing.get_type_hints(cls)
     meanings = field_meanings(cls)
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         path = f"{prefix}{f.name}"

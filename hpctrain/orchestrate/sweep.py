@@ -25,7 +25,7 @@ def expand(overrides: Sequence[str], config_dir: str | None = None) -> list[list
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
 
-    from hpctrain.config.load import normalise
+    from hpctrain.config.overrides import normalise
     from hpctrain.config.schema import register
     from hpctrain.config.search import search_path
 
