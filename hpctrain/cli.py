@@ -22,7 +22,12 @@ from hpctrain.parser import build_parser
 
 
 def _with_overrides_file(args: argparse.Namespace) -> None:
-    """--overrides-file FILE: its overrides first, then the command line's."""
+    """--overrides-file FILE: its overrides first, then the command line's (which may override
+    them; within the command line, or within the file, a key is given once)."""
+    if getattr(args, "overrides", None) and not (args.command == "study" and args.kind == "resume"):
+        from hpctrain.config.overrides import given_once
+
+        given_once(args.overrides, "on the command line")
     path = getattr(args, "overrides_file", None)
     if path is None:
         return

@@ -7,6 +7,7 @@ from pathlib import Path
 import yaml
 
 from hpctrain import bounded
+from hpctrain.config.overrides import given_once
 from hpctrain.errors import ConfigError
 
 MAX_OVERRIDES = 10_000  # best.yaml holds a few; a sweep's values go in one override each
@@ -38,4 +39,5 @@ def overrides_file(path: Path) -> list[str]:
         raise bad("is not a list of KEY=VALUE strings")
     if len(data) > MAX_OVERRIDES:
         raise bad(f"holds {len(data)} overrides; hpctrain takes at most {MAX_OVERRIDES} from a file")
+    given_once(data, f"in {path}")
     return list(data)

@@ -85,3 +85,24 @@ def map_keys() -> frozenset[str]:
     for schema in CLUSTER_SCHEMAS.values():
         walk(schema, "cluster.")
     return frozenset(found)
+
+
+def given_once(overrides: Sequence[str], where: str) -> None:
+    """ConfigError for a key or group given twice in one place (`model=mlp model=cnn`): Hydra
+    would take the last and say nothing. The command line may still override an overrides file:
+    each is checked on its own."""
+    seen: dict[str, str] = {}
+    problems = []
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key in seen and "=" in o:
+            problems.append(
+                Problem(
+                    key,
+                    f"is given twice {where} ({seen[key]}, then {o}): only the last would count",
+                    "give it once",
+                )  # fmt: skip
+            )
+        seen.setdefault(key, o)
+    if problems:
+        raise ConfigError(problems)

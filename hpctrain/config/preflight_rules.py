@@ -5,6 +5,7 @@ names that reach sbatch (cluster.exclude, cluster.nodelist) or pick a node to sl
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 
 from hpctrain.analysis.preflight import reference_of
@@ -58,7 +59,38 @@ def preflight_problems(cfg: Config) -> list[Problem]:
                     "give a node name such as n2",
                 )
             )
-    return p + _reference_problems(cfg)
+    return p + _unread(cfg) + _reference_problems(cfg)
+
+
+def _unread(cfg: Config) -> list[Problem]:
+    """Settings nothing would read: the check's own while it is off, and a node to slow on a run
+    that has no such node (a local run's one node is this host)."""
+    from dataclasses import fields
+
+    from hpctrain.config.cluster import PreflightConf
+
+    pf, p = cfg.cluster.preflight, []
+    if not pf.enabled:
+        default = PreflightConf()
+        for f in fields(PreflightConf):
+            if f.name not in ("enabled", "only") and getattr(pf, f.name) != getattr(default, f.name):
+                p.append(
+                    Problem(
+                        f"cluster.preflight.{f.name}",
+                        "is read by the pre-flight check, which is off: it would do nothing",
+                        "set cluster.preflight.enabled=true, or drop it",
+                    )
+                )
+    node = cfg.debug.slow_node
+    if node is not None and not cfg.cluster.loses_nodes and node != socket.gethostname():
+        p.append(
+            Problem(
+                "debug.slow_node",
+                f"{node!r} is not a node of this run: a local run's one node is {socket.gethostname()}",
+                "name this host, or use it with cluster=slurm",
+            )
+        )
+    return p
 
 
 def _reference_problems(cfg: Config) -> list[Problem]:

@@ -211,16 +211,40 @@ def _debug_problems(cfg: Config, n: int) -> list[Problem]:
     return p
 
 
+# who a rank is: each launcher sets these per rank (a value for every rank would be wrong for
+# all but one, and the launcher's own would replace it anyway)
+RANK_IDENTITY = frozenset(
+    {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID",
+     "SLURM_NTASKS", "SLURM_LOCALID", "PMI_RANK", "PMI_SIZE", "HOROVOD_RANK", "HOROVOD_SIZE"}
+)  # fmt: skip
+
+
 def _env_problems(cfg: Config) -> list[Problem]:
     c = cfg.cluster
     p = []
-    for k in c.env:
+    for k, v in c.env.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
             p.append(
                 Problem(
                     f"cluster.env.{k}",
                     "is not a valid environment variable name",
                     "use letters, digits and '_', not starting with a digit",
+                )
+            )
+        elif k in RANK_IDENTITY or k.startswith("OMPI_COMM_WORLD_"):
+            p.append(
+                Problem(
+                    f"cluster.env.{k}",
+                    "says who a rank is, which the launcher sets for each rank",
+                    "drop it (the world size is cluster.ranks, or nodes x ranks_per_node)",
+                )
+            )
+        elif k == "MASTER_PORT" and not (str(v).isdigit() and 1 <= int(str(v)) <= 65535):
+            p.append(
+                Problem(
+                    f"cluster.env.{k}",
+                    f"{v!r} is not a TCP port",
+                    "give a port number from 1024 to 65535 that is free on the first node, or drop it",
                 )
             )
     return p

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from enum import Enum
@@ -219,12 +220,15 @@ def launcher_message(e: Exception) -> str:
 
     if not isinstance(e, ConfigError):
         return f"hpctrain's launcher: {e}"
-    renamed = []
-    for p in e.problems:
-        key = SETTING_NAMES.get(p.key, p.key.removeprefix("cluster."))
-        setting = p.key in SETTING_NAMES or p.key.startswith("cluster.")
-        new = f"hydra.launcher.{key}" if setting else p.key
-        renamed.append(dataclasses.replace(p, key=new, fix=p.fix.replace(p.key, new)))
+
+    def named(text: str) -> str:
+        for old, new in SETTING_NAMES.items():
+            text = text.replace(old, f"hydra.launcher.{new}")
+        return re.sub(r"\bcluster\.", "hydra.launcher.", text)
+
+    renamed = [
+        dataclasses.replace(p, key=named(p.key), rule=named(p.rule), fix=named(p.fix)) for p in e.problems
+    ]
     return f"hpctrain's launcher: {ConfigError(renamed)}"
 
 

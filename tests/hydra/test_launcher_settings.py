@@ -33,6 +33,11 @@ if __name__ == "__main__":
         ("ranks=-2", "hydra.launcher.ranks: must be >= 1 (got -2)"),
         ("stall_timeout_s=nan", "hydra.launcher.stall_timeout_s:"),
         ("threads_per_rank=100000", "hydra.launcher.threads_per_rank: 100000 threads x 2 ranks"),
+        # class 9: a spawn start would ignore the default backend=mpi a Horovod task meets through
+        (
+            "starter=spawn",
+            "hydra.launcher.starter: spawn starts the ranks without MPI, and hydra.launcher.backend=mpi",
+        ),
     ],
 )
 def test_a_broken_launcher_setting_is_refused_before_anything_starts(

@@ -114,3 +114,35 @@ def test_threads_per_rank_past_the_cores_is_refused_as_ranks_are() -> None:
     assert r.returncode == 2 and "cluster.threads_per_rank: 100000 threads x 2 ranks on" in r.stderr, r.stderr
     ok = hpctrain_here("run", "--dry-run", "cluster.threads_per_rank=100000", "cluster.oversubscribe=true")
     assert ok.returncode == 0, ok.stderr
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [  # class 9: settings nothing would read are refused, as other unused settings are
+        (
+            ["cluster.preflight.tolerance=0.3"],
+            "cluster.preflight.tolerance: is read by the pre-flight check, which is off",
+        ),
+        (["debug.slow_node=n2", "debug.slow_s=1"], "debug.slow_node: 'n2' is not a node of this run"),
+        (
+            ["parallelism.engine=ddp", "cluster.starter=spawn", '+cluster.env={RANK: "5", WORLD_SIZE: "9"}'],
+            "cluster.env.RANK: says who a rank is, which the launcher sets for each rank",
+        ),
+        (
+            ["cluster.starter=spawn", "script={tmp}/ok.py"],
+            "cluster.starter: spawn starts the ranks without MPI, and "
+            "parallelism.backend=mpi starts a script's ranks under MPI",
+        ),
+        (["model=mlp", "model=cnn"], "model: is given twice on the command line (model=mlp, then model=cnn)"),
+        # class 8: found before anything is created, not on the ranks
+        (['+cluster.env={MASTER_PORT: "notaport"}'], "cluster.env.MASTER_PORT: 'notaport' is not a TCP port"),
+    ],
+)
+def test_settings_that_would_be_ignored_or_fail_late_are_refused_first(
+    tmp_path: Path, overrides: list[str], said: str
+) -> None:
+    (tmp_path / "ok.py").write_text("print('ok')\n")
+    args = [o.replace("{tmp}", str(tmp_path)) for o in overrides]
+    r = hpctrain_here("run", "--dry-run", f"run.dir={tmp_path / 'run'}", *args)
+    assert r.returncode == 2 and said in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists()

@@ -75,7 +75,17 @@ class LocalLauncher(Launcher[JobPlan]):
                     "use it with cluster=slurm, or drop it",
                 )
             )
-        if c.starter == "spawn" and needs_mpi(cfg):
+        if c.starter == "spawn" and cfg.script.path and cfg.parallelism.backend == "mpi":
+            p.append(  # auto spawns a script where no mpirun is found; an explicit spawn says more
+                Problem(
+                    "cluster.starter",
+                    "spawn starts the ranks without MPI, and parallelism.backend=mpi starts a script's "
+                    "ranks under MPI (Horovod over MPI needs it): one of them would be ignored",
+                    "set parallelism.backend=gloo (a torch.distributed script, or Horovod over Gloo), "
+                    "or cluster.starter=mpirun",
+                )
+            )
+        elif c.starter == "spawn" and needs_mpi(cfg):
             p.append(
                 Problem(
                     "cluster.starter",
