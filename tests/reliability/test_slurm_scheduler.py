@@ -108,3 +108,23 @@ def test_a_dry_run_of_a_large_sweep_prints_index_ranges_per_array() -> None:
     assert "# array 2/2 of this shape: 499 run(s), sweep points 1001-1499" in r.stdout
     assert "#SBATCH --array=0-1000%64" in r.stdout and "(the same script with --array=0-498)" in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) < 400  # ranges, not 1500 indices
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (["cluster.nodelist=[n1,n9]"], "cluster.nodelist[1]: 'n9' is not a node of this cluster"),
+        (
+            ["cluster.exclude=[n1,n2,n3,n4]"],
+            "cluster.exclude: leaves 0 of the 4 nodes of the default partition",
+        ),
+    ],
+)
+def test_nodes_the_cluster_cannot_give_are_refused_before_anything_is_created(
+    tmp_path: Path, overrides: list[str], said: str
+) -> None:
+    """Round 5, class 8: such a job reached sbatch (exit 3) after its run directory was made."""
+    run = tmp_path / "run"
+    r = hpctrain_here("run", "cluster=slurm", "data=digits", f"run.dir={run}", *overrides)
+    assert r.returncode == 2 and said in r.stderr, r.stdout + r.stderr
+    assert not run.exists()

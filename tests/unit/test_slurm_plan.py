@@ -140,3 +140,19 @@ def test_signal_delay_may_use_everything_but_slurms_resolution() -> None:
     validate(
         load_config(["cluster=slurm", "cluster.time_min=2", "cluster.signal_delay_s=60"]), HostFacts.example()
     )
+
+
+def test_the_nodes_asked_for_are_held_to_the_clusters() -> None:
+    from hpctrain.launch.slurm.nodes import node_problems, partitions
+
+    table = partitions("n1|debug*\nn2|debug*\nn3|debug*\nn1|tiny\n")
+    assert table == {"debug": {"n1", "n2", "n3"}, "": {"n1", "n2", "n3"}, "tiny": {"n1"}}
+    cfg = load_config(
+        ["cluster=slurm", "cluster.nodelist=[n1,n7]", "cluster.exclude=[n2,n3]", "cluster.nodes=2"]
+    )
+    problems = node_problems(cfg.cluster, table)
+    assert [p.key for p in problems] == ["cluster.nodelist[1]", "cluster.exclude"]
+    assert "leaves 1 of the 3 nodes of the default partition, and the job asks for 2" in problems[1].rule
+    tiny = load_config(["cluster=slurm", "cluster.partition=tiny"])
+    assert node_problems(tiny.cluster, table) == []
+    assert node_problems(cfg.cluster, {}) == []  # sinfo said nothing: nothing is judged

@@ -94,10 +94,18 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         return "\n".join(out)
 
     def admit(self, runs: list[RunSpec[SlurmPlan]]) -> None:
+        """Before anything is written: the user's submit limit (a sweep), and the nodes asked
+        for against the cluster's (sinfo: one call; no answer, no check)."""
+        from hpctrain.launch.slurm.nodes import node_problems, partitions
+        from hpctrain.launch.slurm.sacct import query
         from hpctrain.launch.slurm.submit import check_room
 
         if len(runs) > 1:
             check_room(runs, self.limits(runs))
+        table = partitions(query(["sinfo", "-h", "-N", "-o", "%N|%P"]) or "")
+        found = {str(p): p for r in runs for p in node_problems(r.cfg.cluster, table)}
+        if found:
+            raise ConfigError(list(found.values()))
 
     @contextmanager
     def held(self, cfg: Config, home: Path, minutes: float, say: Callable[[str], None]) -> Iterator[None]:

@@ -9,6 +9,8 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from hpctrain.config.cluster import SlurmClusterConf
+from hpctrain.errors import Problem
 from hpctrain.records import State
 
 LOST_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT")
@@ -123,3 +125,42 @@ def settled_losses(
             return lost
         sleep(step)
         waited += step
+
+
+def partitions(sinfo_text: str) -> dict[str, set[str]]:
+    """Partition -> its nodes, from `sinfo -h -N -o %N|%P` (one line per node and partition; the
+    default partition's name carries a '*', kept under "" as well)."""
+    out: dict[str, set[str]] = {}
+    for line in sinfo_text.splitlines():
+        node, _, part = line.strip().partition("|")
+        if node and part:
+            out.setdefault(part.rstrip("*"), set()).add(node)
+            if part.endswith("*"):
+                out.setdefault("", set()).add(node)
+    return out
+
+
+def node_problems(cfg: SlurmClusterConf, table: dict[str, set[str]]) -> list[Problem]:
+    """What sbatch would refuse about the nodes asked for, said before anything is created:
+    a node the cluster does not have, or an exclusion that leaves too few."""
+    known = set().union(*table.values()) if table else set()
+    part = cfg.partition or ""
+    pool = table.get(part)
+    if not known or pool is None:  # no answer, or a partition the partition rule names
+        return []
+    p = [
+        Problem(f"cluster.nodelist[{i}]", f"{n!r} is not a node of this cluster", f"use one of {', '.join(sorted(known))}")
+        for i, n in enumerate(cfg.nodelist)
+        if n not in known
+    ]  # fmt: skip
+    left = pool - set(cfg.exclude)
+    if len(left) < cfg.nodes:
+        where = f"partition {part}" if part else "the default partition"
+        p.append(
+            Problem(
+                "cluster.exclude",
+                f"leaves {len(left)} of the {len(pool)} nodes of {where}, and the job asks for {cfg.nodes}",
+                "exclude fewer nodes, or ask for fewer (cluster.nodes)",
+            )
+        )
+    return p
