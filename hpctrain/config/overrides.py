@@ -88,18 +88,19 @@ def map_keys() -> frozenset[str]:
 
 
 def given_once(overrides: Sequence[str], where: str) -> None:
-    """ConfigError for a key or group given twice in one place (`model=mlp model=cnn`): Hydra
-    would take the last and say nothing. The command line may still override an overrides file:
-    each is checked on its own."""
+    """ConfigError for a config group chosen twice in one place (`model=mlp model=cnn`): Hydra
+    would take the last and say nothing. (A key set twice, `train.steps=5 train.steps=9`, is left
+    to Hydra's last-wins: scripts build command lines that way.) The command line may still
+    override an overrides file: each is checked on its own."""
     seen: dict[str, str] = {}
     problems = []
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
-        if key in seen and "=" in o:
+        if key in seen and "=" in o and "." not in key:
             problems.append(
                 Problem(
                     key,
-                    f"is given twice {where} ({seen[key]}, then {o}): only the last would count",
+                    f"is chosen twice {where} ({seen[key]}, then {o}): only the last would count",
                     "give it once",
                 )  # fmt: skip
             )

@@ -46,6 +46,7 @@ class EngineRun:
     microbatches: int  # parallelism.microbatches: a pipeline stage's backward passes per step
     sequence_parallel: bool  # parallelism.tp.sequence_parallel
     shard: ShardSettings  # parallelism.shard
+    rendezvous_s: float = 0.0  # train.stall_timeout_s: how long the ranks may take to meet (0: torch's)
 
     @classmethod
     def of(cls, cfg: Config) -> EngineRun:
@@ -59,6 +60,7 @@ class EngineRun:
             microbatches=par.microbatches,
             sequence_parallel=par.tp.sequence_parallel,
             shard=par.shard,
+            rendezvous_s=cfg.train.stall_timeout_s,
         )
 
 

@@ -86,7 +86,7 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
         # created for it at once, never for cuda:0 by default
         device = current_device(self.run.device)
         self.device_type, self.clock = device.type, clock_for(device)
-        init_process_group(device)
+        init_process_group(device, self.run.rendezvous_s)
         size = self.size = dist.get_world_size()
         if size != expected_size:
             raise CommError(

@@ -12,6 +12,7 @@ Where the scheduler gave each task its own GPU (CUDA_VISIBLE_DEVICES of one devi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -46,13 +47,24 @@ def current_device(choice: str) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def init_process_group(device: torch.device, timeout: timedelta = timedelta(minutes=30)) -> None:
+def init_process_group(
+    device: torch.device, rendezvous_s: float = 0.0, timeout: timedelta = timedelta(minutes=30)
+) -> None:
     """torch.distributed's default group for this rank's device: NCCL with its communicator
     created at once on the bound GPU (device_id), else Gloo. The launcher's variables are already
-    exported (engine/world.py)."""
+    exported (engine/world.py). `rendezvous_s` > 0: the ranks meet within that long or the rank
+    fails saying who did not come (engine/rendezvous.py); 0: torch's own meeting."""
     import torch.distributed as dist
 
-    if device.type == "cuda":
-        dist.init_process_group("nccl", timeout=timeout, device_id=device)
+    nccl = device.type == "cuda"
+    if rendezvous_s > 0:
+        from hpctrain.engine.rendezvous import meet
+
+        store = meet(rendezvous_s)
+        world = {"store": store, "rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"])}
     else:
-        dist.init_process_group("gloo", timeout=timeout)
+        world = {}
+    if nccl:
+        dist.init_process_group("nccl", timeout=timeout, device_id=device, **world)
+    else:
+        dist.init_process_group("gloo", timeout=timeout, **world)

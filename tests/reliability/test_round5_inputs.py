@@ -133,7 +133,10 @@ def test_threads_per_rank_past_the_cores_is_refused_as_ranks_are() -> None:
             "cluster.starter: spawn starts the ranks without MPI, and "
             "parallelism.backend=mpi starts a script's ranks under MPI",
         ),
-        (["model=mlp", "model=cnn"], "model: is given twice on the command line (model=mlp, then model=cnn)"),
+        (
+            ["model=mlp", "model=cnn"],
+            "model: is chosen twice on the command line (model=mlp, then model=cnn)",
+        ),
         # class 8: found before anything is created, not on the ranks
         (['+cluster.env={MASTER_PORT: "notaport"}'], "cluster.env.MASTER_PORT: 'notaport' is not a TCP port"),
     ],

@@ -120,3 +120,42 @@ def test_a_stall_on_slurm_is_named_by_status(tmp_path: Path) -> None:
     assert "rank 1 failed: Stalled: no step completed for 6 s" in r.stderr, r.stderr
     status = hpctrain("status", str(run_dir)).stdout
     assert "rank 1 failed: Stalled" in status and "FAILED" in status, status
+
+
+def _rank_process(run_dir: Path, rank: int) -> int | None:
+    """The pid of a rank of the run (its command line names the run directory, its environment
+    its rank), once it has started."""
+    for line in processes_of(run_dir):
+        pid = int(line.split()[0])
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return pid
+    return None
+
+
+@pytest.mark.mpi
+@pytest.mark.side_stream  # mostly waits for the stall timeout
+def test_a_rank_that_never_joins_ends_the_run_within_the_stall_timeout_naming_it(tmp_path: Path) -> None:
+    """Round 5, class 4: under spawn, a rank stopped before it joined held the others in torch's
+    30-minute wait for the store, with C++ frames on the console; the stall timeout never fired."""
+    run_dir = tmp_path / "unjoined"
+    proc = start_hpctrain(
+        "run", "--no-progress", f"run.dir={run_dir}", "data=digits", "train.stall_timeout_s=8", "train.steps=50",
+        "parallelism.engine=ddp", "cluster.starter=spawn",
+    )  # fmt: skip
+    try:
+        wait_for("rank 1 to start", lambda: _rank_process(run_dir, 1), timeout_s=60)
+        pid = _rank_process(run_dir, 1)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)  # before it could import torch, let alone join
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, out + err
+    assert "rank(s) 1 of 2 never joined the ranks' meeting point 127.0.0.1:" in err, err
+    assert "within 8 s (train.stall_timeout_s); rank 0 waited there" in err
+    assert "Traceback" not in err and "c10::" not in err, err  # one line, no C++ frames
+    wait_until_gone(run_dir)
