@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +60,18 @@ class SafeReader(FileSystemReader):
 
 
 def _load_bytes(planner: DefaultLoadPlanner, read_item: ReadItem, value: io.BytesIO) -> None:
-    """DefaultLoadPlanner.load_bytes with torch's weights_only loader instead of a plain unpickle."""
-    loaded = torch.load(value, weights_only=True)
+    """DefaultLoadPlanner.load_bytes with torch's weights_only loader instead of a plain unpickle.
+    A refusal is said as 'GLOBAL module.name', what the value holds (torch's own message is a
+    paragraph about its 2.6 default, and a UserWarning beside it)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            loaded = torch.load(value, weights_only=True)
+    except pickle.UnpicklingError as e:
+        named = re.search(r"GLOBAL (\S+?)[,:\s]", f"{e} ")
+        raise pickle.UnpicklingError(
+            f"GLOBAL {named.group(1)}" if named else str(e).splitlines()[0]
+        ) from None
     if planner.flatten_state_dict:
         set_element(planner.original_state_dict, planner.mappings[read_item.dest_index.fqn], loaded)
     else:

@@ -147,6 +147,9 @@ def _dcp_load(path: Path, state: dict[str, Any]) -> str | None:
     try:
         dcp.load(state, storage_reader=SafeReader(path), planner=SafeLoadPlanner())
     except CheckpointException as e:
+        held = sorted({found for x, _ in e.failures.values() if (found := planted(x)) is not None})
+        if held:
+            return f"was refused and not run: a shard holds {', '.join(held)}, not only tensors and numbers"
         parts = [
             f"rank {r}: {type(x).__name__}: {str(x)[:80]}".rstrip(": ") for r, (x, _) in e.failures.items()
         ]

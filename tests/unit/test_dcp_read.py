@@ -92,3 +92,22 @@ def test_a_planted_value_is_refused_and_never_run(tmp_path: Path) -> None:
     reader = FileSystemReader(tmp_path / "c")
     _load_state_dict({}, storage_reader=reader, planner=_EmptyStateDictLoadPlanner(), no_dist=True)
     assert mark.exists()
+
+
+def test_a_planted_value_in_a_collective_read_is_named_by_what_it_holds(tmp_path: Path) -> None:
+    """Round 5, class 11: the sharded resume path named it by torch's cut-off paragraph ("Weights
+    only load failed. In PyTorch 2.6, we changed the default value of the `w") and a UserWarning."""
+    import warnings
+
+    from hpctrain.train import shard_checkpoint
+
+    mark = tmp_path / "pwned"
+    dcp.save(
+        {"model": {"w": torch.zeros(2)}, "step": _Planted(mark)}, checkpoint_id=tmp_path / "c", no_dist=True
+    )
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        why = shard_checkpoint._dcp_load(tmp_path / "c", {"model": {"w": torch.empty(2)}, "step": 0})
+    assert why == "was refused and not run: a shard holds posix.system, not only tensors and numbers"
+    assert not mark.exists()
+    assert not [w for w in seen if "Weights only" in str(w.message) or "weights_only" in str(w.message)]
