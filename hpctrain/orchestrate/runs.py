@@ -33,6 +33,10 @@ from hpctrain.records.restarts import read_restarts
 # format: "[date][submitit][INFO] - ..."), and the profiler's stage markers (Kineto prints
 # "USDT:<date> ... profiler_start" on every start and stop)
 NOT_SHOWN = re.compile(r"submitit |\[[^]]*\]\[submitit\]\[|(USDT|STAGE):\d{4}-\d\d-\d\d ")
+# Open MPI's banners (a paragraph between lines of dashes: "Primary job terminated normally, but 1
+# process returned a non-zero exit code...") stay in logs/launcher.log: what they say reaches the
+# user as hpctrain's own one-line account (the failed rank, its signal, a restart)
+BANNER_RULE = re.compile(r"-{20,}\s*$")
 
 
 class Reporter(Protocol):
@@ -164,6 +168,7 @@ class LogFollower:
         pending: Callable[[dict[str, JobStatus]], None] | None = None,  # also told each poll's states
     ) -> None:
         self.offsets = {p: 0 for p in paths}
+        self.in_banner = {p: False for p in paths}
         self.reporter = reporter
         self.pending = pending
 
@@ -173,6 +178,11 @@ class LogFollower:
         for path, offset in self.offsets.items():
             lines, self.offsets[path] = records.read_new_lines(path, offset)
             for line in lines:
+                if BANNER_RULE.match(line):
+                    self.in_banner[path] = not self.in_banner[path]
+                    continue
+                if self.in_banner[path]:
+                    continue
                 event = parse_event(line)
                 if event is not None:
                     self.reporter.event(event)

@@ -68,3 +68,28 @@ def test_mpirun_failure_reports(fixture: str, rank: int, cause: str) -> None:
 
 def test_no_failure_in_ordinary_output() -> None:
     assert mpirun_failure("step 3/10 loss 1.5\nall good") is None
+
+
+def test_open_mpis_banners_stay_in_the_launcher_log_and_off_the_console(tmp_path) -> None:
+    """Round 5, class 11: mpirun's abort banner was printed on the console at every restart; the
+    restart's own line (and rank 0's) still are."""
+    from pathlib import Path
+
+    from hpctrain.orchestrate.runs import LogFollower
+
+    banner = (Path(__file__).parents[1] / "fixtures" / "openmpi-4.1-rank-signal.txt").read_text()
+    log = tmp_path / "launcher.log"
+    log.write_text(f"{banner}hpctrain: restart 1: rank 1 on vm: killed by signal 9\n[1,0]<stdout>: step 5\n")
+
+    class Seen:
+        lines: list[str] = []
+
+        def note(self, text: str) -> None: ...
+        def event(self, event: dict) -> None: ...
+        def begin(self, label: str, steps: int) -> None: ...
+        def line(self, text: str) -> None:
+            self.lines.append(text)
+
+    seen = Seen()
+    LogFollower([log], seen)()
+    assert seen.lines == ["hpctrain: restart 1: rank 1 on vm: killed by signal 9", "[1,0]<stdout>: step 5"]
