@@ -26,6 +26,14 @@ def _rank_pids(run_dir: Path) -> list[int]:
     return [int(p.split()[0]) for p in processes_of(run_dir) if "hpctrain.rank" in p and "mpirun" not in p]
 
 
+def _dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def _start(run_dir: Path, *extra: str) -> subprocess.Popen[str]:
     return start_hpctrain("run", f"run.dir={run_dir}", *LONG, *extra)
 
@@ -84,3 +92,28 @@ def test_mpirun_that_fails_to_start_is_a_launch_error(tmp_path: Path, how: list[
     assert r.returncode == 3, r.stdout + r.stderr
     assert "failed before any rank started (exit status 1)" in r.stderr and said in r.stderr, r.stderr
     assert "rank" not in r.stderr.split("failed before")[0] and "Traceback" not in r.stderr
+
+
+def test_a_rank_killed_just_before_a_cancel_is_still_recorded(tmp_path: Path) -> None:
+    """Round 5, class 10: SIGTERM to the waiting command while mpirun was aborting after a rank
+    was SIGKILLed recorded CANCELLED with the killed rank nowhere and mpirun's own crash (-11) as
+    the exit status. Whichever the supervisor sees first, the killed rank is in state.json."""
+    run_dir = tmp_path / "run"
+    proc = start_hpctrain("run", "--no-progress", f"run.dir={run_dir}", "data=digits", "train.steps=100000")
+    try:
+        wait_for("a heartbeat", lambda: (run_dir / "heartbeat-rank1.json").exists())
+        wait_for("steps", lambda: lines(run_dir / "steps-rank1.jsonl") >= 5)
+        pid = json.loads((run_dir / "heartbeat-rank1.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        wait_for("rank 1 to die", lambda: _dead(pid))  # then the cancel, while mpirun aborts
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode in (130, 4), out + err
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["failure"] is not None and state["failure"]["rank"] == 1, state
+    cause = state["failure"]["cause"]  # as mpirun reported it, or as the supervisor found it gone
+    assert "signal 9" in cause or f"had ended before the cancel (pid {pid})" in cause, state
+    assert state["exit_code"] is None or state["exit_code"] >= 0, state
+    wait_until_gone(run_dir)

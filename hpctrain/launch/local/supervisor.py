@@ -36,7 +36,15 @@ from typing import IO, Any
 from hpctrain import records
 from hpctrain.events import PREFIX as EVENT
 from hpctrain.facts import free_tcp_port
-from hpctrain.launch.output import Demux, mpirun_failure
+from hpctrain.launch.local.outcome import (
+    before_cancel,
+    failure_of,
+    gone_before,
+    never_started,
+    ranks_gone,
+    unwritable,
+)
+from hpctrain.launch.output import Demux
 from hpctrain.launch.plan import AT_LAUNCH
 from hpctrain.lifeline import become_subreaper, end_descendants, with_lifeline
 from hpctrain.records import State, restarts
@@ -128,8 +136,12 @@ class Supervisor:
         self.proc: subprocess.Popen[str] | None = None
         self.cancelled = threading.Event()
         self.write_error: str | None = None  # the first log write that failed (a full disk)
+        self.current: Path | None = None  # the run an attempt is running
+        self.gone: dict[int, int] = {}  # rank -> pid of ranks already dead when the cancel came
 
     def on_signal(self, signum: int, _frame: object) -> None:
+        if self.current is not None and not self.cancelled.is_set():
+            self.gone = ranks_gone(self.current)  # before the cancel stops them all
         self.cancelled.set()
         self.stop_mpirun()
 
@@ -195,6 +207,7 @@ class Supervisor:
         the failure when a restart may outlive it (the run stays RUNNING meanwhile)."""
         env = dict(os.environ)
         env[restarts.ATTEMPT_VAR] = str(attempt)
+        self.current, self.gone = run_dir, {}
         rendezvous = None
         self.write_error = None
         write_state(run_dir, State.RUNNING)
@@ -217,12 +230,15 @@ class Supervisor:
             if rendezvous is not None:
                 rendezvous.close()
         if self.cancelled.is_set():
-            write_state(run_dir, State.CANCELLED, exit_code=code)
+            # a rank that had failed before the cancel (killed from outside) is still recorded; a
+            # negative status is mpirun's own death while it was being stopped, not the run's
+            kept = before_cancel(run_dir, code, tails, mpirun_text) or gone_before(self.gone)
+            write_state(run_dir, State.CANCELLED, exit_code=code if code >= 0 else None, failure=kept)
             return 130
         if code == 0 and records.result_written(run_dir):
             write_state(run_dir, State.COMPLETED, exit_code=0)
             return 0
-        if code > 0 and _never_started(run_dir, tails, mpirun_text):
+        if code > 0 and never_started(run_dir, tails, mpirun_text):
             said = "\n".join(mpirun_text.strip().splitlines()[-15:]) or "(it printed nothing)"
             write_state(
                 run_dir,
@@ -233,12 +249,12 @@ class Supervisor:
             )
             return 3
         failure = (
-            _failure(run_dir, code, tails, mpirun_text)
+            failure_of(run_dir, code, tails, mpirun_text)
             if code != 0
             else records.Failure(0, "mpirun exited 0 but rank 0 wrote no summary.json")
         )
         if self.write_error is not None:  # the cause of whatever the ranks then said
-            failure = records.Failure(None, _unwritable(self.write_error, failure.tail), failure.tail)
+            failure = records.Failure(None, unwritable(self.write_error, failure.tail), failure.tail)
         if int(plan.get("max_restarts", 0)) > 0:
             why_not = (
                 restarts.why_not(run_dir, int(plan["max_restarts"]), attempt)
@@ -327,14 +343,6 @@ class Supervisor:
         return code, tails, "\n".join(mpirun_text)
 
 
-def _unwritable(write_error: str, tail: str) -> str:
-    """The log write that failed, and what the rank itself could not write (a checkpoint's shard,
-    say), if its last words name another file: both are the same full disk."""
-    said = next((ln.strip() for ln in reversed(tail.splitlines()) if "[Errno 28]" in ln), "")
-    rank = f"; the rank's own write failed too: {said}" if said and said not in write_error else ""
-    return f"the run directory cannot be written: {write_error}{rank}"
-
-
 def _gloo_rendezvous(hostname: str, ranks: int) -> Any:
     """Horovod's HTTP rendezvous server for Gloo, run by the launcher (as horovodrun does)."""
     from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
@@ -350,50 +358,6 @@ def _gloo_rendezvous(hostname: str, ranks: int) -> Any:
             self._server.stop()
 
     return Rendezvous()
-
-
-def _never_started(run_dir: Path, tails: dict[int | None, deque[str]], mpirun_text: str) -> bool:
-    """No rank printed a line, wrote an error file, or was reported by mpirun as failed: mpirun
-    itself failed (a wrong path or flag, no slots), which is a launch error, not a rank failure."""
-    return (
-        not any(tails.values())
-        and records.first_error(run_dir) is None
-        and mpirun_failure(mpirun_text) is None
-    )
-
-
-def _failure(
-    run_dir: Path, code: int, tails: dict[int | None, deque[str]], mpirun_text: str
-) -> records.Failure:
-    """The first rank that failed, from its error file, else from mpirun's report (a rank killed
-    by a signal writes nothing; the survivors' "peer vanished" errors are its effect)."""
-    first = records.first_error(run_dir, causes_only=True)
-    if first is not None:
-        return records.Failure(first.rank, first.describe(), "\n".join(tails.get(first.rank, [])))
-    found = mpirun_failure(mpirun_text)
-    if found:
-        rank, cause = found
-        return records.Failure(rank, cause, "\n".join(tails.get(rank, [])))
-    if code < 0:  # mpirun itself was signalled, not by this supervisor (cancelling is handled above)
-        return records.Failure(
-            None,
-            f"mpirun was killed by signal {-code} ({_signame(-code)}) from outside hpctrain; its ranks "
-            "ended with it",
-            "\n".join(mpirun_text.splitlines()[-15:]),
-        )
-    first = records.first_error(run_dir)
-    if first is not None:
-        return records.Failure(first.rank, first.describe(), "\n".join(tails.get(first.rank, [])))
-    return records.Failure(
-        None, f"mpirun exited with status {code}", "\n".join(mpirun_text.splitlines()[-15:])
-    )
-
-
-def _signame(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return "unknown signal"
 
 
 def main(argv: list[str] | None = None) -> int:
