@@ -40,10 +40,12 @@ def meet(seconds: float, env: Mapping[str, str] = os.environ) -> Any:
         store.set(f"{JOINED}{rank}", "1")
     except (RuntimeError, ValueError) as e:  # torch's DistError and its network errors are RuntimeErrors
         what = str(e).strip().splitlines()[0][:300]
-        host = "host" if rank == 0 else "reach"
-        raise RendezvousError(
-            f"rank {rank} could not {host} the ranks' meeting point {where} {limit}: {what}"
-        ) from None
+        said = (
+            f"host the ranks' meeting point {where}"
+            if rank == 0
+            else f"reach the ranks' meeting point {where} {limit}"
+        )
+        raise RendezvousError(f"rank {rank} could not {said}: {what}") from None
     if rank == 0:
         deadline = time.monotonic() + seconds
         while missing := [r for r in range(world) if not store.check([f"{JOINED}{r}"])]:

@@ -159,3 +159,21 @@ def test_a_rank_that_never_joins_ends_the_run_within_the_stall_timeout_naming_it
     assert "within 8 s (train.stall_timeout_s); rank 0 waited there" in err
     assert "Traceback" not in err and "c10::" not in err, err  # one line, no C++ frames
     wait_until_gone(run_dir)
+
+
+@pytest.mark.mpi
+def test_a_master_port_in_use_is_one_line_naming_the_port(tmp_path: Path) -> None:
+    """Round 5, class 8: a MASTER_PORT another program holds printed rank 0's 50-line traceback."""
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        r = hpctrain(
+            "run", "--no-progress", f"run.dir={tmp_path / 'run'}", "data=digits", "train.steps=8",
+            "parallelism.engine=ddp", f"cluster.env={{MASTER_PORT: '{port}'}}", own_process=True,
+        )  # fmt: skip
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert f"rank 0 could not host the ranks' meeting point 127.0.0.1:{port}: " in r.stderr, r.stderr
+    assert "address already in use" in r.stderr and "Traceback" not in r.stdout + r.stderr
