@@ -25,9 +25,10 @@ def _with_overrides_file(args: argparse.Namespace) -> None:
     """--overrides-file FILE: its overrides first, then the command line's (which may override
     them; within the command line, or within the file, a key is given once)."""
     if getattr(args, "overrides", None) and not (args.command == "study" and args.kind == "resume"):
-        from hpctrain.config.overrides import given_once
+        from hpctrain.config.overrides import chosen_twice
 
-        given_once(args.overrides, "on the command line")
+        for note in chosen_twice(args.overrides, "on the command line"):
+            print(f"hpctrain: note: {note}", file=sys.stderr)
     path = getattr(args, "overrides_file", None)
     if path is None:
         return

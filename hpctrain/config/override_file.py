@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
 
 from hpctrain import bounded
-from hpctrain.config.overrides import given_once
+from hpctrain.config.overrides import chosen_twice
 from hpctrain.errors import ConfigError
 
 MAX_OVERRIDES = 10_000  # best.yaml holds a few; a sweep's values go in one override each
@@ -39,5 +40,6 @@ def overrides_file(path: Path) -> list[str]:
         raise bad("is not a list of KEY=VALUE strings")
     if len(data) > MAX_OVERRIDES:
         raise bad(f"holds {len(data)} overrides; hpctrain takes at most {MAX_OVERRIDES} from a file")
-    given_once(data, f"in {path}")
+    for note in chosen_twice(data, f"in {path}"):
+        print(f"hpctrain: note: {note}", file=sys.stderr)
     return list(data)

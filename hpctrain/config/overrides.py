@@ -87,23 +87,15 @@ def map_keys() -> frozenset[str]:
     return frozenset(found)
 
 
-def given_once(overrides: Sequence[str], where: str) -> None:
-    """ConfigError for a config group chosen twice in one place (`model=mlp model=cnn`): Hydra
-    would take the last and say nothing. (A key set twice, `train.steps=5 train.steps=9`, is left
-    to Hydra's last-wins: scripts build command lines that way.) The command line may still
-    override an overrides file: each is checked on its own."""
+def chosen_twice(overrides: Sequence[str], where: str) -> list[str]:
+    """Notes for a config group chosen twice in one place (`model=mlp model=cnn`), which Hydra
+    resolves by taking the last without a word. Said, not refused: scripts build command lines
+    from a base and a variant, and an overrides file's choices are meant to be overridden."""
     seen: dict[str, str] = {}
-    problems = []
+    notes = []
     for o in overrides:
         key = o.split("=", 1)[0].lstrip("+~")
         if key in seen and "=" in o and "." not in key:
-            problems.append(
-                Problem(
-                    key,
-                    f"is chosen twice {where} ({seen[key]}, then {o}): only the last would count",
-                    "give it once",
-                )  # fmt: skip
-            )
-        seen.setdefault(key, o)
-    if problems:
-        raise ConfigError(problems)
+            notes.append(f"{key} is chosen twice {where} ({seen[key]}, then {o}): {o} counts")
+        seen[key] = o
+    return notes

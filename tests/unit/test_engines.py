@@ -91,6 +91,7 @@ def test_an_engine_is_built_with_its_own_settings_and_the_run_s_wiring_only() ->
         microbatches=1,
         sequence_parallel=False,
         shard=ShardSettings(cpu_offload=True),
+        rendezvous_s=300.0,  # train.stall_timeout_s: the ranks meet within it (engine/rendezvous.py)
     )
     hvd = registry.engine_for(load_config(["parallelism.fusion_threshold_mb=8", "parallelism.backend=gloo"]))
     assert hvd.own == HorovodSettings(fusion_threshold_mb=8.0, cycle_time_ms=None)

@@ -154,7 +154,9 @@ def node_problems(cfg: SlurmClusterConf, table: dict[str, set[str]]) -> list[Pro
         if n not in known
     ]  # fmt: skip
     left = pool - set(cfg.exclude)
-    if len(left) < cfg.nodes:
+    # too many nodes without an exclusion is the scheduler's to say (PartitionConfig, shown as the
+    # job's pending reason); an exclusion that leaves too few is the user's own doing
+    if cfg.exclude and len(left) < cfg.nodes:
         where = f"partition {part}" if part else "the default partition"
         p.append(
             Problem(
