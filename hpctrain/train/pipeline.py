@@ -80,11 +80,12 @@ class Pipe:
         return self.rank == self.last_rank
 
 
-def ensure_process_group(device: torch.device) -> None:
-    """Point-to-point transfers go over torch.distributed whatever the engine (Horovod has none)."""
+def ensure_process_group(device: torch.device, rendezvous_s: float = 0.0) -> None:
+    """Point-to-point transfers go over torch.distributed whatever the engine (Horovod has none);
+    the ranks meet within `rendezvous_s` (engine/rendezvous.py; 0: torch's own wait)."""
     if not dist.is_initialized():
         export_torch_env()
-        init_process_group(device)
+        init_process_group(device, rendezvous_s)
 
 
 def make_groups(layout: Layout, rank: int) -> tuple[Any, Any]:

@@ -27,7 +27,7 @@ def pipeline_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
     cfg, layout, rank = s.cfg, s.d.layout, s.info.rank
     device = s.common["device"]
     s.materialize(s.module)
-    ensure_process_group(device)
+    ensure_process_group(device, cfg.train.stall_timeout_s)
     pp_group, dp_group = make_groups(layout, rank)
     x0 = s.dataset[0][0]
     example = x0.unsqueeze(0).expand(s.d.batch.micro, *x0.shape).contiguous().to(device)
