@@ -350,11 +350,21 @@ def statuses(jobs: list[Job]) -> list[tuple[Job, JobStatus, str]]:
 
 
 def progress_of(run_dir: Path) -> str:
-    """Latest step and throughput from rank 0's step records (a partial last line is skipped)."""
-    try:
-        steps = records.read_steps(run_dir / records.steps_file(0))
-    except RecordError:
-        return "-"
+    """Latest step and throughput from rank 0's step records (a partial last line is skipped);
+    between the attempts of a restart, and after a supervisor killed there, from the attempt set
+    aside (steps-rank0.jsonl.N, the newest), so the progress made is not shown as none."""
+    steps: list[records.StepRecord] = []
+    current = run_dir / records.steps_file(0)
+    kept = sorted(
+        run_dir.glob(f"{current.name}.*"), key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else -1
+    )
+    for path in [current, *reversed(kept)]:
+        try:
+            steps = records.read_steps(path)
+        except RecordError:
+            continue
+        if steps:
+            break
     n = len(read_restarts(run_dir))
     restarted = f", {n} restart{'s' if n > 1 else ''}" if n else ""
     if not steps:

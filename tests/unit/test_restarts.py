@@ -171,3 +171,19 @@ def test_the_slurm_teardown_keeps_the_step_s_status_when_it_cannot_look(
     assert checked([str(tmp_path), "0"]) == 0
     err = capsys.readouterr().err
     assert err.startswith("hpctrain: no restart tried: FileNotFoundError: ") and "Traceback" not in err
+
+
+def test_progress_between_two_attempts_is_the_set_aside_attempts(tmp_path: Path) -> None:
+    """Round 5, class 10: a supervisor killed mid-restart left status showing progress `-`: rank
+    0's step records were set aside (steps-rank0.jsonl.1) and the next attempt had none yet."""
+    from hpctrain import records
+    from hpctrain.orchestrate.runs import progress_of
+    from hpctrain.records.restarts import Restart, record
+    from tests.unit.test_records import STEP
+
+    (tmp_path / "steps-rank0.jsonl.1").write_text(records.step_line(STEP) * 2)
+    record(tmp_path, Restart(1, 0.0, "rank 1: killed by signal 9", 1, "vm", 4, 2, 1, 0.5))
+    assert progress_of(tmp_path) == f"step {STEP.step + 1}, {STEP.samples_per_s:.0f} samples/s, 1 restart"
+    (tmp_path / "steps-rank0.jsonl").write_text("")  # the new attempt's, empty so far
+    assert progress_of(tmp_path).startswith(f"step {STEP.step + 1},")
+    assert progress_of(tmp_path / "none") == "-"
