@@ -247,9 +247,9 @@ class TrainConf:
     # checkpoints (after a requeue) come first
     resume_from: Optional[str] = None
     stop_on_nonfinite_loss: bool = True  # a NaN/inf loss ends the run, naming the step and rank
-    stall_timeout_s: float = (
-        300.0  # no step completed for this long: the run ends, naming the stalled rank(s); 0 = off
-    )
+    # no step completed for this long: the run ends, naming the stalled rank(s); the torch engines'
+    # ranks must also meet within it (engine/rendezvous.py); 0 = off
+    stall_timeout_s: float = 300.0
     # a rank or node that dies (a signal, a lost peer, a stall; not an error of the code) restarts
     # the run from its newest checkpoint, at most this many times (records/restarts.py)
     max_restarts: int = 0
