@@ -72,8 +72,10 @@ def test_a_tensor_parallel_mlp_equals_one_rank(
     tp = for_tensor_parallel(summary)
     assert tp is not None and tp.messages == 3 and tp.expected_s > 0
     assert "tensor parallel: 3 collective(s) per step over 2 ranks" in tp.line()
-    # ... and timed: the three messages sent again alone after training, on every rank
-    assert all(0 < r.tp_comm_s < summary.step_s for r in summary.per_rank), summary.per_rank
+    # ... and timed: the three messages sent again alone after training, on every rank. A step holds
+    # them, so a replay is about a step's time at most; on a loaded 2-core machine one replay
+    # once took 9.2 ms against an 8.5 ms mean step, so the bound is a few steps, not one
+    assert all(0 < r.tp_comm_s < 3 * summary.step_s for r in summary.per_rank), summary.per_rank
     assert tp.measured_s == summary.tp_comm_s and "replayed alone" in tp.line()
 
 
