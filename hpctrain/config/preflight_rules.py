@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import re
 import socket
+from dataclasses import fields
 from pathlib import Path
 
 from hpctrain.analysis.preflight import reference_of
+from hpctrain.config.cluster import PreflightConf
 from hpctrain.config.schema import Config
 from hpctrain.errors import Problem
 from hpctrain.records.preflight import reference_checks
@@ -65,10 +67,6 @@ def preflight_problems(cfg: Config) -> list[Problem]:
 def _unread(cfg: Config) -> list[Problem]:
     """Settings nothing would read: the check's own while it is off, and a node to slow on a run
     that has no such node (a local run's one node is this host)."""
-    from dataclasses import fields
-
-    from hpctrain.config.cluster import PreflightConf
-
     pf, p = cfg.cluster.preflight, []
     if not pf.enabled:
         default = PreflightConf()

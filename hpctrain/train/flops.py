@@ -77,12 +77,11 @@ def flops_cache(cfg: Config, x0: torch.Tensor, y0: torch.Tensor, batch: int) -> 
 
 def _read_count(path: Path | None) -> float | None:
     """The cached count; None when absent or damaged (counted again)."""
-    return _cached_positive(path, "flops_per_sample") if path is not None else None
+    return _positive(read_cached(path), "flops_per_sample") if path is not None else None
 
 
-def _cached_positive(path: Path, key: str) -> float | None:
-    """A positive, finite figure kept in the cache under `key`; None when absent or damaged."""
-    doc = read_cached(path)
+def _positive(doc: object, key: str) -> float | None:
+    """A positive, finite figure of a cache entry under `key`; None when absent or damaged."""
     found = doc.get(key) if isinstance(doc, dict) else None
     return float(found) if isinstance(found, (int, float)) and math.isfinite(found) and found > 0 else None
 
@@ -113,17 +112,17 @@ def device_peak(cfg: Config, device: torch.device, fresh: bool = False) -> Peak:
     threads = torch.get_num_threads()
     what = f"probe: {PROBE_N}x{PROBE_N} {precision} GEMM on {threads} thread(s)"
     path = peak_cache(precision, threads)
-    found = None if fresh else _cached_positive(path, "tflops")
+    doc = None if fresh else read_cached(path)  # read once: the figure and how old it is
+    found = _positive(doc, "tflops")
     if found is not None:
-        return Peak(found, f"{what}, cached{_age(path)}")
+        return Peak(found, f"{what}, cached{_age(doc)}")
     probe = gemm_probe_tflops(precision)
     keep_cached(path, {"tflops": probe, "probed": time.time()})
     return Peak(probe, what)
 
 
-def _age(path: Path) -> str:
+def _age(doc: object) -> str:
     """How long ago a cached probe ran (' 3 h ago'), from its record; '' where it says nothing."""
-    doc = read_cached(path)
     when = doc.get("probed") if isinstance(doc, dict) else None
     if not isinstance(when, (int, float)) or not math.isfinite(when):
         return ""
