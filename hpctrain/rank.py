@@ -155,7 +155,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     """The built-in trainer (on built-in or user models and data) under the configured engine."""
     from hpctrain.engine.device import bind_device
     from hpctrain.engine.registry import engine_for
-    from hpctrain.train.loop import train
+    from hpctrain.train.loop import start_fault, train
     from hpctrain.train.stats import summarize
 
     # derived once, by the planner: the rank uses the plan's world size, batch and lr as they are
@@ -163,6 +163,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     if cfg.train.stall_timeout_s > 0:  # a stall report shows torch.distributed's last collectives
         os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDS))
     engine = engine_for(cfg)
+    start_fault(cfg, launcher_rank(os.environ))  # debug.fail_mode=start_segfault
     bind_device(cfg.train.device, os.environ)  # before the first collective (engine/device.py)
     info = engine.init(plan.layout)
     hosts = engine.allgather_object(socket.gethostname())
@@ -212,11 +213,12 @@ def restarts_about(run_dir: Path) -> dict[str, object]:
     """The summary's account of the restarts the run needed (records/restarts.py) and of the
     nodes it left out (judged bad before training, or lost during it)."""
     from hpctrain.records.preflight import excluded
-    from hpctrain.records.restarts import read_restarts
+    from hpctrain.records.restarts import counted, read_restarts
 
     done = read_restarts(run_dir)
     return {
-        "restarts": len(done),
+        "restarts": len(counted(done)),
+        "start_retries": len(done) - len(counted(done)),
         "steps_redone": sum(r.steps_redone for r in done),
         "restart_node_hours_lost": sum(r.node_hours_lost for r in done),
         "nodes_excluded": excluded(run_dir),

@@ -85,6 +85,7 @@ class Device(StrEnum):
 class FailMode(StrEnum):
     exception = "exception"
     kill = "kill"
+    start_segfault = "start_segfault"
 
 
 class StudyKind(StrEnum):

@@ -265,7 +265,9 @@ class TrainConf:
 class DebugConf:
     fail_rank: Optional[int] = None  # fault injection: this rank fails ...
     fail_step: int = 0  # ... at this step
-    fail_mode: FailMode = FailMode.exception  # exception (a Python error) | kill (SIGKILL, no traceback)
+    # exception (a Python error) | kill (SIGKILL, no traceback) | start_segfault (SIGSEGV before
+    # the ranks meet, fail_step unused: MPI's start failing as PMIx's does now and then)
+    fail_mode: FailMode = FailMode.exception
     slow_rank: Optional[int] = (
         None  # this rank sleeps slow_s before every backward pass (a straggler; in a pipeline before each backward chunk) ...
     )

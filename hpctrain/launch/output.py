@@ -80,7 +80,8 @@ def srun_failure(text: str) -> tuple[int, str] | None:
         code = re.match(r"Exited with exit code (\d+)", cause)
         if code:
             return rank, f"exited with status {code.group(1)} on {node}"
-        sig = SIGNAL_TEXTS.get(cause)  # srun prints strsignal(3): "Killed", "Segmentation fault"
+        # srun prints strsignal(3): "Killed", "Segmentation fault" (+ " (core dumped)")
+        sig = SIGNAL_TEXTS.get(cause.removesuffix(" (core dumped)"))
         return rank, f"killed by signal {int(sig)} ({sig.name}) on {node}" if sig else f"{cause} on {node}"
     return None
 

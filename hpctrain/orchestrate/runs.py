@@ -27,7 +27,7 @@ from hpctrain.orchestrate.started import by_launcher, jobs_in, launcher_of
 from hpctrain.orchestrate.sweep import expand
 from hpctrain.orchestrate.validate import validate_points
 from hpctrain.records import State
-from hpctrain.records.restarts import read_restarts
+from hpctrain.records.restarts import counted, read_restarts
 
 # kept in the logs, not shown: submitit's own lines (in its format, or in a Hydra job's logging
 # format: "[date][submitit][INFO] - ..."), and the profiler's stage markers (Kineto prints
@@ -365,8 +365,10 @@ def progress_of(run_dir: Path) -> str:
             continue
         if steps:
             break
-    n = len(read_restarts(run_dir))
+    done = read_restarts(run_dir)
+    n = len(counted(done))
     restarted = f", {n} restart{'s' if n > 1 else ''}" if n else ""
+    restarted += ", start retried" if len(done) > n else ""
     if not steps:
         return "-" + restarted
     return f"step {steps[-1].step + 1}, {steps[-1].samples_per_s:.0f} samples/s{restarted}"

@@ -64,6 +64,9 @@ class Restart:
     lost_s: float  # from the newest checkpoint (or the attempt's start) to the failure
     lost_nodes: list[str] = field(default_factory=list)  # nodes SLURM held lost after the failure
     change: str = ""  # what the restart changed: fewer ranks (train.elastic), or a requeue to full size
+    # a start retried once after a rank died before the ranks met (not counted against
+    # train.max_restarts: launch/slurm/restart.py:start_fault)
+    start: bool = False
 
     @property
     def steps_redone(self) -> int:
@@ -77,6 +80,11 @@ class Restart:
         where = (
             f"rank {self.rank}" + (f" on {self.host}" if self.host else "") if self.rank is not None else ""
         )
+        if self.start:
+            return (
+                f"start retried: {where + ': ' if where else ''}{self.cause.splitlines()[0]}; "
+                "started again once (not counted against train.max_restarts)"
+            )
         lost = f"node(s) {', '.join(self.lost_nodes)} lost; " if self.lost_nodes else ""
         return (
             f"restart {self.attempt}: {where + ': ' if where else ''}{self.cause.splitlines()[0]}; "
@@ -145,6 +153,11 @@ def set_aside(run_dir: Path) -> None:
         keep_attempt(p)
 
 
+def counted(done: list[Restart]) -> list[Restart]:
+    """The restarts train.max_restarts counts: all but a retried start."""
+    return [r for r in done if not r.start]
+
+
 def record(run_dir: Path, r: Restart) -> None:
     """Append one restart (a whole line per write: a reader never sees half of one)."""
     line = json.dumps(asdict(r), sort_keys=True) + "\n"
@@ -174,6 +187,7 @@ def restart_for(
     started: float,
     lost_nodes: list[str] | None = None,
     change: str = "",
+    start: bool = False,
 ) -> Restart:
     """The restart that follows a failure (now) of the attempt that started at `started`, from
     what the run directory holds: the restarts before it, the newest checkpoint, rank 0's steps."""
@@ -188,5 +202,16 @@ def restart_for(
     since = max(written or started, started)
     n = len(read_restarts(run_dir)) + 1
     return Restart(
-        n, now, cause, rank, host, steps_done(run_dir), step, nodes, now - since, lost_nodes or [], change
+        n,
+        now,
+        cause,
+        rank,
+        host,
+        steps_done(run_dir),
+        step,
+        nodes,
+        now - since,
+        lost_nodes or [],
+        change,
+        start,
     )

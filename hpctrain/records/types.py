@@ -171,6 +171,7 @@ class RunSummary:
     cost_source: str = ""  # "allocation" | "sacct"
     # restarts after a failure (records/restarts.py): how many, the steps they redid, what they lost
     restarts: int = 0
+    start_retries: int = 0  # starts retried once after a rank died before the ranks met (SLURM)
     steps_redone: int = 0
     restart_node_hours_lost: float = 0.0
     nodes_excluded: list[str] = field(default_factory=list)  # judged bad by a pre-flight check

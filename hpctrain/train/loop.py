@@ -232,7 +232,8 @@ def _debug_hooks(
     if step == cfg.debug.hold_step and start == 0 and control is not None:
         t.watch.phase("hold", step)
         _hold(control, step, emit)
-    if cfg.debug.fail_rank == rank and step == cfg.debug.fail_step and attempt(os.environ) == 0:
+    at_step = cfg.debug.fail_mode != "start_segfault"  # that one fails before the first step
+    if at_step and cfg.debug.fail_rank == rank and step == cfg.debug.fail_step and attempt(os.environ) == 0:
         _inject_failure(cfg.debug.fail_mode, rank, step)
 
 
@@ -265,6 +266,18 @@ def _hold(control: StopControl, step: int, emit: Callable[[str], None] | None) -
     deadline = time.monotonic() + 600
     while not control.requested and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def start_fault(cfg: Config, rank: int | None) -> None:
+    """debug.fail_mode=start_segfault: this rank dies of SIGSEGV before the ranks meet, on the
+    first attempt only, as a rank in MPI's start does (without a core file)."""
+    d = cfg.debug
+    if d.fail_mode == "start_segfault" and d.fail_rank == rank and attempt(os.environ) == 0:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # past faulthandler, if it is on
+        os.kill(os.getpid(), signal.SIGSEGV)
 
 
 def _inject_failure(mode: str, rank: int, step: int) -> None:

@@ -187,6 +187,28 @@ def test_a_killed_rank_restarts_as_a_new_job_step_in_the_same_allocation(
     assert "1 restart" in status and "restart 1: rank 1: killed by signal 9" in status, status
 
 
+def test_a_start_that_segfaults_before_the_ranks_meet_is_retried_once_and_recorded(tmp_path: Path) -> None:
+    """Rank 0 dies of SIGSEGV before the ranks meet on the first attempt (as Open MPI's PMIx start
+    under srun --mpi=pmix does now and then): with train.max_restarts=0 the teardown starts it
+    again once, names it, and counts it apart from the restarts."""
+    from hpctrain.records.restarts import read_restarts
+
+    run_dir, s = run_ok(
+        tmp_path, "startfault", *BASE, "train.steps=4", "train.warmup_steps=1", "cluster=slurm",
+        "cluster.nodes=2", "cluster.ranks_per_node=1", "train.batch_per_rank=16",
+        "debug.fail_rank=0", "debug.fail_mode=start_segfault",
+    )  # fmt: skip
+    [retry] = read_restarts(run_dir)
+    assert retry.start and retry.rank == 0 and retry.failed_at_step == 0, retry
+    assert (
+        retry.cause.startswith("killed by signal 11 (SIGSEGV) on n") and "before the ranks met" in retry.cause
+    )
+    assert (s["restarts"], s["start_retries"], s["timed_steps"]) == (0, 1, 3), s
+    status = hpctrain("status", str(run_dir), timeout=60).stdout
+    assert "start retried: rank 0: killed by signal 11 (SIGSEGV) on n" in status, status
+    assert "samples/s, start retried" in status and "1 restart" not in status, status
+
+
 def test_a_slow_node_fails_the_pre_flight_check_and_the_run_completes_without_it(tmp_path: Path) -> None:
     """n2 is slow (its GEMMs take 50x as long): the job's check judges it bad before any step, and
     the run goes again without it, submitted with --no-wait (nothing waits for it): the job's own

@@ -124,9 +124,9 @@ def test_a_slurm_restart_starts_the_step_submitit_starts_and_keeps_the_job_s_sta
     # the teardown runs on the host after srun, quoted, and its status is the script's
     assert script.rstrip().splitlines()[-2:] == [
         "hpctrain_status=$?",
-        f"'/opt/py env/bin/python' -m hpctrain.launch.slurm.restart '{plan.folder}' \"$hpctrain_status\"",
+        f"[ \"$hpctrain_status\" = 0 ] || '/opt/py env/bin/python' -m hpctrain.launch.slurm.restart "
+        f"'{plan.folder}' \"$hpctrain_status\"",
     ]
-    assert "teardown" not in plan_slurm(load_config(["cluster=slurm"]), str(tmp_path), "python").executor
     run = tmp_path / "r"
     run.mkdir()
     assert restart.why_not(run, 2, 0, State.RUNNING) is None
@@ -187,3 +187,37 @@ def test_progress_between_two_attempts_is_the_set_aside_attempts(tmp_path: Path)
     (tmp_path / "steps-rank0.jsonl").write_text("")  # the new attempt's, empty so far
     assert progress_of(tmp_path).startswith(f"step {STEP.step + 1},")
     assert progress_of(tmp_path / "none") == "-"
+
+
+def test_a_start_that_died_of_a_segfault_before_the_ranks_met_is_retried_once(tmp_path: Path) -> None:
+    """launch/slurm/restart.py:start_fault: a task killed by SIGSEGV/SIGBUS (srun's words) while no
+    rank wrote an error, a step or env.json; once per run; anything else is a failure as before."""
+    from hpctrain.launch.slurm.restart import start_fault
+
+    run = tmp_path / "r"
+    run.mkdir()
+    said = "srun: error: n1: task 0: Segmentation fault (core dumped)\nsrun: error: n2: task 1: Terminated\n"
+    assert start_fault(run, said, []) == (0, "killed by signal 11 (SIGSEGV) on n1 before the ranks met")
+    assert start_fault(run, said.replace("Segmentation fault (core dumped)", "Bus error"), []) is not None
+    assert start_fault(run, said.replace("Segmentation fault (core dumped)", "Killed"), []) is None
+    assert start_fault(run, "srun: error: n1: task 0: Exited with exit code 1\n", []) is None
+    retried = Restart(1, 1.0, "killed by signal 11", 0, None, 0, 0, 2, 1.0, start=True)
+    assert start_fault(run, said, [retried]) is None  # once
+    assert "start retried: rank 0: killed by signal 11; started again once" in retried.describe()
+    (run / "env.json").write_text("{}")  # the ranks met: a segfault now is the run's own
+    assert start_fault(run, said, []) is None
+    (run / "env.json").unlink()
+    write_json(run / "error-rank1.json", _error("ValueError").__dict__)
+    assert start_fault(run, said, []) is None
+
+
+def test_a_retried_start_is_not_counted_against_max_restarts(tmp_path: Path) -> None:
+    from hpctrain.records.restarts import counted
+
+    done = [
+        Restart(1, 1.0, "segv", 0, None, 0, 0, 2, 1.0, start=True),
+        Restart(2, 2.0, "killed", 1, None, 6, 4, 2, 1.0),
+    ]
+    assert counted(done) == done[1:]
+    record(tmp_path, done[0])
+    assert read_restarts(tmp_path)[0].start and not Restart(**{**done[1].__dict__}).start

@@ -84,13 +84,14 @@ def executor_parameters(cfg: Config, env: dict[str, str], srun_args: tuple[str, 
 
 
 def restart_teardown(host_python: str, folder: str) -> list[str]:
-    """The batch script's last lines: after srun's step, restart it in the allocation while it
-    failed in a way a restart can outlive (restart.py); the script exits with the last status.
-    On the host, outside any container: it starts the job steps."""
+    """The batch script's last lines: after srun's step failed, restart it in the allocation while
+    it failed in a way a restart can outlive, or retry a start that died before the ranks met
+    (restart.py); the script exits with the last status. On the host, outside any container: it
+    starts the job steps."""
     return [
         "hpctrain_status=$?",
-        f"{shlex.quote(host_python)} -m hpctrain.launch.slurm.restart {shlex.quote(folder)} "
-        '"$hpctrain_status"',
+        f'[ "$hpctrain_status" = 0 ] || {shlex.quote(host_python)} -m hpctrain.launch.slurm.restart '
+        f'{shlex.quote(folder)} "$hpctrain_status"',
     ]
 
 
@@ -107,8 +108,8 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
     py = shlex.join(box.python) if box else shlex.quote(python)
     d = derive(cfg)
     executor = executor_parameters(cfg, env, box.srun_args if box else ())
-    if cfg.train.max_restarts or cfg.cluster.preflight.enabled:  # restarts; bad nodes excluded
-        executor["teardown"] = restart_teardown(python, folder)
+    # restarts, a start retried once, bad nodes excluded: all decided after a failed step
+    executor["teardown"] = restart_teardown(python, folder)
     if cfg.train.max_restarts:
         # a lost node leaves the job running, so the teardown decides: go on with the nodes left
         # (train.elastic) or requeue to the full size (SLURM would otherwise end the job)

@@ -83,6 +83,24 @@ def why_not(run_dir: Path, max_restarts: int, used: int, state: State) -> str | 
     return restarts.why_not(run_dir, max_restarts, used)
 
 
+START_SIGNALS = ("SIGSEGV", "SIGBUS")  # how a rank dies in MPI's start-up (PMIx's shared memory)
+
+
+def start_fault(run_dir: Path, srun_said: str, done: Sequence[restarts.Restart]) -> tuple[int, str] | None:
+    """(rank, cause) when the failed step is a start that died before the ranks met and may be
+    retried once: srun saw a task die of SIGSEGV or SIGBUS, no rank wrote an error or a step or
+    env.json, and no start was retried before. Open MPI's PMIx start under `srun --mpi=pmix`
+    segfaults now and then in rank 0 (its shared-memory store); the same start then succeeds."""
+    if any(r.start for r in done) or records.first_error(run_dir) is not None:
+        return None
+    if restarts.steps_done(run_dir) or (run_dir / records.ENV).exists():
+        return None
+    found = srun_failure(srun_said)
+    if found is None or not any(f"({sig})" in found[1] for sig in START_SIGNALS):
+        return None
+    return found[0], f"{found[1]} before the ranks met"
+
+
 def _tail(stderr: Path, offset: int) -> str:
     """What the failed step's srun wrote to rank 0's error log (its last 20,000 characters)."""
     try:
@@ -189,25 +207,27 @@ def main(argv: list[str]) -> int:
     started, offset, place, plan_name = _job_start(env), 0, list[str](), ""
     alive = hostnames(env.get("SLURM_JOB_NODELIST", ""))  # the first step's: the whole allocation
     while status != 0:
-        used = len(restarts.read_restarts(run_dir))
-        why = why_not(run_dir, max_restarts, used, job_state(jid))
+        done = restarts.read_restarts(run_dir)
+        state = job_state(jid)
+        srun_said = _tail(stderr, offset)  # read once: the cause and the lost nodes both come from it
+        fault = start_fault(run_dir, srun_said, done) if state in (State.RUNNING, State.UNKNOWN) else None
+        why = None if fault else why_not(run_dir, max_restarts, len(restarts.counted(done)), state)
         if why is not None:
             if max_restarts:
                 print(f"hpctrain: {why}", file=sys.stderr, flush=True)
             return status
-        srun_said = _tail(stderr, offset)  # read once: the cause and the lost nodes both come from it
-        rank, what = cause(run_dir, srun_said)
-        lost = lost_nodes(alive, job_nodes(jid), srun_said)
+        rank, what = fault or cause(run_dir, srun_said)
+        lost = [] if fault else lost_nodes(alive, job_nodes(jid), srun_said)
         alive = [n for n in alive if n not in lost]
         plan = records.read_json(run_dir / records.PLAN)
-        attempt = used + 1
+        attempt = len(done) + 1
         if lost:
             followed = records.read_json(run_dir / (plan_name or records.PLAN))
             step = next_step(cfg, run_dir, followed, alive, attempt, int(plan["nodes"]))
         else:
             step = Next(place, plan_name, "")
         restart = restarts.restart_for(
-            run_dir, what, rank, len(alive) + len(lost), started, lost, step.change
+            run_dir, what, rank, len(alive) + len(lost), started, lost, step.change, start=fault is not None
         )
         restarts.set_aside(run_dir)
         restarts.record(run_dir, restart)
