@@ -46,7 +46,7 @@ def _time(op: Callable[[], object], iters: int, gpu: bool = False) -> float:
 
 
 def _torch_distributed(
-    sizes: list[tuple[int, int]], device: torch.device
+    sizes: list[tuple[int, int]], device: torch.device, rendezvous_s: float = 0.0
 ) -> dict[int, tuple[float, float, float]]:
     """torch.distributed's all_reduce (what DDP averages with), all_gather_into_tensor and
     reduce_scatter_tensor (what FSDP gathers parameters and reduces gradients with), on its own
@@ -55,7 +55,7 @@ def _torch_distributed(
 
     export_torch_env()
     gpu = device.type == "cuda"
-    init_process_group(device)
+    init_process_group(device, rendezvous_s)  # within train.stall_timeout_s, as training's
     n = dist.get_world_size()
     out = {}
     for size, iters in sizes:
@@ -75,7 +75,9 @@ def _torch_distributed(
     return out
 
 
-def measure(min_bytes: int, max_bytes: int, out: str, device: torch.device) -> None:
+def measure(
+    min_bytes: int, max_bytes: int, out: str, device: torch.device, rendezvous_s: float = 0.0
+) -> None:
     """Every rank calls this (under mpirun, or in srun tasks) on its bound `device`; rank 0 writes
     `out`."""
     comm = MPI.COMM_WORLD
@@ -89,7 +91,7 @@ def measure(min_bytes: int, max_bytes: int, out: str, device: torch.device) -> N
     for size, iters in sizes:
         a, b = np.ones(size // 4, np.float32), np.empty(size // 4, np.float32)
         mpi[size] = _time(lambda: comm.Allreduce(a, b, op=MPI.SUM), iters)
-    dist_s = _torch_distributed(sizes, device)
+    dist_s = _torch_distributed(sizes, device, rendezvous_s)
     hvd.init()  # reuses the MPI that mpi4py initialised
     gpu = device.type == "cuda"
     if gpu and not hvd.nccl_built():
@@ -130,4 +132,4 @@ def run_allreduce(cfg: Config, run_dir: Path) -> None:
     device = bind_device(cfg.train.device, os.environ)  # before the first collective
     heap.release()  # the collector held since the rank started (hpctrain/heap.py)
     out = str(run_dir / records.allreduce_file(cfg.cluster.world_size))
-    measure(b.min_bytes, b.max_mb * 2**20, out, device)
+    measure(b.min_bytes, b.max_mb * 2**20, out, device, cfg.train.stall_timeout_s)
