@@ -221,3 +221,27 @@ def test_a_retried_start_is_not_counted_against_max_restarts(tmp_path: Path) -> 
     assert counted(done) == done[1:]
     record(tmp_path, done[0])
     assert read_restarts(tmp_path)[0].start and not Restart(**{**done[1].__dict__}).start
+
+
+def test_a_supervisor_killed_mid_restart_is_failed_as_of_its_last_sign_of_life(tmp_path: Path) -> None:
+    """Round 5, class 10: a supervisor SIGKILLed mid-restart showed elapsed 00:00:00 (the restart
+    had rewritten state.json at its start; the end was taken from it). The end is now the newest
+    of the state, the launcher log and rank 0's steps, and stays so for every later status."""
+    import json
+    import time
+
+    from hpctrain import records
+    from hpctrain.launch.base import Job
+    from hpctrain.launch.local.launcher import LocalLauncher
+
+    now = time.time()
+    state = {"format_version": 1, "state": "RUNNING", "started": now - 100, "updated": now - 99}
+    (tmp_path / records.STATE).write_text(json.dumps(state))
+    log = tmp_path / records.LAUNCHER_LOG
+    log.parent.mkdir()
+    log.write_text("hpctrain: restart 1: ...\n")
+    os.utime(log, (now - 10, now - 10))
+    ref = records.JobRef(1, "local", "local-1", 2, pid=None)
+    for _ in range(2):  # the first look records it; the second reads what was recorded
+        [st] = LocalLauncher().status([Job(tmp_path, ref)]).values()
+        assert (st.state, st.elapsed) == ("FAILED", "00:01:30"), st

@@ -177,7 +177,8 @@ class LocalLauncher(Launcher[JobPlan]):
                 # read again: the supervisor may have finished between the two looks
                 st = records.read(job.run_dir / records.STATE, records.LocalState)
                 if st.state in (State.PENDING, State.RUNNING):
-                    state, reason = State.FAILED, self._supervisor_gone(job)
+                    state, reason = State.FAILED, self._supervisor_gone(job, st.updated)
+                    st = records.read(job.run_dir / records.STATE, records.LocalState)
                 else:
                     state = State.of(st.state)
             elapsed = "-"
@@ -188,15 +189,17 @@ class LocalLauncher(Launcher[JobPlan]):
         return out
 
     @staticmethod
-    def _supervisor_gone(job: Job) -> str:
+    def _supervisor_gone(job: Job, updated: float) -> str:
         """The supervisor ended without recording an outcome (it was killed): record it, so that
-        state.json, status and the final message agree. Its mpirun and ranks ended with it
-        (lifelines)."""
+        state.json, status and the final message agree, as of the run's last sign of life (its
+        state, its launcher log, rank 0's steps: a restart rewrites the state at its start).
+        Its mpirun and ranks ended with it (lifelines)."""
         reason = (
             f"the local supervisor (pid {job.ref.pid}) was killed before it recorded an outcome; "
             "its mpirun and ranks were stopped with it"
         )
-        write_state(job.run_dir, State.FAILED, failure=records.Failure(None, reason))
+        at = max([updated, *_mtimes(job.run_dir / records.LAUNCHER_LOG, job.run_dir / records.steps_file(0))])
+        write_state(job.run_dir, State.FAILED, at=min(at, time.time()), failure=records.Failure(None, reason))
         return reason
 
     def log_paths(self, job: Job, rank: int) -> list[Path]:
@@ -246,3 +249,14 @@ class LocalLauncher(Launcher[JobPlan]):
         if st.failure is not None:
             return RankFailure(st.failure.rank, st.failure.cause, st.failure.tail, str(job.run_dir))
         return RankFailure(None, status.reason or f"the run ended {status.state}", run_dir=str(job.run_dir))
+
+
+def _mtimes(*paths: Path) -> list[float]:
+    """When each of `paths` that exists was last written."""
+    out = []
+    for p in paths:
+        try:
+            out.append(p.stat().st_mtime)
+        except OSError:
+            continue
+    return out

@@ -76,14 +76,17 @@ class Cancelled(Exception):
 STATE_RESERVE = 16384  # bytes state.json keeps while a run is live: its outcome fits a full disk
 
 
-def write_state(run_dir: Path, state: str, **extra: Any) -> None:
-    """state.json, atomically. A live state is padded with blanks (valid JSON) to STATE_RESERVE
-    bytes, so that when the file system is full the outcome still overwrites it in place."""
+def write_state(run_dir: Path, state: str, at: float | None = None, **extra: Any) -> None:
+    """state.json, atomically, as of `at` (None: now). A live state is padded with blanks (valid
+    JSON) to STATE_RESERVE bytes, so that when the file system is full the outcome still
+    overwrites it in place."""
     old = _read_state(run_dir)
     started = old.started if old and old.started is not None else None
     if state == State.RUNNING and not (old and old.state == State.RUNNING):  # a restart keeps it
         started = time.time()
-    rec = records.new(records.LocalState, state=state, updated=time.time(), started=started, **extra)
+    rec = records.new(
+        records.LocalState, state=state, updated=time.time() if at is None else at, started=started, **extra
+    )
     text = json.dumps(records.to_dict(rec), indent=2, sort_keys=True, default=str) + "\n"
     path = run_dir / records.STATE
     if state in (State.PENDING, State.RUNNING):
