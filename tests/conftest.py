@@ -270,6 +270,29 @@ def mlp_one_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return run_ok(tmp_path_factory.mktemp("mlp"), "one", *MLP, "cluster.ranks=1", "train.batch_per_rank=32")
 
 
+# a transformer small enough for 8 ranks on 2 cores: 4 heads split 2 x 2, a sequence of 16 split 2 x 8
+TINY_LM = [
+    "model=transformer",
+    "model.width=32",
+    "model.depth=2",
+    "model.heads=4",
+    "data=tokens",
+    "data.seq_len=16",
+    "data.vocab_size=64",
+    "data.num_samples=512",
+    "train.steps=6",
+    "train.warmup_steps=2",
+]
+
+
+@pytest.fixture(scope="session")
+def lm_one_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """That transformer on one rank with the global batch of 32: what every layout must equal."""
+    return run_ok(
+        tmp_path_factory.mktemp("lm"), "one", *TINY_LM, "cluster.ranks=1", "train.batch_per_rank=32"
+    )
+
+
 FAILURE_SAID = {
     "exception": "InjectedFailure: injected failure on rank 1 at step 3",
     "kill": "killed by signal 9",

@@ -109,13 +109,24 @@ def energy_text(joules: float | None) -> str:
     return "not measured" if joules is None else f"{joules / 3.6e6:.4f} kWh"
 
 
+def mesh_text(s: RunSummary) -> str:
+    """The layout's degrees, outermost first (pipeline stages x replicas x tensor parallelism);
+    nothing for plain data parallelism."""
+    stages, tp = max(s.stages, 1), max(s.tp_degree, 1)
+    if stages == 1 and tp == 1:
+        return ""
+    dp = s.world_size // stages // tp
+    shards = f" ({s.shard_degree} shards)" if s.shard_degree > 1 else ""
+    parts = [f"{stages} stages"] if stages > 1 else []
+    parts += [f"{dp} replica(s){shards}"] + ([f"tp {tp}"] if tp > 1 else [])
+    return " · " + " x ".join(parts)
+
+
 def summary_table(s: RunSummary) -> Table:
     """The run summary; rows of quantities the run did not measure (a script that reports no
     steps, or no split of them) are left out rather than shown as NaN."""
     known = math.isfinite
-    title = f"{s.model} · {s.precision} · {s.world_size} ranks"
-    if s.stages > 1:
-        title += f" · {s.stages} stages x {s.world_size // s.stages} replica(s)"
+    title = f"{s.model} · {s.precision} · {s.world_size} ranks" + mesh_text(s)
     t = Table(title=title + (f" · global batch {s.global_batch}" if s.timed_steps else ""), show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")

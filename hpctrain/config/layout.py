@@ -105,4 +105,5 @@ def _held(layout: Layout, r: int) -> str:
     if layout.shard > 1 or not parts:
         parts.append(f"shard {layout.shard_of(r)}/{layout.shard}")
     group = f" of group {layout.group_of(r)}" if layout.replicate > 1 else ""
-    return " of ".join(parts) + group
+    stage = f"stage {layout.stage_of(r)}: " if layout.pipelined else ""
+    return stage + " of ".join(parts) + group

@@ -29,6 +29,26 @@ def declared_split_points(m: ModelConf) -> list[str]:
     return []
 
 
+def declared_chain(m: ModelConf) -> list[str]:
+    """The modules a built-in model runs one after the other, each on the one before's output
+    (empty: the model is not such a chain). A pipeline whose stages are sharded or split by
+    tensor parallelism is cut along it (train/mesh_pipeline.py): each piece holds real modules,
+    which FSDP and tensor parallelism can take, where a traced piece holds a graph."""
+    if m._target_:
+        return []
+    if m.name == "mlp":
+        return [f"net.{i}" for i in range(m.depth + 2)]  # flatten, the hidden blocks, the output
+    if m.name == "transformer":
+        return ["embed", *(f"blocks.layers.{i}" for i in range(m.depth)), "norm", "head"]
+    return []
+
+
+def chain_pieces(chain: list[str], points: list[str]) -> list[list[str]]:
+    """The chain cut where each split point begins a piece (every point is in the chain, in order)."""
+    cuts = [0, *(chain.index(p) for p in points), len(chain)]
+    return [chain[a:b] for a, b in zip(cuts, cuts[1:])]
+
+
 def declared_checkpoint_blocks(m: ModelConf) -> list[str]:
     """The blocks activation checkpointing wraps: each keeps only its input for the backward pass."""
     if m._target_:

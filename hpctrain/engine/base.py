@@ -207,7 +207,8 @@ class TensorParallel(ABC):
 
     @abstractmethod
     def device_mesh(self, layout: Layout) -> Any:
-        """The mesh replicate x shard x tp (dimension names as spelled), on this rank's device."""
+        """The mesh [pp x] replicate x shard x tp (dimension names as spelled; pp where the layout
+        has pipeline stages), on this rank's device."""
 
     @abstractmethod
     def split(self, model: nn.Module, tp_mesh: Any, plan: dict[str, str]) -> nn.Module:

@@ -131,8 +131,13 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
     def device_mesh(self, layout: Layout) -> Any:
         from torch.distributed.device_mesh import init_device_mesh
 
-        shape = (layout.replicate, layout.shard, layout.tp)
-        return init_device_mesh(self.device_type, shape, mesh_dim_names=("replicate", "shard", "tp"))
+        # the layout's rank order, outermost first (records.Layout); pipeline stages only where
+        # there are several (a dimension is a process group on every rank)
+        dims = [("pp", layout.stages)] if layout.stages > 1 else []
+        dims += [("replicate", layout.replicate), ("shard", layout.shard), ("tp", layout.tp)]
+        return init_device_mesh(
+            self.device_type, tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims)
+        )
 
     def split(self, model: nn.Module, tp_mesh: Any, plan: dict[str, str]) -> nn.Module:
         from hpctrain.engine.ddp_wrap import Stamp

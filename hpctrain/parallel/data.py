@@ -1,6 +1,8 @@
 """parallelism=data: every rank holds the whole model and a slice of the global batch; the engine
-averages the gradients (Horovod's ring-allreduce, or DDP's buckets). With parallelism.tp.degree
-set to the world, one replica split over the ranks instead (pure tensor parallelism)."""
+averages the gradients (Horovod's ring-allreduce, or DDP's buckets). With parallelism.tp.degree,
+each replica is split over a group of that many consecutive ranks (the world / tp.degree
+replicas, averaged over the mesh's replicate dimension by FSDP2 with one shard: TP with DDP-like
+replicas; one replica when tp.degree is the world: pure tensor parallelism)."""
 
 from __future__ import annotations
 
@@ -33,16 +35,6 @@ class Data(ParallelismKind):
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
         tp = tp_degree(cfg)
         p = tp_problems(cfg, world)
-        if tp > 1 and not p and world // tp > 1:
-            p.append(
-                Problem(
-                    "parallelism.tp.degree",
-                    f"parallelism=data with tensor parallelism runs one replica split over every rank: "
-                    f"tp.degree {tp} leaves {world // tp} replicas, which nothing would average",
-                    f"set parallelism.tp.degree={world}, or use parallelism=fsdp (or hsdp) for "
-                    "data-parallel replicas of a tensor-parallel model",
-                )
-            )
         if tp > 1 and cfg.script.path:
             p.append(
                 Problem(
@@ -61,13 +53,15 @@ class Data(ParallelismKind):
     def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
         if layout.tp == 1:
             return grads
-        return {**grads, "tp_degree": layout.tp, "grad_grouping": "none", "grad_bucket_bytes": 0}
+        grouping = "shards" if layout.replicas > 1 else "none"  # FSDP2's units average the replicas
+        return {**grads, "tp_degree": layout.tp, "grad_grouping": grouping, "grad_bucket_bytes": 0}
 
     @classmethod
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
         from hpctrain.train.setup import data_parallel_trainer
-        from hpctrain.train.shard import tensor_parallel_trainer
+        from hpctrain.train.shard import sharded_trainer, tensor_parallel_trainer
 
         if setup.d.layout.tp > 1:
-            return tensor_parallel_trainer(setup)
+            # replicas of a split model: the mesh's replicate dimension, averaged as HSDP's is
+            return sharded_trainer(setup) if setup.d.layout.replicas > 1 else tensor_parallel_trainer(setup)
         return data_parallel_trainer(setup)

@@ -11,14 +11,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from hpctrain.analysis.tune import Knob
-from hpctrain.config.layout import SCHEDULES, describe
-from hpctrain.config.schema import PipelineSettings
+from hpctrain.config.layout import SCHEDULES, describe, describe_mesh
+from hpctrain.config.schema import PipelineSettings, TpHolder
 from hpctrain.config.split import split_points
 from hpctrain.engine.base import StageReplicas
 from hpctrain.engine.registry import ENGINES, engine_class
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.mesh_rules import mesh_stage_problems
 from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
+from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
 
 if TYPE_CHECKING:
@@ -36,24 +38,30 @@ MICROBATCHES = (1, 2, 4, 8, 16)
 class Pipeline(ParallelismKind):
     """One rank per stage: one replica."""
 
-    settings = (PipelineSettings,)
+    settings = (PipelineSettings, TpHolder)
     one_replica: ClassVar[bool] = True
     torch_store = True  # stages talk point to point over torch.distributed whatever the engine
     builtin_only = True
 
     @classmethod
     def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
-        stages = max(cfg.parallelism.stages, 1)
+        stages, tp = max(cfg.parallelism.stages, 1), tp_degree(cfg)
         return Layout(
             stages=stages,
-            replicate=max(world // stages, 1),
+            replicate=max(world // tp // stages, 1),
+            tp=tp,
             virtual=pieces_per_rank(cfg),
             v_shape=SCHEDULES[str(cfg.parallelism.schedule)].pieces == "two",
         )
 
     @classmethod
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
-        return pipeline_problems(cfg, world, one_replica=cls.one_replica)
+        """With parallelism.tp.degree, each stage split over a tensor-parallel group (the world is
+        stages x replicas x tp)."""
+        p = tp_problems(cfg, world) if cfg.parallelism.tp.degree != 1 else []
+        tp = tp_degree(cfg)
+        dp = world // tp if world % tp == 0 else world
+        return p + pipeline_problems(cfg, dp, one_replica=cls.one_replica) + mesh_stage_problems(cfg, False)
 
     @classmethod
     def notes(cls, cfg: Config, layout: Layout, ranks_per_node: int) -> list[str]:
@@ -63,6 +71,8 @@ class Pipeline(ParallelismKind):
             f"micro-batches, schedule {par.schedule}; the model is cut at "
             f"{', '.join(split_points(cfg, layout.pieces))}"
         )
+        if layout.tp > 1:
+            return [head, tp_note(cfg), *describe_mesh(layout, ranks_per_node)]
         return [head, *describe(layout, ranks_per_node)]
 
     @classmethod
@@ -74,6 +84,7 @@ class Pipeline(ParallelismKind):
             "microbatches": par.microbatches,
             "schedule": str(par.schedule),
             "pieces_per_rank": layout.virtual,
+            **({"tp_degree": layout.tp} if layout.tp > 1 else {}),
         }
 
     @classmethod
@@ -96,6 +107,8 @@ class Pipeline(ParallelismKind):
     def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
         """A pipeline's stages load whole tensors with the optimizer state by index; sharded
         checkpoints (.dcp) hold it by parameter name, resharded only into a data layout."""
+        if tp_degree(cfg) > 1:  # tensor-parallel stages read sharded checkpoints (by name) only
+            return [] if sharded_only else [whole_refused(cfg)]
         if not sharded_only:
             return []
         return [
@@ -109,6 +122,10 @@ class Pipeline(ParallelismKind):
 
     @classmethod
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
+        if setup.d.layout.tp > 1:
+            from hpctrain.train.mesh_pipeline import mesh_pipeline_trainer
+
+            return mesh_pipeline_trainer(setup)
         from hpctrain.train.pipeline_setup import pipeline_trainer
 
         return pipeline_trainer(setup)
@@ -149,3 +166,12 @@ class Hybrid(Pipeline):
             f"engine {engine} cannot average a pipeline stage over its replicas (hybrid)",
             f"use parallelism=pipeline, or one of these engines: {', '.join(able)}",
         )
+
+
+def whole_refused(cfg: Config) -> Problem:
+    return Problem(
+        "train.resume_from",
+        f"{cfg.train.resume_from} holds whole-model checkpoints (.pt), which sharded or tensor-parallel "
+        "pipeline stages do not read (they load sharded ones, by parameter name)",
+        "resume it with parallelism=data, pipeline or hybrid, or from a run with sharded checkpoints (fsdp, TP)",
+    )

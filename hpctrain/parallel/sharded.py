@@ -12,12 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from hpctrain.analysis.tune import Knob, divisors
-from hpctrain.config.layout import describe_mesh
-from hpctrain.config.schema import ShardHolder, TpHolder
-from hpctrain.config.split import shard_units
+from hpctrain.config.layout import SCHEDULES, describe_mesh
+from hpctrain.config.schema import PipelineSettings, ShardHolder, TpHolder
+from hpctrain.config.split import shard_units, split_points
 from hpctrain.engine.base import Sharding
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.mesh_rules import mesh_stage_problems
+from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
 from hpctrain.parallel.registry import node_size
 from hpctrain.parallel.shard_rules import shard_problems
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
@@ -32,9 +34,9 @@ if TYPE_CHECKING:
 
 
 class Fsdp(ParallelismKind):
-    """One shard group: the whole world."""
+    """One shard group: the whole world (of each pipeline stage, with parallelism.stages)."""
 
-    settings = (ShardHolder, TpHolder)
+    settings = (ShardHolder, TpHolder, PipelineSettings)
     needs = Sharding
     torch_store = True  # the mesh's process groups
     builtin_only = True
@@ -56,19 +58,33 @@ class Fsdp(ParallelismKind):
         given, tp = cfg.parallelism.shard.degree, tp_degree(cfg)
         if given is not None:
             return int(given)
-        dp = max(world // tp, 1)
+        dp = max(world // tp // _stages(cfg), 1)
         return dp if cls.whole_world else min(max(ranks_per_node // tp, 1), dp)
 
     @classmethod
     def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
-        degree, tp = max(cls.degree(cfg, world, ranks_per_node), 1), tp_degree(cfg)
-        return Layout(replicate=max(world // tp // degree, 1), shard=degree, tp=tp)
+        degree, tp, stages = max(cls.degree(cfg, world, ranks_per_node), 1), tp_degree(cfg), _stages(cfg)
+        piped = stages > 1
+        return Layout(
+            stages=stages,
+            replicate=max(world // tp // stages // degree, 1),
+            shard=degree,
+            tp=tp,
+            virtual=pieces_per_rank(cfg) if piped else 1,
+            v_shape=piped and SCHEDULES[str(cfg.parallelism.schedule)].pieces == "two",
+        )
 
     @classmethod
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
-        node, tp = node_size(cfg), tp_degree(cfg)
+        node, tp, par = node_size(cfg), tp_degree(cfg), cfg.parallelism
         p = tp_problems(cfg, world)
-        dp = world // tp if not p else world  # the data-parallel ranks the shard degree divides
+        dp = world // tp if not p else world  # the data-parallel ranks (of every stage) ...
+        if par.stages != 1:  # ... which a pipeline's stages divide (3-D: PP x FSDP x TP)
+            piped = pipeline_problems(cfg, dp, one_replica=False)
+            p += piped + mesh_stage_problems(cfg, sharded=True)
+            if piped:
+                return p  # the shard degree is judged once the stages fit
+            dp //= par.stages
         return p + shard_problems(cfg, dp, cls.degree(cfg, world, node), cls.whole_world, facts)
 
     @classmethod
@@ -86,13 +102,42 @@ class Fsdp(ParallelismKind):
             + ("; parameters and optimizer state offloaded to host memory" if sh.cpu_offload else "")
         )
         tp = [tp_note(cfg)] if layout.tp > 1 else []
-        return [head, *tp, *describe_mesh(layout, ranks_per_node)]
+        par = cfg.parallelism
+        pp = (
+            [
+                f"pipeline: {layout.stages} stages of that mesh, {par.microbatches} micro-batches, schedule "
+                f"{par.schedule}; the model is cut at {', '.join(split_points(cfg, layout.pieces))}"
+            ]
+            if layout.pipelined
+            else []
+        )
+        return [head, *pp, *tp, *describe_mesh(layout, ranks_per_node)]
 
     @classmethod
     def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
         """FSDP's units group the gradients (grad_tensors counts them), not the engine's buckets."""
-        shards = {"shard_degree": layout.shard, "tp_degree": layout.tp}
+        shards: dict[str, object] = {"shard_degree": layout.shard, "tp_degree": layout.tp}
+        if layout.pipelined:
+            par = cfg.parallelism
+            shards.update(
+                stages=layout.stages,
+                microbatches=par.microbatches,
+                schedule=str(par.schedule),
+                pieces_per_rank=layout.virtual,
+            )
         return {**grads, **shards, "grad_grouping": "shards", "grad_bucket_bytes": 0}
+
+    @classmethod
+    def batch_cuts(cls, cfg: Config) -> int:
+        """A pipeline's micro-batches, else the engine's accumulation."""
+        par = cfg.parallelism
+        return int(par.microbatches if par.stages > 1 else par.backward_passes_per_step)
+
+    @classmethod
+    def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
+        from hpctrain.parallel.pipeline import whole_refused
+
+        return [whole_refused(cfg)] if _stages(cfg) > 1 and not sharded_only else []
 
     @classmethod
     def engine_refusal(cls, engine: str, able: list[str]) -> Problem:
@@ -105,6 +150,10 @@ class Fsdp(ParallelismKind):
 
     @classmethod
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
+        if setup.d.layout.pipelined:
+            from hpctrain.train.mesh_pipeline import mesh_pipeline_trainer
+
+            return mesh_pipeline_trainer(setup)
         from hpctrain.train.shard import sharded_trainer
 
         return sharded_trainer(setup)
@@ -120,3 +169,8 @@ class Hsdp(Fsdp):
         # how many ranks one shard group spans: fewer, more replicas (less state each gathers)
         world = int(cfg.cluster.world_size)
         return [*super().tune_knobs(cfg, engine), Knob("parallelism.shard.degree", divisors(world))]
+
+
+def _stages(cfg: Config) -> int:
+    """Pipeline stages of the mesh (parallelism.stages; 1: none)."""
+    return max(int(cfg.parallelism.stages), 1)

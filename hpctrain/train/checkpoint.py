@@ -276,6 +276,8 @@ def _apply(path: Path, state: dict[str, Any], model: Weights, optimizer: Any, sc
 
 def _by_index_if_named(path: Path, osd: dict[str, Any], model: Weights) -> dict[str, Any]:
     """A sharded run's optimizer state (by parameter name) for a plain optimizer (by index)."""
+    if isinstance(model, nn.Module) and any(k.startswith("param_groups.") for k in osd):
+        osd = unflatten(osd, param_names(model))
     if not any(isinstance(k, str) for k in osd.get("state", {})):
         return osd
     if not isinstance(model, nn.Module):
@@ -328,6 +330,25 @@ def by_name(osd: dict[str, Any], names: list[str]) -> dict[str, Any]:
         "state": {names[int(i)]: s for i, s in osd["state"].items()},
         "param_groups": [{**g, "params": [names[int(i)] for i in g["params"]]} for g in osd["param_groups"]],
     }
+
+
+def unflatten(flat: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """An optimizer state flattened by parameter name ("state.NAME.KEY", "param_groups.NAME.KEY":
+    torch.distributed.checkpoint.state_dict's flatten_optimizer_state_dict, as sharded checkpoints
+    are written) as torch.optim's by name: its groups are the parameters, in the model's order,
+    that share every hyperparameter."""
+    state: dict[str, dict[str, Any]] = {}
+    hyper: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        kind, _, rest = key.partition(".")
+        name, _, field = rest.rpartition(".")
+        (state if kind == "state" else hyper).setdefault(name, {})[field] = value
+    groups: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name in hyper:
+            same = repr(sorted(hyper[name].items()))
+            groups.setdefault(same, {**hyper[name], "params": []})["params"].append(name)
+    return {"state": state, "param_groups": list(groups.values())}
 
 
 def by_index(osd: dict[str, Any], names: list[str]) -> dict[str, Any]:

@@ -91,6 +91,8 @@ def materialize(model: nn.Module, d: Deferred, device: torch.device) -> None:
             }
             targets = {**dict(m.named_parameters(recurse=False)), **dict(m.named_buffers(recurse=False))}
             for name, t in targets.items():
+                if t.is_meta:  # a module this rank does not hold (another pipeline stage's)
+                    continue
                 full = sources[name].to(device)
                 if isinstance(t, DTensor):
                     full = distribute_tensor(full, t.device_mesh, t.placements, src_data_rank=None)

@@ -165,8 +165,7 @@ def build_pipe(
     this)."""
     from torch.distributed import pipelining
 
-    replica = layout.replica_of(rank)
-    ranks = layout.pipeline_ranks(replica)
+    ranks = layout.pipeline_of(rank)
     clock = clock_for(device)
     meter = Meter(measure_link(ranks, rank, group, device, clock))
     install(meter, clock)

@@ -42,7 +42,7 @@ def save(
 ) -> Path:
     """Collective: every rank writes its shards; rank 0 publishes the checkpoint."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
     d = run_dir / DIR
     tmp, final = d / f".step-{step:06d}{SUFFIX}", d / f"step-{step:06d}{SUFFIX}"
@@ -52,7 +52,9 @@ def save(
     barrier(f"hpctrain.dcp.{step}.begin")
     from torch.distributed.checkpoint.api import CheckpointException
 
-    msd, osd = get_state_dict(model, optimizer)
+    # the optimizer's state and hyperparameters keyed by parameter name, not by group index: a
+    # pipeline's ranks each hold other parameters, and one name means one value on every rank
+    msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True))
     try:
         dcp.save(
             {"model": msd, "optimizer": osd, "step": step, "torch_rng": torch.get_rng_state()},
@@ -76,7 +78,8 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
     if path.is_dir():
-        msd, osd = get_state_dict(model, optimizer)
+        options = StateDictOptions(flatten_optimizer_state_dict=flat_optimizer(path))
+        msd, osd = get_state_dict(model, optimizer, options=options)
         state: dict[str, Any] = {
             "model": msd,
             "optimizer": osd,
@@ -85,7 +88,6 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
         }
         _agree(_unfit(path, state))
         _agree(_dcp_load(path, state))
-        options = None
     else:  # a data-parallel checkpoint: whole tensors, optimizer state by parameter index
         state, why = read_usable(path, ("model", "optimizer", "step", "torch_rng"))
         _agree(why)
@@ -105,6 +107,17 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
         why = f"does not fit this run's model or optimizer ({type(e).__name__}: {str(e)[:160]})"
     _agree(why)
     return int(state["step"])
+
+
+def flat_optimizer(path: Path) -> bool:
+    """Does the checkpoint key its optimizer state by parameter name throughout (as save writes
+    it), or hold param_groups by index (hpctrain before 2026-11-28)?"""
+    from hpctrain.train.dcp_read import read_metadata
+
+    try:
+        return "optimizer.param_groups.0.params" not in read_metadata(path).state_dict_metadata
+    except Exception:  # noqa: BLE001 - a damaged checkpoint: _unfit says why, in either format
+        return True
 
 
 def _agree(why: str | None) -> None:

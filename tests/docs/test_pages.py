@@ -94,3 +94,30 @@ def test_the_readmes_summary_is_an_excerpt_of_the_quickstarts_snapshot() -> None
     rows = [line for line in text.splitlines() if line and line[0] in "┏┃┡│└" and "..." not in line]
     assert len(rows) > 8
     assert [r for r in rows if r not in snapshot] == []
+
+
+def _mesh(layout: records.Layout) -> str:
+    """A layout as the layouts page's mesh column says it."""
+    parts = [f"{layout.stages} stages"] if layout.stages > 1 else []
+    if layout.replicate > 1:
+        parts.append(f"{layout.replicate} {'groups' if layout.shard > 1 else 'replicas'}")
+    parts += [f"{layout.shard} shards"] if layout.shard > 1 else []
+    parts += [f"tp {layout.tp}"] if layout.tp > 1 else []
+    return " × ".join(parts)
+
+
+def test_every_layout_in_the_layouts_table_is_valid_and_has_the_mesh_it_says() -> None:
+    from hpctrain.config import load_config
+    from hpctrain.orchestrate.validate import validate
+    from hpctrain.parallel.registry import derive
+
+    rows = re.findall(
+        r"^\| [^|]+ \| `hpctrain run ([^`]+)` \| ([^|]+) \|$",
+        (DOCS / "howto" / "layouts.md").read_text(),
+        re.M,
+    )
+    assert len(rows) == 7, rows
+    for args, mesh in rows:
+        cfg = load_config(args.split())
+        validate(cfg)  # ConfigError: the page shows a layout that is refused
+        assert _mesh(derive(cfg).layout) == mesh.strip(), args

@@ -12,32 +12,12 @@ import pytest
 
 from hpctrain.analysis.roofline import for_run, for_tensor_parallel
 from hpctrain.records import RunSummary, read
-from tests.conftest import MLP, assert_same_weights, hpctrain, run_ok
+from tests.conftest import MLP, TINY_LM, assert_same_weights, hpctrain, run_ok
 
 pytestmark = pytest.mark.mpi
 
 TP2 = ["parallelism.engine=ddp", "parallelism.tp.degree=2"]
 GLOBAL_32 = ["train.batch_per_rank=null", "train.global_batch=32"]  # as one rank's
-# a transformer small enough for 4 ranks on 2 cores: 4 heads split 2 x 2, a sequence of 16 split 2 x 8
-TINY_LM = [
-    "model=transformer",
-    "model.width=32",
-    "model.depth=2",
-    "model.heads=4",
-    "data=tokens",
-    "data.seq_len=16",
-    "data.vocab_size=64",
-    "data.num_samples=512",
-    "train.steps=6",
-    "train.warmup_steps=2",
-]
-
-
-@pytest.fixture(scope="module")
-def lm_one_rank(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    return run_ok(
-        tmp_path_factory.mktemp("lm"), "one", *TINY_LM, "cluster.ranks=1", "train.batch_per_rank=32"
-    )
 
 
 @pytest.mark.parametrize(

@@ -110,9 +110,14 @@ CASES = [
     ),
     (["run", "parallelism=fsdp", "precision=fp16", "--dry-run"], 2, "use precision=bf16"),
     (
+        ["run", "parallelism=data", "parallelism.stages=2", "--dry-run"],
+        2,
+        "with parallelism=data it would do nothing",
+    ),
+    (
         ["run", "parallelism=fsdp", "parallelism.stages=2", "--dry-run"],
         2,
-        "with parallelism=fsdp it would do nothing",
+        "a pipeline of sharded stages is cut along a chain of modules",
     ),
     (
         ["run", "parallelism=fsdp", "parallelism.bucket_mb=5", "--dry-run"],

@@ -51,3 +51,20 @@ def test_tp_inside_nodes_x_fsdp_across_matches_one_rank_and_resumes_a_requeue_bi
     assert (s["tp_degree"], s["shard_degree"]) == (2, 2)
     a, b = weights(run_dir), weights(tmp_path / "straight")
     assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"
+
+
+def test_tp_inside_nodes_x_pp_x_fsdp_across_4_nodes_matches_one_rank(tmp_path: Path, mlp_one_rank) -> None:
+    """3-D on 4 nodes x 2 ranks (the local nodes have 2 CPUs each): each node a tensor-parallel pair,
+    a stage's 2 shards on 2 nodes, the 2 stages on the other 2 (Megatron-LM's order, outermost
+    first: stage, shard, tensor rank)."""
+    run, s = run_ok(
+        tmp_path, "3d", *MLP, "parallelism=fsdp", "parallelism.engine=ddp", "parallelism.stages=2",
+        "parallelism.microbatches=2", "parallelism.tp.degree=2", "cluster=slurm", "cluster.nodes=4",
+        "cluster.ranks_per_node=2", "train.batch_per_rank=null", "train.global_batch=32",
+    )  # fmt: skip
+    assert_same_weights(run, mlp_one_rank[0], rtol=1e-5, atol=1e-6)
+    assert (s["stages"], s["shard_degree"], s["tp_degree"], s["world_size"]) == (2, 2, 2, 8), s
+    ranks = sorted(s["per_rank"], key=lambda r: r["rank"])
+    hosts = [r["host"] for r in ranks]
+    assert all(hosts[i] == hosts[i + 1] for i in range(0, 8, 2)) and len(set(hosts)) == 4, hosts
+    assert [r["stage"] for r in ranks] == [0] * 4 + [1] * 4

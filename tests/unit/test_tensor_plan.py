@@ -109,7 +109,16 @@ INVALID = [
         "parallelism.engine",
         "engine horovod cannot",
     ),
-    ([*LM, "parallelism.tp.degree=2", "cluster.ranks=4"], "parallelism.tp.degree", "leaves 2 replicas"),
+    (
+        [*LM, "parallelism=fsdp", "parallelism.stages=2", "parallelism.schedule=zbv", "cluster.ranks=4"],
+        "parallelism.schedule",
+        "zbv splits the backward into input and weight gradients, which sharded stages do not take",
+    ),
+    (
+        [*LM, "parallelism=fsdp", "parallelism.stages=3", "parallelism.tp.degree=2", "cluster.ranks=8"],
+        "parallelism.stages",
+        "4 ranks are not a multiple of 3 stages",  # the data-parallel ranks: 8 / tp 2
+    ),
     (
         [*LM, "model.heads=3", "model.width=96", "parallelism.tp.degree=2", "cluster.ranks=2"],
         "model.heads",
@@ -155,9 +164,21 @@ INVALID = [
     ),
     ([*LM, "parallelism.tp.degree=2", "cluster.ranks=2", "precision=fp16"], "precision.name", "loss scale"),
     (
-        ["parallelism=pipeline", "cluster.ranks=2", "parallelism.tp.degree=2"],
-        "parallelism.tp.degree",
-        "tensor-parallel setting",
+        ["parallelism=pipeline", "cluster.ranks=4", "parallelism.stages=2", "parallelism.tp.degree=2"],
+        "parallelism.stages",
+        "a pipeline of tensor-parallel stages is cut along a chain of modules",
+    ),
+    (
+        [
+            "parallelism=hybrid",
+            "parallelism.engine=ddp",
+            "model=mlp",
+            "parallelism.stages=2",
+            "cluster.ranks=8",
+        ]
+        + ["parallelism.tp.degree=2", "parallelism.split_at=[net.1]"],
+        "parallelism.split_at",
+        "['net.1'] are not places model mlp can be cut",
     ),
     ([*LM, "parallelism.tp.sequence_parallel=true"], "parallelism.tp.sequence_parallel", "tp.degree=1"),
 ]

@@ -1,0 +1,79 @@
+"""The layout: which rank holds which part of the model, a degree per dimension of one mesh
+(records/types.py's plans carry it; config/layout.py describes it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the world's ranks hold the model, computed once at plan time (plan.json) and read by the
+    ranks, like TorchTitan's ParallelDims: `stages` pipeline stages, each held by `replicate` x
+    `shard` data-parallel ranks (replica groups x shards), each of those a group of `tp` tensor-
+    parallel ranks. Rank order, outermost first: stage, replica group, shard, tensor rank; so a
+    tensor-parallel group is consecutive ranks and stays on a node, then a shard group, and a
+    pipeline's point-to-point traffic is what crosses nodes (Megatron-LM's order; Narayanan et al.
+    2021, section 3.3). `virtual` model pieces per pipeline rank (interleaved schedules); zbv
+    (`v_shape`) gives stage s pieces s and 2 x stages - 1 - s."""
+
+    stages: int = 1
+    replicate: int = 1
+    shard: int = 1
+    tp: int = 1
+    virtual: int = 1
+    v_shape: bool = False
+
+    @property
+    def replicas(self) -> int:
+        """Data-parallel ranks of one stage: each takes its own slice of the global batch."""
+        return self.replicate * self.shard
+
+    @property
+    def world_size(self) -> int:
+        return self.stages * self.replicas * self.tp
+
+    @property
+    def pieces(self) -> int:
+        """How many consecutive pieces the model is cut into."""
+        return self.stages * self.virtual
+
+    @property
+    def pipelined(self) -> bool:
+        return self.stages > 1
+
+    def stage_of(self, rank: int) -> int:
+        return rank // (self.replicas * self.tp)
+
+    def replica_of(self, rank: int) -> int:
+        """Which slice of the global batch the rank reads (a tensor-parallel group reads one)."""
+        return (rank // self.tp) % self.replicas
+
+    def shard_of(self, rank: int) -> int:
+        return (rank // self.tp) % self.shard
+
+    def group_of(self, rank: int) -> int:
+        """The replica group (of shards) the rank belongs to."""
+        return (rank // (self.tp * self.shard)) % self.replicate
+
+    def tp_of(self, rank: int) -> int:
+        return rank % self.tp
+
+    def pipeline_ranks(self, replica: int, tp_rank: int = 0) -> list[int]:
+        """The ranks one pipeline of the given replica runs through, first stage first (each
+        tensor-parallel rank of a replica has a pipeline of its own: its slice's)."""
+        return [(s * self.replicas + replica) * self.tp + tp_rank for s in range(self.stages)]
+
+    def pipeline_of(self, rank: int) -> list[int]:
+        """The ranks of `rank`'s own pipeline."""
+        return self.pipeline_ranks(self.replica_of(rank), self.tp_of(rank))
+
+    def replica_ranks(self, stage: int) -> list[int]:
+        """The ranks holding copies of one stage: its gradients are averaged among them."""
+        return [(stage * self.replicas + r) * self.tp for r in range(self.replicas)]
+
+    def pieces_of(self, rank: int) -> list[int]:
+        s = self.stage_of(rank)
+        if self.v_shape:
+            return [s, 2 * self.stages - 1 - s]
+        return [k * self.stages + s for k in range(self.virtual)]

@@ -1,0 +1,176 @@
+"""A pipeline whose stages are split by tensor parallelism and/or sharded by FSDP2, over one device
+mesh pp x replicate x shard x tp (TorchTitan's order: cut into stages, split each over its "tp"
+ranks, shard it over its data-parallel ranks, then run the schedule over "pp"):
+
+  parallelism=fsdp parallelism.stages=2 parallelism.tp.degree=2 ...   3-D: PP x FSDP x TP
+  parallelism=fsdp|hsdp parallelism.stages=2 ...                      PP x FSDP (HSDP)
+  parallelism=pipeline|hybrid parallelism.tp.degree=2 ...             PP x TP (x replicas)
+
+The model is cut along its chain of modules (config/split.py:declared_chain) into pieces that hold
+the real modules under their whole-model names, where train/pipeline.py's traced pieces hold a
+graph that neither tensor parallelism nor FSDP can take. Every tensor-parallel rank of a stage has
+a pipeline of its own (records.Layout.pipeline_of); a stage's replicas and shards are averaged by
+FSDP2 (one shard: plain replicas), which torch.distributed.pipelining's stages drive (they hold
+the gradient sync back until the last micro-batch). Checkpoints are sharded (.dcp, by parameter
+name): they resume at any other layout, and the whole model is gathered for model.pt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpctrain.config.split import (
+    chain_pieces,
+    declared_chain,
+    declared_checkpoint_blocks,
+    shard_units,
+    split_points,
+)
+from hpctrain.config.tp_plan import plan_for, resolve
+from hpctrain.engine.base import Sharding, TensorParallel
+from hpctrain.engine.world import CommError
+from hpctrain.train import checkpoint, shard_checkpoint
+from hpctrain.train.data import build_loader
+from hpctrain.train.pipeline import build_pipe, checkpoint_blocks
+from hpctrain.train.pipeline_step import PipelineTrainer
+from hpctrain.train.setup import Setup, make_optimizer
+from hpctrain.train.shard import restore
+
+
+class ChainPiece(nn.Module):
+    """Consecutive modules of a chain, registered under their names in the whole model (so state
+    dicts, tensor-parallel plans and FSDP units name them as they name the whole model's), run one
+    after the other."""
+
+    def __init__(self, whole: nn.Module, names: list[str]) -> None:
+        super().__init__()
+        self.order = list(names)
+        for name in names:
+            attach(self, name, whole.get_submodule(name))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for name in self.order:  # looked up each time: checkpointing wraps modules in place
+            x = self.get_submodule(name)(x)
+        return x
+
+
+def attach(root: nn.Module, name: str, module: nn.Module) -> None:
+    """`module` at the dotted `name` under `root`, with bare containers on the way."""
+    *path, leaf = name.split(".")
+    at = root
+    for part in path:
+        if part not in at._modules:
+            at.add_module(part, nn.Module())
+        at = at.get_submodule(part)
+    at.add_module(leaf, module)
+
+
+def my_pieces(s: Setup) -> list[ChainPiece]:
+    """This rank's pieces of the chain (several under interleaved schedules)."""
+    cfg, layout = s.cfg, s.d.layout
+    segments = chain_pieces(declared_chain(cfg.model), split_points(cfg, layout.pieces))
+    return [ChainPiece(s.module, segments[k]) for k in layout.pieces_of(s.info.rank)]
+
+
+def _engine(s: Setup) -> Any:
+    if not isinstance(s.engine, TensorParallel) or not isinstance(s.engine, Sharding):
+        raise CommError(f"engine {s.engine.name} cannot build a mesh of sharded or split stages")
+    return s.engine
+
+
+def split_piece(s: Setup, piece: nn.Module, tp_mesh: Any) -> None:
+    """The plan's modules within `piece` split over the "tp" ranks (the plan was checked against
+    the whole model at plan time and on the meta model)."""
+    tp = s.cfg.parallelism.tp
+    plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
+    mine, _ = resolve(plan, [n for n, _ in piece.named_modules() if n])
+    if mine:
+        _engine(s).split(piece, tp_mesh, mine)
+
+
+def shard_piece(s: Setup, piece: nn.Module, dp_mesh: Any) -> None:
+    """`piece` sharded (or replicated: one shard) over its stage's data-parallel ranks, the
+    declared units within it one by one."""
+    names = {n for n, _ in piece.named_modules()}
+    units = [u for u in shard_units(s.cfg.model, list(s.cfg.parallelism.shard.modules)) if u in names]
+    _engine(s).shard(piece, s.d.layout, units, dp_mesh)
+
+
+@dataclass(kw_only=True)
+class MeshPipelineTrainer(PipelineTrainer):
+    """The pipeline's step; the checkpoint of this rank's pieces, sharded by parameter name."""
+
+    held: nn.Module  # this rank's pieces under their whole-model names: what checkpoints save
+
+    def whole_model_state(self) -> dict[str, Any]:
+        """Gathered: each rank's pieces whole (collective over their shards and slices), then
+        every stage's from its first replica's first tensor-parallel rank."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.held, options=StateDictOptions(full_state_dict=True))
+        layout, rank = self.pipe.layout, self.pipe.rank
+        first = layout.replica_of(rank) == 0 and layout.tp_of(rank) == 0
+        mine = {k: v.detach().cpu() for k, v in full.items() if isinstance(v, torch.Tensor)} if first else {}
+        out: dict[str, Any] = {}
+        for part in self.engine.allgather_object(mine):
+            out.update(part)
+        return out
+
+    def save_checkpoint(self, run_dir: Path, step: int, master: bool) -> Path | None:
+        return shard_checkpoint.save(run_dir, step, self.held, self.optimizer, master, self.engine.barrier)
+
+
+def mesh_pipeline_trainer(s: Setup) -> tuple[MeshPipelineTrainer, checkpoint.Restored]:
+    cfg, layout, rank = s.cfg, s.d.layout, s.info.rank
+    device = s.common["device"]
+    s.common["watch"].phase("comm", 0)  # the mesh's process groups: every rank must arrive
+    mesh = _engine(s).device_mesh(layout)
+    pieces = my_pieces(s)
+    for piece in pieces:
+        if layout.tp > 1:
+            split_piece(s, piece, mesh["tp"])
+        if cfg.model.activation_checkpointing:
+            checkpoint_blocks(piece, [n for n in declared_checkpoint_blocks(cfg.model) if n in piece.order])
+        if layout.replicas > 1:
+            shard_piece(s, piece, mesh["replicate", "shard"])
+    held = _whole_named(pieces)
+    s.materialize(held)
+    del s.module  # this rank keeps its pieces only
+    optimizer = make_optimizer(cfg, held, cfg.optim.lr)
+    restored = restore(s.run_dir, held, optimizer, cfg.train.resume_from)
+    pipe = build_pipe(
+        cfg,
+        list[nn.Module](pieces),
+        layout,
+        rank,
+        device,
+        mesh["pp"].get_group(),
+        s.common["criterion"],
+        s.common["delay_s"],
+    )
+    loader = build_loader(cfg.data, s.dataset, s.sampler(start_step=restored.step))
+    t = MeshPipelineTrainer(
+        pipe=pipe,
+        optimizer=optimizer,
+        scaler=None,
+        loader=loader,
+        weights=held,
+        held=held,
+        stage=layout.stage_of(rank),
+        **s.common,
+    )
+    return t, restored
+
+
+def _whole_named(pieces: list[ChainPiece]) -> nn.Module:
+    """One module holding every piece's modules under their whole-model names."""
+    out = nn.Module()
+    for piece in pieces:
+        for name in piece.order:
+            attach(out, name, piece.get_submodule(name))
+    return out
