@@ -145,3 +145,36 @@ def test_an_optimizer_state_keyed_by_name_is_read_back_by_index() -> None:
     assert by_index(osd, ["a.w", "b"])["param_groups"][0]["params"] == [0, 1]
     two = unflatten({**flat, "param_groups.b.lr": 0.2}, ["a.w", "b"])["param_groups"]
     assert [g["params"] for g in two] == [["a.w"], ["b"]]  # different hyperparameters: two groups
+
+
+@pytest.mark.parametrize("flat", [True, False], ids=["by-name", "param-groups-by-index (before 2026-11-28)"])
+def test_a_sharded_checkpoint_of_either_optimizer_layout_loads(tmp_path: Path, flat: bool) -> None:
+    """shard_checkpoint.save writes the optimizer keyed by parameter name (a pipeline's ranks hold
+    different parameters); a checkpoint written before, with param_groups by index, still loads."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    from hpctrain.train.shard_checkpoint import flat_optimizer, load_sharded
+
+    def trained() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        o = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        m(torch.ones(2, 4)).sum().backward()
+        o.step()
+        return m, o
+
+    m, o = trained()
+    msd, osd = get_state_dict(m, o, options=StateDictOptions(flatten_optimizer_state_dict=flat))
+    path = tmp_path / "step-000001.dcp"
+    dcp.save(
+        {"model": msd, "optimizer": osd, "step": 1, "torch_rng": torch.get_rng_state()}, checkpoint_id=path
+    )
+    assert flat_optimizer(path) is flat
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
+    assert load_sharded(path, fresh, opt) == 1
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), m.state_dict().values()))
+    mine = [opt.state[p]["momentum_buffer"] for p in fresh.parameters()]
+    theirs = [o.state[p]["momentum_buffer"] for p in m.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
