@@ -269,11 +269,13 @@ def analyze_runs(
     allreduce: Sequence[records.AllreduceRow] = (),
     corrupt: list[str] | None = None,
 ) -> Analysis:
-    """One series per layout (parallelism and tensor-parallel degree), engine and micro-batch
-    count, in the order they first appear."""
+    """One series per layout (parallelism, the stages of sharded ones, tensor-parallel degree),
+    engine and micro-batch count, in the order they first appear. A plain pipeline's stages grow
+    with the scale: one series."""
 
     def key(r: records.RunSummary) -> tuple[str, str, int]:
-        layout = r.parallelism + (f" tp={r.tp_degree}" if r.tp_degree > 1 else "")
+        pp = f" pp={r.stages}" if r.stages > 1 and r.shard_degree > 0 else ""
+        layout = r.parallelism + pp + (f" tp={r.tp_degree}" if r.tp_degree > 1 else "")
         return layout, r.engine, r.microbatches
 
     keys = list(dict.fromkeys(key(r) for r in runs))

@@ -295,7 +295,8 @@ class StudyConf:
     # null: only parallelism.engine
     engines: Optional[List[str]] = None
     # each parallelism (a conf/parallelism group: data, fsdp, hsdp, ...) at every scale, one series
-    # each; `group/tpN` adds tensor parallelism of degree N (fsdp/tp2: 2-D); null: only the config's
+    # each; `group/tpN` adds tensor parallelism of degree N (fsdp/tp2: 2-D), `group/ppN` N pipeline
+    # stages (fsdp/pp2/tp2: 3-D); null: only the config's
     parallelisms: Optional[List[str]] = None
     # pipeline | hybrid: each micro-batch count at every scale, one series each (empty: the config's)
     microbatches: List[int] = field(default_factory=list)

@@ -52,7 +52,9 @@ def target_of(p: Point) -> Target:
         p.label,
         p.plan.world_size,
         p.plan.nodes,
-        p.plan.batch.per_rank,
+        # as the summary counts it (train/stats.py): samples per rank, whatever the layout (a
+        # tensor-parallel group or a pipeline's stages share one replica's)
+        p.plan.batch.global_ / p.plan.world_size,
         threads,
         p.cfg.train.steps,
         p.cfg.train.warmup_steps,

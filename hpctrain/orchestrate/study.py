@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from hpctrain.config.schema import Config, PipelineSettings, StudyConf
 from hpctrain.engine.registry import ENGINES, unknown_engine
 from hpctrain.errors import ConfigError, Problem
-from hpctrain.parallel.registry import PARALLELISMS, kind_of
+from hpctrain.parallel.registry import PARALLELISMS, kind_of, parallelism_class
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,9 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
             )
         )
     kind = kind_of(cfg)
-    if s.microbatches and PipelineSettings not in kind.settings:
+    compared = [split_layout(str(x))[0] for x in s.parallelisms or []]
+    kinds = [kind, *(parallelism_class(g) for g in compared if g in PARALLELISMS)]
+    if s.microbatches and not any(PipelineSettings in k.settings for k in kinds):
         problems.append(
             Problem(
                 "study.microbatches",
@@ -142,23 +144,27 @@ def _world(cfg: Config, scale: str, n: int) -> int:
     return int(dataclasses.replace(cfg.cluster, **{scale: n}).world_size)
 
 
-TP_SUFFIX = re.compile(r"tp([0-9]+)")
+DEGREE = re.compile(r"(pp|tp)([0-9]+)")
 
 
-def split_layout(entry: str) -> tuple[str, int]:
-    """A study.parallelisms entry: a parallelism group, optionally split by tensor parallelism
-    (`fsdp/tp2`: parallelism=fsdp with parallelism.tp.degree=2); (group, degree), degree 1 without.
-    The degree is 0 when the suffix is not tp<N>."""
-    group, _, suffix = entry.partition("/")
-    if not suffix:
-        return group, 1
-    m = TP_SUFFIX.fullmatch(suffix)
-    return group, int(m.group(1)) if m else 0
+def split_layout(entry: str) -> tuple[str, dict[str, int]]:
+    """A study.parallelisms entry: a parallelism group, then optionally its pipeline stages and
+    tensor-parallel degree (`fsdp/tp2`: 2-D; `fsdp/pp2/tp2`: 3-D, parallelism=fsdp with
+    parallelism.stages=2 and parallelism.tp.degree=2); (group, {"pp": N, "tp": N} as given). A
+    suffix that is not pp<N> or tp<N>, or one given twice, is a degree of 0."""
+    group, *suffixes = entry.split("/")
+    degrees: dict[str, int] = {}
+    for suffix in suffixes:
+        m = DEGREE.fullmatch(suffix)
+        kind = m.group(1) if m else suffix
+        degrees[kind] = int(m.group(2)) if m and kind not in degrees else 0
+    return group, degrees
 
 
 def layout_overrides(entry: str) -> list[str]:
-    group, tp = split_layout(entry)
-    return [f"parallelism={group}", *([f"parallelism.tp.degree={tp}"] if tp > 1 else [])]
+    group, degrees = split_layout(entry)
+    keys = {"pp": "parallelism.stages", "tp": "parallelism.tp.degree"}
+    return [f"parallelism={group}", *(f"{keys[k]}={n}" for k, n in degrees.items() if k in keys and n > 1)]
 
 
 def _parallelisms_problems(s: StudyConf) -> list[Problem]:
@@ -175,11 +181,13 @@ def _parallelisms_problems(s: StudyConf) -> list[Problem]:
     p += [
         Problem(
             f"study.parallelisms[{i}]",
-            f"{x!r}: what follows '/' must be a tensor-parallel degree of at least 2",
-            f"e.g. {group}/tp2 (parallelism.tp.degree=2), or {group} alone",
+            f"{x!r}: what follows '/' must be pipeline stages or a tensor-parallel degree of at least "
+            "2, each once",
+            f"e.g. {group}/tp2 (parallelism.tp.degree=2), {group}/pp2/tp2 (and parallelism.stages=2), "
+            f"or {group} alone",
         )
-        for i, x, group, tp in parsed
-        if group in names and "/" in x and tp < 2
+        for i, x, group, degrees in parsed
+        if group in names and any(k not in ("pp", "tp") or n < 2 for k, n in degrees.items())
     ]
     if not given or len(set(given)) != len(given):
         p.append(

@@ -93,7 +93,8 @@ class Pipeline(ParallelismKind):
 
     @classmethod
     def study_overrides(cls, cfg: Config, world: int) -> tuple[str, ...]:
-        return (f"parallelism.stages={world}",)  # one replica: its stages grow with the scale
+        # one replica: its stages grow with the scale (each split over its tensor-parallel group)
+        return (f"parallelism.stages={world // tp_degree(cfg)}",)
 
     @classmethod
     def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:

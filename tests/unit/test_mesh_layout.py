@@ -178,3 +178,16 @@ def test_a_sharded_checkpoint_of_either_optimizer_layout_loads(tmp_path: Path, f
     mine = [opt.state[p]["momentum_buffer"] for p in fresh.parameters()]
     theirs = [o.state[p]["momentum_buffer"] for p in m.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
+
+
+def test_an_estimate_matches_its_own_probe_whatever_the_layout(tmp_path: Path) -> None:
+    """--estimate of a 3-D (or any tensor-parallel or pipeline) layout compares the probe's
+    samples per rank with the point's as the summary counts them (global batch / world), not per
+    replica: the probe at the same scale is the measurement (it was 'cannot extrapolate')."""
+    from hpctrain.facts import HostFacts
+    from hpctrain.launch.local.plan import plan_local
+    from hpctrain.orchestrate.estimate import Point, target_of
+
+    cfg = load_config(THREE_D)
+    t = target_of(Point("3d", cfg, plan_local(cfg, HostFacts.example(), str(tmp_path), "python")))
+    assert (t.n, t.batch_per_rank) == (8, 64 / 8)  # 2 replicas of 32: 8 samples per rank

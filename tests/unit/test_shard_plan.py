@@ -62,6 +62,8 @@ def test_what_is_sharded() -> None:
         (["study.parallelisms=[data,zero3/tp2]"], "study.parallelisms[1]"),
         (["study.parallelisms=[fsdp/tp1]"], "study.parallelisms[0]"),
         (["study.parallelisms=[fsdp/x2]"], "study.parallelisms[0]"),
+        (["study.parallelisms=[fsdp/tp2/tp2]"], "study.parallelisms[0]"),
+        (["study.parallelisms=[fsdp/pp1]"], "study.parallelisms[0]"),
     ],
 )
 def test_bad_study_parallelisms_are_refused(overrides: list[str], key: str) -> None:
@@ -90,6 +92,19 @@ def test_a_study_compares_tensor_parallel_layouts_as_series() -> None:
     assert "parallelism.tp.degree=2" not in fsdp.overrides
 
 
+def test_a_study_compares_3d_layouts_as_series() -> None:
+    """`group/ppN/tpN`: stages and tensor parallelism over one mesh (either order)."""
+    cfg = load_config(
+        ["model=transformer", "data=tokens", "parallelism.engine=ddp", "study=strong"]
+        + ["study.parallelisms=[fsdp,fsdp/pp2/tp2,hsdp/tp2/pp2]", "study.ranks=[8]", "study.repetitions=1"]
+        + ["study.microbatches=[2]", "parallelism.shard.degree=null"]
+    )
+    fsdp, three_d, hsdp = expand_study(cfg)
+    assert three_d.name == "fsdp-pp2-tp2-m2-n8-r0"
+    assert three_d.overrides[:3] == ("parallelism=fsdp", "parallelism.stages=2", "parallelism.tp.degree=2")
+    assert hsdp.overrides[:3] == ("parallelism=hsdp", "parallelism.tp.degree=2", "parallelism.stages=2")
+
+
 def test_tensor_parallel_runs_are_a_series_of_their_own() -> None:
     import dataclasses
 
@@ -106,6 +121,12 @@ def test_tensor_parallel_runs_are_a_series_of_their_own() -> None:
         "fsdp ddp",
         "fsdp tp=2 ddp",
         "data ddp",
+    ]
+    piped = dataclasses.replace(base, parallelism="fsdp", stages=2, shard_degree=2, tp_degree=2)
+    pipeline = dataclasses.replace(base, parallelism="pipeline", stages=4)  # its stages grow with the scale
+    assert [s.label for s in analyze_runs("strong", [piped, pipeline], []).series] == [
+        "fsdp pp=2 tp=2 ddp",
+        "pipeline ddp",
     ]
 
 
