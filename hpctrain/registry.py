@@ -1,10 +1,20 @@
 """Classes by name, imported on first use: the engine and parallelism axes each keep one
 (engine/registry.py, parallel/registry.py). A name maps to "package.module:Class"; planning with
-one never imports another's module (Horovod's, say). The class is told its name when loaded."""
+one never imports another's module (Horovod's, say). The class is told its name when loaded.
+
+Another installed package adds one through a Python entry point in the axis's group
+(`hpctrain.engines`, `hpctrain.parallelisms`), as pytest's and Hydra's plugins are found:
+
+    [project.entry-points."hpctrain.parallelisms"]
+    solo = "my_package.solo:Solo"
+
+Entry points are read once, on the first lookup of a name (not at import: a command that never
+asks pays nothing); a built-in name is never replaced by one."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from collections.abc import Iterator
 from typing import ClassVar, Generic, Protocol, TypeVar
 
@@ -19,16 +29,31 @@ T = TypeVar("T", bound=Named)
 
 
 class Registry(Generic[T]):
-    def __init__(self, axis: str, targets: dict[str, str]) -> None:
+    def __init__(self, axis: str, targets: dict[str, str], group: str | None = None) -> None:
         self.axis = axis  # what the names name: "engine", "parallelism"
         self.targets = targets  # name -> "module:Class"; a test may edit it and restore it
+        self.group = group  # the entry-point group other packages register in
         self._loaded: dict[str, type[T]] = {}
+        self._discovered = group is None
+
+    def discover(self) -> None:
+        """Add the names other installed packages register (once)."""
+        if self._discovered:
+            return
+        self._discovered = True
+        for ep in importlib.metadata.entry_points(group=self.group or ""):
+            self.targets.setdefault(ep.name, ep.value)
+
+    def names(self) -> list[str]:
+        self.discover()
+        return list(self.targets)
 
     def __contains__(self, name: object) -> bool:
+        self.discover()
         return name in self.targets
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self.targets))
+        return iter(self.names())
 
     def register(self, name: str, target: str) -> None:
         """Make `target` ("package.module:Class") available as `name`."""
@@ -36,12 +61,12 @@ class Registry(Generic[T]):
         self._loaded.pop(name, None)
 
     def unknown(self, key: str, name: str) -> Problem:
-        names = ", ".join(self.targets)
+        names = ", ".join(self.names())
         return Problem(key, f"no {self.axis} named {name!r}: not one of {names}", f"use one of: {names}")
 
     def get(self, name: str, key: str) -> type[T]:
         """The class registered as `name`; ConfigError naming `key` when there is none."""
-        if name not in self.targets:
+        if name not in self:
             raise ConfigError([self.unknown(key, name)])
         if name not in self._loaded:
             module, _, cls_name = self.targets[name].partition(":")

@@ -22,7 +22,12 @@ ENGINES: dict[str, str] = {
     "horovod": "hpctrain.engine.horovod:HorovodEngine",
     "ddp": "hpctrain.engine.ddp:DdpEngine",
 }
-_REGISTRY: Registry[Engine[Any]] = Registry("engine", ENGINES)
+_REGISTRY: Registry[Engine[Any]] = Registry("engine", ENGINES, "hpctrain.engines")
+
+
+def engine_names() -> list[str]:
+    """The built-in engines, then those other installed packages register (entry points)."""
+    return _REGISTRY.names()
 
 
 def register_engine(name: str, target: str) -> None:

@@ -4,7 +4,7 @@ only the launcher knows when it starts the ranks."""
 from __future__ import annotations
 
 from hpctrain.config.schema import Config
-from hpctrain.engine.registry import ENGINES, engine_class
+from hpctrain.engine.registry import engine_class, engine_names
 
 AT_LAUNCH = "<chosen at launch>"  # a value only the launcher knows when it starts the ranks
 
@@ -12,7 +12,7 @@ AT_LAUNCH = "<chosen at launch>"  # a value only the launcher knows when it star
 def rank_env(cfg: Config, threads: int) -> dict[str, str]:
     """The one table of settings -> environment variables for every rank: the engine's own (a
     script may use any framework: every engine's), threads, then the user's cluster.env."""
-    names = list(ENGINES) if cfg.script.path else [str(cfg.parallelism.engine)]
+    names = engine_names() if cfg.script.path else [str(cfg.parallelism.engine)]
     env: dict[str, str] = {}
     for name in names:
         env.update(engine_class(name).rank_env(cfg))

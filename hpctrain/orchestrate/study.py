@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass
 
 from hpctrain.config.schema import Config, PipelineSettings, StudyConf
-from hpctrain.engine.registry import ENGINES, unknown_engine
+from hpctrain.engine.registry import engine_names, unknown_engine
 from hpctrain.errors import ConfigError, Problem
-from hpctrain.parallel.registry import PARALLELISMS, kind_of, parallelism_class
+from hpctrain.parallel.registry import kind_of, parallelism_class, parallelism_names
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def study_problems(s: StudyConf, scale: str) -> list[Problem]:
             )
         )
     engines = s.engines or []
-    p += [unknown_engine(f"study.engines[{i}]", str(e)) for i, e in enumerate(engines) if e not in ENGINES]
+    p += [unknown_engine(f"study.engines[{i}]", str(e)) for i, e in enumerate(engines) if e not in engine_names()]
     if s.engines is not None and not s.engines:
         p.append(
             Problem(
@@ -89,7 +89,7 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
         )
     kind = kind_of(cfg)
     compared = [split_layout(str(x))[0] for x in s.parallelisms or []]
-    kinds = [kind, *(parallelism_class(g) for g in compared if g in PARALLELISMS)]
+    kinds = [kind, *(parallelism_class(g) for g in compared if g in parallelism_names())]
     if s.microbatches and not any(PipelineSettings in k.settings for k in kinds):
         problems.append(
             Problem(
@@ -171,7 +171,7 @@ def _parallelisms_problems(s: StudyConf) -> list[Problem]:
     given = [str(x) for x in s.parallelisms] if s.parallelisms is not None else None
     if given is None:
         return []
-    names = list(PARALLELISMS)
+    names = parallelism_names()
     parsed = [(i, x, *split_layout(x)) for i, x in enumerate(given)]
     p = [
         Problem(f"study.parallelisms[{i}]", f"no parallelism named {x!r}", f"use one of: {', '.join(names)}")

@@ -15,7 +15,7 @@ from hpctrain.config.layout import SCHEDULES, describe, describe_mesh
 from hpctrain.config.schema import PipelineSettings, TpHolder
 from hpctrain.config.split import split_points
 from hpctrain.engine.base import StageReplicas
-from hpctrain.engine.registry import ENGINES, engine_class
+from hpctrain.engine.registry import engine_class, engine_names
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind
 from hpctrain.parallel.mesh_rules import mesh_stage_problems
@@ -146,7 +146,7 @@ class Hybrid(Pipeline):
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
         p = super().problems(cfg, world, facts)
         schedule, engine = str(cfg.parallelism.schedule), str(cfg.parallelism.engine)
-        hooks = engine in ENGINES and engine_class(engine).reduces_in_hooks
+        hooks = engine in engine_names() and engine_class(engine).reduces_in_hooks
         if SCHEDULES[schedule].split_backward and hooks:
             # an engine that reduces in hooks on the gradients' accumulation is never called by a
             # backward split into input and weight gradients (torch.autograd.grad): replicas drift

@@ -1,7 +1,8 @@
 """Parallelisms by name, as engines are (engine/registry.py). `parallelism=<name>` picks one.
 
 Adding a parallelism: a module with a class that implements parallel.base.ParallelismKind, and
-one line in PARALLELISMS below (or register_parallelism from a test or a plugin). Its rules,
+one line in PARALLELISMS below (or register_parallelism from a test, or an entry point in the
+group "hpctrain.parallelisms" of another installed package: hpctrain/registry.py). Its rules,
 layout, notes, summary fields and trainer are that class's; nothing else changes.
 
 Also here: what follows from the chosen parallelism for the whole run, derived once at plan time
@@ -30,7 +31,12 @@ PARALLELISMS: dict[str, str] = {
     "fsdp": "hpctrain.parallel.sharded:Fsdp",
     "hsdp": "hpctrain.parallel.sharded:Hsdp",
 }
-_REGISTRY: Registry[ParallelismKind] = Registry("parallelism", PARALLELISMS)
+_REGISTRY: Registry[ParallelismKind] = Registry("parallelism", PARALLELISMS, "hpctrain.parallelisms")
+
+
+def parallelism_names() -> list[str]:
+    """The built-in parallelisms, then those other installed packages register (entry points)."""
+    return _REGISTRY.names()
 
 
 def register_parallelism(name: str, target: str) -> None:

@@ -18,7 +18,7 @@ from hpctrain.errors import Problem
 from hpctrain.facts import HostFacts
 from hpctrain.parallel.base import ParallelismKind
 from hpctrain.parallel.registry import (
-    PARALLELISMS,
+    parallelism_names,
     layout_of,
     parallelism_class,
     resolve_batch,
@@ -28,7 +28,7 @@ from hpctrain.parallel.registry import (
 
 def parallelism_problems(cfg: Config, world: int, facts: HostFacts | None = None) -> list[Problem]:
     name = str(cfg.parallelism.name)
-    if name not in PARALLELISMS:
+    if name not in parallelism_names():
         return [unknown_parallelism("parallelism.name", name)]
     kind = parallelism_class(name)
     p = _checkpointing_problems(cfg) + foreign_settings(cfg, kind) + _engine_problems(cfg, kind)
@@ -65,7 +65,7 @@ def foreign_settings(cfg: Config, kind: type[ParallelismKind]) -> list[Problem]:
 
     owners: dict[str, list[str]] = {}  # key -> the parallelisms that read it
     labels: dict[str, str] = {}
-    for name in PARALLELISMS:
+    for name in parallelism_names():
         for group in parallelism_class(name).settings:
             for key in settings_keys(group):
                 owners.setdefault(key, []).append(name)

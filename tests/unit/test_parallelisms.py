@@ -70,3 +70,32 @@ def test_the_built_in_trainer_trains_with_the_new_parallelism(solo: str, tmp_pat
         engines.ENGINES.pop("solo")
     assert stats is not None and stats.timed_steps == 2 and math.isfinite(stats.last_loss)
     assert kind_of(cfg).about(cfg, Layout(), {"grad_grouping": "buckets"}) == {"grad_grouping": "none"}
+
+
+def test_a_parallelism_from_another_installed_package_is_found_by_its_entry_point(tmp_path: Path) -> None:
+    """An installed distribution (a dist-info with entry_points.txt, as pip writes it) registering
+    `solo` in the group hpctrain.parallelisms: `hpctrain run --dry-run parallelism.name=solo`
+    plans it with its own notes, and an unknown name lists it, with no line of hpctrain changed."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "site" / "hpctrain_solo"
+    pkg.mkdir(parents=True)
+    shutil.copy(Path(__file__).parents[1] / "parallelisms" / "solo.py", pkg / "__init__.py")
+    info = tmp_path / "site" / "hpctrain_solo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hpctrain-solo\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[hpctrain.parallelisms]\nsolo = hpctrain_solo:Solo\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    hpctrain = str(Path(sys.executable).parent / "hpctrain")
+    run = [hpctrain, "run", "--dry-run", "parallelism.engine=ddp", "data=digits"]
+    r = subprocess.run(
+        [*run, "parallelism.name=solo", "cluster.ranks=1"], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    assert "# note: solo: rank 0 holds the whole model" in r.stdout, r.stdout
+    r = subprocess.run([*run, "parallelism.name=duo"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "no parallelism named 'duo'" in r.stderr, r.stderr
+    assert "hsdp, solo" in r.stderr, r.stderr  # the built-in ones first, then the installed one
