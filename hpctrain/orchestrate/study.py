@@ -50,7 +50,11 @@ def study_problems(s: StudyConf, scale: str) -> list[Problem]:
             )
         )
     engines = s.engines or []
-    p += [unknown_engine(f"study.engines[{i}]", str(e)) for i, e in enumerate(engines) if e not in engine_names()]
+    p += [
+        unknown_engine(f"study.engines[{i}]", str(e))
+        for i, e in enumerate(engines)
+        if e not in engine_names()
+    ]
     if s.engines is not None and not s.engines:
         p.append(
             Problem(

@@ -18,9 +18,9 @@ from hpctrain.errors import Problem
 from hpctrain.facts import HostFacts
 from hpctrain.parallel.base import ParallelismKind
 from hpctrain.parallel.registry import (
-    parallelism_names,
     layout_of,
     parallelism_class,
+    parallelism_names,
     resolve_batch,
     unknown_parallelism,
 )
