@@ -6,6 +6,8 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from hpctrain.records.schedules import SCHEDULES
+
 # Two-sided 95% Student t critical values t(0.975, df) for df = 1..30 (standard tables).
 T975 = (
     12.7062,
@@ -131,17 +133,6 @@ def gather_bandwidths(size_bytes: float, seconds: float, n: int) -> tuple[float,
 
 
 def pipeline_bubble(stages: int, microbatches: int, schedule: str = "gpipe", pieces: int = 1) -> float:
-    """Idle share of a step with equal stages, p stages, m micro-batches, v pieces per rank:
-    GPipe and 1F1B (p - 1)/(m + p - 1) (Huang et al. 2019, GPipe; Narayanan et al. 2021, 2.2);
-    interleaved 1F1B (p - 1)/(v m + p - 1) (Narayanan et al. 2021, 2.2.2: the bubble divided by v);
-    zero bubble with forward, input- and weight-gradient passes of equal time T: looped ZB-H1 idles
-    (p - 1)T against 3T of work per micro-batch, so (p - 1)/(3 v m + p - 1), and ZB-V idles 0
-    (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", sections 3 and 6)."""
-    p, m, v = stages, microbatches, max(pieces, 1)
-    if schedule == "zbv":
-        return 0.0
-    if schedule == "interleaved_zb":
-        return (p - 1) / (3 * v * m + p - 1)
-    if schedule == "interleaved_1f1b":
-        return (p - 1) / (v * m + p - 1)
-    return (p - 1) / (m + p - 1)
+    """Idle share of a step with equal stages: the schedule's own formula (records/schedules.py);
+    an unknown schedule (a record from a later hpctrain) as GPipe's."""
+    return SCHEDULES.get(schedule, SCHEDULES["gpipe"]).bubble(stages, microbatches, pieces)

@@ -8,6 +8,14 @@ from dataclasses import dataclass
 
 from hpctrain.analysis.metrics import pipeline_bubble
 from hpctrain.records import RunSummary
+from hpctrain.records.schedules import SCHEDULES
+
+
+def steady(schedule: str) -> bool:
+    """A schedule of one piece per rank and a whole backward (GPipe, 1F1B): its time is the
+    stages' compute plus (m - 1) times the slowest's, which the measured-stage models below use."""
+    kind = SCHEDULES.get(schedule)
+    return kind is not None and not kind.multi
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,7 @@ def theory_measured(s: RunSummary) -> float | None:
     slowest stage paces the steady state), stage s idles T - m c_s (the equal-stage case gives
     (p - 1)/(m + p - 1)). None for other schedules, or without the parts."""
     c = stage_compute(s)
-    if s.schedule not in ("gpipe", "1f1b") or not c:
+    if not steady(s.schedule) or not c:
         return None
     m = max(s.microbatches, 1)
     t = sum(c) + (m - 1) * max(c)
@@ -113,7 +121,7 @@ def predict_step(s: RunSummary, m: int) -> float | None:
     the slowest stage pacing the steady state (theory_measured's T), and the rest of the step
     (update, data, loss) as measured. None for other schedules or records without the parts."""
     c = stage_compute(s)
-    if s.schedule not in ("gpipe", "1f1b") or not c or m < 1:
+    if not steady(s.schedule) or not c or m < 1:
         return None
     m0 = max(s.microbatches, 1)
     per_mb_bytes = s.p2p_bytes / m0 * m0 / m  # per micro-batch at m: the same samples, cut finer
@@ -137,7 +145,7 @@ def study_lines(runs: list[RunSummary]) -> list[str]:
     count among the measured ones and the powers of two that divide the batch."""
     groups: dict[tuple[int, str, str], dict[int, RunSummary]] = {}
     for r in runs:
-        if r.stages > 1 and r.schedule in ("gpipe", "1f1b"):
+        if r.stages > 1 and steady(r.schedule):
             groups.setdefault((r.world_size, r.engine, r.schedule), {}).setdefault(r.microbatches, r)
     out = []
     for (n, engine, schedule), by_m in sorted(groups.items()):

@@ -24,34 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hpctrain.records import Layout
+from hpctrain.records.schedules import SCHEDULES, ScheduleKind
 
 __all__ = ["SCHEDULES", "Layout", "ScheduleKind", "describe", "describe_mesh", "placements"]
-
-
-@dataclass(frozen=True)
-class ScheduleKind:
-    """What a pipeline schedule needs: torch.distributed.pipelining's class, model pieces per rank
-    ("one", "virtual" = parallelism.virtual_stages, or "two" in a V), whether it splits the
-    backward into input and weight gradients (zero bubble), and the least virtual_stages."""
-
-    torch_class: str
-    pieces: str = "one"
-    split_backward: bool = False
-    min_virtual: int = 1
-
-    @property
-    def multi(self) -> bool:
-        """Runs several stages per rank (a runtime schedule: takes a list of stages)."""
-        return self.pieces != "one" or self.split_backward
-
-
-SCHEDULES = {
-    "gpipe": ScheduleKind("ScheduleGPipe"),
-    "1f1b": ScheduleKind("Schedule1F1B"),
-    "interleaved_1f1b": ScheduleKind("ScheduleInterleaved1F1B", "virtual", min_virtual=2),
-    "interleaved_zb": ScheduleKind("ScheduleInterleavedZeroBubble", "virtual", split_backward=True),
-    "zbv": ScheduleKind("ScheduleZBVZeroBubble", "two", split_backward=True),
-}
 
 
 @dataclass(frozen=True)

@@ -115,14 +115,6 @@ def _profile_problems(cfg: Config, world: int) -> list[Problem]:
             )
     if pr.ranks is not None and not pr.ranks:
         p.append(Problem("profile.ranks", "is empty", "list the ranks to profile, or null for all"))
-    if pr.horovod_timeline and cfg.parallelism.engine != "horovod":
-        p.append(
-            Problem(
-                "profile.horovod_timeline",
-                f"is Horovod's timeline; this run's engine is {cfg.parallelism.engine}",
-                "drop profile.horovod_timeline (the torch.profiler trace shows torch.distributed's collectives)",
-            )
-        )
     return p
 
 

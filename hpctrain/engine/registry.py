@@ -45,12 +45,12 @@ def engine_class(name: str) -> type[Engine[Any]]:
 
 def engines_with(capability: type) -> list[str]:
     """The registered engines that have a capability (engine/base.py: Sharding, ...)."""
-    return [n for n in ENGINES if issubclass(engine_class(n), capability)]
+    return [n for n in engine_names() if issubclass(engine_class(n), capability)]
 
 
 def lacks(name: str, capability: type) -> bool:
     """A registered engine without the capability (an unknown name is reported elsewhere)."""
-    return name in ENGINES and not issubclass(engine_class(name), capability)
+    return name in _REGISTRY and not issubclass(engine_class(name), capability)
 
 
 def engine_for(cfg: Config) -> Engine[Any]:
@@ -64,14 +64,24 @@ def engine_for(cfg: Config) -> Engine[Any]:
 def engine_problems(cfg: Config) -> list[Problem]:
     """The chosen engine's rules, and refusals of other engines' settings (a study that compares
     engines checks each of its points, one engine each)."""
-    from hpctrain.engine.base import foreign_settings
+    from hpctrain.engine.base import Timeline, foreign_settings
 
     name = str(cfg.parallelism.engine)
-    if name not in ENGINES:
+    if name not in _REGISTRY:
         return [unknown_engine("parallelism.engine", name)]
     engine = engine_class(name)
-    others = [engine_class(n) for n in ENGINES if n != name]
-    return engine.problems(cfg) + foreign_settings(cfg, engine, others)
+    others = [engine_class(n) for n in engine_names() if n != name]
+    p = engine.problems(cfg) + foreign_settings(cfg, engine, others)
+    if cfg.profile.horovod_timeline and not issubclass(engine, Timeline):
+        p.append(
+            Problem(
+                "profile.horovod_timeline",
+                f"is a timeline engine {name} does not record (engines that do: "
+                f"{', '.join(engines_with(Timeline))})",
+                "drop profile.horovod_timeline (the torch.profiler trace shows torch.distributed's collectives)",
+            )
+        )
+    return p
 
 
 def needs_mpi(cfg: Config) -> bool:

@@ -96,7 +96,7 @@ def _schedule_problems(cfg: Config) -> list[Problem]:
         )
     name = str(par.schedule)
     kind = SCHEDULES[name]
-    if name == "1f1b" and par.microbatches < par.stages:
+    if kind.one_in_flight_per_stage and par.microbatches < par.stages:
         p.append(
             Problem(
                 "parallelism.microbatches",

@@ -80,6 +80,31 @@ def test_no_code_branches_on_a_parallelisms_name() -> None:
     assert not found, "ask the parallelism (parallel/base.py) instead of naming it: " + "; ".join(found)
 
 
+# where an engine's or a schedule's name may be compared: its own package or table, the benchmarks'
+# hand-written equivalents (bench/: they are the code hpctrain is measured against), and the one
+# migration of records written before the engine named its grouping (records/types.py)
+NAMED_IN = ("engine/", "bench/", "records/schedules.py", "records/types.py")
+
+
+def test_no_code_branches_on_an_engines_or_a_schedules_name() -> None:
+    """An engine is asked for its capabilities (engine/base.py), a schedule for its properties and
+    its bubble (records/schedules.py); a comparison with a literal name of either outside them
+    is a branch that a new engine or schedule would miss (issue 55)."""
+    from hpctrain.engine.registry import engine_names
+    from hpctrain.records.schedules import SCHEDULES
+
+    names, found = set(engine_names()) | set(SCHEDULES), []
+    for p in modules():
+        if str(p.relative_to(PACKAGE)).startswith(NAMED_IN):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                _names_a_parallelism(o, names) for o in [node.left, *node.comparators]
+            ):
+                found.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, "ask the engine or the schedule instead of naming it: " + "; ".join(found)
+
+
 def test_the_launchers_have_no_type_ignore() -> None:
     found = [
         f"{p.relative_to(PACKAGE)}:{i}"

@@ -109,11 +109,6 @@ def test_a_trace_without_hpctrain_ranges_is_refused() -> None:
         (["profile.enabled=true", "profile.steps=[4,2]"], "profile.steps", "first <= last"),
         (["profile.enabled=true", "profile.steps=[3]"], "profile.steps", "must be [first, last]"),
         (["profile.enabled=true", "profile.ranks=[2]"], "profile.ranks", "rank 2 is not in [0, 1]"),
-        (
-            ["profile.enabled=true", "profile.horovod_timeline=true", "parallelism.engine=ddp"],
-            "profile.horovod_timeline",
-            "this run's engine is ddp",
-        ),
         (["tracking.uri=http://x:5000"], "tracking.uri", "does nothing without a tracker"),
         (["tracking=mlflow", "tracking.uri=mlflow.db"], "tracking.uri", "must be a URI"),
         (["tracking=tensorboard", "tracking.uri=http://x:5000"], "tracking.uri", "is MLflow's store"),
@@ -122,6 +117,19 @@ def test_a_trace_without_hpctrain_ranges_is_refused() -> None:
 def test_bad_profile_and_tracking_settings_are_named(overrides: list[str], key: str, words: str) -> None:
     problems = config_problems(load_config(overrides), None)
     assert any(p.key == key and words in str(p) for p in problems), [str(p) for p in problems]
+
+
+def test_a_timeline_is_asked_of_the_engine_that_records_one() -> None:
+    """engine/registry.py: the Timeline capability, not the engine's name (issue 55)."""
+    from hpctrain.engine.registry import engine_problems
+
+    problems = engine_problems(
+        load_config(["profile.enabled=true", "profile.horovod_timeline=true", "parallelism.engine=ddp"])
+    )
+    assert [str(p) for p in problems if p.key == "profile.horovod_timeline"] == [
+        "profile.horovod_timeline: is a timeline engine ddp does not record (engines that do: horovod)\n"
+        "    fix: drop profile.horovod_timeline (the torch.profiler trace shows torch.distributed's collectives)"
+    ]
 
 
 def test_good_profile_and_tracking_settings_pass() -> None:
