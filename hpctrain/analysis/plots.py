@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import hashlib
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -290,6 +292,25 @@ PLOTS = {
 }
 
 
+DIGEST = ".plots.sha256"  # beside the plots: what they were drawn from
+
+
 def write_plots(a: Analysis, out: Path) -> list[Path]:
+    """Every plot of the analysis, drawn again only when what they show changed: a re-analysis
+    of a study whose records did not change (a `study resume` that found nothing to run, a second
+    `hpctrain analyze`) keeps the plots drawn from the same analysis by the same code. Drawing is
+    most of a report's time (`hpctrain bench analyze`)."""
     out.mkdir(parents=True, exist_ok=True)
-    return [fn(a, out / name) for name, fn in PLOTS.items()]
+    paths = [out / name for name in PLOTS]
+    digest = hashlib.sha256(repr(a).encode() + Path(__file__).read_bytes()).hexdigest()
+    mark = out / DIGEST
+    try:
+        same = mark.read_text() == digest and all(p.is_file() for p in paths)
+    except OSError:
+        same = False
+    if same:
+        return paths
+    mark.unlink(missing_ok=True)  # never a digest beside plots half redrawn
+    drawn = [fn(a, path) for path, fn in zip(paths, PLOTS.values())]
+    mark.write_text(digest)
+    return drawn

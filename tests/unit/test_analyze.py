@@ -146,6 +146,14 @@ def test_missing_runs_are_listed_and_the_report_is_written(tmp_path: Path) -> No
     html = paths["html"].read_text()
     assert html.count("data:image/png;base64,") == 6  # self-contained: every plot, mfu.png too
     assert "failed-0" in paths["markdown"].read_text()
+    # reported again from the same analysis: the plots are kept, not drawn again ...
+    drawn = {k: paths[k].stat().st_mtime_ns for k in ("throughput", "roofline")}
+    again = write_report(analyze_dir(study), study / "report")
+    assert {k: again[k].stat().st_mtime_ns for k in drawn} == drawn
+    # ... and drawn again when what they show changed (a run that finished since)
+    _write_study(tmp_path / "s", "strong", [_run(1, 100, 64), _run(2, 50, 32)], broken=2)
+    changed = write_report(analyze_dir(study), study / "report")
+    assert all(changed[k].stat().st_mtime_ns != t for k, t in drawn.items())
 
 
 def test_no_speedup_is_reported_as_such_not_as_a_limit_below_one() -> None:
