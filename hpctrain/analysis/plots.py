@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 from typing import Any
-
-import hashlib
 
 import matplotlib
 
