@@ -125,7 +125,6 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
 
         mesh = mesh if mesh is not None else mesh_for(self.device_type, layout.replicate, layout.shard)
         self.stamp = shard_model(self.run.shard, self.run.precision, model, mesh, units, self.clock)
-        self.mode = "fsdp"
         return model
 
     def device_mesh(self, layout: Layout) -> Any:
@@ -145,20 +144,22 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
 
         # no data-parallel wrapper (yet): nothing syncs gradients between replicas, and the
         # tensor-parallel collectives run inside forward and backward
-        self.stamp, self.mode = Stamp("none", self.clock), "tp"
+        self.stamp = Stamp("none", self.clock)
         return split_model(model, tp_mesh, plan, self.run.sequence_parallel)
 
     def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
         pass  # DistributedDataParallel broadcast rank 0's parameters and buffers when it wrapped them
 
     def micro_batch(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:
-        mode = getattr(self, "mode", "ddp")
-        if mode == "fsdp":  # FSDP2: no reduce-scatter (nor HSDP all-reduce) until the last
-            model.set_requires_gradient_sync(last)  # type: ignore[operator]
-            return contextlib.nullcontext()
-        if mode == "tp":  # tensor parallelism alone: no replicas, nothing to hold back
-            return contextlib.nullcontext()
-        return contextlib.nullcontext() if last else model.no_sync()  # type: ignore[operator]
+        """Asked of what syncs the model's gradients (what wrap or shard returned), not of a mode."""
+        from torch.distributed.fsdp import FSDPModule
+        from torch.nn.parallel import DistributedDataParallel
+
+        if isinstance(model, FSDPModule):  # FSDP2: no reduce-scatter (nor HSDP all-reduce) until the last
+            model.set_requires_gradient_sync(last)
+        elif isinstance(model, DistributedDataParallel) and not last:
+            return model.no_sync()
+        return contextlib.nullcontext()  # the last micro-batch, or tensor parallelism alone (no replicas)
 
     def vote(self, flag: bool, step: int) -> Any:
         import torch
