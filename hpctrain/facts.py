@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
 import importlib.util
@@ -99,9 +100,11 @@ def torch_facts_key() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+@functools.cache
 def importable(module: str) -> bool:
     """Whether `module` can be imported here, asked without importing it (Horovod's import takes
-    seconds): what the default engine and the engine's rules decide on."""
+    seconds): what the default engine and the engine's rules decide on. Asked once per process:
+    every config built asks it for its default engine (a 256-point sweep: 256 path searches)."""
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):

@@ -47,9 +47,20 @@ def parallelism_problems(cfg: Config, world: int, facts: HostFacts | None = None
     return p + kind.problems(cfg, world, facts) + batch_problems(cfg)
 
 
+_KEYS: dict[type[Any], tuple[str, ...]] = {}  # a group's keys: every point of a sweep asks them
+
+
+def group_keys(group: type[Any]) -> tuple[str, ...]:
+    """settings_keys(group), computed once per group."""
+    found = _KEYS.get(group)
+    if found is None:
+        found = _KEYS[group] = tuple(settings_keys(group))
+    return found
+
+
 def settings_keys(group: type[Any], prefix: str = "") -> list[str]:
     """The parallelism.* keys of a schema group, nested groups as dotted keys (shard.degree)."""
-    keys = []
+    keys: list[str] = []
     for f in dataclasses.fields(group):
         inner = f.default_factory if f.default_factory is not dataclasses.MISSING else None
         if isinstance(inner, type) and dataclasses.is_dataclass(inner):
@@ -67,10 +78,10 @@ def foreign_settings(cfg: Config, kind: type[ParallelismKind]) -> list[Problem]:
     labels: dict[str, str] = {}
     for name in parallelism_names():
         for group in parallelism_class(name).settings:
-            for key in settings_keys(group):
+            for key in group_keys(group):
                 owners.setdefault(key, []).append(name)
                 labels[key] = str(getattr(group, "label", group.__name__))
-    own = {k for group in kind.settings for k in settings_keys(group)}
+    own = {k for group in kind.settings for k in group_keys(group)}
     defaults = ParallelismConf()
     return [
         Problem(

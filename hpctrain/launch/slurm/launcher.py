@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from hpctrain.launch.slurm.allocation import Allocation
 
 HOLD_WAIT_S = 24 * 3600.0  # how long held() waits in the queue for its allocation
+SINFO_NODES = ["sinfo", "-h", "-N", "-o", "%N|%P"]  # every node with its partitions: admit's check
 
 
 @register_launcher("slurm")
@@ -42,6 +43,8 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         self.watcher = StatusWatcher()  # every status question of this launcher goes through it
         self.allocation: Allocation | None = None  # held(): runs start as its steps
         self._asking: threading.Thread | None = None
+        self._nodes: str | None = None  # sinfo's answer, read beside a sweep's planning
+        self._sinfo: threading.Thread | None = None
 
     @staticmethod
     def problems(cfg: Config) -> list[Problem]:
@@ -55,10 +58,26 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
             # a sweep needs the scheduler's limits before it submits: asked now, beside the planning
             self._asking = threading.Thread(target=self._read_limits, args=(cfg.cluster.qos,), name="limits")
             self._asking.start()
+            self._sinfo = threading.Thread(target=self._read_nodes, name="nodes")  # admit's, at once
+            self._sinfo.start()
         return plan_slurm(cfg, str(run_dir), self.python, folder)
 
     def _read_limits(self, qos: str | None) -> None:
         self._limits = read_limits(qos)
+
+    def _read_nodes(self) -> None:
+        from hpctrain.launch.slurm.sacct import query
+
+        self._nodes = query(SINFO_NODES)  # what admit holds the nodes asked for against
+
+    def _node_table(self) -> str | None:
+        """sinfo's nodes and partitions: read beside the planning for a sweep, else now."""
+        if self._sinfo is not None:
+            self._sinfo.join()
+            self._sinfo = None
+            return self._nodes
+        self._read_nodes()
+        return self._nodes
 
     def limits(self, runs: list[RunSpec[SlurmPlan]]) -> Limits:
         """The scheduler's limits (read once per launcher)."""
@@ -97,12 +116,11 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         """Before anything is written: the user's submit limit (a sweep), and the nodes asked
         for against the cluster's (sinfo: one call; no answer, no check)."""
         from hpctrain.launch.slurm.nodes import node_problems, partitions
-        from hpctrain.launch.slurm.sacct import query
         from hpctrain.launch.slurm.submit import check_room
 
+        table = partitions(self._node_table() or "")
         if len(runs) > 1:
             check_room(runs, self.limits(runs))
-        table = partitions(query(["sinfo", "-h", "-N", "-o", "%N|%P"]) or "")
         found = {str(p): p for r in runs for p in node_problems(r.cfg.cluster, table)}
         if found:
             raise ConfigError(list(found.values()))
