@@ -156,3 +156,17 @@ def test_the_nodes_asked_for_are_held_to_the_clusters() -> None:
     tiny = load_config(["cluster=slurm", "cluster.partition=tiny"])
     assert node_problems(tiny.cluster, table) == []
     assert node_problems(cfg.cluster, {}) == []  # sinfo said nothing: nothing is judged
+
+
+def test_the_slurm_plan_says_what_the_local_plan_says_about_the_workload(tmp_path) -> None:
+    """The two planners drifted (issue 55): the local plan's dry run named the script and the code
+    snapshot, SLURM's did not. Both now say the workload's and the layout's notes."""
+    from hpctrain.facts import HostFacts
+    from hpctrain.launch.local.plan import plan_local
+
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    overrides = [f"script.path={tmp_path / 'train.py'}", "code.snapshot=false"]
+    slurm = plan_slurm(load_config(["cluster=slurm", *overrides]), "/runs/r1", "/venv/bin/python")
+    local = plan_local(load_config(overrides), HostFacts.example(), "/runs/r1", "/venv/bin/python")
+    said = f"runs the script {tmp_path / 'train.py'} on every rank"
+    assert any(said in n for n in slurm.notes) and any(said in n for n in local.notes)

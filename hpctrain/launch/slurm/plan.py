@@ -14,7 +14,7 @@ from hpctrain.launch.container.plan import container_plan
 from hpctrain.launch.plan import rank_env
 from hpctrain.parallel import derive, parallel_notes
 from hpctrain.records import FORMAT_VERSION, RankPlan
-from hpctrain.workload import workload_env
+from hpctrain.workload import workload_env, workload_notes
 
 SUBMIT_MODULE = "submitit.core._submit"  # what submitit's sbatch script runs in every task
 
@@ -129,5 +129,10 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
         container=box.record if box else None,
         max_restarts=cfg.train.max_restarts,
         layout=d.layout,
-        notes=parallel_notes(cfg, d.layout, c.ranks_per_node),
+        # what the dry run says, as the local plan says it (launch/local/plan.py)
+        notes=[
+            *([box.note] if box else []),
+            *workload_notes(cfg),
+            *parallel_notes(cfg, d.layout, c.ranks_per_node),
+        ],
     )
