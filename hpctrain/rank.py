@@ -216,9 +216,10 @@ def restarts_about(run_dir: Path) -> dict[str, object]:
     from hpctrain.records.restarts import counted, read_restarts
 
     done = read_restarts(run_dir)
+    restarts = counted(done)
     return {
-        "restarts": len(counted(done)),
-        "start_retries": len(done) - len(counted(done)),
+        "restarts": len(restarts),
+        "start_retries": len(done) - len(restarts),
         "steps_redone": sum(r.steps_redone for r in done),
         "restart_node_hours_lost": sum(r.node_hours_lost for r in done),
         "nodes_excluded": excluded(run_dir),

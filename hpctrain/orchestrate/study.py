@@ -50,11 +50,8 @@ def study_problems(s: StudyConf, scale: str) -> list[Problem]:
             )
         )
     engines = s.engines or []
-    p += [
-        unknown_engine(f"study.engines[{i}]", str(e))
-        for i, e in enumerate(engines)
-        if e not in engine_names()
-    ]
+    known = engine_names()
+    p += [unknown_engine(f"study.engines[{i}]", str(e)) for i, e in enumerate(engines) if e not in known]
     if s.engines is not None and not s.engines:
         p.append(
             Problem(
@@ -93,7 +90,8 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
         )
     kind = kind_of(cfg)
     compared = [split_layout(str(x))[0] for x in s.parallelisms or []]
-    kinds = [kind, *(parallelism_class(g) for g in compared if g in parallelism_names())]
+    known = parallelism_names()
+    kinds = [kind, *(parallelism_class(g) for g in compared if g in known)]
     if s.microbatches and not any(PipelineSettings in k.settings for k in kinds):
         problems.append(
             Problem(

@@ -48,3 +48,19 @@ def mesh_stage_problems(cfg: Config, sharded: bool) -> list[Problem]:
             )
         )
     return p
+
+
+def whole_checkpoints_refused(cfg: Config, sharded_only: bool) -> list[Problem]:
+    """Such a pipeline's stages load sharded checkpoints (by parameter name) only: the refusal of
+    a train.resume_from that holds whole-model ones."""
+    if sharded_only:
+        return []
+    return [
+        Problem(
+            "train.resume_from",
+            f"{cfg.train.resume_from} holds whole-model checkpoints (.pt), which sharded or "
+            "tensor-parallel pipeline stages do not read (they load sharded ones, by parameter name)",
+            "resume it with parallelism=data, pipeline or hybrid, or from a run with sharded checkpoints "
+            "(fsdp, TP)",
+        )
+    ]

@@ -18,7 +18,7 @@ from hpctrain.engine.base import StageReplicas
 from hpctrain.engine.registry import engine_class, engine_names
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind
-from hpctrain.parallel.mesh_rules import mesh_stage_problems
+from hpctrain.parallel.mesh_rules import mesh_stage_problems, whole_checkpoints_refused
 from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
@@ -77,13 +77,9 @@ class Pipeline(ParallelismKind):
 
     @classmethod
     def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
-        par = cfg.parallelism
         return {
             **grads,
-            "stages": par.stages,
-            "microbatches": par.microbatches,
-            "schedule": str(par.schedule),
-            "pieces_per_rank": layout.virtual,
+            **pipeline_fields(cfg, layout),
             **({"tp_degree": layout.tp} if layout.tp > 1 else {}),
         }
 
@@ -109,7 +105,7 @@ class Pipeline(ParallelismKind):
         """A pipeline's stages load whole tensors with the optimizer state by index; sharded
         checkpoints (.dcp) hold it by parameter name, resharded only into a data layout."""
         if tp_degree(cfg) > 1:  # tensor-parallel stages read sharded checkpoints (by name) only
-            return [] if sharded_only else [whole_refused(cfg)]
+            return whole_checkpoints_refused(cfg, sharded_only)
         if not sharded_only:
             return []
         return [
@@ -169,10 +165,13 @@ class Hybrid(Pipeline):
         )
 
 
-def whole_refused(cfg: Config) -> Problem:
-    return Problem(
-        "train.resume_from",
-        f"{cfg.train.resume_from} holds whole-model checkpoints (.pt), which sharded or tensor-parallel "
-        "pipeline stages do not read (they load sharded ones, by parameter name)",
-        "resume it with parallelism=data, pipeline or hybrid, or from a run with sharded checkpoints (fsdp, TP)",
-    )
+def pipeline_fields(cfg: Config, layout: Layout) -> dict[str, object]:
+    """The summary's account of a pipeline (of whatever stages): stages, micro-batches, schedule,
+    model pieces per rank."""
+    par = cfg.parallelism
+    return {
+        "stages": layout.stages,
+        "microbatches": par.microbatches,
+        "schedule": str(par.schedule),
+        "pieces_per_rank": layout.virtual,
+    }

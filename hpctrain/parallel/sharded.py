@@ -18,7 +18,8 @@ from hpctrain.config.split import shard_units, split_points
 from hpctrain.engine.base import Sharding
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind
-from hpctrain.parallel.mesh_rules import mesh_stage_problems
+from hpctrain.parallel.mesh_rules import mesh_stage_problems, whole_checkpoints_refused
+from hpctrain.parallel.pipeline import pipeline_fields
 from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
 from hpctrain.parallel.registry import node_size
 from hpctrain.parallel.shard_rules import shard_problems
@@ -118,13 +119,7 @@ class Fsdp(ParallelismKind):
         """FSDP's units group the gradients (grad_tensors counts them), not the engine's buckets."""
         shards: dict[str, object] = {"shard_degree": layout.shard, "tp_degree": layout.tp}
         if layout.pipelined:
-            par = cfg.parallelism
-            shards.update(
-                stages=layout.stages,
-                microbatches=par.microbatches,
-                schedule=str(par.schedule),
-                pieces_per_rank=layout.virtual,
-            )
+            shards.update(pipeline_fields(cfg, layout))
         return {**grads, **shards, "grad_grouping": "shards", "grad_bucket_bytes": 0}
 
     @classmethod
@@ -135,9 +130,7 @@ class Fsdp(ParallelismKind):
 
     @classmethod
     def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
-        from hpctrain.parallel.pipeline import whole_refused
-
-        return [whole_refused(cfg)] if _stages(cfg) > 1 and not sharded_only else []
+        return whole_checkpoints_refused(cfg, sharded_only) if _stages(cfg) > 1 else []
 
     @classmethod
     def engine_refusal(cls, engine: str, able: list[str]) -> Problem:

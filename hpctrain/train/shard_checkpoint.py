@@ -78,7 +78,8 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
     if path.is_dir():
-        options = StateDictOptions(flatten_optimizer_state_dict=flat_optimizer(path))
+        md, unreadable = _metadata(path)  # read once: the optimizer's layout and the fit both ask it
+        options = StateDictOptions(flatten_optimizer_state_dict=flat_optimizer(md))
         msd, osd = get_state_dict(model, optimizer, options=options)
         state: dict[str, Any] = {
             "model": msd,
@@ -86,7 +87,7 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
             "step": 0,
             "torch_rng": torch.get_rng_state(),
         }
-        _agree(_unfit(path, state))
+        _agree(unreadable or _unfit(md, state))
         _agree(_dcp_load(path, state))
     else:  # a data-parallel checkpoint: whole tensors, optimizer state by parameter index
         state, why = read_usable(path, ("model", "optimizer", "step", "torch_rng"))
@@ -109,15 +110,11 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
     return int(state["step"])
 
 
-def flat_optimizer(path: Path) -> bool:
-    """Does the checkpoint key its optimizer state by parameter name throughout (as save writes
-    it), or hold param_groups by index (hpctrain before 2026-11-28)?"""
-    from hpctrain.train.dcp_read import read_metadata
-
-    try:
-        return "optimizer.param_groups.0.params" not in read_metadata(path).state_dict_metadata
-    except Exception:  # noqa: BLE001 - a damaged checkpoint: _unfit says why, in either format
-        return True
+def flat_optimizer(md: Any) -> bool:
+    """Does the checkpoint (its metadata; None: unreadable) key its optimizer state by parameter
+    name throughout (as save writes it), or hold param_groups by index (hpctrain before
+    2026-11-28)?"""
+    return md is None or "optimizer.param_groups.0.params" not in md.state_dict_metadata
 
 
 def _agree(why: str | None) -> None:
@@ -135,16 +132,22 @@ def _agree(why: str | None) -> None:
         raise CheckpointError(w if same else f"{w} [rank {rank}]")
 
 
-def _unfit(path: Path, state: dict[str, Any]) -> str | None:
-    """Why the checkpoint cannot be loaded into this run's state, judged from its metadata alone."""
-    from hpctrain.train.dcp_read import misfit, read_metadata
+def _metadata(path: Path) -> tuple[Any, str | None]:
+    """(the checkpoint's metadata, None), or (None, why it cannot be read)."""
+    from hpctrain.train.dcp_read import read_metadata
 
     try:
-        md = read_metadata(path)
+        return read_metadata(path), None
     except Exception as e:  # noqa: BLE001 - truncated, garbage or missing metadata
         if (found := planted(e)) is not None:
-            return f"was refused and not run: its .metadata holds {found}, not only DCP's records"
-        return f"is unusable (its metadata: {type(e).__name__}: {str(e)[:120]})"
+            return None, f"was refused and not run: its .metadata holds {found}, not only DCP's records"
+        return None, f"is unusable (its metadata: {type(e).__name__}: {str(e)[:120]})"
+
+
+def _unfit(md: Any, state: dict[str, Any]) -> str | None:
+    """Why the checkpoint cannot be loaded into this run's state, judged from its metadata alone."""
+    from hpctrain.train.dcp_read import misfit
+
     problem = misfit(md, state)
     return None if problem is None else f"does not fit this run: {problem}"
 

@@ -154,6 +154,7 @@ def test_a_sharded_checkpoint_of_either_optimizer_layout_loads(tmp_path: Path, f
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
+    from hpctrain.train.dcp_read import read_metadata
     from hpctrain.train.shard_checkpoint import flat_optimizer, load_sharded
 
     def trained() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -170,7 +171,7 @@ def test_a_sharded_checkpoint_of_either_optimizer_layout_loads(tmp_path: Path, f
     dcp.save(
         {"model": msd, "optimizer": osd, "step": 1, "torch_rng": torch.get_rng_state()}, checkpoint_id=path
     )
-    assert flat_optimizer(path) is flat
+    assert flat_optimizer(read_metadata(path)) is flat
     fresh = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
     opt = torch.optim.SGD(fresh.parameters(), lr=0.1, momentum=0.9)
     assert load_sharded(path, fresh, opt) == 1

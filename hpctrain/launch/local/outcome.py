@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hpctrain import records
 from hpctrain.launch.output import mpirun_failure
+from hpctrain.lifeline import stat_fields
 
 
 def unwritable(write_error: str, tail: str) -> str:
@@ -73,12 +74,8 @@ def ranks_gone(run_dir: Path) -> dict[int, int]:
             )
         except (ValueError, KeyError, TypeError, OSError, records.RecordError):
             continue
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                dead = f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
-        except OSError:
-            dead = True
-        if dead:
+        fields = stat_fields(f"/proc/{pid}/stat")
+        if fields is None or fields[0] in ("Z", "X"):  # gone, or a zombie not yet reaped
             out[rank] = pid
     return out
 
