@@ -590,3 +590,34 @@ def make_user_project(tmp: Path) -> Path:
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "the user's code"], check=True)
     return dest
+
+
+def replace_summary(s: Any, **changes: Any) -> Any:
+    """dataclasses.replace for a RunSummary that also takes its parts' figures by the flat names
+    summaries had before parts existed (records/parts.py: each part's FLAT), e.g. stages=2."""
+    import dataclasses
+
+    from hpctrain.records.parts import PART_TYPES, Parts, part
+
+    if not hasattr(s, "parts"):  # a RankSummary: its figures stay flat
+        return dataclasses.replace(s, **changes)
+    parts = Parts(s.parts)
+    for key, cls in PART_TYPES.items():
+        mine = {cls.FLAT[k]: changes.pop(k) for k in list(changes) if k in cls.FLAT}
+        if mine:
+            parts[key] = dataclasses.replace(part(s, cls), **mine)
+    return dataclasses.replace(s, parts=parts, **changes)
+
+
+def flat(summary: dict[str, Any]) -> dict[str, Any]:
+    """A summary.json as read, its parts' figures under the flat names summaries had before parts
+    existed (each part's defaults where the run had none): stages, tp_degree, bubble_s, ..."""
+    from hpctrain import records
+    from hpctrain.records.parts import PART_TYPES, part
+
+    s = records.from_dict(records.RunSummary, summary)
+    out = dict(summary)
+    for cls in PART_TYPES.values():
+        figures = part(s, cls)
+        out.update({old: getattr(figures, new) for old, new in cls.FLAT.items()})
+    return out

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from hpctrain import records
 from hpctrain.analysis import metrics
-from hpctrain.analysis.metrics import share
 from hpctrain.analysis.model import CommModel, fit_comm_model
 from hpctrain.analysis.pipeline import study_lines as pipeline_study_lines
 from hpctrain.analysis.roofline import Roofline, roofline
@@ -20,6 +19,7 @@ from hpctrain.analysis.stepmodel import Scale, StepModel, fit_step_model
 from hpctrain.analysis.summaries import summaries
 from hpctrain.analysis.uncertainty import Interval, positive_interval, ratio_interval
 from hpctrain.errors import RecordError
+from hpctrain.records.parts import PipelineFigures, ShardFigures, TensorFigures, part, share
 
 NO_INTERVAL = Interval(float("nan"), float("nan"), "none (one run)")
 
@@ -168,14 +168,16 @@ def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
             avg("batch_per_rank"),
         )
         p.comm_share, p.data_share = share(p.comm_s, p.step_s), share(p.data_s, p.step_s)
-        p.threads, p.bubble_s = rs[0].threads_per_rank, avg("bubble_s")
+        pipes = [part(r, PipelineFigures) for r in rs]
+        pipe_avg = lambda k: statistics.fmean(getattr(f, k) for f in pipes)  # noqa: E731
+        p.threads, p.bubble_s = rs[0].threads_per_rank, pipe_avg("bubble_s")
         p.comm_reps, p.throughput_reps = tuple(r.comm_s for r in rs), tuple(values)
         p.imbalance_s, p.wait_reps = avg("imbalance_s"), tuple(r.imbalance_s for r in rs)
-        if rs[0].stages > 1:
-            p.bubble_share = share(avg("bubble_s"), p.step_s)
-            p.transfer_s, p.schedule_s = avg("transfer_s"), avg("schedule_s")
+        if pipes[0].stages > 1:
+            p.bubble_share = share(p.bubble_s, p.step_s)
+            p.transfer_s, p.schedule_s = pipe_avg("transfer_s"), pipe_avg("schedule_s")
             p.bubble_theory = metrics.pipeline_bubble(
-                rs[0].stages, rs[0].microbatches, rs[0].schedule, rs[0].pieces_per_rank
+                pipes[0].stages, pipes[0].microbatches, pipes[0].schedule, pipes[0].pieces_per_rank
             )
         if all(math.isfinite(r.node_hours) for r in rs):
             p.node_hours = avg("node_hours")
@@ -274,9 +276,10 @@ def analyze_runs(
     with the scale: one series."""
 
     def key(r: records.RunSummary) -> tuple[str, str, int]:
-        pp = f" pp={r.stages}" if r.stages > 1 and r.shard_degree > 0 else ""
-        layout = r.parallelism + pp + (f" tp={r.tp_degree}" if r.tp_degree > 1 else "")
-        return layout, r.engine, r.microbatches
+        pipe, tp = part(r, PipelineFigures), part(r, TensorFigures).degree
+        pp = f" pp={pipe.stages}" if pipe.stages > 1 and ShardFigures.KEY in r.parts else ""
+        layout = r.parallelism + pp + (f" tp={tp}" if tp > 1 else "")
+        return layout, r.engine, pipe.microbatches
 
     keys = list(dict.fromkeys(key(r) for r in runs))
     several_m = len({m for _, _, m in keys}) > 1

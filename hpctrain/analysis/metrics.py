@@ -43,11 +43,6 @@ T975 = (
 )
 
 
-def share(part_s: float, step_s: float) -> float:
-    """A part's share of the step (the one definition the summary and the analysis use)."""
-    return part_s / step_s if step_s > 0 else float("nan")
-
-
 def t975(df: int) -> float:
     """t(0.975, df); beyond the table, the Cornish-Fisher expansion (Abramowitz & Stegun 26.7.5)."""
     if df <= len(T975):

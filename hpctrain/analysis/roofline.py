@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from hpctrain.analysis.model import CommModel, from_probe
 from hpctrain.records import RunSummary, wire_bytes_per_param
+from hpctrain.records.parts import TensorFigures, part
 
 MIB = 2**20
 WAIT_FACTOR = 1.5  # exposed beyond this multiple of the expected time is waiting, not transfer
@@ -191,7 +192,7 @@ def for_run(
     if comm is None or not math.isfinite(s.comm_s):
         return None
     wait = s.imbalance_s if math.isfinite(s.imbalance_s) else 0.0
-    tp = max(s.tp_degree, 1)
+    tp = max(part(s, TensorFigures).degree, 1)
     compression = s.compression if compression is None else compression
     return roofline(
         s.engine,
@@ -271,17 +272,38 @@ def for_tensor_parallel(s: RunSummary) -> TpRoofline | None:
     """The TP collectives of a run on its own probe (None: no tensor parallelism, not counted, or
     no probe). The probe times an all-reduce over the whole world; its per-step latency and
     per-byte cost stand in for the TP group's (the same links within a node)."""
-    if s.tp_degree <= 1 or s.tp_messages <= 0:
+    t = part(s, TensorFigures)
+    if t.degree <= 1 or t.messages <= 0:
         return None
     comm = from_probe(s.world_size, s.grad_bytes, s.probe_small_s, s.probe_full_s)
     if comm is None:
         return None
     return TpRoofline(
-        s.tp_degree,
-        s.tp_messages,
-        s.tp_bytes,
-        comm.latency_part(s.tp_degree, s.tp_messages),
-        comm.bandwidth_part(s.tp_degree, s.tp_bytes),
+        t.degree,
+        t.messages,
+        t.bytes,
+        comm.latency_part(t.degree, t.messages),
+        comm.bandwidth_part(t.degree, t.bytes),
         s.compute_s,
-        s.tp_comm_s,
+        t.comm_s,
     )
+
+
+def tp_report_rows(s: RunSummary) -> list[tuple[str, str, str, str]]:
+    """The summary table's row under compute, which holds them (analysis/part_rows.py): TP's
+    collectives, replayed alone (and expected)."""
+    tp = for_tensor_parallel(s)
+    if tp is None:
+        return []
+    value = f"expected {1e3 * tp.expected_s:.2f} ms"
+    if tp.measured_s > 0:
+        value = f"{1e3 * tp.measured_s:.2f} ms ({value})"
+    share = f"{100 * tp.exposed_s / s.step_s:.1f}% " if math.isfinite(s.step_s) and s.step_s > 0 else ""
+    return [
+        (
+            "compute",
+            "    of which TP collectives (exposed)",
+            value,
+            share + f"({tp.messages} collectives, {tp.allreduce_bytes / 2**20:.2f} MiB)",
+        )
+    ]

@@ -18,7 +18,14 @@ from rich.progress import Progress
 from rich.table import Table
 
 from hpctrain import records
-from hpctrain.analysis.pipeline import best_microbatches, predict_step, stage_compute, theory, theory_measured
+from hpctrain.analysis.pipeline import (
+    best_microbatches,
+    pipe,
+    predict_step,
+    stage_compute,
+    theory,
+    theory_measured,
+)
 from hpctrain.bench import hpctrain_run, run_checked
 
 MICROBATCHES = (1, 2, 4, 8)
@@ -91,18 +98,18 @@ def _table(args: argparse.Namespace, rows: list[Row]) -> Table:
     one = next((r.s.throughput_samples_per_s for r in rows if r.m == 1), float("nan"))
     for r in rows:
         s = r.s
-        ratio = s.bubble_of_schedule / r.theory if r.theory else float("nan")  # nan: zero-bubble theory
+        ratio = pipe(s).bubble_of_schedule / r.theory if r.theory else float("nan")  # nan: zero-bubble theory
         table.add_row(
             r.schedule,
             str(r.m),
             f"{100 * s.compute_share:.1f}%",
-            f"{100 * s.bubble_share:.1f}%",
-            f"{100 * s.bubble_of_schedule:.1f}%",
+            f"{100 * pipe(s).bubble_share:.1f}%",
+            f"{100 * pipe(s).bubble_of_schedule:.1f}%",
             f"{100 * r.theory:.1f}%",
             f"{ratio:.2f}",
             "-" if (tm := theory_measured(s)) is None else f"{100 * tm:.1f}%",
-            f"{100 * s.transfer_share:.1f}%",
-            f"{100 * s.schedule_share:.1f}%",
+            f"{100 * pipe(s).transfer_share:.1f}%",
+            f"{100 * pipe(s).schedule_share:.1f}%",
             f"{1e3 * s.step_s:.1f}",
             *_predicted(source.get(r.schedule), r),
             f"{s.throughput_samples_per_s:.0f}",
@@ -153,7 +160,7 @@ def _verdict(rows: list[Row]) -> list[str]:
     """The targets, and which part keeps a run from them."""
     out = []
     for r in (r for r in rows if r.m >= 2):
-        idle = r.s.bubble_of_schedule
+        idle = pipe(r.s).bubble_of_schedule
         if not r.theory:
             out.append(f"{r.schedule} m={r.m}: idle {100 * idle:.1f}% where its theory has none; {_why(r)}")
         elif not 1 / IDLE_RATIO <= idle / r.theory <= IDLE_RATIO:
@@ -175,9 +182,9 @@ def _why(r: Row) -> str:
     with the stages' measured compute), or the part beside compute that takes the most."""
     c, tm = stage_compute(r.s), theory_measured(r.s)
     imbalance = f"stage {c.index(max(c))} computes {max(c) / min(c):.2f}x the fastest stage's" if c else ""
-    if tm is not None and abs(r.s.bubble_of_schedule / tm - 1) <= IDLE_RATIO - 1:
+    if tm is not None and abs(pipe(r.s).bubble_of_schedule / tm - 1) <= IDLE_RATIO - 1:
         return f"{imbalance}: with the stages as measured the theory is {100 * tm:.1f}%, and it holds"
-    parts = {"transfers": r.s.transfer_s, "schedule overhead": r.s.schedule_s}
+    parts = {"transfers": pipe(r.s).transfer_s, "schedule overhead": pipe(r.s).schedule_s}
     most = max(parts, key=lambda k: parts[k])
     # a neighbour's transfers and overhead delay what it sends: they show as this rank's idle time
     return (
@@ -203,15 +210,15 @@ def run_pipeline_bench(args: argparse.Namespace, console: Console) -> int:
     console.print(_table(args, rows))
     if rows:
         s = rows[0].s
-        per_mb = s.compute_s / max(s.microbatches, 1)
-        cost = (s.transfer_s + s.schedule_s) / max(s.microbatches, 1)
+        per_mb = s.compute_s / max(pipe(s).microbatches, 1)
+        cost = (pipe(s).transfer_s + pipe(s).schedule_s) / max(pipe(s).microbatches, 1)
         console.print(
             f"workload: a micro-batch's compute is {per_mb / cost:.1f}x its transfers + schedule overhead "
-            f"at m={s.microbatches} ({1e3 * per_mb:.2f} ms against {1e3 * cost:.2f} ms); link between "
-            f"stages alpha {1e6 * s.p2p_alpha_s:.0f} us, "
+            f"at m={pipe(s).microbatches} ({1e3 * per_mb:.2f} ms against {1e3 * cost:.2f} ms); link between "
+            f"stages alpha {1e6 * pipe(s).p2p_alpha_s:.0f} us, "
             + (
-                f"{1e-9 / s.p2p_beta_s_per_byte:.2f} GB/s"
-                if s.p2p_beta_s_per_byte
+                f"{1e-9 / pipe(s).p2p_beta_s_per_byte:.2f} GB/s"
+                if pipe(s).p2p_beta_s_per_byte
                 else "no measurable per-byte cost"
             )
         )

@@ -19,8 +19,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from hpctrain.analysis.part_rows import rows_of
 from hpctrain.analysis.roofline import for_run, for_tensor_parallel
 from hpctrain.records import RunSummary
+from hpctrain.records.parts import PipelineFigures, ShardFigures, TensorFigures, part
 
 NOT_A_TERMINAL_WIDTH = 100_000  # pipes, SLURM log files, CI: never cut a table or wrap a line
 PROSE_WIDTH = 100  # advice below a table is wrapped here, on a terminal and in a log file alike
@@ -112,11 +114,12 @@ def energy_text(joules: float | None) -> str:
 def mesh_text(s: RunSummary) -> str:
     """The layout's degrees, outermost first (pipeline stages x replicas x tensor parallelism);
     nothing for plain data parallelism."""
-    stages, tp = max(s.stages, 1), max(s.tp_degree, 1)
+    stages, tp = max(part(s, PipelineFigures).stages, 1), max(part(s, TensorFigures).degree, 1)
     if stages == 1 and tp == 1:
         return ""
     dp = s.world_size // stages // tp
-    shards = f" ({s.shard_degree} shards)" if s.shard_degree > 1 else ""
+    shard = part(s, ShardFigures).degree
+    shards = f" ({shard} shards)" if shard > 1 else ""
     parts = [f"{stages} stages"] if stages > 1 else []
     parts += [f"{dp} replica(s){shards}"] + ([f"tp {tp}"] if tp > 1 else [])
     return " · " + " x ".join(parts)
@@ -126,6 +129,7 @@ def summary_table(s: RunSummary) -> Table:
     """The run summary; rows of quantities the run did not measure (a script that reports no
     steps, or no split of them) are left out rather than shown as NaN."""
     known = math.isfinite
+    parts = rows_of(s)
     title = f"{s.model} · {s.precision} · {s.world_size} ranks" + mesh_text(s)
     t = Table(title=title + (f" · global batch {s.global_batch}" if s.timed_steps else ""), show_header=True)
     t.add_column("metric")
@@ -138,15 +142,16 @@ def summary_table(s: RunSummary) -> Table:
         t.add_row("wall time", f"{s.finished - s.started:.1f} s", "")
     if known(s.step_s):
         t.add_row("step time (mean)", f"{1e3 * s.step_s:.2f} ms", "100%")
-    for label, part, sh in (
+    for label, seconds, sh in (
         ("  compute (fwd+bwd+update)", s.compute_s, s.compute_share),
         ("  exposed communication", s.comm_s, s.comm_share),
         ("  data wait", s.data_s, s.data_share),
     ):
-        if known(part):
-            t.add_row(label, f"{1e3 * part:.2f} ms", f"{100 * sh:.1f}%")
+        if known(seconds):
+            t.add_row(label, f"{1e3 * seconds:.2f} ms", f"{100 * sh:.1f}%")
         if label.startswith("  compute"):
-            _tensor_parallel_row(t, s)
+            for row in parts["compute"]:
+                t.add_row(*row)
         if label.endswith("communication") and known(s.imbalance_s) and s.world_size > 1:
             slowest = min(s.per_rank, key=lambda r: r.wait_s if known(r.wait_s) else math.inf)
             t.add_row(
@@ -154,8 +159,8 @@ def summary_table(s: RunSummary) -> Table:
                 f"{1e3 * s.imbalance_s:.2f} ms",
                 f"{100 * s.imbalance_s / s.step_s:.1f}% (slowest: rank {slowest.rank})",
             )
-    if s.stages > 1:
-        _pipeline_rows(t, s)
+    for row in parts["step"]:
+        t.add_row(*row)
     roof = for_run(s)
     if roof is not None:
         t.add_row(
@@ -190,56 +195,14 @@ def summary_table(s: RunSummary) -> Table:
     if known(s.step_p50_s):
         t.add_row("step time p50 / p95", f"{1e3 * s.step_p50_s:.2f} / {1e3 * s.step_p95_s:.2f} ms", "")
     t.add_row("peak memory (max rank)", f"{max(s.peak_memory_bytes) / 2**20:.0f} MiB", "")
-    if s.stages > 1:
-        per_stage = [max(r.peak_memory_bytes for r in s.per_rank if r.stage == k) for k in range(s.stages)]
-        t.add_row("  per stage", " / ".join(f"{b / 2**20:.0f}" for b in per_stage) + " MiB", "")
+    for row in parts["memory"]:
+        t.add_row(*row)
     if known(s.first_loss):
         t.add_row("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}", "")
     if s.heldout_accuracy is not None:
         t.add_row("held-out accuracy", f"{100 * s.heldout_accuracy:.1f}%", "samples never trained on")
     t.add_row("timed steps", str(s.timed_steps), "")
     return t
-
-
-def _tensor_parallel_row(t: Table, s: RunSummary) -> None:
-    """Under compute, which holds them: TP's collectives, replayed alone (and expected)."""
-    tp = for_tensor_parallel(s)
-    if tp is None:
-        return
-    value = f"expected {1e3 * tp.expected_s:.2f} ms"
-    if tp.measured_s > 0:
-        value = f"{1e3 * tp.measured_s:.2f} ms ({value})"
-    share = f"{100 * tp.exposed_s / s.step_s:.1f}% " if math.isfinite(s.step_s) and s.step_s > 0 else ""
-    t.add_row(
-        "    of which TP collectives (exposed)",
-        value,
-        share + f"({tp.messages} collectives, {tp.allreduce_bytes / 2**20:.2f} MiB)",
-    )
-
-
-def _pipeline_rows(t: Table, s: RunSummary) -> None:
-    """The pipeline's parts beside compute: idle (the bubble, with the schedule's theory),
-    transfers (with the bytes and what the link predicts for them), the schedule's overhead."""
-    from hpctrain.analysis.pipeline import for_pipeline, theory
-
-    t.add_row(
-        f"  pipeline bubble: idle ({s.schedule}, m={s.microbatches})",
-        f"{1e3 * s.bubble_s:.2f} ms",
-        f"{100 * s.bubble_share:.1f}% ({100 * s.bubble_of_schedule:.1f}% of the schedule; theory {100 * theory(s):.1f}%)",
-    )
-    roof = for_pipeline(s)
-    if roof is None:
-        return
-    t.add_row(
-        f"  pipeline transfers ({roof.bytes_per_microbatch / 2**10:.0f} KiB per micro-batch)",
-        f"{1e3 * s.transfer_s:.2f} ms",
-        f"{100 * s.transfer_share:.1f}% (link: {1e3 * roof.link_s:.2f} ms)",
-    )
-    t.add_row(
-        "  pipeline schedule overhead",
-        f"{1e3 * s.schedule_s:.2f} ms",
-        f"{100 * s.schedule_share:.1f}% ({1e3 * roof.overhead_per_microbatch_s:.2f} ms per micro-batch)",
-    )
 
 
 def summary_advice(s: RunSummary) -> list[str]:

@@ -209,6 +209,9 @@ class ParallelismCommon:
     backend: Backend = Backend.mpi  # horovod and scripts: controller and CPU collectives (ddp: Gloo/NCCL)
     compression: Compression = Compression.none  # gradient compression on the wire
     backward_passes_per_step: int = 1  # micro-batches accumulated locally before one allreduce
+    # a parallelism from another package: its own settings, checked against the dataclass it names
+    # (parallel/base.py: ParallelismKind.options); the built-in ones take none
+    options: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -193,3 +193,29 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def structured_options(cls: type[Any], given: Any, key: str, whose: str) -> Any:
+    """`given` (a mapping of free-form options, as parallelism.options) read as the dataclass
+    `cls` of the code that takes them; ConfigError naming `key.<option>` for an option it does not
+    have or a value of the wrong type."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from hpctrain.errors import ConfigError
+
+    raw = OmegaConf.to_container(given) if isinstance(given, DictConfig) else given
+    plain: dict[str, Any] = {str(k): v for k, v in dict(raw).items()} if isinstance(raw, dict) else {}
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [
+        Problem(f"{key}.{k}", f"is not an option of {whose}", f"use one of: {', '.join(names)}")
+        for k in plain
+        if k not in names
+    ]
+    if unknown:
+        raise ConfigError(unknown)
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), plain))
+    except OmegaConfBaseException as e:
+        where = f"{key}.{e.key}" if getattr(e, "key", None) else key
+        raise ConfigError.one(where, str(e.msg).splitlines()[0], f"see the options of {whose}") from None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpctrain.analysis.tune import Knob
 from hpctrain.errors import Problem
+from hpctrain.records.parts import PipelineFigures, TensorFigures
 
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
@@ -34,6 +35,9 @@ class ParallelismKind:
     torch_store: ClassVar[bool] = False
     # it changes how hpctrain's own trainer holds the model: a user script cannot take it
     builtin_only: ClassVar[bool] = False
+    # a parallelism from another package: the dataclass of its own settings, given as
+    # parallelism.options.<key> (read with `read_options`); None: it takes none
+    options: ClassVar[type[Any] | None] = None
 
     # --- plan time ---------------------------------------------------------------------------
     @classmethod
@@ -86,8 +90,38 @@ class ParallelismKind:
         """The settings `hpctrain tune` searches under this parallelism, given the engine's."""
         return engine
 
+    @classmethod
+    def read_options(cls, cfg: Config) -> Any:
+        """parallelism.options as this parallelism's `options` dataclass; ConfigError naming the
+        key for one it does not have or a value of the wrong type."""
+        from hpctrain.config.values import structured_options
+
+        if cls.options is None:
+            raise TypeError(f"parallelism {cls.name} declares no options")  # a bug in the parallelism
+        return structured_options(
+            cls.options, cfg.parallelism.options, "parallelism.options", f"parallelism={cls.name}"
+        )
+
     # --- on the ranks ------------------------------------------------------------------------
     @classmethod
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
         """This rank's trainer, restored from the newest usable checkpoint if there is one."""
         raise NotImplementedError
+
+
+def layout_parts(cfg: Config, layout: Layout) -> dict[str, dict[str, object]]:
+    """The summary's parts (records/parts.py) a layout's pipeline and tensor dimensions declare: the
+    stages, micro-batches, schedule and model pieces per rank; the tensor-parallel degree. The
+    ranks' figures are added to each when the summary is written."""
+    par = cfg.parallelism
+    out: dict[str, dict[str, object]] = {}
+    if layout.stages > 1:
+        out[PipelineFigures.KEY] = {
+            "stages": layout.stages,
+            "microbatches": par.microbatches,
+            "schedule": str(par.schedule),
+            "pieces_per_rank": layout.virtual,
+        }
+    if layout.tp > 1:
+        out[TensorFigures.KEY] = {"degree": layout.tp}
+    return out

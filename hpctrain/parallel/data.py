@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from hpctrain.config.layout import describe_mesh
 from hpctrain.config.schema import TpHolder
 from hpctrain.errors import Problem
-from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.base import ParallelismKind, layout_parts
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
 
@@ -54,7 +54,12 @@ class Data(ParallelismKind):
         if layout.tp == 1:
             return grads
         grouping = "shards" if layout.replicas > 1 else "none"  # FSDP2's units average the replicas
-        return {**grads, "tp_degree": layout.tp, "grad_grouping": grouping, "grad_bucket_bytes": 0}
+        return {
+            **grads,
+            "parts": layout_parts(cfg, layout),
+            "grad_grouping": grouping,
+            "grad_bucket_bytes": 0,
+        }
 
     @classmethod
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:

@@ -17,7 +17,7 @@ from hpctrain.config.split import split_points
 from hpctrain.engine.base import StageReplicas
 from hpctrain.engine.registry import engine_class, engine_names
 from hpctrain.errors import Problem
-from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.base import ParallelismKind, layout_parts
 from hpctrain.parallel.mesh_rules import mesh_stage_problems, whole_checkpoints_refused
 from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
@@ -77,11 +77,7 @@ class Pipeline(ParallelismKind):
 
     @classmethod
     def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
-        return {
-            **grads,
-            **pipeline_fields(cfg, layout),
-            **({"tp_degree": layout.tp} if layout.tp > 1 else {}),
-        }
+        return {**grads, "parts": layout_parts(cfg, layout)}
 
     @classmethod
     def batch_cuts(cls, cfg: Config) -> int:
@@ -163,15 +159,3 @@ class Hybrid(Pipeline):
             f"engine {engine} cannot average a pipeline stage over its replicas (hybrid)",
             f"use parallelism=pipeline, or one of these engines: {', '.join(able)}",
         )
-
-
-def pipeline_fields(cfg: Config, layout: Layout) -> dict[str, object]:
-    """The summary's account of a pipeline (of whatever stages): stages, micro-batches, schedule,
-    model pieces per rank."""
-    par = cfg.parallelism
-    return {
-        "stages": layout.stages,
-        "microbatches": par.microbatches,
-        "schedule": str(par.schedule),
-        "pieces_per_rank": layout.virtual,
-    }

@@ -14,7 +14,7 @@ from hpctrain.config.resume import resume_checkpoints
 from hpctrain.config.schema import Config
 from hpctrain.config.split import declared_checkpoint_blocks
 from hpctrain.engine.registry import engines_with, lacks
-from hpctrain.errors import Problem
+from hpctrain.errors import ConfigError, Problem
 from hpctrain.facts import HostFacts
 from hpctrain.parallel.base import ParallelismKind
 from hpctrain.parallel.registry import (
@@ -31,6 +31,9 @@ def parallelism_problems(cfg: Config, world: int, facts: HostFacts | None = None
     if name not in parallelism_names():
         return [unknown_parallelism("parallelism.name", name)]
     kind = parallelism_class(name)
+    options = options_problems(cfg, kind)
+    if options:  # its own rules read its options
+        return options
     p = _checkpointing_problems(cfg) + foreign_settings(cfg, kind) + _engine_problems(cfg, kind)
     if kind.builtin_only and cfg.script.path:
         p.append(
@@ -45,6 +48,25 @@ def parallelism_problems(cfg: Config, world: int, facts: HostFacts | None = None
     if found:
         p += kind.resume_problems(cfg, sharded_only=all(f.suffix == ".dcp" for f in found))
     return p + kind.problems(cfg, world, facts) + batch_problems(cfg)
+
+
+def options_problems(cfg: Config, kind: type[ParallelismKind]) -> list[Problem]:
+    """parallelism.options: only for a parallelism that declares them, each one it has, typed."""
+    if kind.options is None:
+        if not cfg.parallelism.options:
+            return []
+        return [
+            Problem(
+                "parallelism.options",
+                f"parallelism={kind.name} takes no options (they are for parallelisms that declare them)",
+                "drop parallelism.options",
+            )
+        ]
+    try:
+        kind.read_options(cfg)
+    except ConfigError as e:
+        return list(e.problems)
+    return []
 
 
 _KEYS: dict[type[Any], tuple[str, ...]] = {}  # a group's keys: every point of a sweep asks them

@@ -17,14 +17,14 @@ from hpctrain.config.schema import PipelineSettings, ShardHolder, TpHolder
 from hpctrain.config.split import shard_units, split_points
 from hpctrain.engine.base import Sharding
 from hpctrain.errors import Problem
-from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.base import ParallelismKind, layout_parts
 from hpctrain.parallel.mesh_rules import mesh_stage_problems, whole_checkpoints_refused
-from hpctrain.parallel.pipeline import pipeline_fields
 from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
 from hpctrain.parallel.registry import node_size
 from hpctrain.parallel.shard_rules import shard_problems
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
+from hpctrain.records.parts import ShardFigures
 
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
@@ -117,10 +117,8 @@ class Fsdp(ParallelismKind):
     @classmethod
     def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
         """FSDP's units group the gradients (grad_tensors counts them), not the engine's buckets."""
-        shards: dict[str, object] = {"shard_degree": layout.shard, "tp_degree": layout.tp}
-        if layout.pipelined:
-            shards.update(pipeline_fields(cfg, layout))
-        return {**grads, **shards, "grad_grouping": "shards", "grad_bucket_bytes": 0}
+        parts = {**layout_parts(cfg, layout), ShardFigures.KEY: {"degree": layout.shard}}
+        return {**grads, "parts": parts, "grad_grouping": "shards", "grad_bucket_bytes": 0}
 
     @classmethod
     def batch_cuts(cls, cfg: Config) -> int:

@@ -96,9 +96,16 @@ def _checker(tp: Any) -> Check:
             return {str(k): value(x, f"{where}.{k}") for k, x in v.items()}
 
         return check_dict
+    if hasattr(tp, "check_record"):  # a type that reads itself (records/parts.py: Parts)
+        return typing.cast(Check, tp.check_record)
     if dataclasses.is_dataclass(tp):
         return lambda v, where: from_dict(tp, v, where)  # type: ignore[arg-type]
     return _scalar(tp)
+
+
+@functools.cache
+def _names(cls: type) -> frozenset[str]:
+    return frozenset(name for name, _, _ in _fields(cls))
 
 
 @functools.cache
@@ -188,11 +195,14 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
             return record  # type: ignore[no-any-return]
     if type(data) is not dict:
         raise RecordError(f"{where or cls.__name__}: expected a JSON object, found {type(data).__name__}")
+    migrate = getattr(cls, "migrate", None)  # an older form of the record (RunSummary)
+    if migrate is not None:
+        data = migrate(data)
     fields = _fields(cls)  # type: ignore[arg-type]
-    if len(data) > len(fields) or not _required(cls) <= data.keys():  # type: ignore[arg-type]
-        names = {name for name, _, _ in fields}
+    names = _names(typing.cast(type, cls))
+    if not data.keys() <= names and not getattr(cls, "EXTRA_KEYS_OK", False):
         unknown = sorted(set(data) - names)
-        if unknown and not getattr(cls, "EXTRA_KEYS_OK", False):
+        if unknown:
             raise RecordError(f"{where or cls.__name__}: unknown key(s) {', '.join(unknown)}")
     values = {}
     prefix = f"{where}." if where else ""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from hpctrain.records.layout import Layout
+from hpctrain.records.parts import Parts, nest_flat
 from hpctrain.records.typed import FORMAT_VERSION
 
 
@@ -130,27 +131,9 @@ class RunSummary:
     per_rank: list[RankSummary]
     engine: str = "horovod"  # what averaged the gradients: horovod | ddp
     parallelism: str = "data"  # data | pipeline | hybrid | fsdp | hsdp
-    shard_degree: int = 0  # fsdp/hsdp: ranks one shard group spans (0: not sharded)
-    tp_degree: int = 1  # ranks one tensor-parallel group spans (1: no tensor parallelism)
-    stages: int = 1  # pipeline stages (1: data parallelism)
-    microbatches: int = 1
-    schedule: str = ""  # the pipeline schedule ("" in data parallelism)
-    pieces_per_rank: int = 1  # model pieces a pipeline rank holds (interleaved schedules, zbv)
-    # pipelines, means over ranks per step: idle waiting for a neighbour (the bubble), moving
-    # activations and gradients, the schedule's own overhead; bytes a rank sends and receives
-    bubble_s: float = 0.0
-    bubble_share: float = 0.0
-    transfer_s: float = 0.0
-    transfer_share: float = 0.0
-    schedule_s: float = 0.0
-    schedule_share: float = 0.0
-    p2p_bytes: float = 0.0
-    pipe_s: float = 0.0  # the schedule's wall time: what a schedule's theoretical bubble is a share of
-    p2p_alpha_s: float = 0.0  # the link between neighbouring stages: alpha + beta * bytes
-    p2p_beta_s_per_byte: float = 0.0
-    tp_messages: int = 0  # see RankSummary (rank 0's: every rank of a TP group sends the same)
-    tp_bytes: float = 0.0
-    tp_comm_s: float = 0.0  # see RankSummary (mean over ranks)
+    # what each dimension of the layout adds (records/parts.py): the pipeline's stages, schedule
+    # and idle, tensor parallelism's collectives, the shard degree; none in plain data parallelism
+    parts: Parts = field(default_factory=Parts)
     threads_per_rank: int = 0  # torch threads per rank (0: not recorded)
     grad_tensors: int = 0
     grad_bucket_bytes: int = 0  # Horovod's fusion threshold or DDP's bucket size (0: no fusion)
@@ -186,6 +169,8 @@ class RunSummary:
     mfu: float | None = None
     flops_source: str = ""  # FlopCounterMode, or its count read from the cache
 
+    migrate = staticmethod(nest_flat)  # summaries written before parts existed
+
     @property
     def grouping(self) -> str:
         # records written before the engine said so came from one of the two engines of the time
@@ -194,12 +179,6 @@ class RunSummary:
     @property
     def collective_column(self) -> str:
         return self.collective or ("torch_s" if self.engine == "ddp" else "hvd_s")
-
-    @property
-    def bubble_of_schedule(self) -> float:
-        """Idle share of the schedule's wall time, what a schedule's theory predicts (the step's
-        share without the update, data and loss; older records: the step's share)."""
-        return self.bubble_s / self.pipe_s if self.pipe_s > 0 else self.bubble_share
 
     @property
     def peak_by_stage(self) -> tuple[int, ...]:

@@ -133,6 +133,9 @@ def summary_metrics(run_dir: Path) -> dict[str, float]:
     }
     if s.imbalance_s == s.imbalance_s:  # not NaN
         out["wait_ms"] = 1e3 * s.imbalance_s
+    for key, figures in s.parts.items():  # each part's numbers, under its key: pipeline.bubble_s
+        values = figures if isinstance(figures, dict) else vars(figures)
+        out.update({f"{key}.{k}": float(v) for k, v in values.items() if type(v) in (int, float)})
     if s.restarts:  # records/restarts.py
         out.update(
             restarts=s.restarts,

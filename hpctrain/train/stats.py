@@ -7,9 +7,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hpctrain.analysis.metrics import share
 from hpctrain.analysis.peak import achieved_tflops, mfu
 from hpctrain.records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
+from hpctrain.records.parts import measured_parts, share
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -112,7 +112,6 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
         return statistics.fmean(getattr(r, k) for r in per_rank)
 
     step = avg("step_s")
-    bubble, transfer, schedule = avg("bubble_s"), avg("transfer_s"), avg("schedule_s")
     throughput = global_batch * steps / wall if wall > 0 else float("nan")
     nodes = len({r.host for r in per_rank})
     if "flops_per_sample" in about:  # MFU (analysis/peak.py), from the slowest rank's throughput
@@ -146,19 +145,7 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
         compute_share=share(avg("compute_s"), step),
         comm_share=share(avg("comm_s"), step),
         data_share=share(avg("data_s"), step),
-        bubble_s=bubble,
-        bubble_share=share(bubble, step),
-        transfer_s=transfer,
-        transfer_share=share(transfer, step),
-        schedule_s=schedule,
-        schedule_share=share(schedule, step),
-        p2p_bytes=avg("p2p_bytes"),
-        pipe_s=avg("pipe_s"),
-        p2p_alpha_s=avg("p2p_alpha_s"),
-        p2p_beta_s_per_byte=avg("p2p_beta_s_per_byte"),
-        tp_messages=per_rank[0].tp_messages,
-        tp_bytes=per_rank[0].tp_bytes,
-        tp_comm_s=avg("tp_comm_s"),
+        parts=measured_parts(about.pop("parts", {}), per_rank, step),
         first_loss=avg("first_loss"),
         last_loss=avg("last_loss"),
         peak_memory_bytes=[r.peak_memory_bytes for r in per_rank],

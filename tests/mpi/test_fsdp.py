@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MLP, assert_same_weights, hpctrain, run_ok
+from tests.conftest import MLP, assert_same_weights, flat, hpctrain, run_ok
 
 pytestmark = pytest.mark.mpi
 
@@ -63,7 +63,7 @@ def test_sharded_ranks_equal_one_rank(
         *extra,
     )
     assert_same_weights(one_rank[0], run, rtol=1e-5, atol=1e-6)
-    assert s["world_size"] == ranks and s["shard_degree"] == degree
+    assert s["world_size"] == ranks and flat(s)["shard_degree"] == degree
     assert s["parallelism"] == ("hsdp" if "parallelism=hsdp" in extra else "fsdp")
     assert_sharded_state(s, one_rank[1], degree)
     assert json.loads((run / "plan.json").read_text())["world_size"] == ranks
@@ -155,7 +155,7 @@ def test_a_study_compares_data_and_fsdp_state_per_rank(tmp_path: Path) -> None:
         whole = s["data"]["per_rank"][0][key]
         assert sum(x[key] for x in s["fsdp"]["per_rank"]) == whole, key  # 2 shards of the same state
     tp = json.loads((study / "data-tp2-n2-r0" / "summary.json").read_text())
-    assert (tp["parallelism"], tp["tp_degree"]) == ("data", 2) and tp["tp_messages"] == 3
+    assert (tp["parallelism"], flat(tp)["tp_degree"]) == ("data", 2) and flat(tp)["tp_messages"] == 3
     rows = list(csv.DictReader((study / "report" / "points.csv").open()))
     # layout, engine
     assert [row["series"] for row in rows] == ["data ddp", "fsdp ddp", "data tp=2 ddp"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_LM, assert_same_weights, hpctrain, run_ok
+from tests.conftest import TINY_LM, assert_same_weights, flat, hpctrain, run_ok
 
 pytestmark = pytest.mark.mpi
 
@@ -30,7 +30,12 @@ def test_pp_x_fsdp_x_tp_on_8_ranks_equals_one_rank_and_resumes_at_another_layout
         "cluster.ranks=8", "cluster.checkpoint_interval=2",
     )  # fmt: skip
     assert_same_weights(lm_one_rank[0], run, rtol=1e-5, atol=1e-6)
-    assert (s["stages"], s["shard_degree"], s["tp_degree"], s["world_size"]) == (2, 2, 2, 8), s
+    assert (flat(s)["stages"], flat(s)["shard_degree"], flat(s)["tp_degree"], s["world_size"]) == (
+        2,
+        2,
+        2,
+        8,
+    ), s
     assert s["last_loss"] == pytest.approx(lm_one_rank[1]["last_loss"], rel=1e-5)
     layout = json.loads((run / "plan.json").read_text())["layout"]
     assert (layout["stages"], layout["replicate"], layout["shard"], layout["tp"]) == (2, 1, 2, 2)
@@ -69,5 +74,5 @@ def test_two_dimensions_of_the_mesh_equal_one_rank(
     run, s = run_ok(tmp_path, "mesh", *TINY_LM, *GLOBAL_32, *extra, "cluster.ranks=4")
     assert_same_weights(lm_one_rank[0], run, rtol=1e-5, atol=1e-6)
     stages, replicas, shard, tp = mesh
-    assert (s["stages"], s["shard_degree"], s["tp_degree"]) == (stages, shard, tp), s
+    assert (flat(s)["stages"], flat(s)["shard_degree"], flat(s)["tp_degree"]) == (stages, shard, tp), s
     assert s["world_size"] // stages // tp == replicas

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, wait_for
+from tests.conftest import flat, hpctrain, wait_for
 
 pytestmark = pytest.mark.mpi
 
@@ -187,7 +187,7 @@ def test_a_pipeline_study_compares_micro_batches_and_reports_the_bubble(tmp_path
     [study] = list(tmp_path.glob("*/*-pp-strong"))
     for name, stages in (("m2-n2-r0", 2), ("m4-n2-r0", 2)):
         s = json.loads((study / name / "summary.json").read_text())
-        assert (s["stages"], s["world_size"], s["parallelism"]) == (stages, stages, "pipeline")
+        assert (flat(s)["stages"], s["world_size"], s["parallelism"]) == (stages, stages, "pipeline")
     rows = list(csv.DictReader((study / "report" / "points.csv").open()))
     assert [(row["series"], row["N"]) for row in rows] == [("horovod m=2", "2"), ("horovod m=4", "2")]
     for row in rows:  # theory (p - 1) / (m + p - 1) beside each measured bubble

@@ -12,7 +12,8 @@ import pytest
 
 from hpctrain.analysis.roofline import for_run, for_tensor_parallel
 from hpctrain.records import RunSummary, read
-from tests.conftest import MLP, TINY_LM, assert_same_weights, hpctrain, run_ok
+from hpctrain.records.parts import TensorFigures, part
+from tests.conftest import MLP, TINY_LM, assert_same_weights, flat, hpctrain, run_ok
 
 pytestmark = pytest.mark.mpi
 
@@ -33,7 +34,7 @@ def test_a_tensor_parallel_mlp_equals_one_rank(
 ) -> None:
     run, s = run_ok(tmp_path, "tp", *MLP, *GLOBAL_32, f"cluster.ranks={ranks}", *extra)
     assert_same_weights(mlp_one_rank[0], run, rtol=1e-5, atol=1e-6)
-    assert (s["tp_degree"], s["shard_degree"], s["world_size"]) == (2, shard, ranks)
+    assert (flat(s)["tp_degree"], flat(s)["shard_degree"], s["world_size"]) == (2, shard, ranks)
     whole = mlp_one_rank[1]["per_rank"][0]["param_bytes"]
     held = [r["param_bytes"] for r in s["per_rank"]]
     assert max(held) < whole, held  # each rank holds a slice of the split layers
@@ -48,7 +49,8 @@ def test_a_tensor_parallel_mlp_equals_one_rank(
     # outputs; backward, the column-wise net.3.0 all-reduces its input's gradient (net.1.0's input
     # is the data: no gradient). Each b x 32 fp32 values, b = 32 / replicas samples.
     b = 32 // (ranks // 2)
-    assert (summary.tp_messages, summary.tp_bytes) == (3, 3 * b * 32 * 4), summary
+    figures = part(summary, TensorFigures)
+    assert (figures.messages, figures.bytes) == (3, 3 * b * 32 * 4), summary
     tp = for_tensor_parallel(summary)
     assert tp is not None and tp.messages == 3 and tp.expected_s > 0
     assert "tensor parallel: 3 collective(s) per step over 2 ranks" in tp.line()
@@ -56,7 +58,7 @@ def test_a_tensor_parallel_mlp_equals_one_rank(
     # them, so a replay is about a step's time at most; on a loaded 2-core machine one replay
     # once took 9.2 ms against an 8.5 ms mean step, so the bound is a few steps, not one
     assert all(0 < r.tp_comm_s < 3 * summary.step_s for r in summary.per_rank), summary.per_rank
-    assert tp.measured_s == summary.tp_comm_s and "replayed alone" in tp.line()
+    assert tp.measured_s == figures.comm_s and "replayed alone" in tp.line()
 
 
 @pytest.mark.parametrize(
@@ -72,12 +74,14 @@ def test_a_tensor_parallel_transformer_equals_one_rank(
 ) -> None:
     run, s = run_ok(tmp_path, "tp", *TINY_LM, *GLOBAL_32, f"cluster.ranks={ranks}", *extra)
     assert_same_weights(lm_one_rank[0], run, rtol=1e-5, atol=1e-6)
-    assert s["tp_degree"] == 2 and s["last_loss"] == pytest.approx(lm_one_rank[1]["last_loss"], rel=1e-5)
+    assert flat(s)["tp_degree"] == 2 and s["last_loss"] == pytest.approx(
+        lm_one_rank[1]["last_loss"], rel=1e-5
+    )
     # sequence parallelism trades each all-reduce for an all-gather and a reduce-scatter: more
     # collectives, no fewer bytes on the wire (TINY_LM's 4 row-wise splits alone put 4 x b x 16 x 32
     # fp32 values through all-reduces forward)
     b = 32 // (ranks // 2)
-    assert s["tp_messages"] >= 4 and s["tp_bytes"] >= 4 * b * 16 * 32 * 4, s
+    assert flat(s)["tp_messages"] >= 4 and flat(s)["tp_bytes"] >= 4 * b * 16 * 32 * 4, s
     assert all(r["tp_comm_s"] > 0 for r in s["per_rank"]), s  # all-gathers and reduce-scatters replay too
 
 

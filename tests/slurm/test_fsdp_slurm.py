@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import MLP, assert_same_weights, hpctrain, signal_at_step, start_run, weights
+from tests.conftest import MLP, assert_same_weights, flat, hpctrain, signal_at_step, start_run, weights
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done, run_ok
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -25,7 +25,7 @@ def test_hsdp_with_a_shard_group_per_node_matches_one_local_rank(tmp_path: Path,
     assert_same_weights(slurm, mlp_one_rank[0], rtol=1e-5, atol=1e-6)
     hosts = [r["host"] for r in s["per_rank"]]
     assert hosts[0] == hosts[1] != hosts[2] == hosts[3], hosts  # a shard group is one node's ranks
-    assert s["shard_degree"] == 2 and s["parallelism"] == "hsdp"
+    assert flat(s)["shard_degree"] == 2 and s["parallelism"] == "hsdp"
 
 
 def test_tp_inside_nodes_x_fsdp_across_matches_one_rank_and_resumes_a_requeue_bit_identically(
@@ -48,7 +48,7 @@ def test_tp_inside_nodes_x_fsdp_across_matches_one_rank_and_resumes_a_requeue_bi
     s = json.loads((tmp_path / "straight" / "summary.json").read_text())
     hosts = [r["host"] for r in s["per_rank"]]
     assert hosts[0] == hosts[1] != hosts[2] == hosts[3], hosts  # a tensor-parallel group is one node's
-    assert (s["tp_degree"], s["shard_degree"]) == (2, 2)
+    assert (flat(s)["tp_degree"], flat(s)["shard_degree"]) == (2, 2)
     a, b = weights(run_dir), weights(tmp_path / "straight")
     assert all(torch.equal(a[k], b[k]) for k in a), "weights differ from the uninterrupted run"
 
@@ -63,7 +63,12 @@ def test_tp_inside_nodes_x_pp_x_fsdp_across_4_nodes_matches_one_rank(tmp_path: P
         "cluster.ranks_per_node=2", "train.batch_per_rank=null", "train.global_batch=32",
     )  # fmt: skip
     assert_same_weights(run, mlp_one_rank[0], rtol=1e-5, atol=1e-6)
-    assert (s["stages"], s["shard_degree"], s["tp_degree"], s["world_size"]) == (2, 2, 2, 8), s
+    assert (flat(s)["stages"], flat(s)["shard_degree"], flat(s)["tp_degree"], s["world_size"]) == (
+        2,
+        2,
+        2,
+        8,
+    ), s
     ranks = sorted(s["per_rank"], key=lambda r: r["rank"])
     hosts = [r["host"] for r in ranks]
     assert all(hosts[i] == hosts[i + 1] for i in range(0, 8, 2)) and len(set(hosts)) == 4, hosts

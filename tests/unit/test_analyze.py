@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from hpctrain import records
 from hpctrain.analysis.analyze import analyze_dir, analyze_runs
 from hpctrain.analysis.report import COLUMNS, write_report
 from hpctrain.bench.analyze import synthetic_summary
+from tests.conftest import replace_summary
 
 
 def _run(
@@ -21,13 +21,13 @@ def _run(
     s = synthetic_summary(
         n, batch * n, step_ms / 1e3, (step_ms - comm_ms) / 1e3, comm_ms / 1e3, 0.0, 250_000, engine
     )
-    return dataclasses.replace(s, imbalance_s=float("nan"))
+    return replace_summary(s, imbalance_s=float("nan"))
 
 
 def _stage_peaks(s: records.RunSummary, peaks: tuple[int, ...]) -> records.RunSummary:
     """The summary with rank r holding pipeline stage r and peaking at peaks[r]."""
-    per_rank = [dataclasses.replace(r, stage=k, peak_memory_bytes=peaks[k]) for k, r in enumerate(s.per_rank)]
-    return dataclasses.replace(s, per_rank=per_rank)
+    per_rank = [replace_summary(r, stage=k, peak_memory_bytes=peaks[k]) for k, r in enumerate(s.per_rank)]
+    return replace_summary(s, per_rank=per_rank)
 
 
 def test_strong_study_by_hand() -> None:
@@ -98,9 +98,8 @@ def test_model_prediction_and_error_with_allreduce_data() -> None:
     assert 0 < lo < q.throughput < hi
     assert q.mfu != q.mfu  # these runs recorded no model FLOPs: no MFU to predict
     # with MFU measured at N=4 (40 ms a step of 16 samples), N=8 runs 8 samples in step8 per rank
-    import dataclasses
 
-    with_mfu = [dataclasses.replace(r, mfu=0.5) for r in runs]
+    with_mfu = [replace_summary(r, mfu=0.5) for r in runs]
     q = analyze_runs("strong", with_mfu, [], bench).series[0].predictions[0]
     assert q.mfu == pytest.approx(0.5 * (8 / step8) / (16 / 0.04))
 
@@ -222,7 +221,6 @@ def test_an_engine_comparison_study_is_reported_with_both_series(tmp_path: Path)
 
 
 def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage() -> None:
-    import dataclasses
 
     from hpctrain.analysis.metrics import pipeline_bubble
     from hpctrain.analysis.report import memory_lines, rows
@@ -235,7 +233,7 @@ def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage
     assert pipeline_bubble(4, 8, "zbv", 2) == 0.0
     runs = [
         _stage_peaks(
-            dataclasses.replace(
+            replace_summary(
                 _run(2, 50, 32),
                 stages=2,
                 microbatches=4,
@@ -260,12 +258,11 @@ def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage
 
 
 def test_micro_batch_counts_are_series_of_their_own() -> None:
-    import dataclasses
 
     from hpctrain.analysis.report import rows
 
     runs = [
-        dataclasses.replace(_run(n, step, 64 // n), stages=n, microbatches=m)
+        replace_summary(_run(n, step, 64 // n), stages=n, microbatches=m)
         for n, m, step in [(2, 4, 100), (2, 8, 90), (4, 4, 60), (4, 8, 50)]
     ]
     a = analyze_runs("strong", runs, [])
@@ -309,7 +306,7 @@ def test_a_copied_study_reads_its_own_runs_never_the_originals(tmp_path: Path) -
 
 
 def test_a_run_with_zero_throughput_is_named_and_left_out_not_a_crash(tmp_path: Path) -> None:
-    zero = dataclasses.replace(_run(2, 60, 32), throughput_samples_per_s=0.0)
+    zero = replace_summary(_run(2, 60, 32), throughput_samples_per_s=0.0)
     study = _write_study(tmp_path / "s", "strong", [_run(1, 100, 64), zero, _run(2, 62, 32)])
     a = analyze_dir(study)
     assert [p.n for p in a.points] == [1, 2] and a.points[1].reps == 1
@@ -364,12 +361,12 @@ def test_the_cache_keeps_the_ranks_the_analysis_reads() -> None:
 
     full = synthetic_summary(4, 64, 0.1, 0.06, 0.02, 0.01, 1000)
     ranks = [
-        dataclasses.replace(
+        replace_summary(
             r, stage=r.rank // 2, peak_memory_bytes=100 + 10 * ((r.rank * 3) % 4), param_bytes=r.rank % 3
         )
         for r in full.per_rank
     ]
-    full = dataclasses.replace(full, per_rank=ranks, stages=2)
+    full = replace_summary(full, per_rank=ranks, stages=2)
     small = compact(full)
     assert len(small.per_rank) < len(full.per_rank)
     assert small.peak_by_stage == full.peak_by_stage
@@ -385,7 +382,7 @@ def test_reading_only_the_kept_ranks_gives_the_compact_summary_and_names_damage(
 
     full = synthetic_summary(8, 64, 0.1, 0.06, 0.02, 0.01, 1000)
     ranks = [
-        dataclasses.replace(
+        replace_summary(
             r,
             stage=r.rank // 4,
             peak_memory_bytes=100 + 10 * ((r.rank * 3) % 8),
@@ -394,7 +391,7 @@ def test_reading_only_the_kept_ranks_gives_the_compact_summary_and_names_damage(
         )
         for r in full.per_rank
     ]
-    full = dataclasses.replace(full, per_rank=ranks, stages=2)
+    full = replace_summary(full, per_rank=ranks, stages=2)
     path = tmp_path / "summary.json"
     records.write(path, full)
     small = read_compact(path)
@@ -413,11 +410,10 @@ def test_reading_only_the_kept_ranks_gives_the_compact_summary_and_names_damage(
 
 
 def test_a_studys_mfu_is_the_mean_of_its_runs_and_absent_when_one_lacks_it() -> None:
-    import dataclasses
 
     from hpctrain.analysis.report import rows
 
-    runs = [dataclasses.replace(_run(1, 100, 64), mfu=m) for m in (0.30, 0.40)]
+    runs = [replace_summary(_run(1, 100, 64), mfu=m) for m in (0.30, 0.40)]
     [p] = analyze_runs("strong", runs, []).series[0].points
     assert p.mfu == pytest.approx(0.35)
     assert dict(zip(COLUMNS, rows(analyze_runs("strong", runs, []))[0]))["MFU"] == "35.0%"
@@ -426,13 +422,11 @@ def test_a_studys_mfu_is_the_mean_of_its_runs_and_absent_when_one_lacks_it() -> 
 
 
 def test_mfu_has_its_own_line_in_the_terminal_and_a_column_in_the_report(tmp_path: Path) -> None:
-    import dataclasses
 
     from hpctrain.analysis.report import mfu_lines, terminal_table
 
     runs = [
-        dataclasses.replace(_run(n, 100, 64), mfu=0.25, peak_source="table: H100 SXM bf16 dense")
-        for n in (1, 2)
+        replace_summary(_run(n, 100, 64), mfu=0.25, peak_source="table: H100 SXM bf16 dense") for n in (1, 2)
     ]
     a = analyze_runs("strong", runs, [])
     assert mfu_lines(a) == [

@@ -19,6 +19,7 @@ from hpctrain.orchestrate.validate import validate
 from hpctrain.parallel.registry import derive
 from hpctrain.records import Layout, RunSummary
 from hpctrain.train.checkpoint import by_index, unflatten
+from tests.conftest import replace_summary
 from tests.unit.test_parallel_plan import test_invalid_layouts_are_refused_before_anything_starts as refused
 
 LM = ["model=transformer", "data=tokens", "parallelism.engine=ddp", "model.depth=2"]
@@ -113,12 +114,11 @@ def test_whole_checkpoints_are_refused_for_sharded_pipeline_stages(tmp_path: Pat
 
 
 def _summary(world: int, stages: int, shard: int, tp: int) -> RunSummary:
-    from dataclasses import replace
 
     from hpctrain.records import read
 
     s = read(Path(__file__).parents[1] / "fixtures/runs/digits-2ranks/summary.json", RunSummary)
-    return replace(s, world_size=world, stages=stages, shard_degree=shard, tp_degree=tp)
+    return replace_summary(s, world_size=world, stages=stages, shard_degree=shard, tp_degree=tp)
 
 
 def test_the_summary_title_names_the_mesh() -> None:

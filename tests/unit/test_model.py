@@ -3,7 +3,6 @@ parameters and hand-computed values."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from hpctrain.analysis.roofline import MIB, messages, roofline
 from hpctrain.analysis.stepmodel import Scale, fit_step_model, spread
 from hpctrain.analysis.uncertainty import MINMAX, NONE, T95, positive_interval, ratio_interval
 from hpctrain.records import AllreduceRow
+from tests.conftest import replace_summary
 
 TRUTH = CommModel(alpha_s=20e-6, beta_s_per_byte=1e-9, latency_s=2e-3)
 
@@ -52,7 +52,7 @@ def test_comm_fit_without_noise_is_exact_and_without_wire_timings_puts_all_laten
     exact = fit_comm_model(_bench(noise=0.0), "hvd_s")
     assert exact is not None
     assert (exact.alpha_s, exact.beta_s_per_byte, exact.latency_s) == pytest.approx((20e-6, 1e-9, 2e-3))
-    only = fit_comm_model([dataclasses.replace(r, mpi_s=math.nan) for r in _bench(0.0) if r.n == 2], "hvd_s")
+    only = fit_comm_model([replace_summary(r, mpi_s=math.nan) for r in _bench(0.0) if r.n == 2], "hvd_s")
     # one world size, no wire: L + 2 alpha = 2.04 ms is all the fit can see
     assert only is not None and only.latency_s == 0 and 2 * only.alpha_s == pytest.approx(2.04e-3)
 
@@ -165,7 +165,7 @@ def test_expected_largest_of_n_normals_and_the_wait_for_the_slowest_rank() -> No
     )  # one rank waits for none
     # when the other scales' jitter is off, leave-one-out names load imbalance as the term
     scales = _scales(0.4, jitter=0.10)
-    scales[3] = dataclasses.replace(
+    scales[3] = replace_summary(
         scales[3], wait_s=4 * scales[3].wait_s, step_s=scales[3].step_s + 3 * scales[3].wait_s
     )
     last = fit_step_model(TRUTH, 4 * MIB, 1, scales).checks[3]
@@ -244,15 +244,12 @@ def test_the_tensor_parallel_roofline_by_hand() -> None:
     """A probe of 1 ms for one value and 3 ms for 4 MiB over 4 ranks: latency 1 ms per
     collective, beta = 2 ms / (2 * 3/4 * 4 MiB). TP 2 with 10 collectives and 1 MiB of all-reduce
     bytes: latency 10 * 1 ms, bandwidth 2 * 1/2 * 1 MiB * beta = 1/3 ms."""
-    import dataclasses
 
     from hpctrain.analysis.roofline import for_tensor_parallel
     from hpctrain.bench.analyze import synthetic_summary
 
     s = synthetic_summary(4, 64, step=0.05, compute=0.04, comm=0.005, data=0.005, parameters=MIB)
-    s = dataclasses.replace(
-        s, probe_small_s=1e-3, probe_full_s=3e-3, tp_degree=2, tp_messages=10, tp_bytes=MIB
-    )
+    s = replace_summary(s, probe_small_s=1e-3, probe_full_s=3e-3, tp_degree=2, tp_messages=10, tp_bytes=MIB)
     assert s.grad_bytes == 4 * MIB
     tp = for_tensor_parallel(s)
     assert tp is not None
@@ -263,8 +260,8 @@ def test_the_tensor_parallel_roofline_by_hand() -> None:
         and "all exposed: 26% of the step's compute" in tp.line()
     )
     # replayed alone after training: the measured time is the exposed one (8 ms: 20% of 40 ms)
-    measured = for_tensor_parallel(dataclasses.replace(s, tp_comm_s=8e-3))
+    measured = for_tensor_parallel(replace_summary(s, tp_comm_s=8e-3))
     assert measured is not None and measured.exposed_s == 8e-3 and measured.share == pytest.approx(0.2)
     assert "measured 8.00 ms replayed alone (0.77x), all exposed: 20% of" in measured.line()
-    assert for_tensor_parallel(dataclasses.replace(s, tp_messages=0)) is None  # not counted
-    assert for_tensor_parallel(dataclasses.replace(s, tp_degree=1)) is None
+    assert for_tensor_parallel(replace_summary(s, tp_messages=0)) is None  # not counted
+    assert for_tensor_parallel(replace_summary(s, tp_degree=1)) is None

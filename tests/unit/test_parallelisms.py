@@ -5,6 +5,7 @@ its own notes and layout, and trains with the built-in trainer like the shipped 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,15 @@ def solo() -> Iterator[str]:
     before = dict(registry.PARALLELISMS)
     registry.register_parallelism("solo", "tests.parallelisms.solo:Solo")  # the one registration line
     yield "solo"
+    registry.PARALLELISMS.clear()
+    registry.PARALLELISMS.update(before)
+
+
+@pytest.fixture
+def counted() -> Iterator[str]:
+    before = dict(registry.PARALLELISMS)
+    registry.register_parallelism("counted", "tests.parallelisms.counted:Counted")  # the one line
+    yield "counted"
     registry.PARALLELISMS.clear()
     registry.PARALLELISMS.update(before)
 
@@ -99,3 +109,44 @@ def test_a_parallelism_from_another_installed_package_is_found_by_its_entry_poin
     r = subprocess.run([*run, "parallelism.name=duo"], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "no parallelism named 'duo'" in r.stderr, r.stderr
     assert "hsdp, solo" in r.stderr, r.stderr  # the built-in ones first, then the installed one
+
+
+def test_a_parallelism_with_a_setting_a_measurement_and_a_report_row(counted: str, tmp_path: Path) -> None:
+    """tests/parallelisms/counted.py: its option is checked by type and by its own rule, refused
+    by the built-in parallelisms; one rank trains 5 steps (1 warm-up) with it, and the summary
+    holds its part (4 timed steps, one in 2 counted) and the table shows its row."""
+    import io
+
+    from hpctrain import records
+    from hpctrain.commands.ui import make_console, print_summary
+    from hpctrain.rank import train_builtin
+    from tests.parallelisms.counted import CountedFigures
+
+    def problems(*overrides: str) -> str:
+        with pytest.raises(ConfigError) as e:
+            validate(_cfg("parallelism.name=counted", "cluster.ranks=1", *overrides), HostFacts.example())
+        return str(e.value)
+
+    assert "parallelism.options.every: must be >= 1" in problems("+parallelism.options.every=0")
+    said = problems("+parallelism.options.evry=2")
+    assert "parallelism.options.evry: is not an option of parallelism=counted" in said and "every" in said
+    assert "parallelism.options.every" in problems("+parallelism.options.every=two")
+    with pytest.raises(ConfigError, match="parallelism.options: parallelism=data takes no options"):
+        validate(load_config(["+parallelism.options.every=2"]), HostFacts.example())
+
+    engines.register_engine("solo", "tests.engines.solo:SoloEngine")
+    try:
+        cfg = _cfg(
+            "parallelism.name=counted", "+parallelism.options.every=2", "parallelism.engine=solo",
+            "cluster.ranks=1", "train.steps=5", "train.warmup_steps=1",
+        )  # fmt: skip
+        validate(cfg, HostFacts.example())
+        plan = plan_local(cfg, HostFacts.example(), str(tmp_path), "python")
+        assert train_builtin(cfg, records.from_dict(records.PlanRecord, plan.to_dict()), tmp_path, None)
+    finally:
+        engines.ENGINES.pop("solo")
+    summary = records.read(tmp_path / records.SUMMARY, records.RunSummary)
+    assert records.parts.part(summary, CountedFigures) == CountedFigures(every=2, counted=2)
+    out = io.StringIO()
+    print_summary(make_console(out), summary)
+    assert re.search(r"counted steps \(one in 2\)\s*\S\s+2\s", out.getvalue()), out.getvalue()

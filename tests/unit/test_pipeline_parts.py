@@ -9,11 +9,12 @@ import dataclasses
 import pytest
 import torch.distributed as dist
 
-from hpctrain.analysis.pipeline import for_pipeline
+from hpctrain.analysis.pipeline import for_pipeline, pipe
 from hpctrain.engine.clock import HostClock
 from hpctrain.records import RankSummary, StepRecord
 from hpctrain.train.p2p import Link, Meter, install
 from hpctrain.train.stats import rank_stats, summarize
+from tests.conftest import replace_summary
 
 
 @dataclasses.dataclass
@@ -95,20 +96,20 @@ def _pipeline_summary(bubble: float, transfer: float, schedule: float, compute: 
         _step(2, compute_s=compute, step_s=0.1, bubble_s=bubble, transfer_s=transfer, schedule_s=schedule, p2p_bytes=8192),
     ]  # fmt: skip
     ranks = [
-        dataclasses.replace(rank_stats(steps, 0, "h", 1, 10, link=(1e-4, 1e-9)), rank=r, stage=r)
-        for r in (0, 1)
+        replace_summary(rank_stats(steps, 0, "h", 1, 10, link=(1e-4, 1e-9)), rank=r, stage=r) for r in (0, 1)
     ]
     return summarize(
         ranks, 32, model="mlp", precision="fp32", backend="gloo", compression="none",
-        stages=2, microbatches=4, schedule="gpipe", started=0.0, finished=1.0,
+        parts={"pipeline": {"stages": 2, "microbatches": 4, "schedule": "gpipe"}}, started=0.0, finished=1.0,
     )  # fmt: skip
 
 
 def test_run_summary_carries_the_parts_and_the_link() -> None:
-    s = _pipeline_summary(0.02, 0.005, 0.01, 0.05)
-    assert (s.bubble_s, s.transfer_s, s.schedule_s) == pytest.approx((0.02, 0.005, 0.01))
-    assert (s.bubble_share, s.transfer_share, s.schedule_share) == pytest.approx((0.2, 0.05, 0.1))
-    assert (s.p2p_bytes, s.p2p_alpha_s, s.p2p_beta_s_per_byte) == pytest.approx((8192, 1e-4, 1e-9))
+    f = pipe(_pipeline_summary(0.02, 0.005, 0.01, 0.05))
+    assert (f.stages, f.microbatches, f.schedule) == (2, 4, "gpipe")
+    assert (f.bubble_s, f.transfer_s, f.schedule_s) == pytest.approx((0.02, 0.005, 0.01))
+    assert (f.bubble_share, f.transfer_share, f.schedule_share) == pytest.approx((0.2, 0.05, 0.1))
+    assert (f.p2p_bytes, f.p2p_alpha_s, f.p2p_beta_s_per_byte) == pytest.approx((8192, 1e-4, 1e-9))
 
 
 def test_the_pipeline_roofline_names_the_part_that_bounds_it() -> None:
@@ -132,8 +133,8 @@ def test_the_pipeline_roofline_names_the_part_that_bounds_it() -> None:
 
 def test_no_pipeline_roofline_without_stages_or_parts() -> None:
     s = _pipeline_summary(0.02, 0.005, 0.01, 0.05)
-    assert for_pipeline(dataclasses.replace(s, stages=1)) is None
-    assert for_pipeline(dataclasses.replace(s, transfer_s=0.0, schedule_s=0.0)) is None  # older records
+    assert for_pipeline(replace_summary(s, stages=1)) is None
+    assert for_pipeline(replace_summary(s, transfer_s=0.0, schedule_s=0.0)) is None  # older records
 
 
 def test_rank_summary_defaults_keep_older_records_readable() -> None:
@@ -148,11 +149,11 @@ def _staged(m: int, pipe: float, ranks: list[tuple[float, float, float, float]])
     """A 2-stage gpipe run summary: per rank (pipe_s, bubble_s, transfer_s, schedule_s)."""
     s = _pipeline_summary(0.0, 0.0, 0.0, 0.0)
     per = [
-        dataclasses.replace(s.per_rank[0], rank=k, stage=k, pipe_s=p, bubble_s=b, transfer_s=t, schedule_s=o)
+        replace_summary(s.per_rank[0], rank=k, stage=k, pipe_s=p, bubble_s=b, transfer_s=t, schedule_s=o)
         for k, (p, b, t, o) in enumerate(ranks)
     ]
     mean = lambda i: sum(r[i] for r in ranks) / len(ranks)  # noqa: E731
-    return dataclasses.replace(
+    return replace_summary(
         s, per_rank=per, microbatches=m, pipe_s=pipe, step_s=pipe + 0.05,
         bubble_s=mean(1), transfer_s=mean(2), schedule_s=mean(3),
         p2p_bytes=8 * 1024, p2p_alpha_s=1e-4, p2p_beta_s_per_byte=0.0,
@@ -169,7 +170,7 @@ def test_the_theory_with_the_stages_as_measured() -> None:
     assert theory_measured(s) == pytest.approx(1 / 3)
     even = _staged(4, 0.1, [(0.1, 0.035, 0.002, 0.003), (0.1, 0.035, 0.002, 0.003)])
     assert theory_measured(even) == pytest.approx(1 / 5)  # equal stages: (p - 1)/(m + p - 1)
-    assert theory_measured(dataclasses.replace(s, schedule="zbv")) is None
+    assert theory_measured(replace_summary(s, schedule="zbv")) is None
 
 
 def test_the_step_predicted_at_other_micro_batch_counts() -> None:
@@ -187,16 +188,16 @@ def test_the_step_predicted_at_other_micro_batch_counts() -> None:
     # and messages; the minimum is near m = sqrt(0.04 / 0.00095) = 6.5, so 8 of the powers of 2
     best = best_microbatches(s, [1, 2, 4, 8, 16, 32])
     assert best is not None and best[0] == 8 and best[1] == pytest.approx(0.04 / 8 + 0.00095 * 8 + 0.13095)
-    assert predict_step(dataclasses.replace(s, schedule="interleaved_zb"), 4) is None
+    assert predict_step(replace_summary(s, schedule="interleaved_zb"), 4) is None
 
 
 def test_a_study_at_several_micro_batch_counts_gets_the_predicted_best() -> None:
     from hpctrain.analysis.pipeline import predict_step, study_lines
 
     four = _staged(4, 0.1, [(0.1, 0.055, 0.002, 0.003), (0.1, 0.015, 0.002, 0.003)])
-    eight = dataclasses.replace(four, microbatches=8, step_s=0.2)
-    one = dataclasses.replace(four, microbatches=1, step_s=0.3, world_size=2)
-    [line] = study_lines([one, four, eight, dataclasses.replace(four, schedule="zbv", microbatches=2)])
+    eight = replace_summary(four, microbatches=8, step_s=0.2)
+    one = replace_summary(four, microbatches=1, step_s=0.3, world_size=2)
+    [line] = study_lines([one, four, eight, replace_summary(four, schedule="zbv", microbatches=2)])
     # counts 1, 4, 8: fitted on 4; candidates add the powers of two dividing the batch of 32
     err1 = 100 * (predict_step(four, 1) / 0.3 - 1)
     err8 = 100 * (predict_step(four, 8) / 0.2 - 1)

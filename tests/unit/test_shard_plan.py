@@ -17,6 +17,7 @@ from hpctrain.orchestrate.study import expand_study
 from hpctrain.orchestrate.validate import validate
 from hpctrain.parallel import layout_of, parallel_notes, resolve_batch
 from hpctrain.train.checkpoint import KEEP, by_index, by_name, candidates, prune
+from tests.conftest import replace_summary
 
 
 def test_hsdp_groups_are_one_nodes_consecutive_ranks() -> None:
@@ -106,24 +107,23 @@ def test_a_study_compares_3d_layouts_as_series() -> None:
 
 
 def test_tensor_parallel_runs_are_a_series_of_their_own() -> None:
-    import dataclasses
 
     from hpctrain.analysis.analyze import analyze_runs
     from hpctrain.bench.analyze import synthetic_summary
 
     base = synthetic_summary(4, 64, step=0.05, compute=0.04, comm=0.005, data=0.005, engine="ddp")
     runs = [
-        dataclasses.replace(base, parallelism="fsdp"),
-        dataclasses.replace(base, parallelism="fsdp", tp_degree=2),
-        dataclasses.replace(base, parallelism="data"),
+        replace_summary(base, parallelism="fsdp"),
+        replace_summary(base, parallelism="fsdp", tp_degree=2),
+        replace_summary(base, parallelism="data"),
     ]
     assert [s.label for s in analyze_runs("strong", runs, []).series] == [
         "fsdp ddp",
         "fsdp tp=2 ddp",
         "data ddp",
     ]
-    piped = dataclasses.replace(base, parallelism="fsdp", stages=2, shard_degree=2, tp_degree=2)
-    pipeline = dataclasses.replace(base, parallelism="pipeline", stages=4)  # its stages grow with the scale
+    piped = replace_summary(base, parallelism="fsdp", stages=2, shard_degree=2, tp_degree=2)
+    pipeline = replace_summary(base, parallelism="pipeline", stages=4)  # its stages grow with the scale
     assert [s.label for s in analyze_runs("strong", [piped, pipeline], []).series] == [
         "fsdp pp=2 tp=2 ddp",
         "pipeline ddp",

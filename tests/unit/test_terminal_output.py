@@ -3,7 +3,6 @@ cut and a log line stays one line."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 
 from hpctrain.bench.analyze import synthetic_study, synthetic_summary
 from hpctrain.commands.ui import PROSE_WIDTH, RichReporter, make_console, print_summary
-from tests.conftest import ROOT
+from tests.conftest import ROOT, replace_summary
 
 
 def test_analyze_table_is_full_width_in_a_pipe(tmp_path: Path) -> None:
@@ -47,7 +46,7 @@ def test_a_long_log_line_stays_one_line_when_not_a_terminal() -> None:
 def test_the_run_summary_stays_narrow_in_a_log_file_with_its_advice_below() -> None:
     # 2 ranks, 1 M parameters (4 MiB of gradients), a run probe of 2 ms and 10 ms: a roofline;
     # 30 ms exposed, 3x what the transfer takes: the advice is a long sentence
-    s = dataclasses.replace(
+    s = replace_summary(
         synthetic_summary(2, 64, 0.050, 0.020, 0.030, 0.0), probe_small_s=2e-3, probe_full_s=10e-3
     )
     out = io.StringIO()
@@ -64,7 +63,7 @@ def test_the_run_summary_stays_narrow_in_a_log_file_with_its_advice_below() -> N
 
 def test_tensor_parallel_collectives_sit_under_compute_with_their_replayed_time() -> None:
     # TP 2 on 4 ranks: 10 collectives of 1 MiB (all-reduce bytes) replayed in 8 ms of a 50 ms step
-    s = dataclasses.replace(
+    s = replace_summary(
         synthetic_summary(4, 64, step=0.05, compute=0.04, comm=0.005, data=0.005),
         probe_small_s=1e-3,
         probe_full_s=3e-3,
@@ -124,7 +123,7 @@ def test_status_of_a_large_sweep_lists_what_needs_attention_and_counts_the_rest(
 
 
 def test_the_summary_names_the_nodes_a_run_left_out_and_its_restarts() -> None:
-    s = dataclasses.replace(
+    s = replace_summary(
         synthetic_summary(2, 64, step=0.05, compute=0.04, comm=0.005, data=0.005),
         restarts=1,
         steps_redone=2,
