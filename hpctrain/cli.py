@@ -7,10 +7,12 @@ The arguments of every command: parser.py."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -38,7 +40,7 @@ def _with_overrides_file(args: argparse.Namespace) -> None:
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     # Overrides may stand before or after flags (argparse alone splits positionals at a flag).
     args, extra = parser.parse_known_args(argv)
     if extra and hasattr(args, "overrides") and not any(x.startswith("-") for x in extra):
@@ -49,94 +51,14 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def dispatch(args: argparse.Namespace, console: Console) -> int:
-    """The command's own module, imported only when it runs (so --help and status stay light)."""
-    if args.command == "run":
-        from hpctrain.commands.run import cmd_run
-
-        return cmd_run(args, console)
-    if args.command in ("study", "analyze"):
-        from hpctrain.commands.study import cmd_analyze, cmd_study
-
-        return (cmd_study if args.command == "study" else cmd_analyze)(args, console)
-    if args.command == "tune":
-        from hpctrain.commands.tune import cmd_tune
-
-        return cmd_tune(args, console)
-    if args.command in ("status", "logs", "cancel"):
-        from hpctrain.commands import jobs
-
-        if args.command == "status":
-            return jobs.status(args.path, console, show_all=args.all)
-        if args.command == "logs":
-            return jobs.logs(args.path, args.rank, args.follow, console)
-        return jobs.cancel(args.path, console, args.with_dependents)
-    if args.command == "track":
-        from hpctrain.commands.track import cmd_track
-
-        return cmd_track(args, console)
-    if args.command == "container":
-        from hpctrain.commands.container import cmd_container
-
-        return cmd_container(args, console)
-    if args.command == "preflight":
-        from hpctrain.commands.preflight import cmd_preflight
-
-        return cmd_preflight(args, console)
-    if args.command == "install":
-        from hpctrain.commands.install import cmd_install
-
-        return cmd_install(args, console)
-    if args.command == "doctor":
-        from hpctrain.commands.doctor import run_doctor
-
-        return run_doctor(console)
-    return _bench(args, console)
-
-
-def _bench(args: argparse.Namespace, console: Console) -> int:
-    if args.bench == "estimate":
-        from hpctrain.bench.estimate import run_estimate_bench
-
-        return run_estimate_bench(args, console)
-    if args.bench == "overhead":
-        from hpctrain.bench.overhead import run_overhead
-
-        return run_overhead(args, console)
-    if args.bench == "allreduce":
-        from hpctrain.bench.allreduce import run_bench
-
-        return run_bench(args, console)
-    if args.bench == "analyze":
-        from hpctrain.bench.analyze import run_bench as run_analyze_bench
-
-        return run_analyze_bench(args, console)
-    if args.bench == "memory":
-        from hpctrain.bench.memory import run_memory_bench
-
-        return run_memory_bench(args, console)
-    if args.bench == "pipeline":
-        from hpctrain.bench.pipeline import run_pipeline_bench
-
-        return run_pipeline_bench(args, console)
-    if args.bench == "profile":
-        from hpctrain.bench.profile import run_profile_bench
-
-        return run_profile_bench(args, console)
-    if args.bench == "startup":
-        from hpctrain.bench.startup import run_startup
-
-        return run_startup(args, console)
-    if args.bench == "tune":
-        from hpctrain.bench.tune import run_tune_bench
-
-        return run_tune_bench(args, console)
-    if args.bench == "predict":
-        from hpctrain.bench.predict import run_predict
-
-        return run_predict(args, console)
-    from hpctrain.bench.submit import run_submit
-
-    return run_submit(args, console)
+    """The command's handler, which its parser declared ("module:function"; parser.py), imported
+    only when it runs (so --help and status stay light)."""
+    module, _, name = args.handler.partition(":")
+    found: Any = importlib.import_module(module)
+    for attr in name.split("."):  # "module:function", or "module:Class.method" (installed commands)
+        found = getattr(found, attr)
+    handler: Callable[[argparse.Namespace, Console], int] = found
+    return int(handler(args, console))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -119,7 +120,10 @@ def _add_estimate(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """hpctrain's parser: its own commands, and (given the command line `argv` that names none of
+    them: another's, or --help) those other installed packages add through entry points in
+    `hpctrain.commands`; hpctrain's own commands never pay for the search."""
     parser = Parser(
         prog="hpctrain",
         description="Distributed PyTorch training from Hydra configs, on this machine (mpirun, or\n"
@@ -149,10 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
         "tracking.* says, else to MLflow's default store (sqlite:///<run.output_root>/mlflow.db). "
         "Runs of an offline cluster are sent later from a login node this way.",
     )
+    tr.set_defaults(handler="hpctrain.commands.track:cmd_track")
     tr.add_argument("path", type=Path, help="a run, sweep or study directory")
     tr.add_argument("--uri", help="an MLflow tracking URI (a server, or sqlite:///path.db)")
     tr.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
-    sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
+    doc = sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
+    doc.set_defaults(handler="hpctrain.commands.doctor:cmd_doctor")
     ins = sub.add_parser(
         "install",
         help="build and install Horovod for this environment (no root; cached per user)",
@@ -161,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
         "openmpi cuda), patched for PyTorch 2 and Python 3.12; cached in ~/.cache/hpctrain/wheels, so "
         "another environment with the same torch and Python installs it in seconds.",
     )
+    ins.set_defaults(handler="hpctrain.commands.install:cmd_install")
     ins.add_argument("what", choices=["horovod"], help="what to install")
     ins.add_argument(
         "--gpu",
@@ -178,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         "judged against the job's own median and any reference. Exit 0 when every node is good, "
         "4 when one is bad.",
     )
+    pf.set_defaults(handler="hpctrain.commands.preflight:cmd_preflight")
     _add_config_args(pf)
     pf.add_argument("--dry-run", action="store_true", help="print the plan; start nothing")
     pf.add_argument(
@@ -185,7 +193,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_container(sub)
     add_bench(sub)
+    if argv is not None and next((a for a in argv if not a.startswith("-")), None) not in sub.choices:
+        add_installed_commands(sub)
     return parser
+
+
+def add_installed_commands(sub: Subparsers) -> None:
+    """The commands other installed packages register, as pytest's and Hydra's plugins are found:
+
+        [project.entry-points."hpctrain.commands"]
+        hello = "my_package.cli:Hello"
+
+    `Hello` has `help` (a line for the command list), `add_arguments(parser)` and
+    `run(args, console) -> int` (the exit code). One that cannot be loaded is named and left out;
+    one that takes a name of hpctrain's own is left out."""
+    import importlib.metadata
+
+    for ep in importlib.metadata.entry_points(group="hpctrain.commands"):
+        if ep.name in sub.choices:
+            continue
+        try:
+            command = ep.load()
+            p = sub.add_parser(ep.name, help=str(getattr(command, "help", "")))
+            command.add_arguments(p)
+        except Exception as e:  # noqa: BLE001 - another package's bug must not stop hpctrain's commands
+            sub.choices.pop(ep.name, None)
+            print(
+                f"hpctrain: note: command {ep.name!r} ({ep.value}) could not be loaded: {e}", file=sys.stderr
+            )
+            continue
+        p.set_defaults(handler=f"{ep.value}.run")
 
 
 def _add_container(sub: Subparsers) -> None:
@@ -196,6 +233,7 @@ def _add_container(sub: Subparsers) -> None:
         "mpi4py, Horovod, every dependency at the venv's versions) installed by scripts/setup.sh, "
         "offline; cached by what went into it. show: the digest of a built image.",
     )
+    ct.set_defaults(handler="hpctrain.commands.container:cmd_container")
     ct.add_argument("action", choices=["build", "show"], help="build the image, or show a built one's digest")
     ct.add_argument("--tag", default="hpctrain", help="image name in ch-image storage (default: hpctrain)")
     ct.add_argument("--storage", help="ch-image storage directory (default: ~/.cache/hpctrain/charliecloud)")
@@ -208,6 +246,7 @@ def _add_run(sub: Subparsers) -> None:
         help="train with the given config overrides",
         description="Compose the config, validate it, plan the launch and run it.",
     )
+    run.set_defaults(handler="hpctrain.commands.run:cmd_run")
     _add_config_args(run)
     run.add_argument(
         "--dry-run",
@@ -252,15 +291,18 @@ def _add_jobs(sub: Subparsers) -> None:
     st = sub.add_parser(
         "status", help="state of a run, sweep or study (local or SLURM), with progress and errors"
     )
+    st.set_defaults(handler="hpctrain.commands.jobs:cmd_status")
     st.add_argument("path", type=Path, help="a run, sweep or study directory")
     st.add_argument(
         "--all", action="store_true", help="list every run of a large sweep (default: the first 50)"
     )
     lg = sub.add_parser("logs", help="print a rank's output (local or SLURM)")
+    lg.set_defaults(handler="hpctrain.commands.jobs:cmd_logs")
     lg.add_argument("path", type=Path, help="a run directory")
     lg.add_argument("--rank", type=int, default=0, help="which rank's output (default 0)")
     lg.add_argument("--follow", "-f", action="store_true", help="keep printing until the run ends")
     cn = sub.add_parser("cancel", help="cancel a run, or every run of a sweep or study (local or SLURM)")
+    cn.set_defaults(handler="hpctrain.commands.jobs:cmd_cancel")
     cn.add_argument("path", type=Path, help="a run, sweep or study directory")
     cn.add_argument(
         "--with-dependents",
@@ -276,6 +318,7 @@ def _add_study(sub: Subparsers) -> None:
         description="hpctrain study strong|weak [overrides] runs every point and writes a "
         "report; hpctrain study resume STUDY_DIR runs only the unfinished points.",
     )
+    sd.set_defaults(handler="hpctrain.commands.study:cmd_study")
     sd.add_argument(
         "kind",
         choices=["strong", "weak", "resume"],
@@ -305,6 +348,7 @@ def _add_study(sub: Subparsers) -> None:
         help="analyze a study directory (table, CSV, plots, Markdown and HTML report), or a run's "
         "profiler traces (profile.enabled=true): the cross-rank trace summary",
     )
+    an.set_defaults(handler="hpctrain.commands.study:cmd_analyze")
     an.add_argument(
         "path", type=Path, help="a study directory (with study.json), or a run directory with traces/"
     )
@@ -321,6 +365,7 @@ def _add_tune(sub: Subparsers) -> None:
         "predicted throughput at tune.target_ranks, and writes them to <tune>/best.yaml. "
         "tune.budget_min, tune.keys and tune.target_ranks are overrides.",
     )
+    tu.set_defaults(handler="hpctrain.commands.tune:cmd_tune")
     _add_config_args(tu)
     tu.add_argument("--resume", type=Path, metavar="DIR", help="go on with an interrupted tune")
     tu.add_argument("--dry-run", action="store_true", help="list the settings and values; start nothing")

@@ -8,8 +8,9 @@ Another installed package adds one through a Python entry point in the axis's gr
     [project.entry-points."hpctrain.parallelisms"]
     solo = "my_package.solo:Solo"
 
-Entry points are read once, on the first lookup of a name (not at import: a command that never
-asks pays nothing); a built-in name is never replaced by one."""
+Entry points are read once, on the first lookup of a name hpctrain does not ship, or of the list
+of names (not at import: a command that uses only built-in names pays nothing); a built-in name is
+never replaced by one."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ class Registry(Generic[T]):
         return list(self.targets)
 
     def __contains__(self, name: object) -> bool:
+        if name in self.targets:  # a built-in (or found) name: no search
+            return True
         self.discover()
         return name in self.targets
 

@@ -20,6 +20,7 @@ def add_bench(sub: Subparsers) -> None:
         help="hpctrain's training throughput vs minimal hand-written Horovod and DDP scripts and a "
         "no-communication ceiling (target: each engine >= 0.97 of its script)",
     )
+    ov.set_defaults(handler="hpctrain.bench.overhead:run_overhead")
     ov.add_argument("--ranks", type=positive_int, default=2, help="ranks of each run")
     ov.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
     ov.add_argument("--steps", type=positive_int, help="per run, a tenth warm-up (default: cpu 60, cuda 400)")
@@ -35,6 +36,7 @@ def add_bench(sub: Subparsers) -> None:
     ar = bsub.add_parser(
         "allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit"
     )
+    ar.set_defaults(handler="hpctrain.bench.allreduce:run_bench")
     ar.add_argument("--ranks", type=positive_int, default=2, help="ranks that allreduce")
     ar.add_argument("--max-mb", type=positive_int, default=256, help="largest message, MiB")
     ar.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
@@ -43,12 +45,14 @@ def add_bench(sub: Subparsers) -> None:
         help="analyze + report synthetic studies of N runs (targets, re-analysis + report: 1,000 runs in "
         "1 s, 10,000 in 4 s)",
     )
+    ba.set_defaults(handler="hpctrain.bench.analyze:run_bench")
     ba.add_argument(
         "--runs", type=positive_int, nargs="+", default=[256, 1000], help="study sizes (default: 256 1000)"
     )
     sb = bsub.add_parser(
         "submit", help="plan + submit an N-point single-shape sweep to SLURM; count sbatch calls"
     )
+    sb.set_defaults(handler="hpctrain.bench.submit:run_submit")
     sb.add_argument(
         "--points", type=positive_int, nargs="+", default=[256], help="sweep sizes (e.g. 256 10000)"
     )
@@ -56,6 +60,7 @@ def add_bench(sub: Subparsers) -> None:
     pp = bsub.add_parser(
         "pipeline", help="pipeline step parts (idle vs (p-1)/(m+p-1), transfers, overhead) at m = 1, 2, 4, 8"
     )
+    pp.set_defaults(handler="hpctrain.bench.pipeline:run_pipeline_bench")
     pp.add_argument("--stages", type=positive_int, default=2, help="pipeline stages (one rank each)")
     pp.add_argument("--batch", type=positive_int, default=2048, help="samples per step")
     pp.add_argument("--steps", type=positive_int, default=6, help="steps of each run")
@@ -78,6 +83,7 @@ def add_bench(sub: Subparsers) -> None:
 def _add_model_benches(bsub: Subparsers) -> None:
     """The benchmarks of memory, the profiler, start-up and the models' predictions."""
     me = bsub.add_parser("memory", help="per-rank state and peak memory, ddp vs fsdp, against ZeRO-3's 1/N")
+    me.set_defaults(handler="hpctrain.bench.memory:run_memory_bench")
     me.add_argument(
         "--ranks", type=positive_int, nargs="+", default=[1, 2, 4], help="world sizes (default 1 2 4)"
     )
@@ -89,6 +95,7 @@ def _add_model_benches(bsub: Subparsers) -> None:
     me.add_argument("--steps", type=positive_int, default=3, help="steps of each run")
     me.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     pf = bsub.add_parser("profile", help="throughput with the profiler's window over vs the profiler off")
+    pf.set_defaults(handler="hpctrain.bench.profile:run_profile_bench")
     pf.add_argument("--ranks", type=positive_int, default=2, help="ranks of each run")
     pf.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
     pf.add_argument("--steps", type=positive_int, default=60, help="steps of each run")
@@ -97,12 +104,14 @@ def _add_model_benches(bsub: Subparsers) -> None:
     )
     pf.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     st = bsub.add_parser("startup", help="a rank's CPU to its first step: torch's optimizers vs hpctrain's")
+    st.set_defaults(handler="hpctrain.bench.startup:run_startup")
     st.add_argument(
         "--repeats", type=positive_int, default=5, help="interleaved processes of each (default 5)"
     )
     es = bsub.add_parser(
         "estimate", help="--estimate's wall time and node-hours against a study run right after"
     )
+    es.set_defaults(handler="hpctrain.bench.estimate:run_estimate_bench")
     es.add_argument(
         "--cluster",
         choices=["local", "slurm"],
@@ -117,6 +126,7 @@ def _add_model_benches(bsub: Subparsers) -> None:
     es.add_argument("--batch", type=positive_int, default=64, help="global batch (default 64)")
     es.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     tu = bsub.add_parser("tune", help="hpctrain tune's best settings vs the config as given, interleaved")
+    tu.set_defaults(handler="hpctrain.bench.tune:run_tune_bench")
     tu.add_argument(
         "overrides", nargs="*", metavar="KEY=VALUE", help="the config (default: an MLP on 2 ranks)"
     )
@@ -127,6 +137,7 @@ def _add_model_benches(bsub: Subparsers) -> None:
     pr = bsub.add_parser(
         "predict", help="the step model against published results, and its errors on recorded studies"
     )
+    pr.set_defaults(handler="hpctrain.bench.predict:run_predict")
     pr.add_argument(
         "studies",
         nargs="*",

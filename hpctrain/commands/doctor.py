@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import platform
@@ -254,3 +255,7 @@ def run_doctor(console: Console) -> int:
         return 1
     console.print("[green]ready[/] for local runs (hpctrain run)")
     return 0
+
+
+def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
+    return run_doctor(console)

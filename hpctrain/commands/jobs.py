@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from collections import Counter
@@ -148,3 +149,15 @@ def cancel(path: Path, console: Console, with_dependents: bool = False) -> int:
             highlight=False,
         )
     return 0
+
+
+def cmd_status(args: argparse.Namespace, console: Console) -> int:
+    return status(args.path, console, show_all=args.all)
+
+
+def cmd_logs(args: argparse.Namespace, console: Console) -> int:
+    return logs(args.path, args.rank, args.follow, console)
+
+
+def cmd_cancel(args: argparse.Namespace, console: Console) -> int:
+    return cancel(args.path, console, args.with_dependents)

@@ -124,7 +124,7 @@ class Excludes(ABC):
 
 
 class Launcher(ABC, Generic[P]):
-    name: ClassVar[str]  # set by @register_launcher
+    name: ClassVar[str]  # set by the registry (launch/registry.py)
     schema: ClassVar[type[ClusterConf]]  # the cluster config this launcher reads
     sequential: ClassVar[bool] = False  # runs of a sweep go one after another (not at once)
     cancel_on_interrupt: ClassVar[bool] = False  # ^C while waiting ends the runs (else they go on)

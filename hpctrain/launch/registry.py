@@ -1,46 +1,37 @@
-"""Launchers by name, as ReFrame registers its launchers. The config's `cluster.name` picks one.
+"""Launchers by name, as ReFrame registers its launchers: the config's `cluster.name` picks one.
+One Registry (hpctrain/registry.py) as for engines and parallelisms: a name maps to
+"module:Class", imported on first use; another installed package adds one through an entry point
+in `hpctrain.launchers`.
 
 Adding a launcher (say Flux): a schema dataclass in config/schema.py (CLUSTER_SCHEMAS), a YAML
 file conf/cluster/flux.yaml, and a package hpctrain/launch/flux/ whose launcher class implements
-launch.base.Launcher and is decorated @register_launcher("flux"). Nothing else changes.
+launch.base.Launcher, named in LAUNCHERS below. Nothing else changes.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 from hpctrain import records
 from hpctrain.config.schema import Config
 from hpctrain.errors import ConfigError, HpctrainError
 from hpctrain.launch.base import Job, Launcher
+from hpctrain.registry import Registry
 
-L = TypeVar("L", bound=type[Launcher])
-_LAUNCHERS: dict[str, type[Launcher]] = {}
-BUILT_IN = ("local", "slurm")
-
-
-def register_launcher(name: str) -> Callable[[L], L]:
-    def deco(cls: L) -> L:
-        cls.name = name
-        _LAUNCHERS[name] = cls
-        return cls
-
-    return deco
+LAUNCHERS: Registry[Launcher[Any]] = Registry(
+    "launcher",
+    {
+        "local": "hpctrain.launch.local.launcher:LocalLauncher",
+        "slurm": "hpctrain.launch.slurm.launcher:SlurmLauncher",
+    },
+    group="hpctrain.launchers",
+)
 
 
-def launcher_class(name: str) -> type[Launcher]:
-    """The launcher registered as `name`; its module hpctrain.launch.<name> is imported on first use."""
-    if name not in _LAUNCHERS and name.isidentifier():
-        try:
-            importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError:
-            pass
-    if name not in _LAUNCHERS:
-        raise ConfigError.one("cluster", f"no launcher named {name!r}", f"use one of: {', '.join(BUILT_IN)}")
-    return _LAUNCHERS[name]
+def launcher_class(name: str) -> type[Launcher[Any]]:
+    """The launcher registered as `name`; ConfigError naming `cluster` when there is none."""
+    return LAUNCHERS.get(name, "cluster")
 
 
 def launcher_for(cfg: Config) -> Launcher:

@@ -21,7 +21,6 @@ from hpctrain.facts import HostFacts
 from hpctrain.launch.base import Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.local.plan import JobPlan, plan_local
 from hpctrain.launch.local.supervisor import write_state
-from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.rundir import prepare_run_dir, write_run_files
 from hpctrain.lifeline import stat_fields
 from hpctrain.records import State
@@ -51,7 +50,6 @@ def supervisor_alive(ref: records.JobRef) -> bool | None:
     return process_start(ref.pid) == ref.pid_start
 
 
-@register_launcher("local")
 class LocalLauncher(Launcher[JobPlan]):
     schema = LocalClusterConf
     sequential = True

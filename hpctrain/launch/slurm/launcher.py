@@ -19,7 +19,6 @@ from hpctrain.errors import ConfigError, HpctrainError, LaunchError, Problem, Ra
 from hpctrain.facts import HostFacts
 from hpctrain.launch.base import After, Excludes, Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.output import srun_failure
-from hpctrain.launch.registry import register_launcher
 from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
 from hpctrain.launch.slurm.plan import SlurmPlan, plan_slurm
 from hpctrain.launch.slurm.sacct import ENDED, blocked_fix, explain_pending, job_usage
@@ -33,7 +32,6 @@ HOLD_WAIT_S = 24 * 3600.0  # how long held() waits in the queue for its allocati
 SINFO_NODES = ["sinfo", "-h", "-N", "-o", "%N|%P"]  # every node with its partitions: admit's check
 
 
-@register_launcher("slurm")
 class SlurmLauncher(Launcher[SlurmPlan], Excludes):
     schema = SlurmClusterConf
     _limits: Limits | None = None
