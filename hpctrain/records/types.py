@@ -204,6 +204,15 @@ class Batch:
     micro: int
 
 
+@dataclass(frozen=True)
+class RankNeeds:
+    """What the ranks need from whatever starts them (launch/needs.py), decided at plan time."""
+
+    mpi: bool = False  # MPI (Horovod over MPI, the allreduce benchmark)
+    gloo_rendezvous: bool = False  # the launcher's rendezvous server (Horovod over Gloo)
+    torch_store: bool = False  # torch.distributed's store: MASTER_ADDR / MASTER_PORT
+
+
 @dataclass(frozen=True, kw_only=True)
 class RankPlan:
     """What every launcher's plan tells the ranks, declared once: each launcher's plan extends it
@@ -219,6 +228,7 @@ class RankPlan:
     env: dict[str, str]  # variables every rank gets (beyond the launcher's own environment)
     layout: Layout = Layout()  # which rank holds which part of the model (parallel/registry.py)
     notes: list[str] = field(default_factory=list)  # decisions worth telling the user
+    needs: RankNeeds | None = None  # None: a plan written before it was recorded
 
 
 @dataclass(frozen=True, kw_only=True)

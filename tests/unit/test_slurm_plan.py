@@ -170,3 +170,39 @@ def test_the_slurm_plan_says_what_the_local_plan_says_about_the_workload(tmp_pat
     local = plan_local(load_config(overrides), HostFacts.example(), "/runs/r1", "/venv/bin/python")
     said = f"runs the script {tmp_path / 'train.py'} on every rank"
     assert any(said in n for n in slurm.notes) and any(said in n for n in local.notes)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "mpi", "gloo", "store"),
+    [
+        (["parallelism.engine=horovod", "parallelism.backend=mpi"], True, False, False),
+        (["parallelism.engine=horovod", "parallelism.backend=gloo"], False, True, False),
+        (["parallelism.engine=ddp"], False, False, True),
+        (
+            ["parallelism=pipeline", "parallelism.stages=2", "parallelism.microbatches=2", "model=mlp"],
+            True,
+            False,
+            True,
+        ),
+    ],
+)
+def test_both_planners_record_what_the_ranks_need_from_one_place(
+    overrides: list[str], mpi: bool, gloo: bool, store: bool
+) -> None:
+    """launch/needs.py decides once what the ranks need; both plans carry it (plan.json) and say
+    the same notes after their own (the launcher's) lines."""
+    from hpctrain.facts import HostFacts
+    from hpctrain.launch.local.plan import plan_local
+    from hpctrain.records import RankNeeds
+
+    local = plan_local(
+        load_config(["cluster.ranks=2", *overrides]), HostFacts.example(), "/runs/r1", "/venv/bin/python"
+    )
+    slurm = plan_slurm(
+        load_config(["cluster=slurm", "cluster.nodes=1", "cluster.ranks_per_node=2", *overrides]),
+        "/runs/r1",
+        "/venv/bin/python",
+    )
+    want = RankNeeds(mpi=mpi, gloo_rendezvous=gloo, torch_store=store)
+    assert local.needs == slurm.needs == want
+    assert local.notes[len(local.notes) - len(slurm.notes) :] == slurm.notes

@@ -13,14 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from hpctrain.config.schema import Config, LocalClusterConf
-from hpctrain.engine.registry import needs_gloo_rendezvous, needs_mpi
+from hpctrain.engine.registry import needs_mpi
 from hpctrain.facts import HostFacts
-from hpctrain.launch.container.plan import container_plan
-from hpctrain.launch.plan import AT_LAUNCH, rank_env
-from hpctrain.parallel import derive, parallel_notes
-from hpctrain.parallel.needs import needs_torch_store
+from hpctrain.launch.needs import rank_needs
+from hpctrain.launch.plan import AT_LAUNCH
+from hpctrain.parallel import derive
 from hpctrain.records import FORMAT_VERSION, RankPlan
-from hpctrain.workload import workload_env, workload_notes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,22 +133,19 @@ def plan_local(
     d = derive(cfg)
     n = d.world_size
     threads = c.threads_per_rank or max(1, facts.cpu_count // n)
-    env = rank_env(cfg, threads)
-    env.update(workload_env(cfg, Path(home or run_dir)))
-    if needs_gloo_rendezvous(cfg):
+    paths = [str(Path(run_dir).parent), home or run_dir]
+    needs = rank_needs(cfg, threads, Path(home or run_dir), paths, facts.on_gpus(cfg.train.device), n)
+    env = dict(needs.env)
+    if needs.flags.gloo_rendezvous:
         env.update(gloo_env(rendezvous_port))  # Horovod over Gloo: the launcher's rendezvous
-    if needs_torch_store(cfg) and "MASTER_PORT" not in env:  # its store: a free port at launch
+    if needs.flags.torch_store and "MASTER_PORT" not in env:  # its store: a free port at launch
         env["MASTER_PORT"] = AT_LAUNCH
-    box = container_plan(cfg, [str(Path(run_dir).parent), home or run_dir], facts.on_gpus(cfg.train.device))
-    env.update(box.env if box else {})
+    box = needs.box
     rank_python = box.python if box else [python]
     if uses_spawn(cfg, facts):
         argv, notes = spawn_argv(c, env, python, rank_python, run_dir), [SPAWN_NOTE]
     else:
         argv, notes = mpirun_argv(c, facts, env, rank_python, run_dir)
-    notes += [box.note] if box else []
-    notes += workload_notes(cfg)
-    notes += parallel_notes(cfg, d.layout, n)
     return JobPlan(
         run_dir=run_dir,
         world_size=n,
@@ -161,8 +156,9 @@ def plan_local(
         lr=d.lr,
         env=env,
         argv=argv,
-        notes=notes,
+        notes=notes + needs.notes,
         container=box.record if box else None,
         max_restarts=cfg.train.max_restarts,
         layout=d.layout,
+        needs=needs.flags,
     )

@@ -22,10 +22,25 @@ from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
 from hpctrain import heap, records
 from hpctrain.config.load import config_from_yaml
+from hpctrain.errors import RecordError
 
 
 class NotRequeued(RuntimeError):
     """The job stopped at its time limit with a checkpoint, and submitit did not requeue it."""
+
+
+def plan_needs(run_dir: Path, cfg: Any) -> records.RankNeeds:
+    """What the plan says the ranks need; a plan written before it said so (or none to read: the
+    rank's own start says why): asked of the config."""
+    try:
+        plan = records.read(records.plan_file(run_dir, os.environ), records.PlanRecord)
+        if plan.needs is not None:
+            return plan.needs
+    except RecordError:
+        pass
+    from hpctrain.engine.registry import needs_gloo_rendezvous
+
+    return records.RankNeeds(gloo_rendezvous=needs_gloo_rendezvous(cfg))
 
 
 def _not_requeued(run_dir: Path, max_requeues: int, why: BaseException) -> str:
@@ -46,7 +61,6 @@ class TrainingJob(submitit.helpers.Checkpointable):
     def __call__(self) -> bool:
         from hpctrain.api import request_stop
         from hpctrain.engine.horovod import slurm_gloo_setup
-        from hpctrain.engine.registry import needs_gloo_rendezvous
         from hpctrain.lifeline import die_with_parent, guard_group
         from hpctrain.rank import fail, run
         from hpctrain.train.stop import StopControl
@@ -69,7 +83,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
                 request_stop()
 
             signal.signal(signal.SIGUSR2, stop)
-            if needs_gloo_rendezvous(cfg):
+            if plan_needs(run_dir, cfg).gloo_rendezvous:
                 slurm_gloo_setup(run_dir)
             finished = run(run_dir, control)
         except BaseException as e:  # noqa: BLE001 - record it and end this task now

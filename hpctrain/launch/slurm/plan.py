@@ -10,11 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from hpctrain.config.schema import Config, SlurmClusterConf
-from hpctrain.launch.container.plan import container_plan
-from hpctrain.launch.plan import rank_env
-from hpctrain.parallel import derive, parallel_notes
+from hpctrain.launch.needs import rank_needs
+from hpctrain.parallel import derive
 from hpctrain.records import FORMAT_VERSION, RankPlan
-from hpctrain.workload import workload_env, workload_notes
 
 SUBMIT_MODULE = "submitit.core._submit"  # what submitit's sbatch script runs in every task
 
@@ -97,14 +95,11 @@ def restart_teardown(host_python: str, folder: str) -> list[str]:
 
 def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None) -> SlurmPlan:
     c: SlurmClusterConf = cfg.cluster
-    env = rank_env(cfg, threads=c.cpus_per_rank)
     home = Path(folder).parent if folder else Path(run_dir)  # a sweep's runs share its directory
-    env.update(workload_env(cfg, home))
     folder = folder or c.submitit_folder or str(Path(run_dir) / "submitit")
-    box = container_plan(
-        cfg, [str(Path(run_dir).parent), str(Path(folder).parent)], c.gpus_per_node > 0, requeue_dir=folder
-    )
-    env.update(box.env if box else {})
+    paths = [str(Path(run_dir).parent), str(Path(folder).parent)]
+    needs = rank_needs(cfg, c.cpus_per_rank, home, paths, c.gpus_per_node > 0, c.ranks_per_node, folder)
+    env, box = needs.env, needs.box
     py = shlex.join(box.python) if box else shlex.quote(python)
     d = derive(cfg)
     executor = executor_parameters(cfg, env, box.srun_args if box else ())
@@ -129,10 +124,6 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
         container=box.record if box else None,
         max_restarts=cfg.train.max_restarts,
         layout=d.layout,
-        # what the dry run says, as the local plan says it (launch/local/plan.py)
-        notes=[
-            *([box.note] if box else []),
-            *workload_notes(cfg),
-            *parallel_notes(cfg, d.layout, c.ranks_per_node),
-        ],
+        notes=needs.notes,  # what the dry run says, as the local plan says it
+        needs=needs.flags,
     )
