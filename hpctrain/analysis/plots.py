@@ -17,7 +17,6 @@ from hpctrain.analysis.analyze import Analysis, Series, interval_note
 from hpctrain.analysis.metrics import allreduce_bandwidths
 from hpctrain.analysis.uncertainty import Interval
 
-
 # drawn at the dpi it is saved at: the layout's text measurements are then the saved image's
 # (matplotlib caches them per renderer), instead of being measured again (7% of a report)
 DPI = 110

@@ -15,24 +15,7 @@ def add_bench(sub: Subparsers) -> None:
     """`hpctrain bench BENCH`: each benchmark's options."""
     bench = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
-    ov = bsub.add_parser(
-        "overhead",
-        help="hpctrain's training throughput vs minimal hand-written Horovod and DDP scripts and a "
-        "no-communication ceiling (target: each engine >= 0.97 of its script)",
-    )
-    ov.set_defaults(handler="hpctrain.bench.overhead:run_overhead")
-    ov.add_argument("--ranks", type=positive_int, default=2, help="ranks of each run")
-    ov.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
-    ov.add_argument("--steps", type=positive_int, help="per run, a tenth warm-up (default: cpu 60, cuda 400)")
-    ov.add_argument("--batch", type=positive_int, default=64, help="per-rank batch")
-    ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
-    ov.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per rank")
-    ov.add_argument(
-        "--starter",
-        choices=("mpirun", "spawn"),
-        default="mpirun",
-        help="spawn: without MPI (cluster.starter)",
-    )
+    _add_overhead(bsub)
     ar = bsub.add_parser(
         "allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit"
     )
@@ -143,4 +126,39 @@ def _add_model_benches(bsub: Subparsers) -> None:
         nargs="*",
         metavar="STUDY_DIR",
         help="study directories (hpctrain study ...), after the published results",
+    )
+
+
+def _add_overhead(bsub: Subparsers) -> None:
+    ov = bsub.add_parser(
+        "overhead",
+        help="hpctrain's training throughput vs minimal hand-written Horovod and DDP scripts and a "
+        "no-communication ceiling (target: each engine >= 0.97 of its script)",
+    )
+    ov.set_defaults(handler="hpctrain.bench.overhead:run_overhead")
+    ov.add_argument("--ranks", type=positive_int, default=2, help="ranks of each run")
+    ov.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
+    ov.add_argument("--steps", type=positive_int, help="per run, a tenth warm-up (default: cpu 60, cuda 400)")
+    ov.add_argument("--batch", type=positive_int, default=64, help="per-rank batch")
+    ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
+    ov.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per rank")
+    ov.add_argument(
+        "--model",
+        choices=("cnn", "mlp"),
+        default="cnn",
+        help="cnn: compute-bound; mlp: 2 hidden layers of 2048 (42 MB of gradients: communication-bound)",
+    )
+    ov.add_argument(
+        "--engines",
+        nargs="+",
+        choices=("horovod", "ddp", "fsdp"),
+        default=["horovod", "ddp"],
+        help="the ways of averaging gradients compared, each hpctrain's against its minimal script "
+        "(fsdp: parallelism=fsdp against fully_shard by hand)",
+    )
+    ov.add_argument(
+        "--starter",
+        choices=("mpirun", "spawn"),
+        default="mpirun",
+        help="spawn: without MPI (cluster.starter)",
     )

@@ -2,6 +2,7 @@
 
     --engine horovod   written the way Horovod's PyTorch examples are (hvd.DistributedOptimizer)
     --engine ddp       the way torch's DDP tutorial is (init_process_group, DistributedDataParallel)
+    --engine fsdp      the way FSDP2's tutorial is (fully_shard on each block, then the root)
     --engine none      the same per-rank work with no communication at all: N of these started
                        together are the ceiling no data-parallel engine can beat on this machine
     --device cuda      each process on its local rank's GPU, as the examples pin it, NCCL for DDP
@@ -9,7 +10,7 @@
                        the device at each step's end, as a script that logs its loss does
 Started by mpirun (OMPI_COMM_WORLD_*) or as torchrun starts processes (RANK, WORLD_SIZE, LOCAL_RANK).
 
-The sources' CNN, synthetic data, a DistributedSampler (none: the same slices, alone). Timed like
+The sources' CNN (or --model mlp: hpctrain's MLP, 2 hidden layers of 2048, comm-bound), synthetic data, a DistributedSampler (none: the same slices, alone). Timed like
 hpctrain: wall time of the steps after warm-up, from the end of one step to the end of the next.
 Every process prints one JSON line with its rank and timed seconds; the caller takes the slowest.
 """
@@ -46,15 +47,29 @@ class Net(nn.Module):
         return self.head(torch.flatten(self.features(x), 1))
 
 
-def main() -> None:
+def mlp(width: int = 2048, depth: int = 2, fan_in: int = 3 * 32 * 32, classes: int = 10) -> nn.Module:
+    """hpctrain's MLP (train/models.py): a block (Linear, ReLU) per hidden layer, then the head."""
+    layers: list[nn.Module] = [nn.Flatten()]
+    for _ in range(depth):
+        layers.append(nn.Sequential(nn.Linear(fan_in, width), nn.ReLU()))
+        fan_in = width
+    return nn.Sequential(*layers, nn.Linear(fan_in, classes))
+
+
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--engine", choices=("horovod", "ddp", "none"), default="horovod")
+    ap.add_argument("--engine", choices=("horovod", "ddp", "fsdp", "none"), default="horovod")
+    ap.add_argument("--model", choices=("cnn", "mlp"), default="cnn")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--samples", type=int, default=4096)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = _args()
     env = os.environ
     rank = int(env.get("OMPI_COMM_WORLD_RANK", env.get("RANK", "0")))
     size = int(env.get("OMPI_COMM_WORLD_SIZE", env.get("WORLD_SIZE", "1")))
@@ -74,7 +89,16 @@ def main() -> None:
         data, num_replicas=size, rank=rank, seed=0
     )
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
-    model: nn.Module = Net().to(device)
+    model: nn.Module = (Net() if args.model == "cnn" else mlp()).to(device)
+    if args.engine == "fsdp":  # sharded before the optimizer takes the parameters
+        import torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=size)
+        for block in model.children():
+            if isinstance(block, nn.Sequential):
+                fully_shard(block)
+        fully_shard(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     if args.engine == "horovod":
         import horovod.torch as hvd
@@ -114,7 +138,7 @@ def main() -> None:
             step += 1
         epoch += 1
     print(json.dumps({"rank": rank, "size": size, "timed_s": timed}), flush=True)
-    if args.engine == "ddp":
+    if args.engine in ("ddp", "fsdp"):
         dist.barrier()
         dist.destroy_process_group()
     elif args.engine == "horovod":

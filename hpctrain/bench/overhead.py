@@ -31,7 +31,15 @@ TARGET_CEILING = 0.95  # hpctrain's faster engine against the no-communication c
 # steps per run: a CPU step of the CNN takes about 10 ms, a GPU step about 2 (host-bound: the GPU
 # computes for under 1 ms of it), so 60 GPU steps time ~0.1 s and the contenders' runs spread by 25%
 DEFAULT_STEPS = {"cpu": 60, "cuda": 400}
+ENGINES = ("horovod", "ddp")  # the default pairs; fsdp on request (--engines)
 CONTENDERS = ("ceiling", "minimal horovod", "minimal ddp", "hpctrain horovod", "hpctrain ddp")
+MODELS = {"cnn": ("model=cnn",), "mlp": ("model=mlp", "model.width=2048", "model.depth=2")}
+# how hpctrain runs each contender's way of averaging gradients
+HPCTRAIN_WAY = {
+    "horovod": ("parallelism.engine=horovod",),
+    "ddp": ("parallelism.engine=ddp",),
+    "fsdp": ("parallelism=fsdp", "parallelism.engine=ddp"),
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class Setup:
     warmup: int
     device: str = "cpu"  # cpu | cuda (one GPU per rank)
     starter: str = "mpirun"  # mpirun | spawn (as torchrun starts processes: no MPI)
+    model: str = "cnn"  # cnn | mlp (2 hidden layers of 2048: communication-bound)
+    engines: tuple[str, ...] = ENGINES
 
 
 def _minimal_argv(engine: str, s: Setup) -> list[str]:
@@ -57,13 +67,14 @@ def _minimal_argv(engine: str, s: Setup) -> list[str]:
         argv += ["-x", var]
     argv += ["--"] if s.starter == "spawn" else []
     argv += [sys.executable, "-m", "hpctrain.bench.minimal", "--engine", engine, "--device", s.device]
+    argv += ["--model", s.model]
     return argv + ["--batch", str(s.batch), "--steps", str(s.steps), "--warmup", str(s.warmup)]
 
 
 def hpctrain_argv(engine: str, run_dir: Path, s: Setup) -> list[str]:
     return hpctrain_run(
         run_dir,
-        "model=cnn",
+        *MODELS[s.model],
         "data=synthetic",
         "data.num_samples=4096",
         f"cluster.ranks={s.ranks}",
@@ -74,26 +85,23 @@ def hpctrain_argv(engine: str, run_dir: Path, s: Setup) -> list[str]:
         f"train.warmup_steps={s.warmup}",
         "train.save_model=false",
         "train.log_interval=1000",
-        f"parallelism.engine={engine}",
+        *HPCTRAIN_WAY[engine],
     )
 
 
 def contenders(s: Setup, horovod: bool, horovod_nccl: bool) -> tuple[list[str], str]:
-    """Who runs, and why any is left out: Horovod where it is installed (with NCCL on GPUs) and
-    started by mpirun (a hand-written Horovod script meets the others through MPI)."""
-    if s.starter == "spawn":
-        return [
-            c for c in CONTENDERS if "horovod" not in c
-        ], "spawn starts no MPI: Horovod's contenders are left out"
-    if not horovod:
-        return [
-            c for c in CONTENDERS if "horovod" not in c
-        ], "Horovod is not installed: its contenders are left out"
-    if s.device == "cuda" and not horovod_nccl:
-        return [
-            c for c in CONTENDERS if "horovod" not in c
-        ], "Horovod has no NCCL: its contenders are left out"
-    return list(CONTENDERS), ""
+    """Who runs, and why any is left out: the ceiling, then for each engine asked for its minimal
+    script and hpctrain; Horovod's where it is installed (with NCCL on GPUs) and started by mpirun
+    (a hand-written Horovod script meets the others through MPI)."""
+    why = ""
+    if "horovod" in s.engines and s.starter == "spawn":
+        why = "spawn starts no MPI: Horovod's contenders are left out"
+    elif "horovod" in s.engines and not horovod:
+        why = "Horovod is not installed: its contenders are left out"
+    elif "horovod" in s.engines and s.device == "cuda" and not horovod_nccl:
+        why = "Horovod has no NCCL: its contenders are left out"
+    engines = [e for e in s.engines if not (e == "horovod" and why)]
+    return ["ceiling", *(f"minimal {e}" for e in engines), *(f"hpctrain {e}" for e in engines)], why
 
 
 def _measure(who: str, i: int, out: Path, s: Setup) -> float:
@@ -126,6 +134,8 @@ def run_overhead(args: argparse.Namespace, console: Console) -> int:
         max(1, steps // 10),
         args.device,
         args.starter,
+        args.model,
+        tuple(dict.fromkeys(args.engines)),
     )
     who, left_out = contenders(s, *_horovod())
     out = Path(args.out) / datetime.now().strftime("%Y-%m-%d/%H-%M-%S-overhead")
@@ -140,7 +150,7 @@ def run_overhead(args: argparse.Namespace, console: Console) -> int:
                 bar.advance(task)
     med = {c: statistics.median(v) for c, v in got.items()}
     table = Table(
-        title=f"overhead: cnn, synthetic 3x32x32, {s.ranks} ranks x batch {s.batch} on {s.device} "
+        title=f"overhead: {' '.join(MODELS[s.model])}, synthetic 3x32x32, {s.ranks} ranks x batch {s.batch} on {s.device} "
         f"({s.starter}), {s.steps} steps ({s.warmup} warm-up), {s.threads} thread(s)/rank, "
         f"{args.repeats} repeats"
     )

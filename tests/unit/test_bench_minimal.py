@@ -29,21 +29,31 @@ def test_horovods_contenders_are_left_out_where_it_cannot_run() -> None:
     who, why = contenders(gpu, horovod=True, horovod_nccl=False)
     assert "hpctrain horovod" not in who and "no NCCL" in why
     assert contenders(gpu, horovod=True, horovod_nccl=True)[0] == list(CONTENDERS)
+    both = Setup(2, 1, 16, 8, 1, engines=("ddp", "fsdp"))
+    assert contenders(both, horovod=False, horovod_nccl=False) == (
+        ["ceiling", "minimal ddp", "minimal fsdp", "hpctrain ddp", "hpctrain fsdp"],
+        "",
+    )
 
 
-def test_the_hand_written_ddp_loop_runs_spawned_and_both_sides_take_the_device() -> None:
+@pytest.mark.parametrize(("engine", "model"), [("ddp", "cnn"), ("fsdp", "mlp")])
+def test_the_hand_written_loops_run_spawned_and_both_sides_take_the_device(engine: str, model: str) -> None:
     import sys
 
     from hpctrain.bench import run_checked
     from hpctrain.bench.overhead import Setup, _minimal_argv, hpctrain_argv
 
-    s = Setup(2, 1, 16, 4, 1, device="cpu", starter="spawn")
-    argv = _minimal_argv("ddp", s)
+    s = Setup(2, 1, 16, 4, 1, device="cpu", starter="spawn", model=model, engines=(engine,))
+    argv = _minimal_argv(engine, s)
+    assert argv[argv.index("--model") + 1] == model
     assert argv[:5] == [sys.executable, "-m", "hpctrain.launch.local.spawn", "-np", "2"] and "--" in argv
     assert argv[argv.index("--device") + 1] == "cpu"
     assert (
         throughput(run_checked(argv), s.batch, s.steps, s.warmup) > 0
     )  # a real run of the baseline, no mpirun
+    ours = hpctrain_argv(engine, Path("/r"), s)
+    assert ("parallelism=fsdp" in ours) == (engine == "fsdp") and "parallelism.engine=ddp" in ours
+    assert ("model.width=2048" in ours) == (model == "mlp")
     gpu = hpctrain_argv("ddp", Path("/r"), Setup(1, 1, 16, 4, 1, device="cuda", starter="spawn"))
     assert "train.device=cuda" in gpu and "cluster.starter=spawn" in gpu
     assert "--device" in _minimal_argv("ddp", Setup(1, 1, 16, 4, 1, device="cuda"))
