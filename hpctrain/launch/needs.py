@@ -42,13 +42,14 @@ def rank_needs(
     """`home`: where the user's code snapshot goes (the run's directory, or its sweep's);
     `paths`: the directories the launcher writes to (bound into an image); `gpus`: whether the
     ranks use GPUs; `requeue_dir`: a SLURM job's submitit folder."""
-    env = rank_env(cfg, threads)
-    env.update(workload_env(cfg, home))
-    box = container_plan(cfg, paths, gpus, requeue_dir=requeue_dir)
-    env.update(box.env if box else {})
-    layout = derive(cfg).layout
+    env = rank_env(cfg, threads)  # the engine's, threads, the user's
     flags = RankNeeds(
         mpi=needs_mpi(cfg), gloo_rendezvous=needs_gloo_rendezvous(cfg), torch_store=needs_torch_store(cfg)
     )
-    notes = [*([box.note] if box else []), *workload_notes(cfg), *parallel_notes(cfg, layout, ranks_per_node)]
+    env.update(workload_env(cfg, home))
+    workload = workload_notes(cfg)
+    box = container_plan(cfg, paths, gpus, requeue_dir=requeue_dir)
+    env.update(box.env if box else {})
+    layout = derive(cfg).layout
+    notes = [*([box.note] if box else []), *workload, *parallel_notes(cfg, layout, ranks_per_node)]
     return Needs(env, flags, box, notes, layout)

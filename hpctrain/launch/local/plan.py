@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from hpctrain.config.schema import Config, LocalClusterConf
-from hpctrain.engine.registry import needs_mpi
 from hpctrain.facts import HostFacts
 from hpctrain.launch.needs import rank_needs
 from hpctrain.launch.plan import AT_LAUNCH
 from hpctrain.parallel import derive
-from hpctrain.records import FORMAT_VERSION, RankPlan
+from hpctrain.records import FORMAT_VERSION, RankNeeds, RankPlan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,13 +83,12 @@ def mpirun_argv(
     return argv, notes
 
 
-def uses_spawn(cfg: Config, facts: HostFacts) -> bool:
+def uses_spawn(c: LocalClusterConf, facts: HostFacts, needs: RankNeeds) -> bool:
     """Start the ranks with hpctrain's spawn rather than mpirun: asked for, or (auto) when no
     mpirun is found and nothing needs MPI (a GPU node or container often has none)."""
-    c: LocalClusterConf = cfg.cluster
     if c.starter != "auto":
         return c.starter == "spawn"
-    return not facts.mpirun_found and c.mpirun == "mpirun" and not needs_mpi(cfg)
+    return not facts.mpirun_found and c.mpirun == "mpirun" and not needs.mpi
 
 
 def spawn_argv(
@@ -142,7 +140,7 @@ def plan_local(
         env["MASTER_PORT"] = AT_LAUNCH
     box = needs.box
     rank_python = box.python if box else [python]
-    if uses_spawn(cfg, facts):
+    if uses_spawn(c, facts, needs.flags):
         argv, notes = spawn_argv(c, env, python, rank_python, run_dir), [SPAWN_NOTE]
     else:
         argv, notes = mpirun_argv(c, facts, env, rank_python, run_dir)
