@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +317,38 @@ def write_plots(a: Analysis, out: Path) -> list[Path]:
     if same:
         return paths
     mark.unlink(missing_ok=True)  # never a digest beside plots half redrawn
-    drawn = [fn(a, path) for path, fn in zip(paths, PLOTS.values())]
+    draw_all(a, list(zip(paths, PLOTS.values())))
     mark.write_text(digest)
-    return drawn
+    return paths
+
+
+Plot = Callable[[Analysis, Path], Path]
+
+
+def draw_all(a: Analysis, plots: list[tuple[Path, Plot]]) -> None:
+    """Every plot, every other one in a forked child where that is safe and helps: a second core,
+    and this process running one thread (a fork copies only the calling thread: another's locks
+    would stay taken in the child). Drawing is CPU-bound Python that holds the GIL, so threads
+    would not help; the child inherits matplotlib already imported, and draws from the analysis in
+    memory. Whatever the child did not finish (it failed, or was killed) is drawn here again.
+    `hpctrain bench analyze`, 1,000 runs on 2 cores: the report 0.88 s -> see the benchmark page."""
+    theirs, mine = plots[::2], plots[1::2]
+    if len(os.sched_getaffinity(0)) < 2 or threading.active_count() > 1 or not mine:
+        theirs, mine = [], plots
+    pid = os.fork() if theirs else 0
+    if theirs and pid == 0:  # the child: draw, then leave at once (no exit handlers, no flushing)
+        code = 1
+        try:
+            for path, fn in theirs:
+                fn(a, path)
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        for path, fn in mine:
+            fn(a, path)
+    finally:
+        done = not theirs or os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    if not done:
+        for path, fn in theirs:
+            fn(a, path)
