@@ -6,7 +6,6 @@ same inputs always give the same plan (and the dry-run snapshot test can pin it)
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from hpctrain.facts import HostFacts
 from hpctrain.launch.needs import rank_needs
 from hpctrain.launch.plan import AT_LAUNCH
 from hpctrain.parallel import derive
-from hpctrain.records import FORMAT_VERSION, RankNeeds, RankPlan
+from hpctrain.records import FORMAT_VERSION, RankNeeds, RankPlan, to_dict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +34,7 @@ class JobPlan(RankPlan):
 
     def to_dict(self) -> dict[str, Any]:
         """plan.json (a records.PlanRecord plus the mpirun details)."""
-        d = dataclasses.asdict(self)
+        d = to_dict(self)  # records' plain form: dataclasses.asdict deep-copies every value
         d.update(format_version=FORMAT_VERSION, launcher="local", command_line=self.command_line)
         return d
 

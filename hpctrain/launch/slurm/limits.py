@@ -69,16 +69,18 @@ def ranges_text(indices: list[int]) -> str:
 
 def read_limits(qos: str | None = None) -> Limits:
     """The limits for this user (and `qos`, else the association's default QOS). The controller's
-    config, the user's associations and every QOS's limit are asked at once (each SLURM client
-    call costs ~0.15 s of start-up and authentication)."""
+    config, the user's associations, every QOS's limit and the user's queued jobs are asked at
+    once (each SLURM client call costs ~0.15 s of start-up and authentication: one round, not two;
+    the queue is counted only where a limit holds)."""
     user = getpass.getuser()
     asks = [
         ["scontrol", "show", "config"],
         ["sacctmgr", "-n", "-P", "show", "assoc", f"user={user}", "format=MaxSubmit,DefaultQOS,QOS"],
         ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxSubmitPU"],
+        ["squeue", "-h", "-r", "-u", user, "-t", "PENDING,RUNNING", "-o", "%i"],
     ]
     with ThreadPoolExecutor(len(asks)) as pool:
-        config, assoc, qos_table = (text or "" for text in pool.map(query, asks))
+        config, assoc, qos_table, squeue = (text or "" for text in pool.map(query, asks))
     size = parse_max_array_size(config)
     source = "the cluster's MaxArraySize" if size else "SLURM's default MaxArraySize (no controller answered)"
     for line in assoc.splitlines():
@@ -88,8 +90,5 @@ def read_limits(qos: str | None = None) -> Limits:
         line.split("|", 1)[1] for line in qos_table.splitlines() if qos and line.split("|")[0] == qos
     )
     limit = parse_max_submit("\n".join(line.split("|")[0] for line in assoc.splitlines()) + "\n" + qos_text)
-    queued = 0
-    if limit is not None:
-        squeue = query(["squeue", "-h", "-r", "-u", user, "-t", "PENDING,RUNNING", "-o", "%i"]) or ""
-        queued = len(squeue.split())
+    queued = len(squeue.split()) if limit is not None else 0
     return Limits(size or SLURM_DEFAULT_MAX_ARRAY_SIZE, limit, queued, source)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpctrain.config.schema import Config, SlurmClusterConf
 from hpctrain.launch.needs import rank_needs
 from hpctrain.parallel import derive
-from hpctrain.records import FORMAT_VERSION, RankPlan
+from hpctrain.records import FORMAT_VERSION, RankPlan, to_dict
 
 SUBMIT_MODULE = "submitit.core._submit"  # what submitit's sbatch script runs in every task
 
@@ -43,7 +43,7 @@ class SlurmPlan(RankPlan):
 
     def to_dict(self) -> dict[str, Any]:
         """plan.json (a records.PlanRecord plus the submitit details)."""
-        d = asdict(self)
+        d = to_dict(self)  # records' plain form: dataclasses.asdict deep-copies every value
         d.update(format_version=FORMAT_VERSION, launcher="slurm")
         return d
 
