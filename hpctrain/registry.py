@@ -73,7 +73,17 @@ class Registry(Generic[T]):
             raise ConfigError([self.unknown(key, name)])
         if name not in self._loaded:
             module, _, cls_name = self.targets[name].partition(":")
-            cls: type[T] = getattr(importlib.import_module(module), cls_name)
+            try:
+                cls: type[T] = getattr(importlib.import_module(module), cls_name)
+            except (ImportError, AttributeError) as e:
+                if module.startswith("hpctrain."):
+                    raise  # hpctrain's own: a broken install, a bug; the CLI names it as one
+                raise ConfigError.one(
+                    key,
+                    f"the {self.axis} {name!r} ({self.targets[name]}, from another installed package) "
+                    f"cannot be loaded: {type(e).__name__}: {e}",
+                    "fix or reinstall that package, or choose another",
+                ) from None
             cls.name = name
             self._loaded[name] = cls
         return self._loaded[name]

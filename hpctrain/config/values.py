@@ -42,11 +42,14 @@ PATH_FIELDS = (
 ABSOLUTE_FIELDS = ("code.dir", "script.path")
 
 
-def _get(cfg: Any, key: str) -> Any:
-    node = cfg
+_RAISE = object()
+
+
+def dotted(obj: Any, key: str, missing: Any = _RAISE) -> Any:
+    """obj.a.b for key "a.b": AttributeError where a name is missing, or `missing` if given."""
     for name in key.split("."):
-        node = getattr(node, name, None)
-    return node
+        obj = getattr(obj, name) if missing is _RAISE else getattr(obj, name, missing)
+    return obj
 
 
 def _set(cfg: Any, key: str, value: Any) -> None:
@@ -61,11 +64,11 @@ def expand_user_paths(cfg: Any) -> None:
     """~ and ~user at the start of a path option mean a home directory, as in a shell (Hydra
     overrides are not expanded by the shell: `run.dir=~/x` arrives as typed)."""
     for key in PATH_FIELDS:
-        value = _get(cfg, key)
+        value = dotted(cfg, key, None)
         if isinstance(value, str) and value.startswith("~") and _utf8(value):
             _set(cfg, key, os.path.expanduser(value))
     for key in ABSOLUTE_FIELDS:
-        value = _get(cfg, key)
+        value = dotted(cfg, key, None)
         if isinstance(value, str) and value and not value.startswith("~") and _utf8(value):
             _set(cfg, key, os.path.abspath(value))
 
@@ -170,12 +173,12 @@ def _value_rules(found: Iterator[tuple[str, Any]]) -> list[Problem]:
 def _path_problems(cfg: Any) -> list[Problem]:
     p: list[Problem] = []
     for key in PATH_FIELDS:
-        value = _get(cfg, key)
+        value = dotted(cfg, key, None)
         if isinstance(value, str) and value.startswith("~"):  # expand_user_paths left it: no such user
             p.append(Problem(key, f"{value!r} names the home of an unknown user", f"give {key} in full"))
     if getattr(cfg.cluster, "name", "") == "slurm":
         for key in SLURM_PATTERN_PATHS:
-            value = _get(cfg, key)
+            value = dotted(cfg, key, None)
             if isinstance(value, str) and "%" in value:
                 p.append(
                     Problem(

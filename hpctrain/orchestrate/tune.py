@@ -38,6 +38,7 @@ from hpctrain.analysis.tune import (
 from hpctrain.config import load_config
 from hpctrain.config.derived import default_run_dir
 from hpctrain.config.schema import Config
+from hpctrain.config.values import dotted
 from hpctrain.engine.registry import engine_class
 from hpctrain.errors import ConfigError, HpctrainError, LaunchError, Problem, RecordError, RunCancelled
 from hpctrain.launch.base import Launcher
@@ -62,13 +63,6 @@ class Tuning:
     knobs: list[Knob]
     base: Settings
     invalid: list[str]
-
-
-def _get(cfg: Config, key: str) -> object:
-    obj: object = cfg
-    for part in key.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _tune_problems(cfg: Config, world: int) -> list[Problem]:
@@ -123,11 +117,11 @@ def plan_tune(overrides: Sequence[str], config_dir: str | None) -> Tuning:
                 ok.append(v)
             except ConfigError as e:
                 invalid.append(f"{knob.key}={override_text(v)}: {e.problems[0].rule}")
-        if len(ok) > 1 or (ok and override_text(_get(cfg, knob.key)) not in map(override_text, ok)):
+        if len(ok) > 1 or (ok and override_text(dotted(cfg, knob.key)) not in map(override_text, ok)):
             knobs.append(dataclasses.replace(knob, values=tuple(ok)))
     if not knobs:
         raise HpctrainError("nothing to tune: no setting of this config has another valid value")
-    base = tuple((k.key, override_text(_get(cfg, k.key))) for k in knobs)
+    base = tuple((k.key, override_text(dotted(cfg, k.key))) for k in knobs)
     return Tuning(list(overrides), config_dir, cfg, launcher, knobs, base, invalid)
 
 

@@ -13,6 +13,7 @@ from hpctrain.config.options import DIGITS_TRAIN
 from hpctrain.config.resume import resume_checkpoints
 from hpctrain.config.schema import Config
 from hpctrain.config.split import declared_checkpoint_blocks
+from hpctrain.config.values import dotted
 from hpctrain.engine.registry import engines_with, lacks
 from hpctrain.errors import ConfigError, Problem
 from hpctrain.facts import HostFacts
@@ -114,14 +115,8 @@ def foreign_settings(cfg: Config, kind: type[ParallelismKind]) -> list[Problem]:
             + f", or drop parallelism.{key}",
         )
         for key, names in owners.items()
-        if key not in own and _plain(_get(cfg.parallelism, key)) != _plain(_get(defaults, key))
+        if key not in own and _plain(dotted(cfg.parallelism, key)) != _plain(dotted(defaults, key))
     ]
-
-
-def _get(obj: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _plain(v: object) -> object:

@@ -93,12 +93,20 @@ def test_an_installed_launcher_is_chosen_by_cluster_name(tmp_path: Path) -> None
     info = site / "hpctrain_echo-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hpctrain-echo\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[hpctrain.launchers]\necho = hpctrain_echo:EchoLauncher\n")
+    (info / "entry_points.txt").write_text(
+        "[hpctrain.launchers]\necho = hpctrain_echo:EchoLauncher\nbroken = hpctrain_echo:Missing\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(site)}
     run = ("run", "--dry-run", "data=digits", "parallelism.engine=ddp")
     r = _hpctrain(env, *run, "cluster.name=echo")
     assert r.returncode == 0 and "echo launcher: echo" in r.stdout, r.stdout + r.stderr
-    r = _hpctrain(env, *run, "cluster.name=ecko")
-    assert r.returncode == 2 and "no launcher named 'ecko': not one of local, slurm, echo" in r.stderr, (
-        r.stderr
+    r = _hpctrain(env, *run, "cluster.name=broken")
+    assert r.returncode == 2, r.stderr
+    assert (
+        "the launcher 'broken' (hpctrain_echo:Missing, from another installed package) cannot be loaded"
+        in r.stderr
     )
+    r = _hpctrain(env, *run, "cluster.name=ecko")
+    assert (
+        r.returncode == 2 and "no launcher named 'ecko': not one of local, slurm, echo, broken" in r.stderr
+    ), r.stderr
