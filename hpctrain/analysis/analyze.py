@@ -116,6 +116,7 @@ class Analysis:
     corrupt: list[str] = field(default_factory=list)  # "<file>: what is wrong", for unreadable records
     containers: list[str] = field(default_factory=list)  # the images the runs' ranks ran in
     pipeline: list[str] = field(default_factory=list)  # the best micro-batch count, predicted per scale
+    placement: list[str] = field(default_factory=list)  # points whose repetitions ran on different nodes
 
     @property
     def points(self) -> list[Point]:
@@ -284,15 +285,36 @@ def analyze_runs(
     keys = list(dict.fromkeys(key(r) for r in runs))
     several_m = len({m for _, _, m in keys}) > 1
     several_p = len({p for p, _, _ in keys}) > 1
-    series = []
+    series, places = [], []
     for par, engine, m in keys:
         mine = [r for r in runs if key(r) == (par, engine, m)]
         s = analyze_series(kind, mine, allreduce)
         s.label = (f"{par} " if several_p else "") + (f"{engine} m={m}" if several_m else engine)
         series.append(s)
+        places += placement_lines(s.label if len(keys) > 1 else "", mine)
     a = Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))
     a.pipeline = pipeline_study_lines(runs)
+    a.placement = places
     return a
+
+
+def placement_lines(label: str, runs: list[records.RunSummary]) -> list[str]:
+    """The points whose repetitions ran on different sets of nodes: their speedups mix the
+    nodes' and the links' differences with the scaling (runs recorded without their hosts, as
+    before hosts were recorded, are left out)."""
+    by_n: dict[int, list[tuple[str, ...]]] = defaultdict(list)
+    for r in runs:
+        if r.hosts:
+            by_n[r.world_size].append(tuple(r.hosts))
+    out = []
+    for n, sets in sorted(by_n.items()):
+        counts = {hosts: sets.count(hosts) for hosts in dict.fromkeys(sets)}
+        if len(counts) > 1:
+            shown = "; ".join(f"{','.join(h)} ({c} run(s))" for h, c in counts.items())
+            out.append(
+                f"{label + ' ' if label else ''}N={n}: its {len(sets)} repetitions ran on {len(counts)} node sets: {shown}"
+            )
+    return out
 
 
 def predict(kind: str, model: StepModel, points: list[Point]) -> list[Prediction]:

@@ -149,6 +149,7 @@ class RunSummary:
     # what the run cost: from its allocation (nodes x wall time of the training, written by rank
     # 0), or on SLURM from sacct once the job ended (every incarnation, requeues included)
     nodes: int = 0  # distinct hosts of the ranks (0: older records)
+    hosts: list[str] = field(default_factory=list)  # their names, sorted ([]: older records)
     node_hours: float = float("nan")
     core_hours: float = float("nan")
     energy_j: float | None = None  # sacct's ConsumedEnergyRaw with an energy plugin; None: not measured

@@ -113,7 +113,8 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
 
     step = avg("step_s")
     throughput = global_batch * steps / wall if wall > 0 else float("nan")
-    nodes = len({r.host for r in per_rank})
+    hosts = sorted({r.host for r in per_rank})
+    nodes = len(hosts)
     if "flops_per_sample" in about:  # MFU (analysis/peak.py), from the slowest rank's throughput
         flops, peak = about["flops_per_sample"], about["peak_tflops"]
         about.update(
@@ -126,6 +127,7 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
     hours = (end - start) / 3600 if isinstance(start, float) and isinstance(end, float) else float("nan")
     return RunSummary(
         nodes=nodes,
+        hosts=hosts,
         node_hours=nodes * hours,
         core_hours=n * max(per_rank[0].threads, 1) * hours,
         cost_source="allocation",

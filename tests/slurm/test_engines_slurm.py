@@ -24,6 +24,7 @@ def test_ddp_on_two_nodes_matches_one_local_rank(tmp_path: Path, one_rank_refere
     local, _ = one_rank_reference  # the global batch of 32 on one local rank (Horovod's)
     assert_same_weights(slurm, local, rtol=1e-5, atol=1e-6)
     assert s["engine"] == "ddp" and len({r["host"] for r in s["per_rank"]}) == 2
+    assert s["hosts"] == sorted({r["host"] for r in s["per_rank"]}) and s["nodes"] == 2  # its placement
 
 
 def test_ddp_requeue_resumes_bit_identical(tmp_path: Path) -> None:

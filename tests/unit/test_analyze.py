@@ -446,3 +446,23 @@ def test_a_fit_that_determined_nothing_says_so_instead_of_nan_or_inf() -> None:
     assert _pm(float("inf"), 0.0, 1e-9, ".2f") == "not determined"
     assert _pm(2.5e9, 1e8, 1e-9, ".2f") == "2.50 ± 0.10"
     assert _pm(0.25, float("nan"), 1, ".2f") == "0.25"
+
+
+def test_repetitions_on_different_nodes_are_flagged_in_the_report(tmp_path: Path) -> None:
+    """Every run records the hosts its ranks ran on; a point whose repetitions ran on different
+    node sets is named with each set (its speedup mixes the nodes' differences with the scaling);
+    points on the same nodes, and runs recorded before hosts were, are not."""
+    n2 = ["n1", "n2"]
+    runs = [
+        replace_summary(_run(1, 100, 64), hosts=["n1"]),
+        replace_summary(_run(1, 101, 64), hosts=["n1"]),
+        replace_summary(_run(2, 60, 32), hosts=n2),
+        replace_summary(_run(2, 61, 32), hosts=["n3", "n4"]),
+        replace_summary(_run(2, 59, 32), hosts=n2),
+        replace_summary(_run(2, 60, 32), hosts=[]),  # an older record: no hosts
+    ]
+    a = analyze_runs("strong", runs, [])
+    assert a.placement == ["N=2: its 3 repetitions ran on 2 node sets: n1,n2 (2 run(s)); n3,n4 (1 run(s))"]
+    assert analyze_runs("strong", runs[:3], []).placement == []
+    md = write_report(a, tmp_path / "report")["markdown"].read_text()
+    assert "Placement: repetitions on different nodes" in md and "n3,n4 (1 run(s))" in md

@@ -64,8 +64,9 @@ def test_summary_uses_the_slowest_rank_for_throughput() -> None:
         parameters=10,
     )
     b = dataclasses.replace(a, rank=1, wall_s=2.0, step_s=0.2, comm_s=0.13, peak_memory_bytes=200)
+    c = dataclasses.replace(b, rank=2, host="g")
     s = summarize(
-        [a, b],
+        [a, b, c],
         global_batch=64,
         started=0.0,
         finished=1.0,
@@ -75,11 +76,12 @@ def test_summary_uses_the_slowest_rank_for_throughput() -> None:
         compression="none",
     )
     assert s.throughput_samples_per_s == pytest.approx(64 * 10 / 2.0)  # 320 samples/s
-    assert s.throughput_per_rank == pytest.approx(160)
-    assert s.step_s == pytest.approx(0.150)  # seconds throughout (was step_ms == 150)
-    assert s.comm_s == pytest.approx(0.080)
-    assert s.comm_share == pytest.approx(0.08 / 0.15)
-    assert s.peak_memory_bytes == [100, 200]
+    assert s.throughput_per_rank == pytest.approx(320 / 3)
+    assert s.step_s == pytest.approx(0.5 / 3)  # seconds throughout (was step_ms == 150)
+    assert s.comm_s == pytest.approx(0.29 / 3)
+    assert s.comm_share == pytest.approx(0.29 / 0.5)
+    assert s.peak_memory_bytes == [100, 200, 200]
+    assert (s.nodes, s.hosts) == (2, ["g", "h"])  # where it ran: each host once, sorted
 
 
 def test_straggler_waits_by_hand() -> None:
