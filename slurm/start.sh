@@ -17,6 +17,17 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   exit 1
 }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+settled() {  # settled WHAT PATTERN: no daemon of an earlier cluster still exiting (pgrep -f PATTERN);
+  # waits 15 s for one (a stop that has just returned), then names it and stops
+  local what=$1 pids
+  for _ in $(seq 75); do
+    pids=$(live "$2")
+    [ -z "$pids" ] && return 0
+    sleep 0.2
+  done
+  echo "[slurm] $what of an earlier cluster still runs (pid $(echo $pids)): stop it first (bash slurm/stop.sh)" >&2
+  exit 1
+}
 accounting_down() {  # accounting_down WHY: what does not answer, the daemons' last words, the fix
   echo "[slurm] the cluster's accounting does not answer: $1" >&2
   tail -n 5 "$STATE/log/slurmdbd.log" "$STATE/log/mariadb.log" >&2 2>/dev/null || true
@@ -42,7 +53,7 @@ cp /etc/slurm/plugstack.conf "$STATE/etc/" 2>/dev/null || true
 for i in $(seq 1 "$NODES"); do mkdir -p "$STATE/tmp/n$i" "$STATE/spool/n$i"; done
 
 # munge: authentication between all daemons and clients
-if ! pgrep -x munged >/dev/null; then
+if [ -z "$(live '(^|/)munged( |$)')" ]; then
   say "starting munged"
   mkdir -p /run/munge && chown munge:munge /run/munge
   [ -f /etc/munge/munge.key ] || { mungekey --create >/dev/null 2>&1 || /usr/sbin/create-munge-key -f; chown munge:munge /etc/munge/munge.key; }
@@ -70,6 +81,7 @@ mariadb --socket="$DB_SOCK" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.
 
 # slurmdbd, then register the cluster (once)
 if ! alive "$STATE/run/slurmdbd.pid"; then
+  settled slurmdbd '^slurmdbd( |$)'
   say "starting slurmdbd"
   slurmdbd 9>&-
 fi
@@ -88,6 +100,7 @@ sacctmgr -i -n show cluster format=cluster | grep -qw hpctrain || sacctmgr -i ad
 
 # slurmctld
 if ! alive "$STATE/run/slurmctld.pid"; then
+  settled slurmctld '^slurmctld( |$)'
   say "starting slurmctld"
   slurmctld 9>&-
 fi
@@ -97,6 +110,7 @@ wait_for 60 slurmctld scontrol ping
 # crashes across "nodes" that share one host name).
 for i in $(seq 1 "$NODES"); do
   if ! alive "$STATE/run/slurmd-n$i.pid"; then
+    settled "slurmd of n$i" "^slurmd -N n$i\$"
     unshare --uts --mount --propagation private bash -c \
       "hostname n$i && mount --bind '$STATE/etc/hosts' /etc/hosts && exec slurmd -N n$i" 9>&-
   fi

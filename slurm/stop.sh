@@ -11,22 +11,39 @@ if [ -f "$SLURM_CONF" ] && command -v sacct >/dev/null && scontrol ping >/dev/nu
   top=$(sacct -X -n -P -o jobid --starttime=1970-01-01 2>/dev/null | sed 's/[_.].*//' | sort -n | tail -1)
   [ -n "$top" ] && echo $((top + 1)) > "$STATE.next-job-id"
 fi
-stop_pids() {  # stop_pids NAME PIDFILE...: SIGTERM to all at once, each killed after 10 s
+running() {  # running PID...: the ones still alive (a zombie counts as gone: it holds nothing)
+  local pid
+  for pid in "$@"; do
+    [ -r "/proc/$pid/stat" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] && echo "$pid"
+  done
+  return 0
+}
+stop_running() {  # stop_running NAME PID...: SIGTERM to all at once; every one gone before it returns
+  local what=$1 left
+  shift
+  [ $# -gt 0 ] || return 0
+  say "stopping $what"
+  kill "$@" 2>/dev/null || true
+  for _ in $(seq 50); do  # until none is left (not until the first is gone), at most 10 s
+    [ -z "$(running "$@")" ] && return 0
+    sleep 0.2
+  done
+  left=$(running "$@")
+  say "killing $what: $(echo "$left" | tr '\n' ' ')did not stop within 10 s"
+  # shellcheck disable=SC2086
+  kill -9 $left 2>/dev/null || true
+  # shellcheck disable=SC2086
+  for _ in $(seq 25); do [ -z "$(running $left)" ] && return 0; sleep 0.2; done
+}
+stop_pids() {  # stop_pids NAME PIDFILE...: the daemons their pid files name, then the files
   local what=$1 f pid pids=()
   shift
   for f in "$@"; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
-    if kill -0 "$pid" 2>/dev/null; then kill "$pid" 2>/dev/null || true; pids+=("$pid"); fi
+    if kill -0 "$pid" 2>/dev/null; then pids+=("$pid"); fi
   done
-  if [ ${#pids[@]} -gt 0 ]; then
-    say "stopping $what"
-    for _ in $(seq 50); do
-      kill -0 "${pids[@]}" 2>/dev/null || break  # false once none is left
-      sleep 0.2
-    done
-    kill -9 "${pids[@]}" 2>/dev/null || true
-  fi
+  stop_running "$what" "${pids[@]}"
   rm -f "$@"
 }
 # the node daemons and the controller together (each takes ~2 s to stop), then the accounting
@@ -37,7 +54,10 @@ stop_pids MariaDB "$STATE/run/mariadb.pid"
 # Job steps and anything a daemon left behind (slurmstepd, its tasks) go too.
 pkill -9 -x slurmstepd 2>/dev/null || true
 if [ -f "$STATE/run/munged.ours" ]; then
-  say "stopping munged"; pkill -x munged 2>/dev/null || true; rm -f "$STATE/run/munged.ours"
+  # waited for: a start right after this one would otherwise find it exiting and not start its own
+  # shellcheck disable=SC2046
+  stop_running munged $(live '(^|/)munged( |$)')
+  rm -f "$STATE/run/munged.ours"
 fi
 if [ "${1:-}" = "--purge" ]; then rm -rf "$STATE"; say "state removed"; fi
 say "stopped"
