@@ -221,4 +221,7 @@ def structured_options(cls: type[Any], given: Any, key: str, whose: str) -> Any:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), plain))
     except OmegaConfBaseException as e:
         where = f"{key}.{e.key}" if getattr(e, "key", None) else key
-        raise ConfigError.one(where, str(e.msg).splitlines()[0], f"see the options of {whose}") from None
+        types = ", ".join(f"{f.name}: {getattr(f.type, '__name__', f.type)}" for f in dataclasses.fields(cls))
+        raise ConfigError.one(
+            where, str(e.msg).splitlines()[0], f"the options of {whose} are {types}"
+        ) from None

@@ -75,6 +75,9 @@ class Stamped(Protocol):
 
     ready: Mark | None
 
+    def take(self) -> Mark | None:
+        """The latest mark, once."""
+
 
 def clock_for(device: torch.device) -> Clock:
     return CudaClock() if device.type == "cuda" else HostClock()

@@ -180,8 +180,7 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
     def wait_gradients(self, optimizer: Any) -> Mark | None:
         # backward() has waited for every bucket (FSDP2: every reduce-scatter); what it spent
         # after the last became ready (no stamp: a model sharded as one unit, not measured)
-        ready, self.stamp.ready = self.stamp.ready, None
-        return ready
+        return self.stamp.take()
 
     def barrier(self, name: str) -> None:
         self.dist.barrier()

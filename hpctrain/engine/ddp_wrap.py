@@ -39,8 +39,25 @@ class Stamp:
         self.group = group  # None: the default (world) process group
         self.ready: Mark | None = None
 
+        self.expected = 0  # gradients a backward pass accumulates (the parameters watched)
+        self.seen = 0
+
+    def watch(self, params: list[nn.Parameter]) -> None:
+        """Mark when the last of these gradients has been accumulated: one mark per backward pass
+        (on CUDA one event, not one per parameter on a host-bound step)."""
+        for param in params:
+            param.register_post_accumulate_grad_hook(self.accumulated)
+        self.expected += len(params)
+
     def accumulated(self, _: torch.Tensor) -> None:
-        self.ready = self.clock.mark()
+        self.seen += 1
+        if self.seen >= self.expected:
+            self.ready, self.seen = self.clock.mark(), 0
+
+    def take(self) -> Mark | None:
+        """The latest mark, once (a backward pass cut short leaves no count behind)."""
+        ready, self.ready, self.seen = self.ready, None, 0
+        return ready
 
 
 def _timed_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks real annotations; ours are strings
@@ -73,9 +90,7 @@ def wrap_ddp(
         process_group=stamp.group,
     )
     if stamp.compression == "none":  # DDP's own C++ allreduce; the gradients mark when they are ready
-        for param in model.parameters():
-            if param.requires_grad:
-                param.register_post_accumulate_grad_hook(stamp.accumulated)
+        stamp.watch([p for p in model.parameters() if p.requires_grad])
     else:
         ddp.register_comm_hook(stamp, _timed_hook)
     return ddp

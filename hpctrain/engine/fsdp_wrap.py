@@ -46,6 +46,10 @@ class Stamp:
     def hook(self, module: nn.Module, grad_in: Any, grad_out: Any) -> None:
         self.ready = self.clock.mark()
 
+    def take(self) -> Mark | None:
+        ready, self.ready = self.ready, None
+        return ready
+
 
 def mesh_for(device_type: str, replicate: int, shard: int) -> Any:
     if replicate == 1:
