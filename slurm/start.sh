@@ -6,6 +6,8 @@
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=procs.sh
+. "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 [ "$(id -u)" -eq 0 ] || { echo "slurm/start.sh runs the daemons as root: use sudo" >&2; exit 1; }
 bash "$SLURM_DIR/install.sh"
 say() { printf '\033[1m[slurm]\033[0m %s\n' "$*"; }

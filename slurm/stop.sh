@@ -4,6 +4,8 @@
 set -euo pipefail
 # shellcheck source=common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=procs.sh
+. "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 say() { printf '\033[1m[slurm]\033[0m %s\n' "$*"; }
 if [ -d "$STATE" ]; then exec 9>"$STATE.lock"; flock 9; fi  # not while start.sh runs
 if [ -f "$SLURM_CONF" ] && command -v sacct >/dev/null && scontrol ping >/dev/null 2>&1; then
@@ -11,13 +13,6 @@ if [ -f "$SLURM_CONF" ] && command -v sacct >/dev/null && scontrol ping >/dev/nu
   top=$(sacct -X -n -P -o jobid --starttime=1970-01-01 2>/dev/null | sed 's/[_.].*//' | sort -n | tail -1)
   [ -n "$top" ] && echo $((top + 1)) > "$STATE.next-job-id"
 fi
-running() {  # running PID...: the ones still alive (a zombie counts as gone: it holds nothing)
-  local pid
-  for pid in "$@"; do
-    [ -r "/proc/$pid/stat" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] && echo "$pid"
-  done
-  return 0
-}
 stop_running() {  # stop_running NAME PID...: SIGTERM to all at once; every one gone before it returns
   local what=$1 left
   shift
