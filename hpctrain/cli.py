@@ -7,12 +7,10 @@ The arguments of every command: parser.py."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from rich.console import Console
 from rich.text import Text
@@ -21,6 +19,7 @@ from hpctrain import records
 from hpctrain.commands.ui import make_console
 from hpctrain.errors import HpctrainError
 from hpctrain.parser import build_parser
+from hpctrain.registry import load
 
 
 def _with_overrides_file(args: argparse.Namespace) -> None:
@@ -53,11 +52,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def dispatch(args: argparse.Namespace, console: Console) -> int:
     """The command's handler, which its parser declared ("module:function"; parser.py), imported
     only when it runs (so --help and status stay light)."""
-    module, _, name = args.handler.partition(":")
-    found: Any = importlib.import_module(module)
-    for attr in name.split("."):  # "module:function", or "module:Class.method" (installed commands)
-        found = getattr(found, attr)
-    handler: Callable[[argparse.Namespace, Console], int] = found
+    # "module:function", or "module:Class.method" (installed commands)
+    handler: Callable[[argparse.Namespace, Console], int] = load(args.handler)
     return int(handler(args, console))
 
 

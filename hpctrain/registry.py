@@ -15,11 +15,19 @@ never replaced by one."""
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from collections.abc import Iterator
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from hpctrain.errors import ConfigError, Problem
+
+
+def load(target: str) -> Any:
+    """What "package.module:name" names, its module imported now ("module:Class.attr" too)."""
+    module, _, name = target.partition(":")
+    found: Any = importlib.import_module(module)
+    for attr in name.split("."):
+        found = getattr(found, attr)
+    return found
 
 
 class Named(Protocol):
@@ -42,6 +50,8 @@ class Registry(Generic[T]):
         if self._discovered:
             return
         self._discovered = True
+        import importlib.metadata  # here: a command that never searches does not import it
+
         for ep in importlib.metadata.entry_points(group=self.group or ""):
             self.targets.setdefault(ep.name, ep.value)
 
@@ -72,11 +82,11 @@ class Registry(Generic[T]):
         if name not in self:
             raise ConfigError([self.unknown(key, name)])
         if name not in self._loaded:
-            module, _, cls_name = self.targets[name].partition(":")
+            target = self.targets[name]
             try:
-                cls: type[T] = getattr(importlib.import_module(module), cls_name)
+                cls: type[T] = load(target)
             except (ImportError, AttributeError) as e:
-                if module.startswith("hpctrain."):
+                if target.startswith("hpctrain."):
                     raise  # hpctrain's own: a broken install, a bug; the CLI names it as one
                 raise ConfigError.one(
                     key,

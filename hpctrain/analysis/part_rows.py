@@ -9,11 +9,10 @@ A part from another package registers its rows with `register_rows` beside `regi
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from typing import Any
 
 from hpctrain.records import RunSummary
+from hpctrain.registry import load
 
 Row = tuple[str, str, str, str]
 RowsOf = Callable[[RunSummary], list[Row]]
@@ -39,9 +38,7 @@ def register_rows(key: str) -> Callable[[RowsOf], RowsOf]:
 
 def _rows_fn(key: str) -> RowsOf | None:
     if key not in _LOADED and key in _TARGETS:
-        module, _, name = _TARGETS[key].partition(":")
-        fn: Any = getattr(importlib.import_module(module), name)
-        _LOADED[key] = fn
+        _LOADED[key] = load(_TARGETS[key])
     return _LOADED.get(key)
 
 

@@ -44,20 +44,22 @@ class PipeRoof:
 
 def theory(s: RunSummary, microbatches: int | None = None) -> float:
     """The run's schedule's idle share with equal stages (at another micro-batch count if given)."""
-    m = pipe(s).microbatches if microbatches is None else microbatches
-    return pipeline_bubble(pipe(s).stages, m, pipe(s).schedule, pipe(s).pieces_per_rank)
+    f = pipe(s)
+    m = f.microbatches if microbatches is None else microbatches
+    return pipeline_bubble(f.stages, m, f.schedule, f.pieces_per_rank)
 
 
 def stage_compute(s: RunSummary) -> list[float]:
     """Each stage's compute per micro-batch within the schedule (the schedule's wall time less its
     waits and overhead), mean over the stage's replicas; [] for records without the parts."""
+    f = pipe(s)
     out = []
-    for k in range(pipe(s).stages):
+    for k in range(f.stages):
         ranks = [r for r in s.per_rank if r.stage == k and r.pipe_s > 0]
         if not ranks:
             return []
         busy = [r.pipe_s - r.bubble_s - r.transfer_s - r.schedule_s for r in ranks]
-        out.append(sum(busy) / len(busy) / max(pipe(s).microbatches, 1))
+        out.append(sum(busy) / len(busy) / max(f.microbatches, 1))
     return out
 
 
@@ -66,49 +68,52 @@ def theory_measured(s: RunSummary) -> float | None:
     micro-batch instead of equal ones: the schedule takes T = sum c_s + (m - 1) max c_s (the
     slowest stage paces the steady state), stage s idles T - m c_s (the equal-stage case gives
     (p - 1)/(m + p - 1)). None for other schedules, or without the parts."""
+    f = pipe(s)
     c = stage_compute(s)
-    if not steady(pipe(s).schedule) or not c:
+    if not steady(f.schedule) or not c:
         return None
-    m = max(pipe(s).microbatches, 1)
+    m = max(f.microbatches, 1)
     t = sum(c) + (m - 1) * max(c)
     return sum(t - m * x for x in c) / len(c) / t if t > 0 else None
 
 
 def for_pipeline(s: RunSummary) -> PipeRoof | None:
     """None for a run without stages (or without the parts: recorded before they were measured)."""
-    if pipe(s).stages < 2 or not (pipe(s).transfer_s or pipe(s).schedule_s):
+    f = pipe(s)
+    if f.stages < 2 or not (f.transfer_s or f.schedule_s):
         return None
-    m = max(pipe(s).microbatches, 1)
-    per_mb = pipe(s).p2p_bytes / m
+    m = max(f.microbatches, 1)
+    per_mb = f.p2p_bytes / m
     # each micro-batch: activations forward and gradients back, one message each per neighbour
-    link = 2 * m * (pipe(s).p2p_alpha_s + pipe(s).p2p_beta_s_per_byte * per_mb / 2)
+    link = 2 * m * (f.p2p_alpha_s + f.p2p_beta_s_per_byte * per_mb / 2)
     parts = {
-        "bubble": pipe(s).bubble_s,
-        "transfers": pipe(s).transfer_s,
-        "schedule overhead": pipe(s).schedule_s,
+        "bubble": f.bubble_s,
+        "transfers": f.transfer_s,
+        "schedule overhead": f.schedule_s,
     }
     bound = max(parts, key=lambda k: parts[k])
     if s.compute_s >= sum(parts.values()):  # the three together cost less than the compute
         bound = "compute"
     return PipeRoof(
-        m, per_mb, link, pipe(s).bubble_s, pipe(s).transfer_s, pipe(s).schedule_s, s.compute_s,
+        m, per_mb, link, f.bubble_s, f.transfer_s, f.schedule_s, s.compute_s,
         theory(s), bound, _knob(s, bound, m),
     )  # fmt: skip
 
 
 def _knob(s: RunSummary, bound: str, m: int) -> str:
+    f = pipe(s)
     if bound == "bubble":
-        share, expected = pipe(s).bubble_of_schedule, theory(s)
+        share, expected = f.bubble_of_schedule, theory(s)
         if expected == 0:
             return (
-                f"{pipe(s).schedule} idles only when the forward, input- and weight-gradient passes differ "
+                f"{f.schedule} idles only when the forward, input- and weight-gradient passes differ "
                 "in time: balance the stages (parallelism.split_at), or check for a slow rank"
             )
         if share > 1.25 * expected:
             c = stage_compute(s)
             slow = f" (stage {c.index(max(c))} computes {max(c) / min(c):.2f}x the fastest's)" if c else ""
             return (
-                f"the stages idle {share / expected:.1f}x what {pipe(s).schedule} predicts at m={m} with equal "
+                f"the stages idle {share / expected:.1f}x what {f.schedule} predicts at m={m} with equal "
                 f"stages{slow}: balance the stages (parallelism.split_at) or check for a slow rank"
             )
         return (
@@ -118,7 +123,7 @@ def _knob(s: RunSummary, bound: str, m: int) -> str:
     if bound == "transfers":
         return "fewer stages (more layers per stage) or larger micro-batches: each moves its activations"
     if bound == "schedule overhead":
-        per = 1e3 * pipe(s).schedule_s / m
+        per = 1e3 * f.schedule_s / m
         return f"fewer, larger micro-batches: each costs {per:.2f} ms of schedule overhead"
     return "idle time, transfers and schedule overhead together cost less than the compute"
 
@@ -130,16 +135,17 @@ def predict_step(s: RunSummary, m: int) -> float | None:
     neighbour from the link (alpha + beta * bytes, the bytes shrinking with the micro-batch),
     the slowest stage pacing the steady state (theory_measured's T), and the rest of the step
     (update, data, loss) as measured. None for other schedules or records without the parts."""
+    f = pipe(s)
     c = stage_compute(s)
-    if not steady(pipe(s).schedule) or not c or m < 1:
+    if not steady(f.schedule) or not c or m < 1:
         return None
-    m0 = max(pipe(s).microbatches, 1)
-    per_mb_bytes = pipe(s).p2p_bytes / m0 * m0 / m  # per micro-batch at m: the same samples, cut finer
-    link = 2 * (pipe(s).p2p_alpha_s + pipe(s).p2p_beta_s_per_byte * per_mb_bytes / 2)
-    over = pipe(s).schedule_s / m0
+    m0 = max(f.microbatches, 1)
+    per_mb_bytes = f.p2p_bytes / m0 * m0 / m  # per micro-batch at m: the same samples, cut finer
+    link = 2 * (f.p2p_alpha_s + f.p2p_beta_s_per_byte * per_mb_bytes / 2)
+    over = f.schedule_s / m0
     slot = [x * m0 / m + link + over for x in c]  # one micro-batch through each stage
     sched = sum(slot) + (m - 1) * max(slot)
-    rest = s.step_s - pipe(s).pipe_s  # update, data, loss: what does not depend on m
+    rest = s.step_s - f.pipe_s  # update, data, loss: what does not depend on m
     return sched + rest
 
 
@@ -164,19 +170,20 @@ def study_lines(runs: list[RunSummary]) -> list[str]:
             continue
         counts = sorted(by_m)
         src = by_m[counts[(len(counts) - 1) // 2]]
+        m_src = pipe(src).microbatches
         per_replica = src.global_batch * pipe(src).stages // src.world_size
         candidates = sorted(set(counts) | {2**k for k in range(8) if per_replica % 2**k == 0})
         best = best_microbatches(src, candidates)
         errors = [
             f"m={m} {100 * (t / by_m[m].step_s - 1):+.1f}%"
             for m in counts
-            if m != pipe(src).microbatches and (t := predict_step(src, m)) is not None
+            if m != m_src and (t := predict_step(src, m)) is not None
         ]
         if best is None:
             continue
         fastest = min(counts, key=lambda m: by_m[m].step_s)
         out.append(
-            f"N={n} {engine} {schedule}: from m={pipe(src).microbatches} the model predicts m={best[0]} "
+            f"N={n} {engine} {schedule}: from m={m_src} the model predicts m={best[0]} "
             f"fastest ({1e3 * best[1]:.2f} ms); measured fastest m={fastest} "
             f"({1e3 * by_m[fastest].step_s:.2f} ms); its error at " + ", ".join(errors)
         )

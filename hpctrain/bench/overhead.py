@@ -32,7 +32,6 @@ TARGET_CEILING = 0.95  # hpctrain's faster engine against the no-communication c
 # computes for under 1 ms of it), so 60 GPU steps time ~0.1 s and the contenders' runs spread by 25%
 DEFAULT_STEPS = {"cpu": 60, "cuda": 400}
 ENGINES = ("horovod", "ddp")  # the default pairs; fsdp on request (--engines)
-CONTENDERS = ("ceiling", "minimal horovod", "minimal ddp", "hpctrain horovod", "hpctrain ddp")
 MODELS = {"cnn": ("model=cnn",), "mlp": ("model=mlp", "model.width=2048", "model.depth=2")}
 # how hpctrain runs each contender's way of averaging gradients
 HPCTRAIN_WAY = {

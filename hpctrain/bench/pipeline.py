@@ -97,19 +97,19 @@ def _table(args: argparse.Namespace, rows: list[Row]) -> Table:
         table.add_column(col, justify="right")
     one = next((r.s.throughput_samples_per_s for r in rows if r.m == 1), float("nan"))
     for r in rows:
-        s = r.s
-        ratio = pipe(s).bubble_of_schedule / r.theory if r.theory else float("nan")  # nan: zero-bubble theory
+        s, f = r.s, pipe(r.s)
+        ratio = f.bubble_of_schedule / r.theory if r.theory else float("nan")  # nan: zero-bubble theory
         table.add_row(
             r.schedule,
             str(r.m),
             f"{100 * s.compute_share:.1f}%",
-            f"{100 * pipe(s).bubble_share:.1f}%",
-            f"{100 * pipe(s).bubble_of_schedule:.1f}%",
+            f"{100 * f.bubble_share:.1f}%",
+            f"{100 * f.bubble_of_schedule:.1f}%",
             f"{100 * r.theory:.1f}%",
             f"{ratio:.2f}",
             "-" if (tm := theory_measured(s)) is None else f"{100 * tm:.1f}%",
-            f"{100 * pipe(s).transfer_share:.1f}%",
-            f"{100 * pipe(s).schedule_share:.1f}%",
+            f"{100 * f.transfer_share:.1f}%",
+            f"{100 * f.schedule_share:.1f}%",
             f"{1e3 * s.step_s:.1f}",
             *_predicted(source.get(r.schedule), r),
             f"{s.throughput_samples_per_s:.0f}",
@@ -180,11 +180,11 @@ def _verdict(rows: list[Row]) -> list[str]:
 def _why(r: Row) -> str:
     """What keeps a run's idle time from the equal-stage theory: the stages' imbalance (the theory
     with the stages' measured compute), or the part beside compute that takes the most."""
-    c, tm = stage_compute(r.s), theory_measured(r.s)
+    c, tm, f = stage_compute(r.s), theory_measured(r.s), pipe(r.s)
     imbalance = f"stage {c.index(max(c))} computes {max(c) / min(c):.2f}x the fastest stage's" if c else ""
-    if tm is not None and abs(pipe(r.s).bubble_of_schedule / tm - 1) <= IDLE_RATIO - 1:
+    if tm is not None and abs(f.bubble_of_schedule / tm - 1) <= IDLE_RATIO - 1:
         return f"{imbalance}: with the stages as measured the theory is {100 * tm:.1f}%, and it holds"
-    parts = {"transfers": pipe(r.s).transfer_s, "schedule overhead": pipe(r.s).schedule_s}
+    parts = {"transfers": f.transfer_s, "schedule overhead": f.schedule_s}
     most = max(parts, key=lambda k: parts[k])
     # a neighbour's transfers and overhead delay what it sends: they show as this rank's idle time
     return (
@@ -210,15 +210,16 @@ def run_pipeline_bench(args: argparse.Namespace, console: Console) -> int:
     console.print(_table(args, rows))
     if rows:
         s = rows[0].s
-        per_mb = s.compute_s / max(pipe(s).microbatches, 1)
-        cost = (pipe(s).transfer_s + pipe(s).schedule_s) / max(pipe(s).microbatches, 1)
+        f = pipe(s)
+        per_mb = s.compute_s / max(f.microbatches, 1)
+        cost = (f.transfer_s + f.schedule_s) / max(f.microbatches, 1)
         console.print(
             f"workload: a micro-batch's compute is {per_mb / cost:.1f}x its transfers + schedule overhead "
-            f"at m={pipe(s).microbatches} ({1e3 * per_mb:.2f} ms against {1e3 * cost:.2f} ms); link between "
-            f"stages alpha {1e6 * pipe(s).p2p_alpha_s:.0f} us, "
+            f"at m={f.microbatches} ({1e3 * per_mb:.2f} ms against {1e3 * cost:.2f} ms); link between "
+            f"stages alpha {1e6 * f.p2p_alpha_s:.0f} us, "
             + (
-                f"{1e-9 / pipe(s).p2p_beta_s_per_byte:.2f} GB/s"
-                if pipe(s).p2p_beta_s_per_byte
+                f"{1e-9 / f.p2p_beta_s_per_byte:.2f} GB/s"
+                if f.p2p_beta_s_per_byte
                 else "no measurable per-byte cost"
             )
         )

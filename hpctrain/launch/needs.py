@@ -15,7 +15,7 @@ from hpctrain.config.schema import Config
 from hpctrain.engine.registry import needs_gloo_rendezvous, needs_mpi
 from hpctrain.launch.container.plan import ContainerPlan, container_plan
 from hpctrain.launch.plan import rank_env
-from hpctrain.parallel import derive, parallel_notes
+from hpctrain.parallel import parallel_notes
 from hpctrain.parallel.needs import needs_torch_store
 from hpctrain.records import Layout, RankNeeds
 from hpctrain.workload import workload_env, workload_notes
@@ -27,11 +27,11 @@ class Needs:
     flags: RankNeeds
     box: ContainerPlan | None  # the image the ranks run in (None: on the host)
     notes: list[str]  # the container's, the workload's, then the layout's
-    layout: Layout
 
 
 def rank_needs(
     cfg: Config,
+    layout: Layout,
     threads: int,
     home: Path,
     paths: Iterable[str],
@@ -39,7 +39,7 @@ def rank_needs(
     ranks_per_node: int,
     requeue_dir: str | None = None,
 ) -> Needs:
-    """`home`: where the user's code snapshot goes (the run's directory, or its sweep's);
+    """`layout`: the plan's (parallel.derive); `home`: where the user's code snapshot goes (the run's directory, or its sweep's);
     `paths`: the directories the launcher writes to (bound into an image); `gpus`: whether the
     ranks use GPUs; `requeue_dir`: a SLURM job's submitit folder."""
     env = rank_env(cfg, threads)  # the engine's, threads, the user's
@@ -50,6 +50,5 @@ def rank_needs(
     workload = workload_notes(cfg)
     box = container_plan(cfg, paths, gpus, requeue_dir=requeue_dir)
     env.update(box.env if box else {})
-    layout = derive(cfg).layout
     notes = [*([box.note] if box else []), *workload, *parallel_notes(cfg, layout, ranks_per_node)]
-    return Needs(env, flags, box, notes, layout)
+    return Needs(env, flags, box, notes)

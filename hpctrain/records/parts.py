@@ -37,6 +37,7 @@ class Part(Protocol):
 
 
 P = TypeVar("P")
+PartT = TypeVar("PartT", bound=Part)
 
 
 @dataclass(frozen=True)
@@ -138,12 +139,13 @@ class ShardFigures:
         return cls(**declared)
 
 
-PART_TYPES: dict[str, type[Any]] = {c.KEY: c for c in (PipelineFigures, TensorFigures, ShardFigures)}
+# what a part's class has (PipelineFigures is one): a KEY, FLAT and `measured`
+PART_TYPES: dict[str, type[Part]] = {c.KEY: c for c in (PipelineFigures, TensorFigures, ShardFigures)}
 
 
-def register_part(cls: type[P]) -> type[P]:
+def register_part(cls: type[PartT]) -> type[PartT]:
     """Make the summary's readers check this part (a class decorator)."""
-    PART_TYPES[getattr(cls, "KEY")] = cls  # noqa: B009 - P is any dataclass with a KEY
+    PART_TYPES[cls.KEY] = cls
     return cls
 
 

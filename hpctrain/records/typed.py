@@ -201,9 +201,8 @@ def from_dict(cls: type[T], data: Any, where: str = "") -> T:
     fields = _fields(cls)  # type: ignore[arg-type]
     names = _names(typing.cast(type, cls))
     if not data.keys() <= names and not getattr(cls, "EXTRA_KEYS_OK", False):
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise RecordError(f"{where or cls.__name__}: unknown key(s) {', '.join(unknown)}")
+        unknown = ", ".join(sorted(set(data) - names))
+        raise RecordError(f"{where or cls.__name__}: unknown key(s) {unknown}")
     values = {}
     prefix = f"{where}." if where else ""
     for name, required, check in fields:

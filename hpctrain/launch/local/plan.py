@@ -131,7 +131,9 @@ def plan_local(
     n = d.world_size
     threads = c.threads_per_rank or max(1, facts.cpu_count // n)
     paths = [str(Path(run_dir).parent), home or run_dir]
-    needs = rank_needs(cfg, threads, Path(home or run_dir), paths, facts.on_gpus(cfg.train.device), n)
+    needs = rank_needs(
+        cfg, d.layout, threads, Path(home or run_dir), paths, facts.on_gpus(cfg.train.device), n
+    )
     env = dict(needs.env)
     if needs.flags.gloo_rendezvous:
         env.update(gloo_env(rendezvous_port))  # Horovod over Gloo: the launcher's rendezvous

@@ -98,10 +98,12 @@ def plan_slurm(cfg: Config, run_dir: str, python: str, folder: str | None = None
     home = Path(folder).parent if folder else Path(run_dir)  # a sweep's runs share its directory
     folder = folder or c.submitit_folder or str(Path(run_dir) / "submitit")
     paths = [str(Path(run_dir).parent), str(Path(folder).parent)]
-    needs = rank_needs(cfg, c.cpus_per_rank, home, paths, c.gpus_per_node > 0, c.ranks_per_node, folder)
+    d = derive(cfg)
+    needs = rank_needs(
+        cfg, d.layout, c.cpus_per_rank, home, paths, c.gpus_per_node > 0, c.ranks_per_node, folder
+    )
     env, box = needs.env, needs.box
     py = shlex.join(box.python) if box else shlex.quote(python)
-    d = derive(cfg)
     executor = executor_parameters(cfg, env, box.srun_args if box else ())
     # restarts, a start retried once, bad nodes excluded: all decided after a failed step
     executor["teardown"] = restart_teardown(python, folder)
