@@ -18,7 +18,7 @@ from typing import Any
 from hpctrain import bounded
 
 TORCH_FACTS = ("cuda_available", "cuda_bf16", "cpu_fp16_autocast", "cpu_bf16_autocast")
-TORCH_COUNTS = ("cuda_devices",)
+TORCH_COUNTS = ("cuda_devices", "cuda_memory_bytes")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class HostFacts:
     mpirun_found: bool  # an `mpirun` on PATH (local ranks start with it, or with spawn)
     cpu_fp16_autocast: bool
     cpu_bf16_autocast: bool
+    cuda_memory_bytes: int = 0  # the smallest visible GPU's memory (0: none)
 
     @classmethod
     def gather(cls) -> HostFacts:
@@ -43,6 +44,7 @@ class HostFacts:
             is_root=os.geteuid() == 0,
             hostname=socket.gethostname(),
             cuda_devices=int(t["cuda_devices"]),
+            cuda_memory_bytes=int(t["cuda_memory_bytes"]),
             mpirun_found=shutil.which("mpirun") is not None,
             **{k: bool(t[k]) for k in TORCH_FACTS},
         )
@@ -79,6 +81,13 @@ def probe_torch() -> dict[str, bool | int]:
         "cuda_available": cuda,
         "cuda_bf16": bool(cuda and torch.cuda.is_bf16_supported()),
         "cuda_devices": torch.cuda.device_count() if cuda else 0,
+        # the least of the devices' memory: what a rank on any of them has
+        "cuda_memory_bytes": min(
+            (torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())),
+            default=0,
+        )
+        if cuda
+        else 0,
         "cpu_fp16_autocast": autocast_supported("fp16", "cpu"),
         "cpu_bf16_autocast": autocast_supported("bf16", "cpu"),
     }
@@ -109,6 +118,17 @@ def importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def host_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """This machine's memory (MemTotal); 0 where the kernel does not say."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def cache_dir() -> Path:

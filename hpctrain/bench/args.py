@@ -77,6 +77,18 @@ def _add_model_benches(bsub: Subparsers) -> None:
     me.add_argument("--batch", type=positive_int, default=2, help="sequences per rank")
     me.add_argument("--steps", type=positive_int, default=3, help="steps of each run")
     me.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
+    mp = bsub.add_parser(
+        "memory-predict", help="each rank's predicted peak memory vs the run's, 8 layouts and a user model"
+    )
+    mp.set_defaults(handler="hpctrain.bench.memory_predict:run_memory_predict")
+    mp.add_argument("--width", type=positive_int, default=512, help="transformer d_model (default 512)")
+    mp.add_argument(
+        "--depth", type=positive_int, default=8, help="transformer layers (default 8: ~25 M parameters)"
+    )
+    mp.add_argument("--batch", type=positive_int, default=16, help="sequences per rank (default 16)")
+    mp.add_argument("--steps", type=positive_int, default=4, help="steps of each run")
+    mp.add_argument("--cases", nargs="+", default=[], help="only these cases (by label)")
+    mp.add_argument("--out", default="outputs/bench", help="where the benchmark's runs and results go")
     pf = bsub.add_parser("profile", help="throughput with the profiler's window over vs the profiler off")
     pf.set_defaults(handler="hpctrain.bench.profile:run_profile_bench")
     pf.add_argument("--ranks", type=positive_int, default=2, help="ranks of each run")

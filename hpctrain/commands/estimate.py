@@ -11,9 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain.analysis.estimate import Band, PointEstimate, total
+from hpctrain.analysis.memory import PARTS, gib
 from hpctrain.errors import ConfigError, Problem
 from hpctrain.launch.base import Launcher
-from hpctrain.orchestrate.estimate import Point, estimate
+from hpctrain.orchestrate.estimate import MemoryRow, Point, estimate, memory_of
 
 
 def _wall(b: Band) -> str:
@@ -41,6 +42,26 @@ def estimate_table(points: Sequence[PointEstimate], title: str) -> Table:
             p.core_hours.text(".3g"),
             p.how,
         )
+    return t
+
+
+def memory_table(rows: Sequence[MemoryRow]) -> Table:
+    """Each point's predicted peak per rank (its worst rank), its parts, and what a rank has."""
+    t = Table(
+        title="memory per rank (predicted: the worst rank of each point)",
+        caption="traced with fake tensors (memory/trace.py); fixed: the process's own, measured once on this host",
+    )
+    cols = ("point", "rank", *(p for p in PARTS), "peak", "has", "fits")
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("point", "has") else "right")
+    for r in rows:
+        has = f"{gib(r.limit.bytes)} ({r.limit.source})" if r.limit else "not known"
+        if r.prediction is None:
+            t.add_row(r.label, "", *[""] * len(PARTS), "-", has, r.why_not)
+            continue
+        w = r.prediction.worst
+        fits = "?" if r.limit is None else ("yes" if w.peak <= r.limit.bytes else "[red]no[/]")
+        t.add_row(r.label, str(w.rank), *(gib(v) for v in w.parts().values()), gib(w.peak), has, fits)
     return t
 
 
@@ -72,6 +93,7 @@ def cmd_estimate(
     def say(text: str) -> None:
         console.print(f"[dim]{text}[/]", highlight=False)
 
+    console.print(memory_table(memory_of(launcher, points, say)))
     found = estimate(launcher, points, args.estimate_from.resolve() if args.estimate_from else None, say)
     show_estimate(console, found.points, title)
     for why in found.refused:

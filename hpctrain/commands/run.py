@@ -46,7 +46,13 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         return 0
     if args.estimate or args.estimate_from:
         return _estimate(args, console)
-    prep = orchestrate.prepare(args.overrides, args.config_dir, args.multirun, after=args.after)
+    prep = orchestrate.prepare(
+        args.overrides,
+        args.config_dir,
+        args.multirun,
+        after=args.after,
+        say=lambda t: console.print(f"[dim]{t}[/]", highlight=False),
+    )
     launcher = prep.launcher
     if args.dry_run:
         if prep.group_dir is None:

@@ -43,6 +43,9 @@ class ClusterConf:
     # GPUs (analysis/peak.py), a GEMM probe on CPUs
     peak_tflops: Optional[float] = None
     preflight: PreflightConf = field(default_factory=PreflightConf)
+    # the memory each rank has, GiB: a point predicted to need more is refused before it starts;
+    # null = what the launcher knows (a GPU's memory; SLURM: mem_gb / ranks_per_node)
+    memory_per_rank_gib: Optional[float] = None
     study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
     # whether a run can lose some of its nodes and go on with the rest (train.elastic)
     loses_nodes: ClassVar[bool] = False

@@ -60,6 +60,15 @@ def config_problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
         section, name = key.split(".")
         p += at_least(key, getattr(getattr(cfg, section), name), low)
     p += _train_problems(cfg)
+    mem = cfg.cluster.memory_per_rank_gib
+    if mem is not None and mem <= 0:
+        p.append(
+            Problem(
+                "cluster.memory_per_rank_gib",
+                f"must be > 0 (got {mem:g})",
+                "set the GiB each rank has, or null",
+            )
+        )
     p += resume_problems(cfg)
     p += _optim_problems(cfg)
     if not SAFE_NAME.match(cfg.run.name):

@@ -99,6 +99,12 @@ class Engine(ABC, Generic[S]):
         return 0
 
     @classmethod
+    def buffer_bytes(cls, cfg: Config, layout: Layout, grad_bytes: int) -> int:
+        """Memory the engine holds besides the model's tensors on a rank holding `grad_bytes` of
+        gradients (its communication buffers), for the memory prediction (memory/predict.py)."""
+        return 0
+
+    @classmethod
     def needs_torch_store(cls, cfg: Config) -> bool:
         """Does the engine meet the other ranks through torch.distributed's store
         (MASTER_ADDR/MASTER_PORT, chosen by the launcher)?"""

@@ -60,6 +60,14 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
         return int(cfg.parallelism.bucket_mb * 2**20)
 
     @classmethod
+    def buffer_bytes(cls, cfg: Config, layout: Layout, grad_bytes: int) -> int:
+        # DistributedDataParallel's buckets copy every gradient unless the gradients are views
+        # of them (gradient_as_bucket_view); meshes (FSDP2, TP) have no buckets
+        whole = layout.shard == 1 and layout.tp == 1 and not layout.pipelined
+        copies = whole and layout.replicas > 1 and not cfg.parallelism.gradient_as_bucket_view
+        return grad_bytes if copies else 0
+
+    @classmethod
     def tune_knobs(cls, cfg: Config) -> list[Knob]:
         # buckets around DDP's 25 MB default; a communication hook that halves the bytes
         return [

@@ -103,6 +103,11 @@ class HorovodEngine(Engine[HorovodSettings], StageReplicas, Timeline):
         return HOROVOD_FUSION_BYTES if mb is None else int(mb * 2**20)  # 0 disables fusion
 
     @classmethod
+    def buffer_bytes(cls, cfg: Config, layout: Layout, grad_bytes: int) -> int:
+        # the fusion buffer, allocated whole once there are replicas to average with
+        return cls.grad_bucket_bytes(cfg) if layout.replicas > 1 else 0
+
+    @classmethod
     def tune_knobs(cls, cfg: Config) -> list[Knob]:
         # the fusion buffer around Horovod's 64 MB default (0: no fusion, a message per tensor),
         # the cycle around its 1 ms (Horovod's docs: "Tensor Fusion" and its autotune's range)

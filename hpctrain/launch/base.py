@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from hpctrain import records
+from hpctrain.analysis.memory import GiB, Limit
 from hpctrain.config.schema import ClusterConf, Config
 from hpctrain.errors import HpctrainError, LaunchError, Problem
 from hpctrain.facts import HostFacts
@@ -142,6 +143,21 @@ class Launcher(ABC, Generic[P]):
     @classmethod
     def host_facts(cls) -> HostFacts | None:
         """Facts of the machine the ranks run on, when that is this machine (else None)."""
+        return None
+
+    def on_gpus(self, cfg: Config) -> bool:
+        """Whether the ranks compute on GPUs."""
+        return False
+
+    def memory_per_rank(self, cfg: Config) -> Limit | None:
+        """The memory each rank has: cluster.memory_per_rank_gib where given, else what the
+        launcher knows of its nodes (None: nothing says)."""
+        given = cfg.cluster.memory_per_rank_gib
+        if given:
+            return Limit(int(given * GiB), "cluster.memory_per_rank_gib")
+        return self.known_memory_per_rank(cfg)
+
+    def known_memory_per_rank(self, cfg: Config) -> Limit | None:
         return None
 
     # --- planning (pure) --------------------------------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hpctrain.analysis.estimate import Evidence, NoEstimate, PointEstimate, Target, estimate_point
 from hpctrain.analysis.evidence import evidence_from, from_run
+from hpctrain.analysis.memory import Limit, Prediction
 from hpctrain.config import to_yaml
 from hpctrain.config.schema import Config
 from hpctrain.errors import ConfigError, HpctrainError, Problem
@@ -22,6 +23,7 @@ from hpctrain.launch.base import Launcher
 from hpctrain.orchestrate.probe import run_and_wait
 from hpctrain.orchestrate.runs import point_labels, prepare
 from hpctrain.orchestrate.study_run import plan_study
+from hpctrain.orchestrate.validate import memory_key
 from hpctrain.records import RankPlan
 
 PROBE_WARMUP = 2  # warm-up steps a probe runs at most (their mean is all it needs)
@@ -171,17 +173,52 @@ def _estimated(points: Sequence[Point], evidence: Sequence[Evidence]) -> Estimat
     return Estimates(found, refused)
 
 
+@dataclass(frozen=True)
+class MemoryRow:
+    """A point's predicted memory per rank and what each rank has (None: nothing says), or why it
+    was not predicted."""
+
+    label: str
+    prediction: Prediction | None
+    limit: Limit | None
+    why_not: str = ""
+
+
+def memory_of(launcher: Launcher, points: Sequence[Point], say: Callable[[str], None]) -> list[MemoryRow]:
+    """Every point's predicted peak memory per rank (memory/predict.py); identical points (a
+    study's repetitions) are traced once."""
+    from hpctrain.memory.predict import predict
+    from hpctrain.memory.trace import TraceError
+
+    done: dict[str, Prediction] = {}
+    rows = []
+    for p in points:
+        limit = launcher.memory_per_rank(p.cfg)
+        if p.cfg.script.path or p.cfg.bench.allreduce:
+            rows.append(MemoryRow(p.label, None, limit, "runs no hpctrain trainer"))
+            continue
+        key = memory_key(p.cfg)
+        try:
+            if key not in done:
+                say(f"memory: tracing {p.label or 'the run'}")
+                done[key] = predict(p.cfg, launcher.on_gpus(p.cfg))
+            rows.append(MemoryRow(p.label, done[key], limit))
+        except TraceError as e:
+            rows.append(MemoryRow(p.label, None, limit, str(e)))
+    return rows
+
+
 def run_points(
     overrides: Sequence[str], config_dir: str | None, multirun: bool
 ) -> tuple[Launcher, list[Point]]:
     """The points of `hpctrain run` (one, or a sweep's), planned and validated, nothing created."""
-    prep = prepare(overrides, config_dir, multirun)
+    prep = prepare(overrides, config_dir, multirun, memory=False)
     labels = point_labels([r.overrides for r in prep.runs]) if prep.group_dir else ["the run"]
     return prep.launcher, [Point(label, r.cfg, r.plan) for label, r in zip(labels, prep.runs)]
 
 
 def study_points(kind: str, overrides: Sequence[str], config_dir: str | None) -> tuple[Launcher, list[Point]]:
     """The runs of `hpctrain study KIND`, planned and validated, nothing created."""
-    s = plan_study(kind, overrides, config_dir)
+    s = plan_study(kind, overrides, config_dir, memory=False)
     runs = zip(s.manifest.runs, s.configs)
     return s.launcher, [Point(r.name, c, s.launcher.plan(c, Path(r.run_dir))) for r, c in runs]

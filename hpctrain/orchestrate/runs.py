@@ -25,7 +25,7 @@ from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.after import held, wait_for
 from hpctrain.orchestrate.started import by_launcher, jobs_in, launcher_of
 from hpctrain.orchestrate.sweep import expand
-from hpctrain.orchestrate.validate import validate_points
+from hpctrain.orchestrate.validate import check_memory, validate_points
 from hpctrain.records import State
 from hpctrain.records.restarts import counted, read_restarts
 
@@ -72,16 +72,22 @@ def prepare(
     multirun: bool = False,
     now: datetime | None = None,
     after: Sequence[str] = (),
+    say: Callable[[str], None] = lambda s: None,
+    memory: bool = True,
 ) -> Prepared:
     """Compose, validate and plan every run (every point of a sweep) before anything starts;
-    `after`: what the runs start after, besides their run.after (orchestrate/after.py)."""
+    `after`: what the runs start after, besides their run.after (orchestrate/after.py); `memory`:
+    refuse points predicted not to fit (--estimate shows them instead)."""
     points = expand(overrides, config_dir) if multirun else [list(overrides)]
     configs = load_configs(points, config_dir) if multirun else [load_config(overrides, config_dir)]
     for c in configs:  # hpctrain run --after DIR[:ok|:any]
         c.run = dataclasses.replace(c.run, after=[*c.run.after, *after])
     launcher = one_launcher(configs)
     configs, waits = held(launcher, configs)
-    validate_points(configs, point_labels(points) if multirun else [""], launcher.facts)
+    labels = point_labels(points) if multirun else [""]
+    validate_points(configs, labels, launcher.facts)
+    if memory:
+        check_memory(launcher, configs, labels, say)
     base = default_run_dir(configs[0], now or datetime.now())
     items = list(zip([list(pt) for pt in points], configs))
     # run.dir of a sweep is its directory, as given; the dated default gets "-sweep"

@@ -25,7 +25,7 @@ from hpctrain.orchestrate.lock import writer_lock
 from hpctrain.orchestrate.probe import run_allreduce
 from hpctrain.orchestrate.runs import Reporter, accounted, follow, one_launcher, write_sweep
 from hpctrain.orchestrate.study import expand_study
-from hpctrain.orchestrate.validate import validate_points
+from hpctrain.orchestrate.validate import check_memory, validate_points
 from hpctrain.records import State
 
 
@@ -52,7 +52,11 @@ def create_study(
 
 
 def plan_study(
-    kind: str, overrides: Sequence[str], config_dir: str | None = None, now: datetime | None = None
+    kind: str,
+    overrides: Sequence[str],
+    config_dir: str | None = None,
+    now: datetime | None = None,
+    memory: bool = True,
 ) -> PlannedStudy:
     """create_study's figures and the configs and launcher it composed them from."""
     user = [*overrides, f"study={kind}"]
@@ -61,6 +65,8 @@ def plan_study(
     configs = load_configs([[*user, *p.overrides] for p in points], config_dir)
     launcher = one_launcher(configs)
     validate_points(configs, [p.name for p in points], launcher.facts)  # all before the first starts
+    if memory:  # --estimate shows the memory of every point instead
+        check_memory(launcher, configs, [p.name for p in points], lambda s: None)
     stem = default_run_dir(base, now or datetime.now())
     study_dir = (stem.parent / f"{stem.name}-{kind}").resolve()
     study = base.study
@@ -204,6 +210,7 @@ def plan_attempt(study_dir: Path, reporter: Reporter) -> Attempt:
     )
     launcher = one_launcher(list(configs.values()))
     validate_points(list(configs.values()), list(configs), launcher.facts)
+    check_memory(launcher, list(configs.values()), list(configs), reporter.note)
     busy = _in_flight(launcher, todo)
     if busy:
         raise HpctrainError(

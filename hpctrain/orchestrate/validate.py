@@ -4,8 +4,10 @@ parallelism's). Each problem names the key, the rule and the fix; all are report
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 
+from hpctrain.analysis.memory import Limit
 from hpctrain.config.derived import world_size
 from hpctrain.config.schema import Config
 from hpctrain.config.validate import config_problems
@@ -13,6 +15,7 @@ from hpctrain.config.values import sections_shared
 from hpctrain.engine.registry import engine_problems
 from hpctrain.errors import ConfigError, Problem
 from hpctrain.facts import HostFacts
+from hpctrain.launch.base import Launcher
 from hpctrain.launch.container import container_problems
 from hpctrain.launch.registry import launcher_class
 from hpctrain.parallel.elastic import elastic_problems
@@ -49,3 +52,58 @@ def validate_points(configs: Sequence[Config], labels: Sequence[str], facts: Hos
                 where.setdefault(p, []).append(label)
     if where:
         raise ConfigError([Problem(p.key, p.rule, p.fix, ", ".join(pts)) for p, pts in where.items()])
+
+
+def memory_key(cfg: Config) -> str:
+    """Points whose memory is the same: all but where they run and how long."""
+    from hpctrain.config import to_yaml
+
+    train = dataclasses.replace(cfg.train, steps=1, warmup_steps=0)
+    return to_yaml(dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=None), train=train))
+
+
+def limited(
+    launcher: Launcher, configs: Sequence[Config], labels: Sequence[str]
+) -> list[tuple[Config, str, Limit]]:
+    """The points whose memory is checked before the start: they run hpctrain's trainer (a script
+    or the allreduce benchmark holds memory no trace of the model sees) and the launcher says how
+    much each rank has and enforces it (a GPU's memory, cluster.memory_per_rank_gib, SLURM's
+    mem_gb); one of each set of identical points (a study's repetitions)."""
+    out, seen = [], set()
+    for cfg, label in zip(configs, labels):
+        limit = launcher.memory_per_rank(cfg)
+        trains = not (cfg.script.path or cfg.bench.allreduce or cfg.cluster.preflight.only)
+        if limit is None or not limit.checked or not trains:
+            continue
+        key = memory_key(cfg)
+        if key not in seen:
+            seen.add(key)
+            out.append((cfg, label, limit))
+    return out
+
+
+def check_memory(
+    launcher: Launcher, configs: Sequence[Config], labels: Sequence[str], say: Callable[[str], None]
+) -> None:
+    """Refuse, before anything exists, the points predicted to need more memory per rank than
+    each has (memory/predict.py); one ConfigError names every such point with the change that
+    would fit it. torch is imported only when a point is checked."""
+    todo = limited(launcher, configs, labels)
+    if not todo:
+        return
+    from hpctrain.memory.predict import check_fits
+    from hpctrain.memory.trace import TraceError
+
+    found: dict[Problem, list[str]] = {}
+    for cfg, label, limit in todo:
+        try:
+            check_fits(cfg, limit, launcher.on_gpus(cfg), lambda c: not problems(c, launcher.facts))
+        except ConfigError as e:
+            for p in e.problems:
+                found.setdefault(p, []).append(label)
+        except TraceError as e:
+            say(f"memory not predicted{' for ' + label if label else ''}: {e}")
+    if found:
+        raise ConfigError(
+            [Problem(p.key, p.rule, p.fix, ", ".join(x for x in pts if x)) for p, pts in found.items()]
+        )

@@ -62,6 +62,18 @@ class ParallelismKind:
         return grads
 
     @classmethod
+    def memory_probe(cls, cfg: Config) -> tuple[str, ...]:
+        """The parallelism of the two-rank probe that measures a rank's own memory on this host
+        (memory/fixed.py): what loads the same libraries and process groups as this one."""
+        return (f"parallelism={cls.name}",)
+
+    @classmethod
+    def memory_fixes(cls, cfg: Config, world: int) -> list[tuple[str, Config]]:
+        """Changes of this parallelism that lower a rank's memory, each as the override a user
+        gives and the config it makes (memory/fit.py checks each by the same prediction)."""
+        return []
+
+    @classmethod
     def batch_cuts(cls, cfg: Config) -> int:
         """Micro-batches one replica's batch is cut into per step."""
         return int(cfg.parallelism.backward_passes_per_step)

@@ -6,6 +6,7 @@ replicas; one replica when tp.degree is the world: pure tensor parallelism)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from hpctrain.config.layout import describe_mesh
@@ -48,6 +49,17 @@ class Data(ParallelismKind):
     @classmethod
     def notes(cls, cfg: Config, layout: Layout, ranks_per_node: int) -> list[str]:
         return [tp_note(cfg), *describe_mesh(layout, ranks_per_node)] if layout.tp > 1 else []
+
+    @classmethod
+    def memory_probe(cls, cfg: Config) -> tuple[str, ...]:
+        return (f"parallelism={cls.name}", *(("parallelism.tp.degree=2",) if tp_degree(cfg) > 1 else ()))
+
+    @classmethod
+    def memory_fixes(cls, cfg: Config, world: int) -> list[tuple[str, Config]]:
+        if world < 2:
+            return []
+        # the same ranks sharding parameters, gradients and optimizer state (ZeRO-3) instead
+        return [("parallelism=fsdp", replace(cfg, parallelism=replace(cfg.parallelism, name="fsdp")))]
 
     @classmethod
     def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:

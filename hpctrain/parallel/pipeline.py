@@ -8,6 +8,7 @@ it. Interleaved schedules give each rank several pieces; zbv two, in a V (config
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 from hpctrain.analysis.tune import Knob
@@ -82,6 +83,24 @@ class Pipeline(ParallelismKind):
     @classmethod
     def batch_cuts(cls, cfg: Config) -> int:
         return int(cfg.parallelism.microbatches)
+
+    @classmethod
+    def memory_probe(cls, cfg: Config) -> tuple[str, ...]:
+        # point to point over torch.distributed whatever the engine; one rank per stage
+        return ("parallelism=pipeline", "parallelism.stages=2", "parallelism.microbatches=1")
+
+    @classmethod
+    def memory_fixes(cls, cfg: Config, world: int) -> list[tuple[str, Config]]:
+        # smaller micro-batches: each holds less, and GPipe holds them all
+        m, per = 2 * cfg.parallelism.microbatches, cfg.train.batch_per_rank
+        if not per or per % m:
+            return []
+        return [
+            (
+                f"parallelism.microbatches={m}",
+                replace(cfg, parallelism=replace(cfg.parallelism, microbatches=m)),
+            )
+        ]
 
     @classmethod
     def study_overrides(cls, cfg: Config, world: int) -> tuple[str, ...]:

@@ -127,6 +127,10 @@ class Fsdp(ParallelismKind):
         return int(par.microbatches if par.stages > 1 else par.backward_passes_per_step)
 
     @classmethod
+    def memory_probe(cls, cfg: Config) -> tuple[str, ...]:
+        return ("parallelism=fsdp",)  # hsdp's replicas need more ranks; the libraries are the same
+
+    @classmethod
     def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
         return whole_checkpoints_refused(cfg, sharded_only) if _stages(cfg) > 1 else []
 

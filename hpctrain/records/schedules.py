@@ -20,6 +20,15 @@ class ScheduleKind:
     min_virtual: int = 1
     # keeps one micro-batch in flight per stage from the start: needs micro-batches >= stages
     one_in_flight_per_stage: bool = False
+    forwards_first: bool = False  # every micro-batch's forward before any backward (GPipe)
+
+    def in_flight(self, stages: int, microbatches: int, stage: int) -> int:
+        """Micro-batches whose activations a stage holds at its peak: GPipe runs every forward
+        before any backward; the 1F1B family starts `stages - stage` forwards before its first
+        backward (Narayanan et al. 2021, 2.2: PipeDream-Flush's warm-up), at most all of them."""
+        if self.forwards_first:
+            return microbatches
+        return max(1, min(microbatches, stages - stage))
 
     @property
     def multi(self) -> bool:
@@ -42,7 +51,7 @@ class ScheduleKind:
 
 
 SCHEDULES = {
-    "gpipe": ScheduleKind("ScheduleGPipe"),
+    "gpipe": ScheduleKind("ScheduleGPipe", forwards_first=True),
     "1f1b": ScheduleKind("Schedule1F1B", one_in_flight_per_stage=True),
     "interleaved_1f1b": ScheduleKind("ScheduleInterleaved1F1B", "virtual", min_virtual=2),
     "interleaved_zb": ScheduleKind("ScheduleInterleavedZeroBubble", "virtual", split_backward=True),

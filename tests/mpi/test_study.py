@@ -289,6 +289,9 @@ def test_estimates_come_from_one_probe_per_distinct_point_or_from_an_earlier_stu
     assert set(rows) == {"point 0 (train.steps=100)", "point 1 (train.steps=150)"}, r.stdout
     assert "total: 2 run(s)" in r.stdout and "nothing was submitted" in r.stdout
     assert not out.exists()
+    # each point's predicted memory per rank first, against this machine's share (not enforced)
+    memory = [line for line in r.stdout.splitlines() if "(this machine's memory / 2 ranks)" in line]
+    assert len(memory) == 2 and all(re.search(r"│\s+yes\s+│$", line) for line in memory), r.stdout
 
     study, _ = strong_study
     scales = ["study.ranks=[1,2,4]", "study.repetitions=1", "study.steps=500", "study.warmup_steps=2"]
@@ -296,6 +299,8 @@ def test_estimates_come_from_one_probe_per_distinct_point_or_from_an_earlier_stu
         "study", "strong", "--estimate", "--from", str(study), *scales, "study.global_batch=32", *common
     )
     assert "probe" not in r.stdout, r.stdout
+    has = {n: f"(this machine's memory / {n} ranks)" for n in (1, 2, 4)}
+    assert [sum(has[n] in line for line in r.stdout.splitlines()) for n in (1, 2, 4)] == [1, 1, 1], r.stdout
     lines = {line.split("│")[1].strip(): line for line in r.stdout.splitlines() if "│ n" in line}
     assert "measured at N=1" in lines["n1-r0"] and "measured at N=2" in lines["n2-r0"], r.stdout
     # N=4 from the study's step model, or refused with the reason when the model does not

@@ -25,6 +25,7 @@ def test_torch_facts_are_probed_once_then_read_and_probed_again_when_unreadable(
         "cuda_available": False,
         "cuda_bf16": False,
         "cuda_devices": 0,
+        "cuda_memory_bytes": 0,
         "cpu_fp16_autocast": True,
         "cpu_bf16_autocast": True,
     }

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from hpctrain import records
+from hpctrain.analysis.memory import Limit
 from hpctrain.config.schema import Config, LocalClusterConf
 from hpctrain.engine.registry import needs_mpi
 from hpctrain.errors import HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
-from hpctrain.facts import HostFacts
+from hpctrain.facts import HostFacts, host_memory_bytes
 from hpctrain.launch.base import Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.local.plan import JobPlan, plan_local
 from hpctrain.launch.local.supervisor import write_state
@@ -98,6 +99,19 @@ class LocalLauncher(Launcher[JobPlan]):
     @classmethod
     def host_facts(cls) -> HostFacts:
         return HostFacts.gather()
+
+    def on_gpus(self, cfg: Config) -> bool:
+        return self._facts().on_gpus(str(cfg.train.device))
+
+    def known_memory_per_rank(self, cfg: Config) -> Limit | None:
+        f = self._facts()
+        if self.on_gpus(cfg):
+            return Limit(f.cuda_memory_bytes, "the GPU's memory") if f.cuda_memory_bytes else None
+        # the ranks share this machine with everything else on it: shown, not enforced
+        ranks, total = int(cfg.cluster.world_size), host_memory_bytes()
+        return (
+            Limit(total // ranks, f"this machine's memory / {ranks} ranks", checked=False) if total else None
+        )
 
     def _facts(self) -> HostFacts:
         if self.facts is None:

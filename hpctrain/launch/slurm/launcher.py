@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpctrain import bounded, records
+from hpctrain.analysis.memory import GiB, Limit
 from hpctrain.config.schema import Config, SlurmClusterConf
 from hpctrain.errors import ConfigError, HpctrainError, LaunchError, Problem, RankFailure, RunCancelled
 from hpctrain.facts import HostFacts
@@ -49,6 +50,19 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         from hpctrain.launch.slurm.rules import slurm_problems
 
         return slurm_problems(cfg, cfg.cluster)
+
+    def on_gpus(self, cfg: Config) -> bool:
+        return cfg.cluster.gpus_per_node > 0 and str(cfg.train.device) != "cpu"
+
+    def known_memory_per_rank(self, cfg: Config) -> Limit | None:
+        c = cfg.cluster
+        if self.on_gpus(cfg) or not c.mem_gb:  # the nodes' GPUs are not known from here
+            return None
+        return Limit(
+            int(c.mem_gb * GiB / c.ranks_per_node),
+            "cluster.mem_gb / cluster.ranks_per_node",
+            "cluster.mem_gb",
+        )
 
     def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> SlurmPlan:
         folder = str(group_dir / "submitit") if group_dir is not None else None

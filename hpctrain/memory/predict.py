@@ -1,0 +1,125 @@
+"""A point's peak memory per rank, predicted before anything starts, and the refusal of a point
+that cannot fit, with the change that would fit it.
+
+The prediction adds, for the first rank of every pipeline stage (the others of a stage hold the
+same): the traced step's peak (memory/trace.py: parameters, gradients and optimizer state as the
+layout holds them, activations and temporaries, FSDP's gathered units), the engine's buffers
+(Engine.buffer_bytes: DDP's buckets, Horovod's fusion buffer), the dataset the rank keeps in its
+process (CPUs), and the process's fixed cost (memory/fixed.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from hpctrain.analysis.memory import Limit, Prediction, RankMemory, gib, over, parts_text
+from hpctrain.config.schema import Config
+from hpctrain.config.split import declared_checkpoint_blocks
+from hpctrain.config.tp_plan import declared_tp_plan
+from hpctrain.engine.registry import engine_class
+from hpctrain.errors import ConfigError, Problem
+from hpctrain.memory.fixed import fixed_cost
+from hpctrain.memory.trace import trace_rank
+from hpctrain.parallel.registry import derive, kind_of
+
+
+def predict(cfg: Config, gpus: bool) -> Prediction:
+    """Every stage's first rank's predicted peak (one rank where there are no stages)."""
+    d = derive(cfg)
+    layout = d.layout
+    engine = engine_class(str(cfg.parallelism.engine))
+    fixed = fixed_cost(cfg, gpus)
+    per_stage = layout.world_size // layout.stages
+    out = []
+    for rank in range(0, layout.world_size, per_stage):
+        t = trace_rank(cfg, d, rank)
+        p = t.parts
+        out.append(
+            RankMemory(
+                rank=rank,
+                stage=layout.stage_of(rank),
+                params=p["params"],
+                grads=p["grads"],
+                optimizer=p["optimizer"],
+                activations=p["activations"],
+                buffers=p["buffers"] + engine.buffer_bytes(cfg, layout, t.trainable),
+                data=0 if gpus else t.data,  # on GPUs the dataset stays in host memory
+                fixed=fixed.bytes,
+                fixed_in_peak=not gpus,
+            )
+        )
+    return Prediction(
+        tuple(out), f"traced with fake tensors in a world of {layout.world_size}; the fixed cost {fixed.how}"
+    )
+
+
+def fixes(cfg: Config, accept: Callable[[Config], bool]) -> list[tuple[str, Config]]:
+    """Changes that lower a rank's memory, cheapest to the run first: recomputing activations,
+    the parallelism's own (sharding, smaller micro-batches), splitting over twice the
+    tensor-parallel ranks, half the batch per rank. Only those `accept`ed (the run's rules)."""
+    world = int(cfg.cluster.world_size)
+    found: list[tuple[str, Config]] = []
+    if not cfg.model.activation_checkpointing and declared_checkpoint_blocks(cfg.model):
+        found.append(
+            (
+                "model.activation_checkpointing=true",
+                replace(cfg, model=replace(cfg.model, activation_checkpointing=True)),
+            )
+        )
+    found += kind_of(cfg).memory_fixes(cfg, world)
+    tp = cfg.parallelism.tp.degree
+    if world % (2 * tp) == 0 and (cfg.parallelism.tp.plan or declared_tp_plan(cfg.model)):
+        wider = replace(cfg.parallelism.tp, degree=2 * tp)
+        found.append(
+            (f"parallelism.tp.degree={2 * tp}", replace(cfg, parallelism=replace(cfg.parallelism, tp=wider)))
+        )
+    per = cfg.train.batch_per_rank
+    if per and per >= 2:
+        found.append(
+            (
+                f"train.batch_per_rank={per // 2}",
+                replace(cfg, train=replace(cfg.train, batch_per_rank=per // 2)),
+            )
+        )
+    return [(text, c) for text, c in found if accept(c)]
+
+
+def check_fits(
+    cfg: Config,
+    limit: Limit,
+    gpus: bool,
+    accept: Callable[[Config], bool],
+    say: Callable[[str], None] | None = None,
+) -> Prediction:
+    """The point's prediction; ConfigError (exit 2) when its worst rank exceeds `limit`, naming
+    the prediction, the limit and the first change that the same prediction says would fit."""
+    p = predict(cfg, gpus)
+    if not over(p, limit):
+        return p
+    w = p.worst
+    fit = ""
+    for text, changed in fixes(cfg, accept):
+        if say is not None:
+            say(f"memory: trying {text}")
+        if not over(predict(changed, gpus), limit):
+            fit = text
+            break
+    where = f"rank {w.rank}" + (f" (stage {w.stage})" if p.ranks[-1].stage else "")
+    rule = (
+        f"{where} is predicted to need {gib(w.peak)} ({parts_text(w)}), more than the "
+        f"{gib(limit.bytes)} each rank has ({limit.source})"
+    )
+    hint = (
+        f"{fit} would fit (predicted the same way)"
+        if fit
+        else "none of activation checkpointing, sharding, tensor parallelism, more micro-batches or half "
+        "the batch per rank fits it alone: use more ranks or a smaller model"
+    )
+    raise ConfigError([Problem(limit.key, rule, hint)])
+
+
+def worst_text(p: Prediction) -> str:
+    return f"{gib(p.worst.peak)} ({parts_text(p.worst)})"
+
+
+__all__ = ["Limit", "Prediction", "RankMemory", "check_fits", "fixes", "predict", "worst_text"]

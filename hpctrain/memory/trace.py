@@ -1,0 +1,266 @@
+"""One rank's memory over a training step, traced without allocating anything: the model is built
+under FakeTensorMode, split and sharded by the same wrappers the ranks use (engine/tp_wrap.py,
+engine/fsdp_wrap.py) over a fake process group of the run's world size (torch's FakeStore, as
+TorchTitan's memory estimation does), and two steps run under torch's memory tracker (MemTracker;
+FSDPMemTracker where FSDP shards); the peak is the tracker's, by category. A pipeline stage runs
+as many micro-batches' forwards before their backwards as its schedule keeps in flight."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hpctrain.config.derived import Derived
+from hpctrain.config.layout import SCHEDULES
+from hpctrain.config.schema import Config
+from hpctrain.config.split import (
+    chain_pieces,
+    declared_chain,
+    declared_checkpoint_blocks,
+    shard_units,
+    split_points,
+)
+from hpctrain.config.tp_plan import plan_for, resolve
+from hpctrain.errors import HpctrainError
+from hpctrain.records import Layout
+
+# the trackers' categories, as the prediction's parts name them
+CATEGORY = {
+    "Parameter": "params",
+    "Buffer": "params",
+    "Sharded Param": "params",
+    "Unsharded Param": "params",
+    "Gradient": "grads",
+    "Sharded Grad": "grads",
+    "Unsharded Grad": "grads",
+    "Optstate": "optimizer",
+    "OptState": "optimizer",
+    "Activation": "activations",
+    "Temp": "activations",
+    "Inputs": "activations",
+    "Other": "activations",
+    "All Gather": "buffers",
+    "Reduce Scatter": "buffers",
+}
+
+
+class TraceError(HpctrainError):
+    """The model or its data could not be traced (the message says what and why)."""
+
+
+@dataclass(frozen=True)
+class Traced:
+    """The tracker's peak by part (bytes), the dataset's bytes in the rank's process, and the
+    bytes of the trainable parameters the rank holds (what its gradients come to once all are
+    computed: DDP's buckets copy them)."""
+
+    parts: dict[str, int]
+    data: int
+    trainable: int
+
+
+@contextlib.contextmanager
+def fake_world(world: int, rank: int) -> Iterator[None]:
+    """A process group of `world` ranks that moves nothing (this process plays `rank`)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise TraceError("memory is traced outside training: this process already has a process group")
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _meshes(layout: Layout) -> dict[str, Any]:
+    """The engine's mesh (engine/ddp.py: device_mesh) and its slices, taken outside fake mode:
+    slicing computes coordinates from a real tensor."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dims = [("pp", layout.stages)] if layout.stages > 1 else []
+    dims += [("replicate", layout.replicate), ("shard", layout.shard), ("tp", layout.tp)]
+    mesh = init_device_mesh("cpu", tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))
+    dp = ("replicate", "shard") if layout.replicate > 1 else ("shard",)
+    return {"tp": mesh["tp"], "dp": mesh[dp]}
+
+
+def _pieces(cfg: Config, layout: Layout, whole: nn.Module, rank: int) -> tuple[list[nn.Module], list[int]]:
+    """The modules the rank holds and their positions in the chain (the whole model: [0])."""
+    if not layout.pipelined:
+        return [whole], [0]
+    from hpctrain.train.mesh_pipeline import ChainPiece
+
+    chain = declared_chain(cfg.model)
+    if not chain:
+        raise TraceError(
+            "a pipeline's memory is traced along the model's chain of modules, which this model does not "
+            "declare (model.chain)"
+        )
+    segments = chain_pieces(chain, split_points(cfg, layout.pieces))
+    mine = layout.pieces_of(rank)
+    return [ChainPiece(whole, segments[k]) for k in mine], mine
+
+
+def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any]) -> None:
+    """What the rank's build does to a piece: split it (TP), recompute its blocks, shard it."""
+    from hpctrain.engine.clock import HostClock
+    from hpctrain.engine.fsdp_wrap import shard_model
+    from hpctrain.engine.tp_wrap import split_model
+    from hpctrain.train.pipeline import checkpoint_blocks
+
+    names = [n for n, _ in piece.named_modules() if n]
+    if layout.tp > 1:
+        tp = cfg.parallelism.tp
+        mine, _ = resolve(plan_for(cfg.model, dict(tp.plan), tp.sequence_parallel), names)
+        if mine:
+            split_model(piece, meshes["tp"], mine, tp.sequence_parallel)
+    if cfg.model.activation_checkpointing:
+        checkpoint_blocks(piece, [b for b in declared_checkpoint_blocks(cfg.model) if b in names])
+    if layout.shard > 1:
+        units = [u for u in shard_units(cfg.model, list(cfg.parallelism.shard.modules)) if u in names]
+        shard_model(cfg.parallelism.shard, cfg.precision.name, piece, meshes["dp"], units, HostClock())
+
+
+def _batch(cfg: Config, micro: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """A micro-batch of the run's data (fake), and the bytes of the dataset a rank builds."""
+    from hpctrain.train.parts import make_dataset
+
+    try:
+        dataset = make_dataset(cfg, micro)
+        x, y = dataset[0]
+    except Exception as e:  # a user's dataset: whatever it raises, the trace cannot go on
+        raise TraceError(f"the data could not be traced: {type(e).__name__}: {e}") from e
+    held = sum(int(t.numel() * t.element_size()) for t in getattr(dataset, "tensors", ()))
+    return torch.stack([x] * micro), torch.stack([y] * micro), held
+
+
+def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
+    """`rank`'s peak over a training step, traced."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from hpctrain.train.parts import make_criterion, make_model
+    from hpctrain.train.setup import make_optimizer
+
+    layout = d.layout
+    with fake_world(layout.world_size, rank), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        meshes = _meshes(layout)
+        fake = FakeTensorMode(allow_non_fake_inputs=True)
+        with fake:
+            whole = make_model(cfg)
+            x, y, held = _batch(cfg, d.batch.micro)
+            pieces, at = _pieces(cfg, layout, whole, rank)
+            inputs = _piece_inputs(cfg, layout, whole, at, x) if layout.pipelined else [x]
+        for piece in pieces:
+            _wrap(cfg, layout, piece, meshes)
+        with fake:
+            optimizer = make_optimizer(cfg, nn.ModuleList(pieces), d.lr)
+            step = Step(pieces, at, inputs, y, make_criterion(cfg))
+            parts = _track(cfg, layout, optimizer, step, layout.stage_of(rank))
+            trainable = sum(
+                _local_bytes(q) for piece in pieces for q in piece.parameters() if q.requires_grad
+            )
+    return Traced(parts, held, trainable)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one traced step runs: the rank's pieces, their inputs, the labels and the loss."""
+
+    pieces: list[nn.Module]
+    at: list[int]  # each piece's position in the chain
+    inputs: list[torch.Tensor]
+    y: torch.Tensor
+    loss: nn.Module
+
+
+def _piece_inputs(
+    cfg: Config, layout: Layout, whole: nn.Module, at: list[int], x: torch.Tensor
+) -> list[torch.Tensor]:
+    """What each piece takes: the first the batch, the others what the chain before them makes of
+    it (fake: shapes only, before anything is split or sharded)."""
+    segments = chain_pieces(declared_chain(cfg.model), split_points(cfg, layout.pieces))
+    out = []
+    for k in at:
+        h = x
+        with torch.no_grad():
+            for name in (n for seg in segments[:k] for n in seg):
+                h = whole.get_submodule(name)(h)
+        out.append(h if k == 0 else torch.empty_like(h).requires_grad_(True))
+    return out
+
+
+class _Forwards(nn.Module):
+    """One step's forwards as one call: the trackers take a root module's second call for the next
+    iteration, and a stage runs its pieces once per micro-batch in flight."""
+
+    def __init__(self, step: Step, flight: int, precision: str, last: int) -> None:
+        super().__init__()
+        self.pieces = nn.ModuleList(step.pieces)
+        self.loss = step.loss
+        self.step, self.flight, self.precision, self.last = step, flight, precision, last
+
+    def forward(self) -> list[torch.Tensor]:
+        """What the backward starts from: the loss after the head, a stage's output elsewhere."""
+        from hpctrain.train.precision import autocast
+
+        outs = []
+        for _ in range(self.flight):
+            for k, piece, x in zip(self.step.at, self.pieces, self.step.inputs):
+                with autocast(self.precision, "cpu"):
+                    out = _local(piece(x))
+                outs.append(self.loss(out.float(), self.step.y) if k == self.last else out)
+        return outs
+
+
+def _track(cfg: Config, layout: Layout, optimizer: Any, step: Step, stage: int) -> dict[str, int]:
+    """The tracker's peak over two steps, by part."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    schedule = SCHEDULES[cfg.parallelism.schedule] if layout.pipelined else None
+    flight = schedule.in_flight(layout.stages, cfg.parallelism.microbatches, stage) if schedule else 1
+    # the piece with the head, whose output the loss takes
+    forwards = _Forwards(step, flight, cfg.precision.name, last=layout.pieces - 1)
+    tracker: Any
+    if layout.shard > 1 and len(step.pieces) == 1:
+        tracker = FSDPMemTracker(step.pieces[0], optimizer)  # tells the all-gathered units apart
+    else:
+        tracker = MemTracker()
+        tracker.track_external(forwards, optimizer)
+    with tracker:
+        for _ in range(2):  # the second step has the optimizer's state
+            for out in forwards():
+                out.backward(torch.ones_like(out) if out.dim() else None)
+            optimizer.step()
+            optimizer.zero_grad()
+            tracker.reset_mod_stats()
+    snap = tracker.get_tracker_snapshot("peak")
+    parts = dict.fromkeys(("params", "grads", "optimizer", "activations", "buffers"), 0)
+    for by in snap.values():
+        for key, n in by.items():
+            name = CATEGORY.get(getattr(key, "value", str(key)))
+            if name is not None:
+                parts[name] += int(n)
+    return parts
+
+
+def _local_bytes(t: torch.Tensor) -> int:
+    """The bytes of this rank's part of `t` (a DTensor's local shard, else all of it)."""
+    to_local = getattr(t, "to_local", None)
+    mine = to_local() if callable(to_local) else t
+    return int(mine.numel() * mine.element_size())
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local part (a split head's output), else the tensor."""
+    full = getattr(t, "full_tensor", None)
+    return full() if callable(full) else t

@@ -1,0 +1,184 @@
+"""The memory prediction's parts against hand-computed bytes (memory/trace.py traces the model with
+fake tensors: torch's tracker counts each storage's bytes), the engines' buffers, the schedules' micro-batches in flight, the changes offered
+for a point that does not fit, and where the memory each rank has comes from."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpctrain.analysis.memory import GiB, Limit, Prediction, RankMemory, over, parts_text
+from hpctrain.config.load import load_config
+from hpctrain.engine.registry import engine_class
+from hpctrain.parallel.registry import derive
+from hpctrain.records import Layout
+from hpctrain.records.schedules import SCHEDULES
+
+MLP = ["model=mlp", "model.width=64", "model.depth=2", "optim.name=adamw", "train.batch_per_rank=4"]
+
+
+def fp32(*numels: int) -> int:
+    """The bytes of fp32 tensors of these sizes."""
+    return 4 * sum(numels)
+
+
+# the MLP over 3 x 32 x 32 images: Linear(3072, 64), Linear(64, 64), Linear(64, 10), with biases
+MLP_PARAMS = fp32(3072 * 64, 64, 64 * 64, 64, 64 * 10, 10)
+
+
+def traced(*overrides: str) -> dict[str, int]:
+    from hpctrain.memory.trace import trace_rank
+
+    cfg = load_config([*MLP, *overrides])
+    return trace_rank(cfg, derive(cfg), 0).parts
+
+
+def test_a_replicated_mlp_holds_its_parameters_and_adamws_two_moments_whole() -> None:
+    p = traced("parallelism=data", "cluster.ranks=2")
+    assert p["params"] == MLP_PARAMS
+    # at the peak, inside AdamW's step: exp_avg and exp_avg_sq of every parameter, the step
+    # count of each (a 0-dim fp32 tensor), and two temporaries the size of the largest parameter
+    # (torch.optim.adamw's single-tensor update: the bias-corrected denominator and the step)
+    assert p["optimizer"] == 2 * MLP_PARAMS + 6 * 4 + 2 * fp32(3072 * 64)
+    assert 0 < p["grads"] <= MLP_PARAMS and p["buffers"] == 0
+
+
+def test_fsdp_over_two_ranks_holds_half_of_each_parameter_and_its_state() -> None:
+    p = traced("parallelism=fsdp", "cluster.ranks=2")
+    # each tensor's rows split in two (FSDP2 pads dim 0 to a multiple of the shards)
+    half = fp32(32 * 3072, 32, 32 * 64, 32, 5 * 64, 5)
+    # the peak is in the optimizer's step: the shards of parameters and gradients, the shards'
+    # moments and the step's temporaries
+    assert p["params"] == half and p["grads"] == half
+    assert p["optimizer"] >= 2 * half + 6 * 4
+
+
+def test_sgd_without_momentum_keeps_no_optimizer_state() -> None:
+    p = traced("optim.name=sgd", "optim.momentum=0", "parallelism=data", "cluster.ranks=1")
+    assert p["optimizer"] == 0 and p["params"] == MLP_PARAMS
+
+
+def test_activation_checkpointing_keeps_fewer_activations_of_a_transformer() -> None:
+    base = ["model=transformer", "model.width=64", "model.depth=4", "data=tokens", "train.batch_per_rank=16"]
+    plain = traced(*base, "cluster.ranks=1")
+    recomputed = traced(*base, "cluster.ranks=1", "model.activation_checkpointing=true")
+    assert recomputed["activations"] < 0.75 * plain["activations"]
+    assert recomputed["params"] == plain["params"]
+
+
+def test_a_gpipe_stage_holds_every_micro_batch_and_1f1b_fewer() -> None:
+    base = [
+        "model=transformer",
+        "model.width=64",
+        "model.depth=4",
+        "data=tokens",
+        "train.batch_per_rank=16",
+        "parallelism=pipeline",
+        "parallelism.stages=2",
+        "parallelism.microbatches=4",
+        "cluster.ranks=2",
+    ]
+    gpipe = traced(*base, "parallelism.schedule=gpipe")
+    one_f_one_b = traced(*base, "parallelism.schedule=1f1b")
+    assert one_f_one_b["activations"] < gpipe["activations"]
+    assert SCHEDULES["gpipe"].in_flight(2, 4, 0) == 4
+    assert [SCHEDULES["1f1b"].in_flight(4, 8, s) for s in range(4)] == [4, 3, 2, 1]
+    assert SCHEDULES["1f1b"].in_flight(4, 2, 0) == 2  # never more than there are
+
+
+def test_the_engines_buffers_ddps_buckets_and_horovods_fusion_buffer() -> None:
+    cfg = load_config(["parallelism.engine=ddp"])
+    ddp, hvd = engine_class("ddp"), engine_class("horovod")
+    assert ddp.buffer_bytes(cfg, Layout(replicate=2), 1000) == 1000
+    assert ddp.buffer_bytes(cfg, Layout(replicate=1), 1000) == 0  # one replica: no buckets
+    assert ddp.buffer_bytes(cfg, Layout(shard=2), 1000) == 0  # FSDP2: no buckets
+    view = load_config(["parallelism.engine=ddp", "parallelism.gradient_as_bucket_view=true"])
+    assert ddp.buffer_bytes(view, Layout(replicate=2), 1000) == 0
+    assert hvd.buffer_bytes(load_config([]), Layout(replicate=4), 1000) == 64 * 2**20
+    small = load_config(["parallelism.fusion_threshold_mb=16"])
+    assert hvd.buffer_bytes(small, Layout(replicate=4), 1000) == 16 * 2**20
+
+
+def test_the_changes_offered_for_a_point_that_does_not_fit_are_valid_configs() -> None:
+    from hpctrain.memory.predict import fixes
+    from hpctrain.orchestrate.validate import problems
+
+    cfg = load_config(
+        [
+            "model=transformer",
+            "data=tokens",
+            "parallelism=data",
+            "parallelism.engine=ddp",
+            "cluster.ranks=4",
+            "train.batch_per_rank=8",
+        ]
+    )
+    offered = [text for text, _ in fixes(cfg, lambda c: not problems(c))]
+    assert offered == [
+        "model.activation_checkpointing=true",
+        "parallelism=fsdp",
+        "parallelism.tp.degree=2",
+        "train.batch_per_rank=4",
+    ]
+    # horovod cannot split a model: tensor parallelism is not offered
+    hvd = load_config(["model=transformer", "data=tokens", "parallelism.engine=horovod", "cluster.ranks=4"])
+    assert "parallelism.tp.degree=2" not in [t for t, _ in fixes(hvd, lambda c: not problems(c))]
+
+
+def rank(**parts: int) -> RankMemory:
+    base = dict(params=0, grads=0, optimizer=0, activations=0, buffers=0, data=0, fixed=0)
+    return RankMemory(rank=0, stage=0, fixed_in_peak=True, **{**base, **parts})
+
+
+def test_a_rank_needs_the_sum_of_its_parts_and_reports_without_the_cuda_context() -> None:
+    r = rank(params=100, grads=100, optimizer=200, activations=50, buffers=25, data=5, fixed=20)
+    assert r.peak == 500 and r.reported == 500
+    gpu = RankMemory(**{**r.__dict__, "fixed_in_peak": False})
+    assert gpu.peak == 500 and gpu.reported == 480  # the allocator's peak leaves the context out
+    assert parts_text(rank(params=2 * 2**20, fixed=3 * GiB)) == "params 2.0 MiB + fixed 3.00 GiB"
+    p = Prediction((r, rank(params=600)), "")
+    assert p.worst.peak == 600 and over(p, Limit(599, "x")) and not over(p, Limit(600, "x"))
+
+
+@pytest.mark.parametrize(
+    ("cluster", "want"),
+    [
+        (["cluster.memory_per_rank_gib=1.5"], (int(1.5 * GiB), "cluster.memory_per_rank_gib", True)),
+        (
+            ["cluster=slurm", "cluster.mem_gb=64", "cluster.ranks_per_node=4"],
+            (16 * GiB, "cluster.mem_gb / cluster.ranks_per_node", True),
+        ),
+        (["cluster=slurm", "cluster.mem_gb=64", "cluster.gpus_per_node=4", "cluster.ranks_per_node=4"], None),
+        (["cluster=slurm"], None),
+        (
+            ["cluster=slurm", "cluster.mem_gb=64", "cluster.memory_per_rank_gib=2"],
+            (2 * GiB, "cluster.memory_per_rank_gib", True),
+        ),
+    ],
+)
+def test_the_memory_each_rank_has_comes_from_the_setting_else_the_launcher(
+    cluster: list[str], want: object
+) -> None:
+    from hpctrain.facts import HostFacts
+    from hpctrain.launch.registry import launcher_for
+
+    cfg = load_config(cluster)
+    limit = launcher_for(cfg).memory_per_rank(cfg) if cfg.cluster.name == "slurm" else None
+    if cfg.cluster.name == "local":
+        from hpctrain.launch.local.launcher import LocalLauncher
+
+        limit = LocalLauncher(HostFacts.example()).memory_per_rank(cfg)
+    got = None if limit is None else (limit.bytes, limit.source, limit.checked)
+    assert got == want
+
+
+def test_a_local_cpu_run_shows_the_machines_share_without_enforcing_it() -> None:
+    from hpctrain.facts import HostFacts, host_memory_bytes
+    from hpctrain.launch.local.launcher import LocalLauncher
+
+    cfg = load_config(["cluster.ranks=2", "train.device=cpu"])
+    limit = LocalLauncher(HostFacts.example()).memory_per_rank(cfg)
+    assert limit is not None and limit.bytes == host_memory_bytes() // 2 and not limit.checked
+    gpu = LocalLauncher(HostFacts.example(cuda_available=True, cuda_devices=2, cuda_memory_bytes=80 * GiB))
+    cfg = load_config(["cluster.ranks=2", "train.device=cuda"])
+    limit = gpu.memory_per_rank(cfg)
+    assert limit is not None and (limit.bytes, limit.checked) == (80 * GiB, True)
