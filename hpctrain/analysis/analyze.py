@@ -317,6 +317,20 @@ def placement_lines(label: str, runs: list[records.RunSummary]) -> list[str]:
     return out
 
 
+def allocation_lines(allocations: list[str], runs: list[records.RunSummary]) -> list[str]:
+    """study.one_allocation: the allocation(s) every point ran in as a job step, and their nodes."""
+    if not allocations:
+        return []
+    hosts = sorted({h for r in runs for h in r.hosts})
+    on = f"on {len(hosts)} node(s): {', '.join(hosts)}" if hosts else "(nodes not recorded)"
+    if len(allocations) == 1:
+        return [f"every point ran as a job step of one allocation (job {allocations[0]}) {on}"]
+    return [
+        f"the points ran as job steps of {len(allocations)} allocations (jobs {', '.join(allocations)}: the "
+        f"study was resumed in a new one) {on}"
+    ]
+
+
 def predict(kind: str, model: StepModel, points: list[Point]) -> list[Prediction]:
     """Step time and efficiency (against the measured smallest scale) at 2x, 4x, 8x the largest
     measured scale, banded by the largest leave-one-out error."""
@@ -363,6 +377,7 @@ def analyze_dir(study_dir: Path) -> Analysis:
             continue
         allreduce.extend(result.rows)
     a = analyze_runs(manifest.kind, runs, missing, allreduce, corrupt)
+    a.placement = allocation_lines(manifest.allocations, runs) + a.placement
     a.containers = counted(lines)
     return a
 

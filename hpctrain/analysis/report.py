@@ -286,7 +286,7 @@ def sections(a: Analysis) -> list[tuple[str, list[str]]]:
         ("Peak memory per pipeline stage", memory_lines(a)),
         ("Pipeline micro-batches (the step model's pipeline terms)", a.pipeline),
         ("Containers the ranks ran in", a.containers),
-        ("Placement: repetitions on different nodes", a.placement),
+        ("Placement: allocations and nodes", a.placement),
         (f"Missing or failed runs ({len(a.missing)})", [f"`{m}`" for m in a.missing]),
         (f"Unreadable records ({len(a.corrupt)})", list(a.corrupt)),
     ]

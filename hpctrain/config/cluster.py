@@ -49,6 +49,8 @@ class ClusterConf:
     study_scale: ClassVar[str] = "ranks"  # what a study scales: study.<x> -> cluster.<x>
     # whether a run can lose some of its nodes and go on with the rest (train.elastic)
     loses_nodes: ClassVar[bool] = False
+    # its scheduler can hold one allocation for many runs, each a job step (study.one_allocation)
+    holds_allocations: ClassVar[bool] = False
     # jobs may start, or restart, long after submission: user code is copied at submission so an
     # edit meanwhile changes nothing (code.snapshot=null follows this)
     snapshots_code: ClassVar[bool] = True
@@ -127,6 +129,7 @@ class SlurmClusterConf(ClusterConf):
     dependency: Optional[str] = None  # sbatch --dependency, e.g. afterok:123 (run.after sets it)
     study_scale: ClassVar[str] = "nodes"
     loses_nodes: ClassVar[bool] = True  # --no-kill: the allocation outlives a lost node
+    holds_allocations: ClassVar[bool] = True  # sbatch a holding job, srun --jobid steps in it
 
     @property
     def world_size(self) -> int:

@@ -303,6 +303,10 @@ class StudyConf:
     parallelisms: Optional[List[str]] = None
     # pipeline | hybrid: each micro-batch count at every scale, one series each (empty: the config's)
     microbatches: List[int] = field(default_factory=list)
+    # SLURM: hold the largest point's nodes once and run every point as a job step inside that
+    # allocation, one after another (smaller points on a subset of the same nodes): one wait in
+    # the queue, and every speedup measured on the same nodes
+    one_allocation: bool = False
     allreduce_bench: bool = True  # measure allreduce once per world size (local studies)
     allreduce_max_mb: int = 256  # largest allreduce message of that benchmark
 

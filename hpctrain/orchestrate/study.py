@@ -80,6 +80,15 @@ def expand_study(cfg: Config) -> list[StudyPoint]:
         raise ConfigError.one("study", "no study selected", "use hpctrain study strong|weak")
     scale = cfg.cluster.study_scale
     problems = study_problems(s, scale)
+    if s.one_allocation and not cfg.cluster.holds_allocations:
+        problems.append(
+            Problem(
+                "study.one_allocation",
+                f"holds one scheduler allocation for every point; cluster={cfg.cluster.name} starts each "
+                "run at once on nodes it does not hold",
+                "drop study.one_allocation, or use cluster=slurm",
+            )
+        )
     if s.engines and cfg.script.path:
         problems.append(
             Problem(

@@ -18,7 +18,15 @@ from hpctrain.launch.base import After, Job, Launcher, RunSpec
 from hpctrain.orchestrate.probe import allreduce_config, allreduce_overrides
 from hpctrain.orchestrate.runs import Reporter, accounted, statuses
 from hpctrain.orchestrate.started import jobs_in, launcher_of
-from hpctrain.orchestrate.study_run import Attempt, keep_aside, plan_attempt, record_attempt, study_lock
+from hpctrain.orchestrate.study_run import (
+    AS_JOB_REFUSED,
+    Attempt,
+    keep_aside,
+    one_allocation,
+    plan_attempt,
+    record_attempt,
+    study_lock,
+)
 from hpctrain.orchestrate.validate import validate_points
 from hpctrain.records import State
 
@@ -72,6 +80,8 @@ def submit_study(study_dir: Path, reporter: Reporter, script: Path) -> Submitted
     its analysis job; return at once. Everything is checked before anything is submitted."""
     with study_lock(study_dir):
         a = plan_attempt(study_dir, reporter)
+        if one_allocation(a):  # a study resumed with --analyze-as-job
+            raise AS_JOB_REFUSED
         launcher = a.launcher
         specs = [*a.runs, *_benchmark_specs(a)]
         cfg = analysis_config(next(iter(a.configs.values())), study_dir, script)

@@ -18,7 +18,7 @@ from hpctrain.config.load import load_config
 from hpctrain.config.points import load_configs
 from hpctrain.config.schema import Config
 from hpctrain.config.validate import SAFE_NAME
-from hpctrain.errors import HpctrainError, RecordError, RunsFailed
+from hpctrain.errors import ConfigError, HpctrainError, RecordError, RunsFailed
 from hpctrain.launch.base import Job, Launcher, RunSpec
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.lock import writer_lock
@@ -27,6 +27,13 @@ from hpctrain.orchestrate.runs import Reporter, accounted, follow, one_launcher,
 from hpctrain.orchestrate.study import expand_study
 from hpctrain.orchestrate.validate import check_memory, validate_points
 from hpctrain.records import State
+
+AS_JOB_REFUSED = ConfigError.one(
+    "study.one_allocation",
+    "starts the points one after another from this command, as job steps of the allocation it holds; "
+    "--analyze-as-job returns at once",
+    "run the study without --analyze-as-job (it waits, then reports), or drop study.one_allocation",
+)
 
 
 @dataclass(frozen=True)
@@ -43,11 +50,18 @@ class PlannedStudy:
 
 
 def create_study(
-    kind: str, overrides: Sequence[str], config_dir: str | None = None, now: datetime | None = None
+    kind: str,
+    overrides: Sequence[str],
+    config_dir: str | None = None,
+    now: datetime | None = None,
+    as_job: bool = False,
 ) -> tuple[Path, records.StudyManifest, bool]:
     """The study's directory, its manifest (not yet written: see write_study), and whether the
-    directory is the dated default (run.dir unset), which may take a suffix when taken."""
+    directory is the dated default (run.dir unset), which may take a suffix when taken. `as_job`:
+    submitted with --analyze-as-job, which a study in one allocation cannot be."""
     s = plan_study(kind, overrides, config_dir, now)
+    if as_job and any(c.study is not None and c.study.one_allocation for c in s.configs):
+        raise AS_JOB_REFUSED
     return s.study_dir, s.manifest, s.dated
 
 
@@ -154,9 +168,11 @@ def run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
         _run_study(study_dir, reporter, timeout_s)
 
 
-def _in_flight(launcher: Launcher, runs: list[records.StudyRun]) -> list[str]:
-    """Runs whose job is still pending or running (e.g. SLURM jobs of an interrupted `study`)."""
+def _in_flight(launcher: Launcher, runs: list[records.StudyRun], ours: Sequence[str] = ()) -> list[str]:
+    """Runs whose job is still pending or running (e.g. SLURM jobs of an interrupted `study`),
+    but for steps of the study's own earlier allocations (`ours`: ending it ends them)."""
     jobs = [Job.load(Path(r.run_dir)) for r in runs if (Path(r.run_dir) / records.JOB).exists()]
+    jobs = [j for j in jobs if j.job_id.split(".")[0] not in ours]
     if not jobs:
         return []
     states = launcher.status(jobs)
@@ -211,7 +227,7 @@ def plan_attempt(study_dir: Path, reporter: Reporter) -> Attempt:
     launcher = one_launcher(list(configs.values()))
     validate_points(list(configs.values()), list(configs), launcher.facts)
     check_memory(launcher, list(configs.values()), list(configs), reporter.note)
-    busy = _in_flight(launcher, todo)
+    busy = _in_flight(launcher, todo, manifest.allocations)
     if busy:
         raise HpctrainError(
             f"{len(busy)} run(s) of the study are still in flight: {', '.join(busy)}; wait for them "
@@ -239,8 +255,15 @@ def record_attempt(a: Attempt, specs: Sequence[RunSpec], jobs: list[Job]) -> Non
     write_sweep(a.study_dir / f"attempt-{int(time.time())}", a.launcher.name, list(specs), jobs)
 
 
+def one_allocation(a: Attempt) -> bool:
+    return any(c.study is not None and c.study.one_allocation for c in a.configs.values())
+
+
 def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
     a = plan_attempt(study_dir, reporter)
+    if one_allocation(a) and (a.runs or a.benchmarks()):
+        _in_one_allocation(a, reporter, timeout_s)
+        return
     launcher, todo, configs = a.launcher, a.todo, a.configs
     if a.runs:
         jobs = start_attempt(a)
@@ -264,12 +287,61 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
                 accounted(launcher, job)  # its cost from the scheduler's accounting, into its summary
         if len(failures) == len(a.manifest.runs):
             raise RunsFailed(f"every run of the study failed, the first: {failures[0]}\n  study: {study_dir}")
+    _benchmarks(a, reporter)
+
+
+def _in_one_allocation(a: Attempt, reporter: Reporter, timeout_s: float) -> None:
+    """study.one_allocation: hold the largest point's nodes once (the allocation `tune` holds:
+    launch/slurm/allocation.py) for the runs' time limits together, then start every unfinished
+    point as a job step of it, one after another in the study's order (repetitions interleaved;
+    a smaller point on a subset of the same nodes), then the allreduce benchmarks. The
+    allocation is recorded in study.json; a resumed study ends its earlier one (hold) and says so."""
+    launcher, earlier = a.launcher, a.manifest.allocations
+    home = a.study_dir / records.ALLOCATION
+    # the benchmarks run on the shape of a point of their world size: the largest point holds it
+    biggest = max(a.runs or [_any_spec(a)], key=lambda r: (r.plan.nodes, r.plan.world_size))
+    minutes = sum(float(getattr(r.cfg.cluster, "time_min", 0)) for r in a.runs)
+    if earlier:
+        reporter.note(f"the study ran in allocation {earlier[-1]} before; what is left runs in a new one")
+    launcher.admit(a.runs)
+    failures = []
+    with launcher.held(biggest.cfg, home, minutes, reporter.note):
+        alloc = records.read(home / records.JOB, records.JobRef).job_id
+        manifest = dataclasses.replace(a.manifest, allocations=[*earlier, alloc])
+        records.write(a.study_dir / records.STUDY, manifest)
+        reporter.note(f"every point runs as a job step of allocation {alloc}, one after another")
+        for i, spec in enumerate(a.runs):
+            keep_aside(spec.run_dir)
+            (job,) = launcher.submit([spec], a.study_dir)
+            record_attempt(a, [spec], [job])
+            r = a.todo[i]
+            label = f"study run {i + 1}/{len(a.todo)}: {r.name} ({r.world_size} ranks, step {job.job_id})"
+            st = follow(launcher, [job], reporter, timeout_s, [label], [spec.cfg.train.steps])[job.job_id]
+            if st.state != State.COMPLETED:
+                failures.append(f"{r.name} failed: {str(launcher.failure(job, st)).splitlines()[0]}")
+                reporter.note(failures[-1])
+            else:
+                accounted(launcher, job)
+        if a.runs and len(failures) == len(a.manifest.runs):
+            raise RunsFailed(
+                f"every run of the study failed, the first: {failures[0]}\n  study: {a.study_dir}"
+            )
+        _benchmarks(a, reporter)
+
+
+def _any_spec(a: Attempt) -> RunSpec:
+    """A spec of the study's largest point (only benchmarks are left to run)."""
+    r = max(a.manifest.runs, key=lambda r: r.world_size)
+    return RunSpec(0, r.overrides, a.configs[r.name], a.launcher.plan(a.configs[r.name], Path(r.run_dir)))
+
+
+def _benchmarks(a: Attempt, reporter: Reporter) -> None:
     for n, cfg in a.benchmarks():
         reporter.note(f"allreduce benchmark on {n} ranks")
-        run_dir = study_dir / records.allreduce_dir(n)
+        run_dir = a.study_dir / records.allreduce_dir(n)
         keep_aside(run_dir)
-        result = run_allreduce(launcher, cfg, run_dir, a.manifest.allreduce_max_mb)
-        records.write(study_dir / records.allreduce_file(n), result)
+        result = run_allreduce(a.launcher, cfg, run_dir, a.manifest.allreduce_max_mb)
+        records.write(a.study_dir / records.allreduce_file(n), result)
 
 
 def load_study(study_dir: Path) -> records.StudyManifest:

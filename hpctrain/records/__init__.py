@@ -229,10 +229,14 @@ ALLOCATION = "allocation"  # in a tune directory: the allocation its trials ran 
 
 
 def study_jobs_dirs(study_dir: Path) -> list[Path]:
-    """A study's own runs besides its points, where they were started: the allreduce benchmarks
-    and the analysis job (never an attempt set aside, NAME.failed-T)."""
+    """A study's own jobs besides its points, where they were started: the allreduce benchmarks,
+    the analysis job and the allocation its points ran in (study.one_allocation); never an
+    attempt set aside, NAME.failed-T."""
     found = [d for d in study_dir.glob("allreduce-*") if re.fullmatch(r"allreduce-\d+", d.name)]
-    found = sorted(found, key=lambda d: int(d.name.split("-")[1])) + [study_dir / ANALYSIS]
+    found = sorted(found, key=lambda d: int(d.name.split("-")[1])) + [
+        study_dir / ANALYSIS,
+        study_dir / ALLOCATION,
+    ]
     return [d for d in found if (d / JOB).is_file()]
 
 

@@ -339,6 +339,9 @@ class StudyManifest:
     config_dir: str | None = None
     allreduce_bench: bool = True
     allreduce_max_mb: int = 256
+    # study.one_allocation: the allocations its points ran in, one per attempt (a study killed
+    # mid-way and resumed ran in two); [] without one
+    allocations: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

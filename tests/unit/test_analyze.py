@@ -465,4 +465,21 @@ def test_repetitions_on_different_nodes_are_flagged_in_the_report(tmp_path: Path
     assert a.placement == ["N=2: its 3 repetitions ran on 2 node sets: n1,n2 (2 run(s)); n3,n4 (1 run(s))"]
     assert analyze_runs("strong", runs[:3], []).placement == []
     md = write_report(a, tmp_path / "report")["markdown"].read_text()
-    assert "Placement: repetitions on different nodes" in md and "n3,n4 (1 run(s))" in md
+    assert "Placement: allocations and nodes" in md and "n3,n4 (1 run(s))" in md
+
+
+def test_the_report_names_the_allocations_a_study_ran_in_and_their_nodes() -> None:
+    from hpctrain.analysis.analyze import allocation_lines
+
+    runs = [
+        replace_summary(_run(2, 10, 8), hosts=["n1", "n2"]),
+        replace_summary(_run(1, 10, 8), hosts=["n2"]),
+    ]
+    assert allocation_lines([], runs) == []
+    assert allocation_lines(["71"], runs) == [
+        "every point ran as a job step of one allocation (job 71) on 2 node(s): n1, n2"
+    ]
+    assert allocation_lines(["71", "75"], runs) == [
+        "the points ran as job steps of 2 allocations (jobs 71, 75: the study was resumed in a new one) "
+        "on 2 node(s): n1, n2"
+    ]

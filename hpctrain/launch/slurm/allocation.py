@@ -204,7 +204,7 @@ def hold(
     alloc = Allocation(r.stdout.strip().split(";")[0], home)
     ref = records.new(records.JobRef, launcher="slurm", job_id=alloc.job_id, world_size=plan.world_size, folder=str(home))  # fmt: skip
     records.write(home / records.JOB, ref, indent=None)
-    say(f"allocation {alloc.job_id}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) for every trial")
+    say(f"allocation {alloc.job_id}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) for every run")
     deadline, said = time.monotonic() + timeout_s, ""
     while True:
         job = fields(scontrol("show", "job", "-o", alloc.job_id))  # its state and reason, one call
