@@ -322,7 +322,9 @@ def allocation_lines(allocations: list[str], runs: list[records.RunSummary]) -> 
     if not allocations:
         return []
     hosts = sorted({h for r in runs for h in r.hosts})
+    switches = sorted({s for r in runs for s in r.switches})
     on = f"on {len(hosts)} node(s): {', '.join(hosts)}" if hosts else "(nodes not recorded)"
+    on += f" under switch(es) {', '.join(switches)}" if switches else ""
     if len(allocations) == 1:
         return [f"every point ran as a job step of one allocation (job {allocations[0]}) {on}"]
     return [

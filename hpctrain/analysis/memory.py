@@ -4,6 +4,7 @@ torch). memory/trace.py fills the parts, memory/predict.py adds the engine and t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 GiB = 2**30
 MiB = 2**20
@@ -60,6 +61,7 @@ class Prediction:
 
     ranks: tuple[RankMemory, ...]
     how: str  # what was traced, for the table's caption
+    fixed: Any = None  # the fixed cost it used (memory/fixed.py: Fixed), for predictions of changes
 
     @property
     def worst(self) -> RankMemory:

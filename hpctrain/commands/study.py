@@ -36,9 +36,7 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
     elif args.estimate or args.estimate_from:
         return _estimate(args, console)
     else:
-        study_dir, manifest, dated = create_study(
-            args.kind, args.overrides, args.config_dir, as_job=args.analyze_as_job
-        )
+        study_dir, manifest, dated = create_study(args.kind, args.overrides, args.config_dir)
         if args.dry_run:
             for r in manifest.runs:
                 print(f"{r.name}: {' '.join(r.overrides)}")
@@ -62,6 +60,15 @@ def _submit_as_jobs(study_dir: Path, reporter: RichReporter, console: Console) -
 
     done = submit_study(study_dir, reporter, REPORT_SCRIPT)
     a = done.analysis
+    if done.drives:
+        console.print(
+            f"submitted the study as job {a.job_id}: it holds the largest point's nodes and runs every "
+            f"point as a job step of itself, then the analysis; its report will be {study_dir / records.REPORT}/ "
+            f"(its output: hpctrain logs {a.run_dir})",
+            highlight=False,
+        )
+        console.print(f"follow it: hpctrain status {study_dir}", highlight=False)
+        return 0
     console.print(
         f"submitted {len(done.runs)} run(s) and {len(done.benchmarks)} allreduce benchmark(s): jobs "
         f"{' '.join(j.job_id for j in done.runs + done.benchmarks) or '-'}",

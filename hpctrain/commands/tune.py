@@ -13,7 +13,9 @@ from rich.table import Table
 
 from hpctrain import records
 from hpctrain.analysis.tune import override_text
+from hpctrain.commands.estimate import memory_table
 from hpctrain.errors import HpctrainError
+from hpctrain.orchestrate.estimate import Point, memory_of
 from hpctrain.orchestrate.tune import Tuned, held_text, plan_tune, read_tune, resume_tune, tune, tune_home
 
 
@@ -100,6 +102,8 @@ def _dry_run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{k.key}: {values} (now {dict(t.base)[k.key]}; {k.effect})", highlight=False)
     for why in t.invalid:
         console.print(f"[dim]left out: {why}[/]", highlight=False)
+    point = Point("the config as given", t.cfg, t.launcher.plan(t.cfg, tune_home(t.cfg, datetime.now())))
+    console.print(memory_table(memory_of(t.launcher, [point], lambda _: None)))
     held = held_text(t, tune_home(t.cfg, datetime.now()))
     if held:
         console.print(held, highlight=False, markup=False, end="", soft_wrap=True)

@@ -182,6 +182,12 @@ class Launcher(ABC, Generic[P]):
         ranks start at once."""
         yield
 
+    def submit_driver(self, cfg: Config, home: Path, minutes: float, command: list[str]) -> Job:
+        """Submit one job of `cfg`'s shape for about `minutes` that runs `command` (hpctrain) on its
+        first node; held() there finds itself inside it and starts each run as a job step of it
+        (a study in one allocation with --analyze-as-job). Its records in `home`."""
+        raise LaunchError(f"the {self.name} launcher has no scheduler to hold nodes for a command")
+
     def describe_held(self, cfg: Config, home: Path, minutes: float) -> str:
         """What held() would submit and how a run would start in it, for a dry run ("": nothing)."""
         return ""

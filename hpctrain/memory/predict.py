@@ -18,17 +18,18 @@ from hpctrain.config.split import declared_checkpoint_blocks
 from hpctrain.config.tp_plan import declared_tp_plan
 from hpctrain.engine.registry import engine_class
 from hpctrain.errors import ConfigError, Problem
-from hpctrain.memory.fixed import fixed_cost
+from hpctrain.memory.fixed import Fixed, fixed_cost
 from hpctrain.memory.trace import trace_rank
 from hpctrain.parallel.registry import derive, kind_of
 
 
-def predict(cfg: Config, gpus: bool) -> Prediction:
-    """Every stage's first rank's predicted peak (one rank where there are no stages)."""
+def predict(cfg: Config, gpus: bool, fixed: Fixed | None = None) -> Prediction:
+    """Every stage's first rank's predicted peak (one rank where there are no stages); `fixed`:
+    the process's own cost as already measured (else measured or read from the cache)."""
     d = derive(cfg)
     layout = d.layout
     engine = engine_class(str(cfg.parallelism.engine))
-    fixed = fixed_cost(cfg, gpus)
+    fixed = fixed or fixed_cost(cfg, gpus)
     per_stage = layout.world_size // layout.stages
     out = []
     for rank in range(0, layout.world_size, per_stage):
@@ -48,9 +49,8 @@ def predict(cfg: Config, gpus: bool) -> Prediction:
                 fixed_in_peak=not gpus,
             )
         )
-    return Prediction(
-        tuple(out), f"traced with fake tensors in a world of {layout.world_size}; the fixed cost {fixed.how}"
-    )
+    how = f"traced with fake tensors in a world of {layout.world_size}; the fixed cost {fixed.how}"
+    return Prediction(tuple(out), how, fixed)
 
 
 def fixes(cfg: Config, accept: Callable[[Config], bool]) -> list[tuple[str, Config]]:
@@ -101,7 +101,9 @@ def check_fits(
     for text, changed in fixes(cfg, accept):
         if say is not None:
             say(f"memory: trying {text}")
-        if not over(predict(changed, gpus), limit):
+        # with the point's own fixed cost: another parallelism's probe would cost seconds for a
+        # hint within a few per cent (the changed point is checked in full when it is submitted)
+        if not over(predict(changed, gpus, p.fixed), limit):
             fit = text
             break
     where = f"rank {w.rank}" + (f" (stage {w.stage})" if p.ranks[-1].stage else "")

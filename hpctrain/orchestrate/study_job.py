@@ -19,8 +19,8 @@ from hpctrain.orchestrate.probe import allreduce_config, allreduce_overrides
 from hpctrain.orchestrate.runs import Reporter, accounted, statuses
 from hpctrain.orchestrate.started import jobs_in, launcher_of
 from hpctrain.orchestrate.study_run import (
-    AS_JOB_REFUSED,
     Attempt,
+    allocation_terms,
     keep_aside,
     one_allocation,
     plan_attempt,
@@ -33,11 +33,32 @@ from hpctrain.records import State
 
 @dataclass(frozen=True)
 class Submitted:
-    """What --analyze-as-job submitted: the points' jobs, the benchmarks' and the analysis job."""
+    """What --analyze-as-job submitted: the points' jobs, the benchmarks' and the analysis job
+    (study.one_allocation: no points' jobs yet, and the analysis job is the one that holds the
+    nodes and starts every point as a step of itself, then analyzes)."""
 
     runs: list[Job]
     benchmarks: list[Job]
     analysis: Job
+    drives: bool = False
+
+
+def _driven(a: Attempt) -> Submitted:
+    """study.one_allocation with --analyze-as-job: one job of the largest point's shape whose
+    first node runs `hpctrain study resume` on the study, which finds itself inside the job
+    (Launcher.held) and starts every point as a step of it, then writes the report."""
+    biggest, minutes = allocation_terms(a)
+    command = [
+        biggest.plan.python,
+        "-m",
+        "hpctrain.cli",
+        "study",
+        "resume",
+        str(a.study_dir),
+        "--no-progress",
+    ]
+    job = a.launcher.submit_driver(biggest.cfg, a.study_dir / records.ALLOCATION, minutes, command)
+    return Submitted([], [], job, drives=True)
 
 
 def analysis_config(cfg: Config, study_dir: Path, script: Path) -> Config:
@@ -80,8 +101,8 @@ def submit_study(study_dir: Path, reporter: Reporter, script: Path) -> Submitted
     its analysis job; return at once. Everything is checked before anything is submitted."""
     with study_lock(study_dir):
         a = plan_attempt(study_dir, reporter)
-        if one_allocation(a):  # a study resumed with --analyze-as-job
-            raise AS_JOB_REFUSED
+        if one_allocation(a):
+            return _driven(a)
         launcher = a.launcher
         specs = [*a.runs, *_benchmark_specs(a)]
         cfg = analysis_config(next(iter(a.configs.values())), study_dir, script)

@@ -18,7 +18,7 @@ from hpctrain.config.load import load_config
 from hpctrain.config.points import load_configs
 from hpctrain.config.schema import Config
 from hpctrain.config.validate import SAFE_NAME
-from hpctrain.errors import ConfigError, HpctrainError, RecordError, RunsFailed
+from hpctrain.errors import HpctrainError, RecordError, RunsFailed
 from hpctrain.launch.base import Job, Launcher, RunSpec
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.lock import writer_lock
@@ -27,13 +27,6 @@ from hpctrain.orchestrate.runs import Reporter, accounted, follow, one_launcher,
 from hpctrain.orchestrate.study import expand_study
 from hpctrain.orchestrate.validate import check_memory, validate_points
 from hpctrain.records import State
-
-AS_JOB_REFUSED = ConfigError.one(
-    "study.one_allocation",
-    "starts the points one after another from this command, as job steps of the allocation it holds; "
-    "--analyze-as-job returns at once",
-    "run the study without --analyze-as-job (it waits, then reports), or drop study.one_allocation",
-)
 
 
 @dataclass(frozen=True)
@@ -50,18 +43,11 @@ class PlannedStudy:
 
 
 def create_study(
-    kind: str,
-    overrides: Sequence[str],
-    config_dir: str | None = None,
-    now: datetime | None = None,
-    as_job: bool = False,
+    kind: str, overrides: Sequence[str], config_dir: str | None = None, now: datetime | None = None
 ) -> tuple[Path, records.StudyManifest, bool]:
     """The study's directory, its manifest (not yet written: see write_study), and whether the
-    directory is the dated default (run.dir unset), which may take a suffix when taken. `as_job`:
-    submitted with --analyze-as-job, which a study in one allocation cannot be."""
+    directory is the dated default (run.dir unset), which may take a suffix when taken."""
     s = plan_study(kind, overrides, config_dir, now)
-    if as_job and any(c.study is not None and c.study.one_allocation for c in s.configs):
-        raise AS_JOB_REFUSED
     return s.study_dir, s.manifest, s.dated
 
 
@@ -298,9 +284,7 @@ def _in_one_allocation(a: Attempt, reporter: Reporter, timeout_s: float) -> None
     allocation is recorded in study.json; a resumed study ends its earlier one (hold) and says so."""
     launcher, earlier = a.launcher, a.manifest.allocations
     home = a.study_dir / records.ALLOCATION
-    # the benchmarks run on the shape of a point of their world size: the largest point holds it
-    biggest = max(a.runs or [_any_spec(a)], key=lambda r: (r.plan.nodes, r.plan.world_size))
-    minutes = sum(float(getattr(r.cfg.cluster, "time_min", 0)) for r in a.runs)
+    biggest, minutes = allocation_terms(a)
     if earlier:
         reporter.note(f"the study ran in allocation {earlier[-1]} before; what is left runs in a new one")
     launcher.admit(a.runs)
@@ -327,6 +311,13 @@ def _in_one_allocation(a: Attempt, reporter: Reporter, timeout_s: float) -> None
                 f"every run of the study failed, the first: {failures[0]}\n  study: {a.study_dir}"
             )
         _benchmarks(a, reporter)
+
+
+def allocation_terms(a: Attempt) -> tuple[RunSpec, float]:
+    """The spec whose shape the allocation takes (the largest point: the benchmarks run on the
+    shape of a point of their world size), and the minutes its runs may take one after another."""
+    biggest = max(a.runs or [_any_spec(a)], key=lambda r: (r.plan.nodes, r.plan.world_size))
+    return biggest, sum(float(getattr(r.cfg.cluster, "time_min", 0)) for r in a.runs)
 
 
 def _any_spec(a: Attempt) -> RunSpec:

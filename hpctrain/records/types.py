@@ -56,6 +56,9 @@ class RankSummary:
     bubble_s: float = 0.0
     stage: int = 0  # the pipeline stage this rank holds (0 in data parallelism)
     threads: int = 0  # torch threads of this rank (0: not recorded)
+    # where SLURM's topology plugin places the node: its switches then the node, "s0.s1.n3"
+    # (SLURM_TOPOLOGY_ADDR; "": not reported)
+    topology: str = ""
     grad_tensors: int = 0  # parameter tensors with gradients
     # after training: median seconds of an allreduce of one value and of the gradients' size
     # (the run's own bandwidth curve for the communication roofline; 0: not measured)
@@ -150,6 +153,9 @@ class RunSummary:
     # 0), or on SLURM from sacct once the job ended (every incarnation, requeues included)
     nodes: int = 0  # distinct hosts of the ranks (0: older records)
     hosts: list[str] = field(default_factory=list)  # their names, sorted ([]: older records)
+    # the switches above those hosts, as SLURM's topology reports them (RankSummary.topology
+    # without the node), sorted; [] where SLURM reports none
+    switches: list[str] = field(default_factory=list)
     node_hours: float = float("nan")
     core_hours: float = float("nan")
     energy_j: float | None = None  # sacct's ConsumedEnergyRaw with an energy plugin; None: not measured

@@ -116,6 +116,7 @@ def train(
         link=t.link(),
         tp=t.tp_traffic(),
         accuracy=accuracy,
+        topology=os.environ.get("SLURM_TOPOLOGY_ADDR", ""),
     )
 
 

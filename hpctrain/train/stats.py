@@ -50,6 +50,7 @@ def rank_stats(
     link: tuple[float, float] = (0.0, 0.0),
     tp: tuple[int, float, float] = (0, 0.0, 0.0),
     accuracy: float | None = None,
+    topology: str = "",
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded)."""
     timed = [r for r in steps if r.timed]
@@ -62,6 +63,7 @@ def rank_stats(
     return RankSummary(
         rank=rank,
         host=host,
+        topology=topology,
         timed_steps=len(timed),
         wall_s=sum(step_times),
         step_s=mean("step_s"),
@@ -115,6 +117,7 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
     throughput = global_batch * steps / wall if wall > 0 else float("nan")
     hosts = sorted({r.host for r in per_rank})
     nodes = len(hosts)
+    switches = sorted({r.topology.rpartition(".")[0] for r in per_rank} - {""})
     if "flops_per_sample" in about:  # MFU (analysis/peak.py), from the slowest rank's throughput
         flops, peak = about["flops_per_sample"], about["peak_tflops"]
         about.update(
@@ -128,6 +131,7 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
     return RunSummary(
         nodes=nodes,
         hosts=hosts,
+        switches=switches,
         node_hours=nodes * hours,
         core_hours=n * max(per_rank[0].threads, 1) * hours,
         cost_source="allocation",

@@ -134,7 +134,8 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
     steps = api._finish()
     if api._state.stopped:
         return False
-    result = rank_stats(steps, rank, socket.gethostname(), host_peak_bytes(), 0)
+    topology = os.environ.get("SLURM_TOPOLOGY_ADDR", "")
+    result = rank_stats(steps, rank, socket.gethostname(), host_peak_bytes(), 0, topology=topology)
     if not steps:  # no api.step calls: the wall time of the whole script
         result = dataclasses.replace(result, wall_s=finished - started)
     records.write(run_dir / records.script_result_file(rank), result)

@@ -179,3 +179,22 @@ def test_two_gpus_two_ranks_equal_one_rank_each_on_its_own_device(tmp_path: Path
     )
     assert_same_weights(one, two, rtol=1e-5, atol=1e-6)
     assert s["probe_full_s"] > 0  # the run's own all-reduce, on device tensors over NCCL
+
+
+@pytest.mark.parametrize("layout", [["parallelism=data", "parallelism.engine=ddp"], ["parallelism=fsdp"]])
+def test_the_predicted_peak_is_within_15_percent_of_the_allocators(tmp_path: Path, layout: list[str]) -> None:
+    """On a GPU the run reports the CUDA allocator's peak (the context is outside it): the
+    prediction of the same quantity (memory/predict.py: `reported`) within 15%; the fit adds the
+    context, measured once on this host."""
+    from hpctrain.config.load import load_config
+    from hpctrain.memory.predict import predict
+
+    point = [
+        "model=transformer", "model.width=512", "model.depth=8", "model.heads=8", "data=tokens",
+        "optim.name=adamw", "train.batch_per_rank=16", "train.steps=4", "train.warmup_steps=1", *layout, *ONE_GPU,
+    ]  # fmt: skip
+    p = predict(load_config(point), gpus=True).worst
+    assert not p.fixed_in_peak and p.fixed > 0 and p.data == 0
+    _, s = run_ok(tmp_path, "run", *point)
+    measured = max(s["peak_memory_bytes"])
+    assert 0.85 <= p.reported / measured <= 1.15, (p, measured)

@@ -475,6 +475,9 @@ def test_the_report_names_the_allocations_a_study_ran_in_and_their_nodes() -> No
         replace_summary(_run(2, 10, 8), hosts=["n1", "n2"]),
         replace_summary(_run(1, 10, 8), hosts=["n2"]),
     ]
+    assert allocation_lines(["9"], [replace_summary(runs[1], switches=["s0"])]) == [
+        "every point ran as a job step of one allocation (job 9) on 1 node(s): n2 under switch(es) s0"
+    ]
     assert allocation_lines([], runs) == []
     assert allocation_lines(["71"], runs) == [
         "every point ran as a job step of one allocation (job 71) on 2 node(s): n1, n2"

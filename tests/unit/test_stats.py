@@ -64,7 +64,7 @@ def test_summary_uses_the_slowest_rank_for_throughput() -> None:
         parameters=10,
     )
     b = dataclasses.replace(a, rank=1, wall_s=2.0, step_s=0.2, comm_s=0.13, peak_memory_bytes=200)
-    c = dataclasses.replace(b, rank=2, host="g")
+    c = dataclasses.replace(b, rank=2, host="g", topology="core.leaf2.g")
     s = summarize(
         [a, b, c],
         global_batch=64,
@@ -82,6 +82,7 @@ def test_summary_uses_the_slowest_rank_for_throughput() -> None:
     assert s.comm_share == pytest.approx(0.29 / 0.5)
     assert s.peak_memory_bytes == [100, 200, 200]
     assert (s.nodes, s.hosts) == (2, ["g", "h"])  # where it ran: each host once, sorted
+    assert s.switches == ["core.leaf2"]  # SLURM's topology address without the node (h reported none)
 
 
 def test_straggler_waits_by_hand() -> None:

@@ -40,24 +40,40 @@ POLL_S = 1.0
 GONE_S = 300.0  # how long a resumed tune waits for an earlier allocation's ranks to be killed
 
 
-def hold_script(executor: dict[str, Any], name: str, time_min: int, release: Path) -> str:
-    """The allocation's batch script: submitit's #SBATCH header for the runs' parameters (their
-    nodes, tasks, CPUs, GPUs, partition, account, exclusions...) under its own name and time,
-    without the time-limit signal (nothing in it checkpoints), then a loop that waits. Pure."""
+def _header(executor: dict[str, Any], name: str, time_min: int, folder: Path) -> list[str]:
+    """submitit's #SBATCH header for the runs' parameters (their nodes, tasks, CPUs, GPUs,
+    partition, account, exclusions...) under its own name and time, without the time-limit
+    signal (nothing in it checkpoints). Pure."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     params = {**executor, "job_name": name, "time": time_min, "setup": []}
     params.pop("teardown", None)
-    text = _make_sbatch_string(command="true", folder=str(release.parent), **params)
-    head = [
+    text = _make_sbatch_string(command="true", folder=str(folder), **params)
+    return [
         line
         for line in text.split("\n# setup")[0].split("\n# command")[0].splitlines()
         if not line.startswith(("#SBATCH --signal", "#SBATCH --wckey"))
     ]
+
+
+def hold_script(executor: dict[str, Any], name: str, time_min: int, release: Path) -> str:
+    """The allocation's batch script: the runs' header, then a loop that waits. Pure."""
     wait = f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 1; done"
+    head = _header(executor, name, time_min, release.parent)
     return "\n".join(
         [*head, "", "# hold the nodes for job steps started by srun --jobid (hpctrain)", wait, ""]
     )
+
+
+def driver_script(executor: dict[str, Any], name: str, time_min: int, home: Path, command: list[str]) -> str:
+    """A batch script that holds the runs' nodes and runs `command` on the first of them (the
+    plan's setup lines first): hpctrain itself, starting the runs as job steps of this job. Pure."""
+    head = _header(executor, name, time_min, home)
+    setup = [str(line) for line in executor.get("setup", [])]
+    return "\n".join(
+        [*head, "", "# hpctrain starts the runs as job steps of this job (srun --jobid)", *setup,
+         f"exec {shlex.join(command)}", ""]
+    )  # fmt: skip
 
 
 def step_command(plan: SlurmPlan, alloc_id: str, name: str) -> str:
@@ -184,6 +200,37 @@ def _end_earlier(home: Path, say: Callable[[str], None], timeout_s: float = GONE
         time.sleep(POLL_S)
 
 
+def inside(home: Path, environ: dict[str, str]) -> Allocation | None:
+    """The allocation recorded in `home` when this process runs inside it (the job that drives a
+    study in one allocation: driver_script), else None."""
+    try:
+        recorded = records.read(home / records.JOB, records.JobRef).job_id
+    except records.RecordError:
+        return None
+    return Allocation(recorded, home) if environ.get("SLURM_JOB_ID") == recorded else None
+
+
+def _submitted(plan: SlurmPlan, home: Path, script: Path, text: str, what: str) -> Job:
+    """Write `script` and sbatch it; its job.json in `home` (status, logs and cancel find it)."""
+    home.mkdir(parents=True, exist_ok=True)
+    records.write_atomic(script, text)
+    try:
+        r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise LaunchError(f"sbatch could not submit {what}: {e}") from e
+    if r.returncode != 0:
+        raise LaunchError(f"sbatch refused {what}: {r.stderr.strip() or r.returncode}")
+    ref = records.new(records.JobRef, launcher="slurm", job_id=r.stdout.strip().split(";")[0], world_size=plan.world_size, folder=str(home))  # fmt: skip
+    records.write(home / records.JOB, ref, indent=None)
+    return Job(home, ref)
+
+
+def submit_driver(plan: SlurmPlan, home: Path, name: str, time_min: int, command: list[str]) -> Job:
+    """Submit driver_script for runs of `plan`'s shape (`inside` finds it from within)."""
+    text = driver_script(plan.executor, name, time_min, home, command)
+    return _submitted(plan, home, home / "driver.sbatch", text, "the study's job")
+
+
 def hold(
     plan: SlurmPlan, home: Path, name: str, time_min: int, say: Callable[[str], None], timeout_s: float
 ) -> Allocation:
@@ -193,17 +240,8 @@ def hold(
     home.mkdir(parents=True, exist_ok=True)
     _end_earlier(home, say)
     (home / RELEASE).unlink(missing_ok=True)  # an earlier allocation's (a resumed tune)
-    script = home / "hold.sbatch"
-    records.write_atomic(script, hold_script(plan.executor, name, time_min, home / RELEASE))
-    try:
-        r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise LaunchError(f"sbatch could not submit the allocation: {e}") from e
-    if r.returncode != 0:
-        raise LaunchError(f"sbatch refused the allocation: {r.stderr.strip() or r.returncode}")
-    alloc = Allocation(r.stdout.strip().split(";")[0], home)
-    ref = records.new(records.JobRef, launcher="slurm", job_id=alloc.job_id, world_size=plan.world_size, folder=str(home))  # fmt: skip
-    records.write(home / records.JOB, ref, indent=None)
+    text = hold_script(plan.executor, name, time_min, home / RELEASE)
+    alloc = Allocation(_submitted(plan, home, home / "hold.sbatch", text, "the allocation").job_id, home)
     say(f"allocation {alloc.job_id}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) for every run")
     deadline, said = time.monotonic() + timeout_s, ""
     while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -141,8 +142,17 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
     def held(self, cfg: Config, home: Path, minutes: float, say: Callable[[str], None]) -> Iterator[None]:
         """One allocation of the runs' shape (allocation.py) for `minutes` plus one run's
         cluster.time_min; submit() starts each run as a step of it until the block ends."""
-        from hpctrain.launch.slurm.allocation import hold
+        from hpctrain.launch.slurm.allocation import hold, inside
 
+        here = inside(home, dict(os.environ))
+        if here is not None:  # this process drives the runs from inside the allocation: it ends with it
+            say(f"inside allocation {here.job_id}: every run is a job step of it")
+            self.allocation = here
+            try:
+                yield
+            finally:
+                self.allocation = None
+            return
         alloc = hold(self.plan(cfg, home), home, *_hold_terms(cfg, minutes), say, HOLD_WAIT_S)
         self.allocation = alloc
         try:
@@ -150,6 +160,11 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         finally:
             self.allocation = None
             alloc.release()
+
+    def submit_driver(self, cfg: Config, home: Path, minutes: float, command: list[str]) -> Job:
+        from hpctrain.launch.slurm.allocation import submit_driver
+
+        return submit_driver(self.plan(cfg, home), home, *_hold_terms(cfg, minutes), command)
 
     def describe_held(self, cfg: Config, home: Path, minutes: float) -> str:
         from hpctrain.launch.slurm.allocation import RELEASE, hold_script, step_command
