@@ -48,8 +48,9 @@ def _driven(a: Attempt) -> Submitted:
     first node runs `hpctrain study resume` on the study, which finds itself inside the job
     (Launcher.held) and starts every point as a step of it, then writes the report."""
     biggest, minutes = allocation_terms(a)
+    # hpctrain on the host, as it runs here: the plan's interpreter may be one inside a container
     command = [
-        biggest.plan.python,
+        a.launcher.python,
         "-m",
         "hpctrain.cli",
         "study",
