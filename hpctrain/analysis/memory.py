@@ -4,7 +4,6 @@ torch). memory/trace.py fills the parts, memory/predict.py adds the engine and t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 GiB = 2**30
 MiB = 2**20
@@ -56,12 +55,20 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class Fixed:
+    """The process's own memory per rank (memory/fixed.py) and how it was had."""
+
+    bytes: int
+    how: str  # "measured now" or "measured on this host earlier (cached)"
+
+
+@dataclass(frozen=True)
 class Prediction:
     """Every distinct rank's prediction (one per pipeline stage; one for the others)."""
 
     ranks: tuple[RankMemory, ...]
     how: str  # what was traced, for the table's caption
-    fixed: Any = None  # the fixed cost it used (memory/fixed.py: Fixed), for predictions of changes
+    fixed: Fixed  # the fixed cost it used, for the predictions of changes that might fit
 
     @property
     def worst(self) -> RankMemory:

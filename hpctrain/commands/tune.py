@@ -102,9 +102,10 @@ def _dry_run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{k.key}: {values} (now {dict(t.base)[k.key]}; {k.effect})", highlight=False)
     for why in t.invalid:
         console.print(f"[dim]left out: {why}[/]", highlight=False)
-    point = Point("the config as given", t.cfg, t.launcher.plan(t.cfg, tune_home(t.cfg, datetime.now())))
+    home = tune_home(t.cfg, datetime.now())
+    point = Point("the config as given", t.cfg, t.launcher.plan(t.cfg, home))
     console.print(memory_table(memory_of(t.launcher, [point], lambda _: None)))
-    held = held_text(t, tune_home(t.cfg, datetime.now()))
+    held = held_text(t, home)
     if held:
         console.print(held, highlight=False, markup=False, end="", soft_wrap=True)
     console.print(f"budget: {t.cfg.tune.budget_min:g} min; nothing was started", highlight=False)

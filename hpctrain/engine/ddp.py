@@ -138,10 +138,7 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
     def device_mesh(self, layout: Layout) -> Any:
         from torch.distributed.device_mesh import init_device_mesh
 
-        # the layout's rank order, outermost first (records.Layout); pipeline stages only where
-        # there are several (a dimension is a process group on every rank)
-        dims = [("pp", layout.stages)] if layout.stages > 1 else []
-        dims += [("replicate", layout.replicate), ("shard", layout.shard), ("tp", layout.tp)]
+        dims = layout.mesh_dims
         return init_device_mesh(
             self.device_type, tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims)
         )

@@ -18,10 +18,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from hpctrain import records
+from hpctrain.analysis.memory import Fixed
 from hpctrain.config.schema import Config
 from hpctrain.errors import LaunchError
 from hpctrain.facts import cache_dir, keep_cached, read_cached, torch_facts_key
@@ -33,12 +33,6 @@ CONTEXT_PROBE = (
     "import torch; torch.cuda.init(); torch.zeros(1, device='cuda'); f, t = torch.cuda.mem_get_info(); "
     "print(t - f - torch.cuda.memory_reserved())"
 )
-
-
-@dataclass(frozen=True)
-class Fixed:
-    bytes: int
-    how: str  # "measured now" or "measured <when>, cached"
 
 
 def probe_overrides(cfg: Config) -> list[str]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from hpctrain.analysis.memory import Limit, Prediction, RankMemory, gib, over, parts_text
+from hpctrain.analysis.memory import Fixed, Limit, Prediction, RankMemory, gib, over, parts_text
 from hpctrain.config.schema import Config
 from hpctrain.config.split import declared_checkpoint_blocks
 from hpctrain.config.tp_plan import declared_tp_plan
 from hpctrain.engine.registry import engine_class
 from hpctrain.errors import ConfigError, Problem
-from hpctrain.memory.fixed import Fixed, fixed_cost
+from hpctrain.memory.fixed import fixed_cost
 from hpctrain.memory.trace import trace_rank
 from hpctrain.parallel.registry import derive, kind_of
 
@@ -84,13 +84,7 @@ def fixes(cfg: Config, accept: Callable[[Config], bool]) -> list[tuple[str, Conf
     return [(text, c) for text, c in found if accept(c)]
 
 
-def check_fits(
-    cfg: Config,
-    limit: Limit,
-    gpus: bool,
-    accept: Callable[[Config], bool],
-    say: Callable[[str], None] | None = None,
-) -> Prediction:
+def check_fits(cfg: Config, limit: Limit, gpus: bool, accept: Callable[[Config], bool]) -> Prediction:
     """The point's prediction; ConfigError (exit 2) when its worst rank exceeds `limit`, naming
     the prediction, the limit and the first change that the same prediction says would fit."""
     p = predict(cfg, gpus)
@@ -99,8 +93,6 @@ def check_fits(
     w = p.worst
     fit = ""
     for text, changed in fixes(cfg, accept):
-        if say is not None:
-            say(f"memory: trying {text}")
         # with the point's own fixed cost: another parallelism's probe would cost seconds for a
         # hint within a few per cent (the changed point is checked in full when it is submitted)
         if not over(predict(changed, gpus, p.fixed), limit):
@@ -118,10 +110,3 @@ def check_fits(
         "the batch per rank fits it alone: use more ranks or a smaller model"
     )
     raise ConfigError([Problem(limit.key, rule, hint)])
-
-
-def worst_text(p: Prediction) -> str:
-    return f"{gib(p.worst.peak)} ({parts_text(p.worst)})"
-
-
-__all__ = ["Limit", "Prediction", "RankMemory", "check_fits", "fixes", "predict", "worst_text"]

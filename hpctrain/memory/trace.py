@@ -30,6 +30,7 @@ from hpctrain.config.split import (
 from hpctrain.config.tp_plan import plan_for, resolve
 from hpctrain.errors import HpctrainError
 from hpctrain.records import Layout
+from hpctrain.train.memory import local_bytes
 
 # the trackers' categories, as the prediction's parts name them
 CATEGORY = {
@@ -85,28 +86,36 @@ def _meshes(layout: Layout) -> dict[str, Any]:
     slicing computes coordinates from a real tensor."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    dims = [("pp", layout.stages)] if layout.stages > 1 else []
-    dims += [("replicate", layout.replicate), ("shard", layout.shard), ("tp", layout.tp)]
+    dims = layout.mesh_dims
     mesh = init_device_mesh("cpu", tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))
     dp = ("replicate", "shard") if layout.replicate > 1 else ("shard",)
     return {"tp": mesh["tp"], "dp": mesh[dp]}
 
 
-def _pieces(cfg: Config, layout: Layout, whole: nn.Module, rank: int) -> tuple[list[nn.Module], list[int]]:
-    """The modules the rank holds and their positions in the chain (the whole model: [0])."""
-    if not layout.pipelined:
-        return [whole], [0]
-    from hpctrain.train.mesh_pipeline import ChainPiece
-
+def _segments(cfg: Config, layout: Layout) -> list[list[str]]:
+    """The model's chain of modules cut into the layout's pieces (config/split.py)."""
     chain = declared_chain(cfg.model)
     if not chain:
         raise TraceError(
             "a pipeline's memory is traced along the model's chain of modules, which this model does not "
             "declare (model.chain)"
         )
-    segments = chain_pieces(chain, split_points(cfg, layout.pieces))
+    return chain_pieces(chain, split_points(cfg, layout.pieces))
+
+
+def _pieces(
+    cfg: Config, layout: Layout, whole: nn.Module, x: torch.Tensor, rank: int
+) -> tuple[list[nn.Module], list[int], list[torch.Tensor]]:
+    """The modules the rank holds, their positions in the chain and their inputs (the whole
+    model: [0] and the batch)."""
+    if not layout.pipelined:
+        return [whole], [0], [x]
+    from hpctrain.train.mesh_pipeline import ChainPiece
+
+    segments = _segments(cfg, layout)
     mine = layout.pieces_of(rank)
-    return [ChainPiece(whole, segments[k]) for k in mine], mine
+    pieces: list[nn.Module] = [ChainPiece(whole, segments[k]) for k in mine]
+    return pieces, mine, _piece_inputs(segments, whole, mine, x)
 
 
 def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any]) -> None:
@@ -157,17 +166,14 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
         with fake:
             whole = make_model(cfg)
             x, y, held = _batch(cfg, d.batch.micro)
-            pieces, at = _pieces(cfg, layout, whole, rank)
-            inputs = _piece_inputs(cfg, layout, whole, at, x) if layout.pipelined else [x]
+            pieces, at, inputs = _pieces(cfg, layout, whole, x, rank)
         for piece in pieces:
             _wrap(cfg, layout, piece, meshes)
         with fake:
             optimizer = make_optimizer(cfg, nn.ModuleList(pieces), d.lr)
             step = Step(pieces, at, inputs, y, make_criterion(cfg))
             parts = _track(cfg, layout, optimizer, step, layout.stage_of(rank))
-            trainable = sum(
-                _local_bytes(q) for piece in pieces for q in piece.parameters() if q.requires_grad
-            )
+            trainable = sum(local_bytes(q) for piece in pieces for q in piece.parameters() if q.requires_grad)
     return Traced(parts, held, trainable)
 
 
@@ -183,11 +189,10 @@ class Step:
 
 
 def _piece_inputs(
-    cfg: Config, layout: Layout, whole: nn.Module, at: list[int], x: torch.Tensor
+    segments: list[list[str]], whole: nn.Module, at: list[int], x: torch.Tensor
 ) -> list[torch.Tensor]:
     """What each piece takes: the first the batch, the others what the chain before them makes of
     it (fake: shapes only, before anything is split or sharded)."""
-    segments = chain_pieces(declared_chain(cfg.model), split_points(cfg, layout.pieces))
     out = []
     for k in at:
         h = x
@@ -216,7 +221,7 @@ class _Forwards(nn.Module):
         for _ in range(self.flight):
             for k, piece, x in zip(self.step.at, self.pieces, self.step.inputs):
                 with autocast(self.precision, "cpu"):
-                    out = _local(piece(x))
+                    out = _whole(piece(x))
                 outs.append(self.loss(out.float(), self.step.y) if k == self.last else out)
         return outs
 
@@ -253,14 +258,7 @@ def _track(cfg: Config, layout: Layout, optimizer: Any, step: Step, stage: int) 
     return parts
 
 
-def _local_bytes(t: torch.Tensor) -> int:
-    """The bytes of this rank's part of `t` (a DTensor's local shard, else all of it)."""
-    to_local = getattr(t, "to_local", None)
-    mine = to_local() if callable(to_local) else t
-    return int(mine.numel() * mine.element_size())
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's local part (a split head's output), else the tensor."""
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor gathered whole (a split head's output, as the loss takes it), else the tensor."""
     full = getattr(t, "full_tensor", None)
     return full() if callable(full) else t

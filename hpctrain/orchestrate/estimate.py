@@ -23,7 +23,7 @@ from hpctrain.launch.base import Launcher
 from hpctrain.orchestrate.probe import run_and_wait
 from hpctrain.orchestrate.runs import point_labels, prepare
 from hpctrain.orchestrate.study_run import plan_study
-from hpctrain.orchestrate.validate import memory_key
+from hpctrain.orchestrate.validate import memory_key, trains
 from hpctrain.records import RankPlan
 
 PROBE_WARMUP = 2  # warm-up steps a probe runs at most (their mean is all it needs)
@@ -194,7 +194,7 @@ def memory_of(launcher: Launcher, points: Sequence[Point], say: Callable[[str], 
     rows = []
     for p in points:
         limit = launcher.memory_per_rank(p.cfg)
-        if p.cfg.script.path or p.cfg.bench.allreduce:
+        if not trains(p.cfg):
             rows.append(MemoryRow(p.label, None, limit, "runs no hpctrain trainer"))
             continue
         key = memory_key(p.cfg)

@@ -19,7 +19,7 @@ from hpctrain.config.points import load_configs
 from hpctrain.config.schema import Config
 from hpctrain.config.validate import SAFE_NAME
 from hpctrain.errors import HpctrainError, RecordError, RunsFailed
-from hpctrain.launch.base import Job, Launcher, RunSpec
+from hpctrain.launch.base import Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.lock import writer_lock
 from hpctrain.orchestrate.probe import run_allreduce
@@ -263,17 +263,25 @@ def _run_study(study_dir: Path, reporter: Reporter, timeout_s: float) -> None:
         states = follow(
             launcher, jobs, reporter, timeout_s, labels, [configs[r.name].train.steps for r in todo]
         )
-        failures = []
+        failures: list[str] = []
         for r, job in zip(todo, jobs):
-            st = states[job.job_id]
-            if st.state != State.COMPLETED:  # one failed point does not stop the study; analyze lists it
-                failures.append(f"{r.name} failed: {str(launcher.failure(job, st)).splitlines()[0]}")
-                reporter.note(failures[-1])
-            else:
-                accounted(launcher, job)  # its cost from the scheduler's accounting, into its summary
-        if len(failures) == len(a.manifest.runs):
-            raise RunsFailed(f"every run of the study failed, the first: {failures[0]}\n  study: {study_dir}")
+            _settled(a, reporter, r, job, states[job.job_id], failures)
     _benchmarks(a, reporter)
+
+
+def _settled(
+    a: Attempt, reporter: Reporter, r: records.StudyRun, job: Job, st: JobStatus, failures: list[str]
+) -> None:
+    """An ended point: a failure is said and kept (one failed point does not stop the study;
+    analyze lists it), a completion gets its cost from the scheduler's accounting; RunsFailed
+    once every run of the study has failed."""
+    if st.state != State.COMPLETED:
+        failures.append(f"{r.name} failed: {str(a.launcher.failure(job, st)).splitlines()[0]}")
+        reporter.note(failures[-1])
+    else:
+        accounted(a.launcher, job)
+    if len(failures) == len(a.manifest.runs):
+        raise RunsFailed(f"every run of the study failed, the first: {failures[0]}\n  study: {a.study_dir}")
 
 
 def _in_one_allocation(a: Attempt, reporter: Reporter, timeout_s: float) -> None:
@@ -288,7 +296,7 @@ def _in_one_allocation(a: Attempt, reporter: Reporter, timeout_s: float) -> None
     if earlier:
         reporter.note(f"the study ran in allocation {earlier[-1]} before; what is left runs in a new one")
     launcher.admit(a.runs)
-    failures = []
+    failures: list[str] = []
     with launcher.held(biggest.cfg, home, minutes, reporter.note):
         alloc = records.read(home / records.JOB, records.JobRef).job_id
         manifest = dataclasses.replace(a.manifest, allocations=[*earlier, alloc])
@@ -301,15 +309,7 @@ def _in_one_allocation(a: Attempt, reporter: Reporter, timeout_s: float) -> None
             r = a.todo[i]
             label = f"study run {i + 1}/{len(a.todo)}: {r.name} ({r.world_size} ranks, step {job.job_id})"
             st = follow(launcher, [job], reporter, timeout_s, [label], [spec.cfg.train.steps])[job.job_id]
-            if st.state != State.COMPLETED:
-                failures.append(f"{r.name} failed: {str(launcher.failure(job, st)).splitlines()[0]}")
-                reporter.note(failures[-1])
-            else:
-                accounted(launcher, job)
-        if a.runs and len(failures) == len(a.manifest.runs):
-            raise RunsFailed(
-                f"every run of the study failed, the first: {failures[0]}\n  study: {a.study_dir}"
-            )
+            _settled(a, reporter, r, job, st, failures)
         _benchmarks(a, reporter)
 
 

@@ -51,7 +51,14 @@ def validate_points(configs: Sequence[Config], labels: Sequence[str], facts: Hos
             for p in problems(cfg, facts):
                 where.setdefault(p, []).append(label)
     if where:
-        raise ConfigError([Problem(p.key, p.rule, p.fix, ", ".join(pts)) for p, pts in where.items()])
+        raise by_point(where)
+
+
+def by_point(where: dict[Problem, list[str]]) -> ConfigError:
+    """One error naming each problem once, with the points that have it (unnamed: the one run)."""
+    return ConfigError(
+        [Problem(p.key, p.rule, p.fix, ", ".join(x for x in pts if x)) for p, pts in where.items()]
+    )
 
 
 def memory_key(cfg: Config) -> str:
@@ -62,18 +69,23 @@ def memory_key(cfg: Config) -> str:
     return to_yaml(dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, dir=None), train=train))
 
 
+def trains(cfg: Config) -> bool:
+    """Whether the point runs hpctrain's trainer: a script, the allreduce benchmark and a
+    pre-flight check alone hold memory no trace of the model sees."""
+    return not (cfg.script.path or cfg.bench.allreduce or cfg.cluster.preflight.only)
+
+
 def limited(
     launcher: Launcher, configs: Sequence[Config], labels: Sequence[str]
 ) -> list[tuple[Config, str, Limit]]:
-    """The points whose memory is checked before the start: they run hpctrain's trainer (a script
-    or the allreduce benchmark holds memory no trace of the model sees) and the launcher says how
-    much each rank has and enforces it (a GPU's memory, cluster.memory_per_rank_gib, SLURM's
-    mem_gb); one of each set of identical points (a study's repetitions)."""
+    """The points whose memory is checked before the start: they run hpctrain's trainer and the
+    launcher says how much each rank has and enforces it (a GPU's memory,
+    cluster.memory_per_rank_gib, SLURM's mem_gb); one of each set of identical points (a study's
+    repetitions)."""
     out, seen = [], set()
     for cfg, label in zip(configs, labels):
         limit = launcher.memory_per_rank(cfg)
-        trains = not (cfg.script.path or cfg.bench.allreduce or cfg.cluster.preflight.only)
-        if limit is None or not limit.checked or not trains:
+        if limit is None or not limit.checked or not trains(cfg):
             continue
         key = memory_key(cfg)
         if key not in seen:
@@ -104,6 +116,4 @@ def check_memory(
         except TraceError as e:
             say(f"memory not predicted{' for ' + label if label else ''}: {e}")
     if found:
-        raise ConfigError(
-            [Problem(p.key, p.rule, p.fix, ", ".join(x for x in pts if x)) for p, pts in found.items()]
-        )
+        raise by_point(found)

@@ -72,6 +72,13 @@ class Layout:
         """The ranks holding copies of one stage: its gradients are averaged among them."""
         return [(stage * self.replicas + r) * self.tp for r in range(self.replicas)]
 
+    @property
+    def mesh_dims(self) -> list[tuple[str, int]]:
+        """The device mesh's dimensions in the rank order, outermost first; pipeline stages only
+        where there are several (a dimension is a process group on every rank)."""
+        dims = [("pp", self.stages)] if self.stages > 1 else []
+        return [*dims, ("replicate", self.replicate), ("shard", self.shard), ("tp", self.tp)]
+
     def pieces_of(self, rank: int) -> list[int]:
         s = self.stage_of(rank)
         if self.v_shape:

@@ -64,18 +64,21 @@ def host_peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
+def local_bytes(t: Any) -> int:
+    """The bytes of this rank's part of a tensor (a DTensor's local shard, else all of it); 0 for
+    scalars (an optimizer's step count) and for what is not a tensor."""
+    import torch
+
+    t = t.to_local() if hasattr(t, "to_local") else t
+    return int(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) and t.dim() > 0 else 0
+
+
 def held_bytes(model: nn.Module, optimizer: Any) -> dict[str, int]:
     """What this rank holds of the parameters, gradients and optimizer state: its shards for a
     sharded model (DTensors: the local part), everything for a replicated one."""
-    import torch
-
-    def local(t: Any) -> int:
-        t = t.to_local() if hasattr(t, "to_local") else t
-        return int(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) and t.dim() > 0 else 0
-
     params = list(model.parameters())
     return {
-        "param_bytes": sum(local(p) for p in params),
-        "grad_bytes": sum(local(p.grad) for p in params if p.grad is not None),
-        "optimizer_bytes": sum(local(v) for s in optimizer.state.values() for v in s.values()),
+        "param_bytes": sum(local_bytes(p) for p in params),
+        "grad_bytes": sum(local_bytes(p.grad) for p in params if p.grad is not None),
+        "optimizer_bytes": sum(local_bytes(v) for s in optimizer.state.values() for v in s.values()),
     }
