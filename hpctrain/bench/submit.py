@@ -1,8 +1,11 @@
 """`hpctrain bench submit`: time to plan and submit N-point single-shape sweeps to SLURM (several
-sizes: how the time grows, as the exponent of a power law), how many times sbatch ran (counted by a shim in front of the real sbatch; the target is one call per
-array), and what `hpctrain status` of the sweep costs: its time and its sacct and squeue calls
-(counted the same way). The submitted jobs are cancelled afterwards: this measures the control
-plane, not training."""
+sizes: how the time grows, as the exponent of a power law), how many times sbatch ran (counted by
+a shim in front of the real commands; the target is one call per array), what `hpctrain status`
+of the sweep costs, and every SLURM command each asked of the controller and the accounting
+daemon (sbatch, squeue, sacct, scontrol, sacctmgr, sinfo, scancel, counted the same way). Then
+what waiting an hour for the largest sweep would ask, on a fake clock (bench/waiting.py), beside
+the way that asks accounting at every look. The submitted jobs are cancelled afterwards: this
+measures the control plane, not training."""
 
 from __future__ import annotations
 
@@ -19,10 +22,12 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain.bench.analyze import growth
+from hpctrain.bench.waiting import ARRAY_PARALLELISM, HOUR_S, sacct_every_look, simulate
 from hpctrain.errors import LaunchError
+from hpctrain.launch.slurm.watcher import look
 from hpctrain.orchestrate import runs as orchestrate
 
-COUNTED = ("sbatch", "sacct", "squeue")
+COUNTED = ("sbatch", "squeue", "sacct", "scontrol", "sacctmgr", "sinfo", "scancel")
 
 
 def _count_calls() -> Path:
@@ -48,6 +53,19 @@ def _calls(log: Path, tool: str) -> int:
     return log.read_text().split().count(tool)
 
 
+def _all_calls(log: Path) -> dict[str, int]:
+    return {tool: _calls(log, tool) for tool in COUNTED}
+
+
+def _since(before: dict[str, int], log: Path) -> dict[str, int]:
+    now = _all_calls(log)
+    return {t: now[t] - before[t] for t in COUNTED if now[t] - before[t]}
+
+
+def calls_text(calls: dict[str, int]) -> str:
+    return ", ".join(f"{n} {t}" for t, n in calls.items() if n) + f" = {sum(calls.values())}"
+
+
 @dataclass(frozen=True)
 class Measured:
     points: int
@@ -57,11 +75,13 @@ class Measured:
     plan_s: float
     submit_s: float
     status_s: float
-    status_calls: tuple[int, int]  # sacct, squeue
+    submit_calls: dict[str, int]  # every SLURM command planning and submitting made, by name
+    status_calls: dict[str, int]  # those `hpctrain status` of the sweep made
 
 
 def measure(points: int, out: Path, calls: Path) -> Measured:
     """Plan and submit an N-point sweep, ask its status as `hpctrain status` would, cancel it."""
+    before = _all_calls(calls)
     t0 = time.perf_counter()
     prep = orchestrate.prepare(
         [
@@ -76,19 +96,19 @@ def measure(points: int, out: Path, calls: Path) -> Measured:
         multirun=True,
     )
     t1 = time.perf_counter()
-    before = _calls(calls, "sbatch")
     jobs = orchestrate.start(prep, detach=True)
     t2 = time.perf_counter()
-    sbatch = _calls(calls, "sbatch") - before
+    submit_calls = _since(before, calls)
     sweep_dir = prep.group_dir or prep.runs[0].run_dir
-    asked = (_calls(calls, "sacct"), _calls(calls, "squeue"))
+    asked = _all_calls(calls)
     orchestrate.statuses(orchestrate.jobs_in(sweep_dir))  # what `hpctrain status` asks
     t3 = time.perf_counter()
-    status_calls = (_calls(calls, "sacct") - asked[0], _calls(calls, "squeue") - asked[1])
+    status_calls = _since(asked, calls)
     prep.launcher.cancel(jobs)
     target = len(prep.launcher.limits(prep.runs).arrays(points))  # type: ignore[attr-defined]
     arrays = len({j.job_id.split("_")[0] for j in jobs})
-    return Measured(points, arrays, sbatch, target, t1 - t0, t2 - t1, t3 - t2, status_calls)
+    sbatch = submit_calls.get("sbatch", 0)
+    return Measured(points, arrays, sbatch, target, t1 - t0, t2 - t1, t3 - t2, submit_calls, status_calls)
 
 
 def run_submit(args: argparse.Namespace, console: Console) -> int:
@@ -110,7 +130,8 @@ def run_submit(args: argparse.Namespace, console: Console) -> int:
         "submit s",
         "per point ms",
         "status s",
-        "sacct / squeue",
+        "SLURM commands: submit",
+        "status",
     ):
         table.add_column(col, justify="right")
     for m in rows:
@@ -122,7 +143,8 @@ def run_submit(args: argparse.Namespace, console: Console) -> int:
             f"{m.submit_s:.2f}",
             f"{1e3 * (m.plan_s + m.submit_s) / m.points:.2f}",
             f"{m.status_s:.2f}",
-            f"{m.status_calls[0]} / {m.status_calls[1]}",
+            calls_text(m.submit_calls),
+            calls_text(m.status_calls),
         )
     console.print(table)
     if len(rows) > 1:
@@ -133,6 +155,7 @@ def run_submit(args: argparse.Namespace, console: Console) -> int:
             f"{growth(ns, [m.status_s for m in rows]):.2f}",
             highlight=False,
         )
+    _print_waiting(console, rows[-1].points)
     ok = all(m.sbatch == m.target for m in rows)
     for m in rows:
         verdict = "[green]meets[/]" if m.sbatch == m.target else "[red]misses[/]"
@@ -142,3 +165,19 @@ def run_submit(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
         )
     return 0 if ok else 1
+
+
+def _print_waiting(console: Console, points: int) -> None:
+    """An hour's wait for a `points`-task sweep, on a fake clock: hpctrain's looks beside asking
+    accounting at every look (the way before, and submitit's)."""
+    table = Table(
+        title=f"waiting for a {points}-task sweep whose tasks end over an hour (fake clock, {ARRAY_PARALLELISM} at a time)"
+    )
+    for col in ("way", "looks", "SLURM commands", "job records read from accounting", "last end seen after"):
+        table.add_column(col, justify="right")
+    for name, way in (("hpctrain", look), ("sacct at every look", sacct_every_look)):
+        w = simulate(points, way)
+        table.add_row(
+            name, str(w.looks), calls_text(w.counts), f"{w.sacct_rows:,}", f"{w.noticed_s - HOUR_S:.0f} s"
+        )
+    console.print(table)

@@ -76,6 +76,8 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
         own = [" ".join(o for o in by_name.get(name, []) if o not in common)] if any(varying) else []
         table.add_row(name, *own, "-", "[yellow]NOT STARTED[/]", "-", "-", "-", why)
     console.print(table)
+    for source in sorted({st.source for _, st, _ in found if st.source}):  # accounting down or off
+        console.print(f"note: {source}", highlight=False, markup=False)
     for (job, _, _), _own in rows[: len(rows) - hidden]:  # what each restart cost (records/restarts.py)
         for r in read_restarts(job.run_dir):
             console.print(f"{job.run_dir.name}: {r.describe()}", highlight=False, markup=False)

@@ -97,6 +97,9 @@ class JobStatus:
     reason: str = ""  # why it is pending, or how it ended
     blocked: bool = False  # pending, and the scheduler says it can never start as submitted
     fix: str = ""  # what to do about a blocked job (the scheduler's reason decides)
+    source: str = (
+        ""  # what the state rests on when not the scheduler's usual word ("accounting unavailable ...")
+    )
 
     @property
     def done(self) -> bool:

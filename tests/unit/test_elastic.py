@@ -4,7 +4,6 @@ after a lost node (launch/slurm/restart.py) and SLURM's node states read (launch
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -169,32 +168,3 @@ def test_a_step_on_the_nodes_left_gets_the_allocation_s_new_shape() -> None:
     assert (new["SLURM_JOB_NUM_NODES"], new["SLURM_NNODES"], new["SLURM_JOB_NODELIST"]) == ("1", "1", "n3")
     assert (new["SLURM_NTASKS"], new["SLURM_JOB_CPUS_PER_NODE"]) == ("2", "2(x1)")
     assert "SLURM_TASKS_PER_NODE" not in new and new["PATH"] == "/bin"
-
-
-def test_scontrol_asks_a_busy_controller_again_and_an_unanswerable_question_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A stand-in scontrol on PATH (the call's parsing and retry, not SLURM): it times out twice,
-    then answers; a bad job id is asked once."""
-    from hpctrain.launch.slurm.nodes import scontrol
-
-    calls = tmp_path / "calls"
-    fake = tmp_path / "scontrol"
-    fake.write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> {calls}\n'
-        'case "$*" in *999*) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1;; esac\n'
-        f'[ "$(wc -l < {calls})" -ge 3 ] && {{ echo "JobId=7 JobState=RUNNING"; exit 0; }}\n'
-        'echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1\n'
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    slept: list[float] = []
-    assert scontrol("show", "job", "-o", "7", sleep=slept.append) == "JobId=7 JobState=RUNNING\n"
-    assert slept == [1.0, 2.0] and len(calls.read_text().splitlines()) == 3
-    calls.unlink()
-    assert scontrol("show", "job", "-o", "999", sleep=slept.append) == "" and slept == [1.0, 2.0]
-    assert calls.read_text().splitlines() == ["show job -o 999"]
-    calls.write_text("x\nx\nx\nx\n")  # never answers: three tries, then no answer
-    fake.write_text('#!/bin/sh\necho "Socket timed out" >&2; exit 1\n')
-    assert scontrol("show", "job", "-o", "7", sleep=slept.append) == "" and slept == [1.0, 2.0, 1.0, 2.0]

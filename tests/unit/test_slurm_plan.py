@@ -85,6 +85,7 @@ INVALID_SLURM = [
     (["cluster.time_min=0"], "cluster.time_min"),
     (["cluster.cpus_per_rank=0"], "cluster.cpus_per_rank"),
     (["cluster.mem_gb=-2"], "cluster.mem_gb"),
+    (["cluster.queries_per_min=0"], "cluster.queries_per_min"),
     (["cluster.signal_delay_s=7200", "cluster.time_min=60"], "cluster.signal_delay_s"),
     (
         ["cluster.signal_delay_s=61", "cluster.time_min=2"],

@@ -31,7 +31,7 @@ from hpctrain.launch.rundir import prepare_run_dir, write_run_files
 from hpctrain.launch.slurm.job import TrainingJob
 from hpctrain.launch.slurm.nodes import fields, job_state, scontrol
 from hpctrain.launch.slurm.plan import SUBMIT_MODULE, SlurmPlan
-from hpctrain.launch.slurm.sacct import query
+from hpctrain.launch.slurm.scheduler import NOT_SUBMITTED, ask, query
 from hpctrain.records import State
 
 RELEASE = "release"  # in the allocation's directory: the holding script ends when it appears
@@ -214,13 +214,10 @@ def _submitted(plan: SlurmPlan, home: Path, script: Path, text: str, what: str) 
     """Write `script` and sbatch it; its job.json in `home` (status, logs and cancel find it)."""
     home.mkdir(parents=True, exist_ok=True)
     records.write_atomic(script, text)
-    try:
-        r = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise LaunchError(f"sbatch could not submit {what}: {e}") from e
-    if r.returncode != 0:
-        raise LaunchError(f"sbatch refused {what}: {r.stderr.strip() or r.returncode}")
-    ref = records.new(records.JobRef, launcher="slurm", job_id=r.stdout.strip().split(";")[0], world_size=plan.world_size, folder=str(home))  # fmt: skip
+    r = ask(["sbatch", "--parsable", str(script)], patience_s=60, again=NOT_SUBMITTED)
+    if not r.ok:
+        raise LaunchError(f"sbatch could not submit {what}: {r.why()}")
+    ref = records.new(records.JobRef, launcher="slurm", job_id=r.out.strip().split(";")[0], world_size=plan.world_size, folder=str(home))  # fmt: skip
     records.write(home / records.JOB, ref, indent=None)
     return Job(home, ref)
 

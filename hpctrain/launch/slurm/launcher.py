@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from hpctrain.launch.output import srun_failure
 from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
 from hpctrain.launch.slurm.plan import SlurmPlan, plan_slurm
 from hpctrain.launch.slurm.sacct import ENDED, blocked_fix, explain_pending, job_usage
+from hpctrain.launch.slurm.scheduler import MISSING, ask, configure, query
 from hpctrain.launch.slurm.watcher import StatusWatcher
 from hpctrain.records import State
 
@@ -67,6 +67,7 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
 
     def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> SlurmPlan:
         folder = str(group_dir / "submitit") if group_dir is not None else None
+        configure(cfg.cluster.queries_per_min)  # this command's rate of SLURM commands
         if group_dir is not None and self._limits is None and self._asking is None:
             # a sweep needs the scheduler's limits before it submits: asked now, beside the planning
             self._asking = threading.Thread(target=self._read_limits, args=(cfg.cluster.qos,), name="limits")
@@ -79,8 +80,6 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         self._limits = read_limits(qos)
 
     def _read_nodes(self) -> None:
-        from hpctrain.launch.slurm.sacct import query
-
         self._nodes = query(SINFO_NODES)  # what admit holds the nodes asked for against
 
     def _node_table(self) -> str | None:
@@ -245,14 +244,20 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
 
     def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
         out = {}
-        states, live = self.watcher.states([j.job_id for j in jobs])
+        states = self.watcher.states([j.job_id for j in jobs])
         by_id = {j.job_id: j for j in jobs}
         for k, s in states.items():
-            why = live.get(k) or s.reason  # the controller's word first: accounting lags
+            why = s.reason  # a pending job's is the controller's (squeue): accounting lags
             if s.state == ENDED:  # accounting is down: the run's records say whether it completed
                 done = (by_id[k].run_dir / records.SUMMARY).exists()
-                note = s.note + ("" if done else "; it left the queue without a summary.json")
-                out[k] = JobStatus(k, State.COMPLETED if done else ENDED, s.nodes, s.elapsed, note)
+                note = s.note + (
+                    "; its summary.json says it completed"
+                    if done
+                    else "; it left the queue without a summary.json"
+                )
+                out[k] = JobStatus(
+                    k, State.COMPLETED if done else ENDED, s.nodes, s.elapsed, note, source=note
+                )
             elif s.state == State.PENDING and why:
                 reason, never = explain_pending(why)
                 note = f"pending: {reason}" + (f"; {s.note}" if s.note else "")
@@ -260,7 +265,7 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
                 out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, note, blocked=never, fix=fix)
             else:
                 ended = f"exit code {s.exit_code}" if s.done else ""  # a running job has none yet
-                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, s.note or ended)
+                out[k] = JobStatus(k, s.state, s.nodes, s.elapsed, s.note or ended, source=s.note)
         return out
 
     def log_paths(self, job: Job, rank: int) -> list[Path]:
@@ -275,26 +280,17 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
 
     def dependents(self, jobs: list[Job]) -> list[str]:
         """Pending jobs whose --dependency names one of `jobs` (or the array it belongs to)."""
-        try:
-            r = subprocess.run(
-                ["squeue", "-h", "-t", State.PENDING.value, "-o", "%i|%E"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-        except (FileNotFoundError, subprocess.TimeoutExpired):
-            return []
-        return waiting_on(r.stdout, {j.job_id for j in jobs})
+        text = query(["squeue", "-h", "-t", State.PENDING.value, "-o", "%i|%E"])
+        return waiting_on(text or "", {j.job_id for j in jobs})
 
     def cancel_ids(self, ids: list[str]) -> None:
         if not ids:
             return
-        try:
-            r = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
-        except FileNotFoundError as e:
-            raise LaunchError("scancel not found: install slurm-client") from e
-        if r.returncode != 0:
-            raise LaunchError(f"scancel failed: {r.stderr.strip()}")
+        answer = ask(["scancel", *ids], patience_s=60)
+        if answer.code == MISSING:
+            raise LaunchError("scancel not found: install slurm-client")
+        if not answer.ok:
+            raise LaunchError(f"scancel failed: {answer.why()}")
 
     def accounted(self, job: Job, summary: records.RunSummary) -> records.RunSummary:
         usage = job_usage(job.job_id)

@@ -14,7 +14,7 @@ import getpass
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from hpctrain.launch.slurm.sacct import query
+from hpctrain.launch.slurm.scheduler import query
 
 SLURM_DEFAULT_MAX_ARRAY_SIZE = 1001  # slurm.conf(5) MaxArraySize
 

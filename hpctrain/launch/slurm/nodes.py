@@ -5,33 +5,23 @@ each SlurmdTimeout / 3 and takes it down after SlurmdTimeout without an answer."
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
 from hpctrain.config.cluster import SlurmClusterConf
 from hpctrain.errors import Problem
+from hpctrain.launch.slurm.scheduler import ask
 from hpctrain.records import State
 
 LOST_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT")
 
 
-def scontrol(*args: str, tries: int = 3, sleep: Callable[[float], None] = time.sleep) -> str:
-    """scontrol's output ('' when it cannot answer). A busy slurmctld times a request out
-    ("Socket timed out on send/recv operation"), so a failed call is tried again after 1 s,
-    then 2 s; a question with no answer ("Invalid job id") is asked once."""
-    for attempt in range(tries):
-        try:
-            r = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
-        except OSError:
-            return ""
-        except subprocess.TimeoutExpired:
-            r = None
-        if r is not None and (r.returncode == 0 or "Invalid" in r.stderr):
-            return r.stdout if r.returncode == 0 else ""
-        if attempt + 1 < tries:
-            sleep(float(attempt + 1))
-    return ""
+def scontrol(*args: str) -> str:
+    """scontrol's output ('' when it cannot answer). A busy slurmctld ("Socket timed out on
+    send/recv operation") is asked again with back-off (scheduler.py); a question with no answer
+    ("Invalid job id") is asked once."""
+    answer = ask(["scontrol", *args], timeout_s=30, patience_s=15)
+    return answer.out if answer.ok else ""
 
 
 def fields(line: str) -> dict[str, str]:

@@ -185,11 +185,10 @@ def next_step(
 
 def requeue(jid: str) -> str | None:
     """Requeue this job (SLURM then ends this script); None, or why it could not."""
-    try:
-        r = subprocess.run(["scontrol", "requeue", jid], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return str(e)
-    return None if r.returncode == 0 else (r.stderr.strip() or f"scontrol exited with {r.returncode}")
+    from hpctrain.launch.slurm.scheduler import ask
+
+    answer = ask(["scontrol", "requeue", jid], patience_s=60)
+    return None if answer.ok else answer.why()
 
 
 def main(argv: list[str]) -> int:

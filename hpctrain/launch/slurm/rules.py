@@ -40,6 +40,14 @@ def slurm_problems(cfg: Config, c: SlurmClusterConf) -> list[Problem]:
         ("checkpoint_interval", c.checkpoint_interval, 0),
     ]:
         p += at_least(f"cluster.{key}", value, low)
+    if c.queries_per_min <= 0:
+        p.append(
+            Problem(
+                "cluster.queries_per_min",
+                f"must be > 0 (got {c.queries_per_min:g})",
+                "set how many SLURM commands a minute hpctrain may make, e.g. 30",
+            )
+        )
     if c.mem_gb is not None and c.mem_gb <= 0:
         p.append(Problem("cluster.mem_gb", f"must be > 0 (got {c.mem_gb:g})", "set a positive size, or null"))
     # sbatch(1) --signal: "the signal may be sent up to 60 seconds earlier than specified"; a

@@ -1,13 +1,12 @@
-"""Reading SLURM's accounting and queue: small pure parsers over real `sacct -P` text, and one
-function that runs the command."""
+"""Reading SLURM's accounting and queue: small pure parsers over real `sacct -P`, `squeue` and
+`scontrol show job` text, and the functions that ask (through scheduler.py)."""
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, replace
 
-from hpctrain.errors import LaunchError
 from hpctrain.launch.base import DONE
+from hpctrain.launch.slurm.scheduler import ask
 from hpctrain.records import State
 
 SACCT_FIELDS = ("JobID", "JobName", "State", "NNodes", "Elapsed", "ExitCode", "NodeList", "Reason")
@@ -130,25 +129,19 @@ def with_array_tasks(requested: list[str], states: dict[str, JobState]) -> dict[
     return out
 
 
-def sacct(job_ids: list[str]) -> dict[str, JobState]:
-    """The state of each job; an array task is asked for by its array's id (sacct lists every task
-    of it, and the unsplit rest of its pending ones), so 10,000 tasks make a short command."""
-    if not job_ids:
-        return {}
-    query = ",".join(sorted({j.split("_")[0] for j in job_ids}))
+def accounting(job_ids: list[str]) -> tuple[dict[str, JobState] | None, str]:
+    """(the state of each job accounting knows, ""), or (None, why) when accounting does not
+    answer (no slurmdbd configured, or it is down). An array task is asked for by its array's id
+    (sacct lists every task of it, and the unsplit rest of its pending ones), so 10,000 tasks make
+    a short command."""
+    query_ids = ",".join(sorted({j.split("_")[0] for j in job_ids}))
     steps = frozenset(j for j in job_ids if "." in j)  # asked for by id: sacct lists the step alone
-    argv = ["sacct", *([] if steps else ["-X"]), "-P", "-n", "-o", ",".join(SACCT_FIELDS), "-j", query]
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    except FileNotFoundError as e:
-        raise LaunchError(
-            "sacct not found: install slurm-client, or start the test cluster "
-            "(bash slurm/start.sh) and export SLURM_CONF"
-        ) from e
-    if r.returncode != 0:  # accounting down (slurmdbd, its database): the queue still answers
-        return from_queue(job_ids, " ".join(r.stderr.split()) or f"exit status {r.returncode}")
-    found = with_array_tasks(job_ids, parse_sacct(r.stdout, steps))
-    return {j: found[j] for j in job_ids if j in found}
+    argv = ["sacct", *([] if steps else ["-X"]), "-P", "-n", "-o", ",".join(SACCT_FIELDS), "-j", query_ids]
+    answer = ask(argv, patience_s=30)
+    if not answer.ok:
+        return None, answer.why()
+    found = with_array_tasks(job_ids, parse_sacct(answer.out, steps))
+    return {j: found[j] for j in job_ids if j in found}, ""
 
 
 SQUEUE_FORMAT = "%i|%j|%T|%D|%M|%N|%r"
@@ -170,47 +163,38 @@ def parse_squeue(text: str) -> dict[str, JobState]:
     return out
 
 
-def from_queue(job_ids: list[str], why: str) -> dict[str, JobState]:
-    """The jobs' states from squeue while sacct fails: live jobs as the controller sees them, the
-    others ENDED. LaunchError only if the controller does not answer either."""
-    text = query(["squeue", "-h", "-r", "--me", "-o", SQUEUE_FORMAT], timeout_s=60)
-    if text is None:
-        raise LaunchError(f"sacct failed: {why}; squeue failed too: is slurmctld running?")
-    live = parse_squeue(text)
-    note = f"accounting unavailable (sacct: {why[:200]}); from the queue"
-    return {
-        j: replace(live[j], note=note) if j in live else JobState(j, "", ENDED, 0, "", "", "", note=note)
-        for j in job_ids
-    }
+def parse_scontrol_jobs(text: str) -> dict[str, JobState]:
+    """`scontrol show job -o` (every job the controller still holds, ended ones for MinJobAge
+    seconds) -> states by job id; an array task as ARRAY_TASK."""
+    from hpctrain.launch.slurm.nodes import fields
 
-
-def parse_squeue_reasons(text: str) -> dict[str, str]:
-    """`squeue -h -r -o %i|%r` output -> pending reason by job id (array tasks one per line)."""
-    out = {}
+    out: dict[str, JobState] = {}
     for line in text.splitlines():
-        jid, _, reason = line.strip().partition("|")
-        if jid and reason and reason != "None":
-            out[jid] = reason
+        f = fields(line)
+        if "JobId" not in f:
+            continue
+        task = f.get("ArrayTaskId", "")
+        jid = f"{f['ArrayJobId']}_{task}" if task.isdigit() and "ArrayJobId" in f else f["JobId"]
+        reason = f.get("Reason", "")
+        nodes = f.get("NumNodes", "")
+        out[jid] = JobState(
+            jid,
+            f.get("JobName", ""),
+            State.of(f.get("JobState", "")),
+            int(nodes) if nodes.isdigit() else 0,
+            f.get("RunTime", ""),
+            f.get("ExitCode", ""),
+            f.get("NodeList", ""),
+            reason if reason != "None" else "",
+        )
     return out
 
 
-def pending_reasons(job_ids: list[str]) -> dict[str, str]:
-    """The controller's live reason for each pending job (the accounting database records a
-    pending job's reason late or never, so sacct's Reason cannot be trusted for it)."""
-    if not job_ids:
-        return {}
-    argv = ["squeue", "-h", "-r", "-t", "PENDING", "-o", "%i|%r", "-j", ",".join(job_ids)]
-    return parse_squeue_reasons(query(argv, timeout_s=60) or "")
-
-
-def query(argv: list[str], timeout_s: float = 30) -> str | None:
-    """A scheduler query's output, or None if the command is missing, fails or hangs (callers
-    fall back to what they know without it)."""
-    try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return r.stdout if r.returncode == 0 else None
+def remembered(job_ids: list[str]) -> dict[str, JobState]:
+    """What the controller still knows of these jobs (one `scontrol show job -o` for all)."""
+    answer = ask(["scontrol", "show", "job", "-o"], patience_s=30)
+    known = parse_scontrol_jobs(answer.out) if answer.ok else {}
+    return {j: known[j] for j in job_ids if j in known}
 
 
 # --- what a job cost -------------------------------------------------------------------------
@@ -251,24 +235,7 @@ def parse_usage(text: str, job_id: str) -> Usage | None:
 
 def job_usage(job_id: str) -> Usage | None:
     """The job's usage from accounting (None: accounting does not answer or knows no such job)."""
-    try:
-        r = subprocess.run(
-            # a job step's own row is not an allocation's (-X would hide it)
-            [
-                "sacct",
-                "-j",
-                job_id,
-                "--duplicates",
-                *([] if "." in job_id else ["-X"]),
-                "-n",
-                "-P",
-                "-o",
-                ",".join(COST_FIELDS),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_usage(r.stdout, job_id) if r.returncode == 0 else None
+    # a job step's own row is not an allocation's (-X would hide it)
+    argv = ["sacct", "-j", job_id, "--duplicates", *([] if "." in job_id else ["-X"]), "-n", "-P"]
+    answer = ask([*argv, "-o", ",".join(COST_FIELDS)], timeout_s=30)
+    return parse_usage(answer.out, job_id) if answer.ok else None

@@ -25,6 +25,7 @@ from hpctrain.launch.rundir import prepare_run_dir, write_run_files
 from hpctrain.launch.slurm.job import ArrayTask, TrainingJob
 from hpctrain.launch.slurm.limits import Limits
 from hpctrain.launch.slurm.plan import SlurmPlan
+from hpctrain.launch.slurm.scheduler import MAX_BACKOFF_S, NOT_SUBMITTED, SCHEDULER, busy_words
 
 
 class ArrayExecutor(submitit.SlurmExecutor):
@@ -80,6 +81,24 @@ def sbatch_errors() -> Iterator[None]:
         raise LaunchError("sbatch not found: install slurm-client, or run on a cluster login node") from e
 
 
+def _sbatch(ex: ArrayExecutor, plan: SlurmPlan, array: list[str] | None, patience_s: float = 60) -> list[str]:
+    """submitit's sbatch call (one job, or one array over `array`), counted and held to the rate
+    as every SLURM command is (scheduler.py); submitted again, with back-off, only after a refusal
+    that says the job was not accepted (NOT_SUBMITTED)."""
+    backoff, waited = 1.0, 0.0
+    patience_s = 0 if SCHEDULER.unanswered else patience_s  # the controller was waited out already
+    while True:
+        SCHEDULER.charge("sbatch")
+        try:
+            return ex.submit_runs_array(array) if array else [ex.submit(TrainingJob(plan.run_dir)).job_id]
+        except FailedJobError as e:
+            if not busy_words(str(e), NOT_SUBMITTED) or waited + backoff > patience_s:
+                raise
+        SCHEDULER.retried += 1
+        SCHEDULER.sleep(backoff)
+        waited, backoff = waited + backoff, min(MAX_BACKOFF_S, 2 * backoff)
+
+
 def group_by_shape(runs: list[RunSpec[SlurmPlan]]) -> list[list[RunSpec[SlurmPlan]]]:
     """Runs that need the same resources share one sbatch script: one job array each."""
     groups: dict[str, list[RunSpec[SlurmPlan]]] = defaultdict(list)
@@ -128,10 +147,7 @@ def submit_groups(
         plan = group[0].plan
         ex = _executor(plan)
         with sbatch_errors():
-            if len(runs) == 1:
-                ids = [ex.submit(TrainingJob(plan.run_dir)).job_id]
-            else:
-                ids = ex.submit_runs_array([str(r.run_dir) for r in group])
+            ids = _sbatch(ex, plan, [str(r.run_dir) for r in group] if len(runs) > 1 else None)
         if len(runs) > 1:
             arrays.append(records.ArrayRef(ids[0].split("_")[0], len(ids)))
         for r, job_id in zip(group, ids):

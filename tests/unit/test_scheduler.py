@@ -1,0 +1,84 @@
+"""The one door to SLURM's commands (hpctrain/launch/slurm/scheduler.py): counted by command, held
+to a token-bucket rate, a busy daemon asked again with back-off, a question with no answer asked
+once, and a submission asked again only when it was surely not accepted. A fake clock and fake
+answers in SLURM's own words (the real commands' refusals are exercised by the SLURM tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hpctrain.launch.slurm.scheduler import NOT_SUBMITTED, Answer, Scheduler
+
+TIMED_OUT = Answer(1, "", "squeue: error: slurm_load_jobs error: Socket timed out on send/recv operation\n")
+INVALID = Answer(1, "", "slurm_load_jobs error: Invalid job id specified\n")
+OK = Answer(0, "JobId=7 JobState=RUNNING\n", "")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.now += s
+
+
+def _scheduler(answers: list[Answer], per_min: float = 30.0) -> tuple[Scheduler, Clock, list[float]]:
+    clock, at = Clock(), []
+
+    def runner(argv: Sequence[str], timeout_s: float) -> Answer:
+        at.append(clock.now)
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    return Scheduler(per_min, runner=runner, clock=lambda: clock.now, sleep=clock.sleep), clock, at
+
+
+def test_a_burst_then_one_call_every_two_seconds_at_thirty_a_minute() -> None:
+    s, clock, at = _scheduler([OK])
+    for _ in range(14):
+        assert s.ask(["squeue", "-h"]).ok
+    # 10 at once (the burst), then one each 60 / 30 = 2 s
+    assert at[:10] == [0.0] * 10 and at[10:] == [2.0, 4.0, 6.0, 8.0]
+    assert s.counts == {"squeue": 14} and s.total == 14
+    clock.now += 600  # idle: the bucket fills again, up to the burst
+    for _ in range(10):
+        s.ask(["sacct"])
+    assert at[-10:] == [608.0] * 10 and s.counts["sacct"] == 10
+
+
+def test_a_busy_controller_is_asked_again_with_backoff_and_a_bad_question_once() -> None:
+    s, clock, at = _scheduler([TIMED_OUT, TIMED_OUT, OK])
+    assert s.ask(["scontrol", "show", "job", "7"]).out == OK.out
+    assert clock.slept == [1.0, 2.0] and s.retried == 2 and s.counts["scontrol"] == 3
+    s, clock, at = _scheduler([INVALID, OK])
+    assert not s.ask(["scontrol", "show", "job", "999"]).ok and len(at) == 1 and clock.slept == []
+    s, clock, at = _scheduler([TIMED_OUT])  # never answers: back-off until the patience is spent
+    answer = s.ask(["squeue"], patience_s=20)
+    assert not answer.ok and answer.busy and clock.slept == [1.0, 2.0, 4.0, 8.0]
+    assert "Socket timed out" in answer.why()
+
+
+def test_a_submission_is_asked_again_only_when_it_surely_was_not_accepted() -> None:
+    refused = Answer(
+        1,
+        "",
+        "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n",
+    )
+    s, clock, at = _scheduler([refused, Answer(0, "1234\n", "")])
+    assert s.ask(["sbatch", "x.sh"], again=NOT_SUBMITTED).out == "1234\n" and len(at) == 2
+    # a timed-out sbatch may have queued the job: never sent twice
+    s, clock, at = _scheduler([TIMED_OUT, Answer(0, "1234\n", "")])
+    assert not s.ask(["sbatch", "x.sh"], again=NOT_SUBMITTED).ok and len(at) == 1
+
+
+def test_once_a_call_waited_out_a_down_controller_the_next_calls_try_once_until_one_is_answered() -> None:
+    s, clock, at = _scheduler([TIMED_OUT])
+    s.ask(["squeue"], patience_s=20)
+    waited = len(at)
+    assert not s.ask(["sinfo"], patience_s=20).ok and len(at) == waited + 1  # no second wait
+    s.runner = lambda argv, timeout_s: OK
+    assert s.ask(["sinfo"]).ok
+    s.runner = lambda argv, timeout_s: (at.append(clock.now), TIMED_OUT)[1]
+    s.ask(["squeue"], patience_s=20)
+    assert len(at) == waited + 1 + 5  # answered in between: patient again
