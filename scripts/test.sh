@@ -64,5 +64,21 @@ HPCTRAIN_VENV="$VENV" bash "$ROOT/scripts/docs.sh"
 # machine) every process would otherwise compile them again (about 0.1 s of CPU each; a suite
 # starts some 1,500: CLIs, supervisors, ranks)
 "$VENV/bin/python" -m compileall -q -j 0 hpctrain hydra_plugins tests
+if [ "$tier" = quick ]; then
+  exec "$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 -m "$select" "$@"
+fi
+# The chosen SLURM tests against SLURM 24.11 too (slurm/rootfs.sh builds its root file system once,
+# cached as the image is): a second session with its own cluster, beside the first (its tests
+# mostly wait on the scheduler); its report follows the first's.
+second="$CACHE/test-slurm-24.11.log"
+SLURM_VERSION=24.11 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=10 \
+  -m "(slurm_versions or slurm_second) and not gpu" "$@" > "$second" 2>&1 &
+second_pid=$!
+trap 'kill $second_pid 2>/dev/null || true; kill -- -$build 2>/dev/null || true; wait $build 2>/dev/null || true' EXIT
 # two workers: the SLURM stream and the local stream side by side (tests/conftest.py)
-"$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 -m "$select" "$@"
+status=0
+"$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 -m "$select" "$@" || status=$?
+wait $second_pid || { rc=$?; [ $rc -eq 5 ] || status=$((status ? status : rc)); }  # 5: none selected (-k)
+echo "=== the SLURM tests against SLURM 24.11 (SLURM_VERSION=24.11; log: $second) ==="
+cat "$second"
+exit $status

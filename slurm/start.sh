@@ -10,6 +10,17 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 [ "$(id -u)" -eq 0 ] || { echo "slurm/start.sh runs the daemons as root: use sudo" >&2; exit 1; }
 bash "$SLURM_DIR/install.sh"
+# The 24.11 cluster: its root file system (built once, cached), its clients first on PATH, and its
+# daemons started inside it (in_root); 22.05's run from the host's packages.
+if [ -n "$ROOTFS" ]; then
+  bash "$SLURM_DIR/rootfs.sh" >/dev/null
+  export PATH="$SLURM_BIN:$PATH"
+  in_root() { "$SLURM_DIR/in-root.sh" "$ROOTFS" "$STATE/etc/binds" "$@"; }
+  SBIN=/usr/sbin/
+else
+  in_root() { "$@"; }
+  SBIN=
+fi
 say() { printf '\033[1m[slurm]\033[0m %s\n' "$*"; }
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   local limit=$1 what=$2; shift 2
@@ -44,15 +55,31 @@ mkdir -p "$STATE"/{etc,ctld,run,log,tmp,spool,mysql}
 exec 9>"$STATE.lock"
 flock 9   # (the daemons started below do not inherit it: 9>&-)
 last=$(cat "$STATE.next-job-id" 2>/dev/null || echo 1000)  # job ids never restart at 1
-nodes_range="n[1-$NODES]"; ports="[17001-$((17000 + NODES))]"
+nodes_range="n[1-$NODES]"; ports="[$((NODE_PORT + 1))-$((NODE_PORT + NODES))]"
 sed -e "s|@STATE@|$STATE|g" -e "s|@NODE_RANGE@|$nodes_range|g" -e "s|@PORTS@|$ports|g" \
+    -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@DBD_PORT@|$DBD_PORT|g" -e "s|@ACCOUNTING@|$SLURM_ACCOUNTING|g" \
     -e "s|@CPUS@|$CPUS|g" -e "s|@FIRST_JOB_ID@|$last|g" "$SLURM_DIR/slurm.conf.in" > "$STATE/etc/slurm.conf"
-sed -e "s|@STATE@|$STATE|g" -e "s|@DB_PORT@|$DB_PORT|g" "$SLURM_DIR/slurmdbd.conf.in" > "$STATE/etc/slurmdbd.conf"
+sed -e "s|@STATE@|$STATE|g" -e "s|@DB_PORT@|$DB_PORT|g" -e "s|@DBD_PORT@|$DBD_PORT|g" "$SLURM_DIR/slurmdbd.conf.in" > "$STATE/etc/slurmdbd.conf"
 chmod 600 "$STATE/etc/slurmdbd.conf"   # slurmdbd refuses a readable password file
 cp /etc/slurm/plugstack.conf "$STATE/etc/" 2>/dev/null || true
 # Every node resolves every node name (all of them live on 127.0.0.1).
 { cat /etc/hosts; echo "127.0.0.1 $(seq -f 'n%g' -s ' ' 1 "$NODES")"; } > "$STATE/etc/hosts"
 for i in $(seq 1 "$NODES"); do mkdir -p "$STATE/tmp/n$i" "$STATE/spool/n$i"; done
+if [ -n "$ROOTFS" ]; then
+  # what a job reaches on the host, at the same paths: the state and outputs, the user's files, the
+  # clone, and the Python its virtual environment was made from (a pyenv one lies under $HOME)
+  base=$(python3 -c 'import sys; print(sys.base_prefix)' 2>/dev/null || true)
+  py=$(python3 -c 'import sys, sysconfig; print(sys.executable, sysconfig.get_path("stdlib"))' 2>/dev/null || true)
+  { echo /tmp; echo "$HOME"; echo /home; cd "$SLURM_DIR/.." && pwd
+    if [ -n "$base" ] && [ "$base" != /usr ]; then echo "$base"; else tr ' ' '\n' <<<"$py"; fi
+  } | sort -u > "$STATE/etc/binds"
+  mkdir -p "$SLURM_BIN"
+  for tool in sbatch srun salloc squeue sacct sacctmgr scontrol sinfo scancel sstat sattach sprio sshare sdiag; do
+    printf '#!/bin/sh\n# SLURM %s: the command of its root file system (inside a job, it is there already)\n[ -e /etc/hpctrain-slurm-root ] && exec /usr/bin/%s "$@"\nexec %q %q %q /usr/bin/%s "$@"\n' \
+      "$SLURM_VERSION" "$tool" "$SLURM_DIR/in-root.sh" "$ROOTFS" "$STATE/etc/binds" "$tool" > "$SLURM_BIN/$tool"
+    chmod +x "$SLURM_BIN/$tool"
+  done
+fi
 
 # munge: authentication between all daemons and clients
 if [ -z "$(live '(^|/)munged( |$)')" ]; then
@@ -60,51 +87,54 @@ if [ -z "$(live '(^|/)munged( |$)')" ]; then
   mkdir -p /run/munge && chown munge:munge /run/munge
   [ -f /etc/munge/munge.key ] || { mungekey --create >/dev/null 2>&1 || /usr/sbin/create-munge-key -f; chown munge:munge /etc/munge/munge.key; }
   runuser -u munge -- /usr/sbin/munged 9>&-
-  touch "$STATE/run/munged.ours"   # stop.sh stops only a munged that start.sh started
+  touch "$MUNGED_OURS"   # stop.sh stops only a munged that start.sh started
 fi
 wait_for 10 munge bash -c 'munge -n | unmunge'
 
-# MariaDB, private to the cluster, on 127.0.0.1:$DB_PORT
-DB_SOCK="$STATE/run/mysql.sock"
-if ! alive "$STATE/run/mariadb.pid"; then
-  if [ ! -d "$STATE/mysql/mysql" ]; then
-    say "initialising MariaDB in $STATE/mysql"
-    mariadb-install-db --datadir="$STATE/mysql" --user=root --auth-root-authentication-method=socket \
-      --skip-test-db >"$STATE/log/mariadb-install.log" 2>&1
+start_accounting() {  # MariaDB, slurmdbd, the cluster registered in it
+  # MariaDB, private to the cluster, on 127.0.0.1:$DB_PORT
+  DB_SOCK="$STATE/run/mysql.sock"
+  if ! alive "$STATE/run/mariadb.pid"; then
+    if [ ! -d "$STATE/mysql/mysql" ]; then
+      say "initialising MariaDB in $STATE/mysql"
+      mariadb-install-db --datadir="$STATE/mysql" --user=root --auth-root-authentication-method=socket \
+        --skip-test-db >"$STATE/log/mariadb-install.log" 2>&1
+    fi
+    say "starting MariaDB"
+    nohup mariadbd --datadir="$STATE/mysql" --socket="$DB_SOCK" --port="$DB_PORT" --bind-address=127.0.0.1 \
+      --user=root --pid-file="$STATE/run/mariadb.pid" --log-error="$STATE/log/mariadb.log" \
+      --skip-name-resolve --innodb-buffer-pool-size=64M >/dev/null 2>&1 9>&- &
   fi
-  say "starting MariaDB"
-  nohup mariadbd --datadir="$STATE/mysql" --socket="$DB_SOCK" --port="$DB_PORT" --bind-address=127.0.0.1 \
-    --user=root --pid-file="$STATE/run/mariadb.pid" --log-error="$STATE/log/mariadb.log" \
-    --skip-name-resolve --innodb-buffer-pool-size=64M >/dev/null 2>&1 9>&- &
-fi
-wait_for 60 MariaDB mariadb --socket="$DB_SOCK" -uroot -e 'select 1'
-mariadb --socket="$DB_SOCK" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
-  GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
+  wait_for 60 MariaDB mariadb --socket="$DB_SOCK" -uroot -e 'select 1'
+  mariadb --socket="$DB_SOCK" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;"
 
-# slurmdbd, then register the cluster (once)
-if ! alive "$STATE/run/slurmdbd.pid"; then
-  settled slurmdbd '^slurmdbd( |$)'
-  say "starting slurmdbd"
-  slurmdbd 9>&-
-fi
-# slurmdbd answering but refused by its database (MariaDB answered above) will not get better by
-# waiting: say so after 10 s instead of waiting out the minute
-dbd_up=false
-for i in $(seq 300); do
-  dbd=$(sacctmgr -n show cluster 2>&1) && { dbd_up=true; break; }
-  if [ "$i" -ge 50 ] && grep -q "Unable to connect to database" <<<"$dbd"; then
-    accounting_down "slurmdbd runs but cannot reach its database: $(grep -m1 'error' <<<"$dbd")"
+  # slurmdbd, then register the cluster (once)
+  if ! alive "$STATE/run/slurmdbd.pid"; then
+    settled slurmdbd "^${SBIN}slurmdbd( |\$)"
+    say "starting slurmdbd"
+    in_root "${SBIN}slurmdbd" 9>&-
   fi
-  sleep 0.2
-done
-$dbd_up || accounting_down "slurmdbd did not answer within 60 s"
-sacctmgr -i -n show cluster format=cluster | grep -qw hpctrain || sacctmgr -i add cluster hpctrain >/dev/null
+  # slurmdbd answering but refused by its database (MariaDB answered above) will not get better by
+  # waiting: say so after 10 s instead of waiting out the minute
+  dbd_up=false
+  for i in $(seq 300); do
+    dbd=$(sacctmgr -n show cluster 2>&1) && { dbd_up=true; break; }
+    if [ "$i" -ge 50 ] && grep -q "Unable to connect to database" <<<"$dbd"; then
+      accounting_down "slurmdbd runs but cannot reach its database: $(grep -m1 'error' <<<"$dbd")"
+    fi
+    sleep 0.2
+  done
+  $dbd_up || accounting_down "slurmdbd did not answer within 60 s"
+  sacctmgr -i -n show cluster format=cluster | grep -qw hpctrain || sacctmgr -i add cluster hpctrain >/dev/null
+}
+[ "$SLURM_ACCOUNTING" = none ] || start_accounting
 
 # slurmctld
 if ! alive "$STATE/run/slurmctld.pid"; then
-  settled slurmctld '^slurmctld( |$)'
+  settled slurmctld "^${SBIN}slurmctld -f $SLURM_CONF\$"
   say "starting slurmctld"
-  slurmctld 9>&-
+  in_root "${SBIN}slurmctld" -f "$SLURM_CONF" 9>&-
 fi
 wait_for 60 slurmctld scontrol ping
 
@@ -112,9 +142,14 @@ wait_for 60 slurmctld scontrol ping
 # crashes across "nodes" that share one host name).
 for i in $(seq 1 "$NODES"); do
   if ! alive "$STATE/run/slurmd-n$i.pid"; then
-    settled "slurmd of n$i" "^slurmd -N n$i\$"
-    unshare --uts --mount --propagation private bash -c \
-      "hostname n$i && mount --bind '$STATE/etc/hosts' /etc/hosts && exec slurmd -N n$i" 9>&-
+    settled "slurmd of n$i" "^${SBIN}slurmd -N n$i -f $SLURM_CONF\$"
+    if [ -n "$ROOTFS" ]; then
+      unshare --uts bash -c "hostname n$i && exec $(printf '%q ' "$SLURM_DIR/in-root.sh" "$ROOTFS" \
+        "$STATE/etc/binds" --hosts "$STATE/etc/hosts") /usr/sbin/slurmd -N n$i -f $SLURM_CONF" 9>&-
+    else
+      unshare --uts --mount --propagation private bash -c \
+        "hostname n$i && mount --bind '$STATE/etc/hosts' /etc/hosts && exec slurmd -N n$i -f '$SLURM_CONF'" 9>&-
+    fi
   fi
 done
 # Every node registered and answering: idle, or running jobs (mix, alloc, comp) when the cluster
@@ -128,7 +163,9 @@ wait_for 60 "every node to answer (sinfo -N shows their states)" all_up
 # accounting must answer a real query, not only the daemon's ping: slurmdbd keeps running (and
 # sacctmgr answers from its cache) while its database is down, and then every sacct fails
 accounting_ok() { sacct -n -X -S now-1minutes -o JobID >/dev/null 2>&1; }
-for _ in $(seq 150); do accounting_ok && break; sleep 0.2; done
-accounting_ok || accounting_down "sacct says: $(sacct -n -X -S now-1minutes 2>&1 | head -1)"
-say "cluster up: $(sinfo -h -p debug -o '%D nodes %T (%N)' | tr '\n' ' ')"
-say "use it with: export SLURM_CONF=$SLURM_CONF"
+if [ "$SLURM_ACCOUNTING" != none ]; then
+  for _ in $(seq 150); do accounting_ok && break; sleep 0.2; done
+  accounting_ok || accounting_down "sacct says: $(sacct -n -X -S now-1minutes 2>&1 | head -1)"
+fi
+say "SLURM $SLURM_VERSION cluster up${ROOTFS:+ (from $ROOTFS)}, accounting: $SLURM_ACCOUNTING: $(sinfo -h -p debug -o '%D nodes %T (%N)' | tr '\n' ' ')"
+say "use it with: ${ROOTFS:+SLURM_VERSION=$SLURM_VERSION }. slurm/env.sh   (SLURM_CONF=$SLURM_CONF)"

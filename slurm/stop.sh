@@ -8,6 +8,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 say() { printf '\033[1m[slurm]\033[0m %s\n' "$*"; }
 if [ -d "$STATE" ]; then exec 9>"$STATE.lock"; flock 9; fi  # not while start.sh runs
+[ -z "$ROOTFS" ] || export PATH="$SLURM_BIN:$PATH"   # the 24.11 cluster's own clients
 if [ -f "$SLURM_CONF" ] && command -v sacct >/dev/null && scontrol ping >/dev/null 2>&1; then
   scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
   top=$(sacct -X -n -P -o jobid --starttime=1970-01-01 2>/dev/null | sed 's/[_.].*//' | sort -n | tail -1)
@@ -41,18 +42,32 @@ stop_pids() {  # stop_pids NAME PIDFILE...: the daemons their pid files name, th
   stop_running "$what" "${pids[@]}"
   rm -f "$@"
 }
+# each node's UTS namespace (start.sh gives every slurmd one): what is left in them after their
+# daemons stop is this cluster's (its step daemons and tasks), not another cluster's
+namespaces=()
+for f in "$STATE"/run/slurmd-*.pid; do
+  [ -f "$f" ] && ns=$(readlink "/proc/$(cat "$f")/ns/uts" 2>/dev/null) && namespaces+=("$ns")
+done
 # the node daemons and the controller together (each takes ~2 s to stop), then the accounting
 # daemon, then its database
 stop_pids "slurmd and slurmctld" "$STATE"/run/slurmd-*.pid "$STATE/run/slurmctld.pid"
 stop_pids slurmdbd "$STATE/run/slurmdbd.pid"
 stop_pids MariaDB "$STATE/run/mariadb.pid"
-# Job steps and anything a daemon left behind (slurmstepd, its tasks) go too.
-pkill -9 -x slurmstepd 2>/dev/null || true
-if [ -f "$STATE/run/munged.ours" ]; then
+# Job steps and anything a daemon left behind (slurmstepd, its tasks) go too: what is left in the
+# nodes' namespaces is this cluster's, not another's
+if ((${#namespaces[@]})); then
+  for proc in /proc/[0-9]*; do
+    ns=$(readlink "$proc/ns/uts" 2>/dev/null) || continue
+    for n in "${namespaces[@]}"; do [ "$ns" = "$n" ] && kill -9 "${proc#/proc/}" 2>/dev/null; done
+  done
+fi
+# munged is every local cluster's: stopped with the last of them that start.sh started it for
+if [ -f "$STATE/run/munged.ours" ]; then mv "$STATE/run/munged.ours" "$MUNGED_OURS"; fi
+if [ -f "$MUNGED_OURS" ] && [ -z "$(live '(^|/)slurmctld( |$)')" ]; then
   # waited for: a start right after this one would otherwise find it exiting and not start its own
   # shellcheck disable=SC2046
   stop_running munged $(live '(^|/)munged( |$)')
-  rm -f "$STATE/run/munged.ours"
+  rm -f "$MUNGED_OURS"
 fi
 if [ "${1:-}" = "--purge" ]; then rm -rf "$STATE"; say "state removed"; fi
 say "stopped"

@@ -65,12 +65,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     join the SLURM stream, so the two streams take about as long."""
     # the container tests last in their streams: the image builds in the background meanwhile
     items.sort(key=lambda item: item.get_closest_marker("container") is not None)
+    _one_slurm_version(config, items)
     _gpus_needed(items)
     for item in items:
         if item.get_closest_marker("slurm") or item.get_closest_marker("side_stream"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         elif item.get_closest_marker("mpi"):
             item.add_marker(pytest.mark.xdist_group("local"))
+
+
+def _one_slurm_version(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A session talks to one SLURM version (SLURM_VERSION; its clients on PATH, its SLURM_CONF):
+    22.05's runs every SLURM test but those marked slurm_second; another version's (scripts/
+    test.sh's second session, beside the first) only those marked slurm_versions or slurm_second."""
+    second = SLURM_VERSION != "22.05"
+
+    def kept(item: pytest.Item) -> bool:
+        mark = item.get_closest_marker
+        if not mark("slurm"):  # a local case of a test marked for both versions runs once, in the first
+            return not (second and (mark("slurm_versions") or mark("slurm_second")))
+        return bool(mark("slurm_versions") or mark("slurm_second")) if second else not mark("slurm_second")
+
+    dropped = [item for item in items if not kept(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if kept(item)]
 
 
 @pytest.fixture
@@ -414,11 +433,18 @@ def signal_at_step(run_dir: Path, steps: int, timeout_s: float = 180) -> str:
 
 
 # --- the real local SLURM cluster (slurm/start.sh), shared by every SLURM test of the session ---
-STATE = Path(os.environ.get("HPCTRAIN_SLURM_STATE", "/tmp/hpctrain-slurm"))
+# SLURM_VERSION=24.11 runs the SLURM tests marked slurm_versions against the 24.11 cluster (slurm/
+# common.sh: its own state, ports and database, its clients first on PATH), beside 22.05's
+SLURM_VERSION = os.environ.get("SLURM_VERSION", "22.05")
+STATE = Path(
+    os.environ.get("HPCTRAIN_SLURM_STATE")
+    or ("/tmp/hpctrain-slurm" if SLURM_VERSION == "22.05" else f"/tmp/hpctrain-slurm-{SLURM_VERSION}")
+)
+SLURM_BIN = STATE / "bin"  # the 24.11 cluster's clients (wrappers into its root file system)
 
 
 def _running(conf: str) -> bool:
-    env = dict(os.environ, SLURM_CONF=conf)
+    env = dict(os.environ, SLURM_CONF=conf, PATH=f"{SLURM_BIN}:{os.environ['PATH']}")
     if not (Path(conf).exists() and shutil.which("scontrol")):
         return False
     return subprocess.run(["scontrol", "ping"], env=env, capture_output=True).returncode == 0
@@ -485,6 +511,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     assert r.returncode == 0, f"local SLURM cluster did not start:\n{r.stdout}\n{r.stderr}"
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
+    if SLURM_VERSION != "22.05":
+        os.environ["PATH"] = f"{SLURM_BIN}:{os.environ['PATH']}"
     early = tmp_path_factory.mktemp("time-limit")
     runs = {n: early / f"max{n}" for n in (0, 1)}
     yield SlurmCluster(

@@ -31,6 +31,7 @@ class TestHpctrainSlurmLauncherIntegration(IntegrationTestSuite):
     pass
 
 
+@pytest.mark.slurm_versions
 @pytest.mark.parametrize("engine", ["ddp", "horovod"])
 def test_two_nodes_of_two_ranks_end_on_one_ranks_weights(
     hydra_sweep_runner: TSweepRunner, hydra_restore_singletons: None, tmp_path: Path, engine: str

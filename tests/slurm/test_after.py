@@ -29,6 +29,7 @@ def _times(job: str) -> tuple[str, str]:
     return start, end
 
 
+@pytest.mark.slurm_versions
 def test_a_slurm_run_starts_after_the_one_it_names_and_never_after_a_failed_one(tmp_path: Path) -> None:
     slow = _script(tmp_path, "slow.py", "import time\ntime.sleep(8)\n")
     fails = _script(tmp_path, "fails.py", "raise SystemExit(3)\n")

@@ -27,6 +27,7 @@ def test_ddp_on_two_nodes_matches_one_local_rank(tmp_path: Path, one_rank_refere
     assert s["hosts"] == sorted({r["host"] for r in s["per_rank"]}) and s["nodes"] == 2  # its placement
 
 
+@pytest.mark.slurm_versions
 def test_ddp_requeue_resumes_bit_identical(tmp_path: Path) -> None:
     common = [*COMMON, *TWO_NODES, "train.steps=60"]
     run_dir = tmp_path / "interrupted"

@@ -61,6 +61,7 @@ def _steps(job: str) -> dict[str, str]:
     return dict(line.split("|", 1) for line in out.stdout.splitlines())
 
 
+@pytest.mark.slurm_versions
 def test_a_lost_node_is_left_behind_with_elastic_and_waited_for_without(
     tmp_path: Path, one_rank_reference: tuple[Path, dict]
 ) -> None:

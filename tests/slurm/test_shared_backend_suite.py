@@ -112,6 +112,7 @@ def test_invalid_config_is_rejected_before_launch(backend: list[str], tmp_path: 
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slurm_versions
 def test_no_wait_run_finishes_and_status_and_logs_show_it(backend: list[str], tmp_path: Path) -> None:
     run_dir = tmp_path / "nw"
     r = hpctrain("run", "--no-wait", f"run.dir={run_dir}", *backend, *SMALL)
@@ -153,6 +154,7 @@ def test_a_run_outlives_the_command_that_stopped_waiting_for_it(backend: list[st
     assert logs.returncode == 0 and "step 600/600" in logs.stdout, logs.stdout + logs.stderr
 
 
+@pytest.mark.slurm_versions
 def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_path: Path) -> None:
     run_dir = tmp_path / "long"
     r = hpctrain(

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 BASE = ["data=digits", "model=cnn", "train.steps=12", "train.warmup_steps=2", "train.log_interval=4"]
 
 
+@pytest.mark.slurm_versions
 def test_two_nodes_two_ranks_each_match_the_local_run(tmp_path: Path, one_rank_reference) -> None:
     slurm_dir, s = run_ok(
         tmp_path,
@@ -71,6 +72,7 @@ def test_two_nodes_two_ranks_each_match_the_local_run(tmp_path: Path, one_rank_r
     assert s["core_hours"] == pytest.approx(int(acct[1]) * int(acct[0]) / 3600)
 
 
+@pytest.mark.slurm_versions
 def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:
     r = hpctrain(
         "run",
@@ -112,6 +114,7 @@ def test_sweep_groups_points_into_one_array_per_shape(tmp_path: Path) -> None:
 _wait_done, _recorded_steps = wait_done, recorded_steps
 
 
+@pytest.mark.slurm_versions
 def test_a_real_time_limit_requeues_up_to_max_requeues(slurm_cluster: SlurmCluster) -> None:
     """SLURM's own time limit (2 minutes, SIGUSR2 60 s before it), not a hand-sent signal. Both
     jobs hold at step 5 until the signal. With max_requeues=1 the job checkpoints, is requeued
@@ -133,6 +136,7 @@ def test_a_real_time_limit_requeues_up_to_max_requeues(slurm_cluster: SlurmClust
     assert "step-000006.pt holds the state to resume from" in status, status
 
 
+@pytest.mark.slurm_versions
 def test_failed_rank_is_reported_by_run_and_status(tmp_path: Path) -> None:
     run_dir = tmp_path / "fail"
     r = hpctrain(
@@ -209,6 +213,7 @@ def test_a_start_that_segfaults_before_the_ranks_meet_is_retried_once_and_record
     assert "samples/s, start retried" in status and "1 restart" not in status, status
 
 
+@pytest.mark.slurm_versions
 def test_a_slow_node_fails_the_pre_flight_check_and_the_run_completes_without_it(tmp_path: Path) -> None:
     """n2 is slow (its GEMMs take 50x as long): the job's check judges it bad before any step, and
     the run goes again without it, submitted with --no-wait (nothing waits for it): the job's own
@@ -238,6 +243,7 @@ def test_a_slow_node_fails_the_pre_flight_check_and_the_run_completes_without_it
     )
 
 
+@pytest.mark.slurm_versions
 def test_slurm_study_submits_arrays_and_its_analysis_as_a_job_after_them(tmp_path: Path) -> None:
     """--analyze-as-job: the points and the allreduce benchmark as job arrays, one per shape, and
     the analysis as a job SLURM holds until they have all ended (--dependency=afterany); the
@@ -324,6 +330,7 @@ def test_bench_submit_sends_a_sweep_in_one_sbatch_call(tmp_path: Path) -> None:
     assert status.count("CANCELLED") + status.count("COMPLETED") == 16, status
 
 
+@pytest.mark.slurm_versions
 def test_a_sweep_larger_than_max_array_size_goes_out_as_several_arrays(tmp_path: Path) -> None:
     """The local cluster keeps SLURM's default MaxArraySize=1001 (indices 0..1000)."""
     assert (

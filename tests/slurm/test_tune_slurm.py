@@ -41,6 +41,7 @@ def _step_of(home: Path, alloc: str) -> bool:
     return False
 
 
+@pytest.mark.slurm_versions
 def test_a_tune_runs_its_trials_as_steps_of_one_allocation_and_survives_a_kill_and_a_cancel(
     tmp_path: Path,
 ) -> None:

@@ -1,0 +1,98 @@
+"""A cluster without accounting (no slurmdbd, as some sites run): the local cluster started with
+SLURM_ACCOUNTING=none (its own state, ports and two nodes, beside the session's cluster). A run
+is waited for and completes, a failed rank is named, and status says what its states rest on,
+instead of waiting for an accounting record that never comes (submitit's result() would)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SLURM_VERSION, hpctrain, start_hpctrain, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_second]
+
+STATE = Path(f"/tmp/hpctrain-slurm-noacct-{SLURM_VERSION}")
+ENV = {
+    "SLURM_ACCOUNTING": "none",
+    "HPCTRAIN_SLURM_STATE": str(STATE),
+    "HPCTRAIN_SLURM_PORT_BASE": "17300" if SLURM_VERSION == "22.05" else "17400",
+    "HPCTRAIN_SLURM_NODES": "2",
+}
+RUN = ["--no-progress", "cluster=slurm", "data=digits", "train.steps=4", "train.warmup_steps=0"]
+
+
+@pytest.fixture(scope="module")
+def no_accounting() -> Iterator[dict[str, str]]:
+    env = dict(os.environ, **ENV)
+    up = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "start.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "accounting: none" in up.stdout
+    path = f"{STATE / 'bin'}:{os.environ['PATH']}" if SLURM_VERSION != "22.05" else os.environ["PATH"]
+    yield {"SLURM_CONF": str(STATE / "etc" / "slurm.conf"), "PATH": path}
+    subprocess.run(
+        ["bash", str(ROOT / "slurm" / "stop.sh"), "--purge"], env=env, capture_output=True, timeout=300
+    )
+
+
+def test_runs_are_waited_for_and_named_without_accounting(
+    no_accounting: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k, v in no_accounting.items():
+        monkeypatch.setenv(k, v)
+    off = subprocess.run(["sacct", "-n"], capture_output=True, text=True, timeout=30)
+    assert off.returncode != 0 and "accounting storage is disabled" in off.stderr.lower(), off.stderr
+    ok, failed = tmp_path / "ok", tmp_path / "failed"
+    r = hpctrain("run", f"run.dir={ok}", *RUN, timeout=180, own_process=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = hpctrain(
+        "run",
+        f"run.dir={failed}",
+        *RUN,
+        "cluster.nodes=2",
+        "debug.fail_rank=1",
+        "debug.fail_step=2",
+        timeout=180,
+    )
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "rank 1 failed" in r.stderr and "InjectedFailure" in r.stderr
+    status = (
+        hpctrain("status", str(ok), timeout=60).stdout + hpctrain("status", str(failed), timeout=60).stdout
+    )
+    assert "COMPLETED" in status and "FAILED" in status and "InjectedFailure" in status, status
+    # what the states rest on: the controller's memory of jobs that ended (MinJobAge), said once
+    assert (
+        "note: accounting unavailable (sacct: Slurm accounting storage is disabled); from the controller"
+        in status
+    )
+
+
+def test_a_controller_that_stops_answering_mid_wait_is_waited_for_not_a_failed_run(
+    no_accounting: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """slurmctld stopped (SIGSTOP) for longer than MessageTimeout while `hpctrain run` waits: its
+    queries time out ("Socket timed out on send/recv operation") and, without accounting to fall
+    back on, nothing answers; they are asked again with back-off, and the run completes once the
+    controller answers again (before, the first unanswered look ended the wait as a failure)."""
+    for k, v in no_accounting.items():
+        monkeypatch.setenv(k, v)
+    run = tmp_path / "paused"
+    proc = start_hpctrain("run", "--no-progress", f"run.dir={run}", *RUN[1:], "train.steps=30")
+    wait_for("the run's first step", lambda: (run / "steps-rank0.jsonl").exists(), timeout_s=120)
+    ctld = int((STATE / "run" / "slurmctld.pid").read_text())
+    os.kill(ctld, signal.SIGSTOP)
+    try:
+        time.sleep(25)  # MessageTimeout is 20 s: the waiting command's queries time out meanwhile
+    finally:
+        os.kill(ctld, signal.SIGCONT)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out + err
+    assert (run / "summary.json").exists()
