@@ -26,15 +26,32 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
   local limit=$1 what=$2; shift 2
   for _ in $(seq $((limit * 5))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
   echo "[slurm] timed out after ${limit}s waiting for $what; logs in $STATE/log" >&2
-  tail -n 20 "$STATE"/log/*.log >&2 2>/dev/null || true
+  local f pid
+  for f in "$STATE"/run/*.pid; do  # which daemon is gone
+    [ -f "$f" ] && pid=$(cat "$f") && ! kill -0 "$pid" 2>/dev/null &&
+      echo "[slurm] $(basename "$f" .pid) (pid $pid) is not running" >&2
+  done
+  for f in "$STATE"/log/*.log; do  # what this start's daemons wrote (not the last cluster's last words)
+    [ -f "$f" ] || continue
+    echo "--- $f, since this start:" >&2
+    tail -c +"$(( ${LOG_AT[$f]:-0} + 1 ))" "$f" | tail -n 15 >&2
+  done
   exit 1
 }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-settled() {  # settled WHAT PATTERN: no daemon of an earlier cluster still exiting (pgrep -f PATTERN);
-  # waits 15 s for one (a stop that has just returned), then names it and stops
+ours() {  # ours PID...: those started for this cluster (their SLURM_CONF is ours), not another's
+  local pid
+  for pid in "$@"; do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF" && echo "$pid"
+  done
+  return 0
+}
+settled() {  # settled WHAT PATTERN: no daemon of an earlier run of this cluster still exiting (pgrep
+  # -f PATTERN); waits 15 s for one (a stop that has just returned), then names it and stops
   local what=$1 pids
   for _ in $(seq 75); do
-    pids=$(live "$2")
+    # shellcheck disable=SC2046
+    pids=$(ours $(live "$2"))
     [ -z "$pids" ] && return 0
     sleep 0.2
   done
@@ -50,6 +67,8 @@ accounting_down() {  # accounting_down WHY: what does not answer, the daemons' l
 }
 
 mkdir -p "$STATE"/{etc,ctld,run,log,tmp,spool,mysql}
+declare -A LOG_AT  # each log's size before this start: a failure shows only what came after
+for f in "$STATE"/log/*.log; do [ -f "$f" ] && LOG_AT[$f]=$(stat -c %s "$f"); done
 # One start (or stop) at a time: two test sessions, or a developer and a test session, that start
 # the cluster together would otherwise both see a daemon missing and both start it.
 exec 9>"$STATE.lock"

@@ -11,7 +11,7 @@ if [ -d "$STATE" ]; then exec 9>"$STATE.lock"; flock 9; fi  # not while start.sh
 [ -z "$ROOTFS" ] || export PATH="$SLURM_BIN:$PATH"   # the 24.11 cluster's own clients
 if [ -f "$SLURM_CONF" ] && command -v sacct >/dev/null && scontrol ping >/dev/null 2>&1; then
   scancel --full --quiet --user="$(id -un)" 2>/dev/null || true
-  top=$(sacct -X -n -P -o jobid --starttime=1970-01-01 2>/dev/null | sed 's/[_.].*//' | sort -n | tail -1)
+  top=$(sacct -X -n -P -o jobid --starttime=1970-01-01 2>/dev/null | sed 's/[_.].*//' | sort -n | tail -1 || true)  # none: no accounting
   [ -n "$top" ] && echo $((top + 1)) > "$STATE.next-job-id"
 fi
 stop_running() {  # stop_running NAME PID...: SIGTERM to all at once; every one gone before it returns
@@ -37,7 +37,9 @@ stop_pids() {  # stop_pids NAME PIDFILE...: the daemons their pid files name, th
   for f in "$@"; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
-    if kill -0 "$pid" 2>/dev/null; then pids+=("$pid"); fi
+    # with its children: slurmctld's slurmscriptd outlived it by a moment, and a start right then
+    # could meet the old controller's helper
+    if kill -0 "$pid" 2>/dev/null; then pids+=("$pid" $(pgrep -P "$pid" || true)); fi
   done
   stop_running "$what" "${pids[@]}"
   rm -f "$@"

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import ROOT, SLURM_VERSION, hpctrain, start_hpctrain, wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slurm_second]
+pytestmark = [pytest.mark.slurm, pytest.mark.slurm_second, pytest.mark.usefixtures("slurm_cluster")]
 
 STATE = Path(f"/tmp/hpctrain-slurm-noacct-{SLURM_VERSION}")
 ENV = {
@@ -38,9 +38,16 @@ def no_accounting() -> Iterator[dict[str, str]]:
     assert "accounting: none" in up.stdout
     path = f"{STATE / 'bin'}:{os.environ['PATH']}" if SLURM_VERSION != "22.05" else os.environ["PATH"]
     yield {"SLURM_CONF": str(STATE / "etc" / "slurm.conf"), "PATH": path}
-    subprocess.run(
-        ["bash", str(ROOT / "slurm" / "stop.sh"), "--purge"], env=env, capture_output=True, timeout=300
+    down = subprocess.run(
+        ["bash", str(ROOT / "slurm" / "stop.sh"), "--purge"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
+    assert down.returncode == 0 and not STATE.exists(), down.stdout + down.stderr
+    left = subprocess.run(["pgrep", "-f", "--", f"-f {STATE}/etc/slurm.conf"], capture_output=True, text=True)
+    assert not left.stdout, f"daemons of the cluster without accounting still run: {left.stdout}"
 
 
 def test_runs_are_waited_for_and_named_without_accounting(
@@ -96,3 +103,27 @@ def test_a_controller_that_stops_answering_mid_wait_is_waited_for_not_a_failed_r
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, out + err
     assert (run / "summary.json").exists()
+
+
+def test_the_cluster_comes_up_at_once_after_a_stop_every_time(no_accounting: dict[str, str]) -> None:
+    """stop.sh returns only when every daemon of its cluster and their children are gone, and
+    start.sh right after it comes up (a start had once met the old controller still exiting);
+    another cluster's controller running meanwhile (the session's) is neither waited for nor stopped."""
+    env = dict(os.environ, **ENV)
+
+    def controllers() -> set[str]:  # of the other clusters
+        found = subprocess.run(["pgrep", "-af", "slurmctld -f "], capture_output=True, text=True).stdout
+        return {line.split()[0] for line in found.splitlines() if str(STATE) not in line}
+
+    others = controllers()
+    assert others, "the session's own cluster runs beside this one"
+    for _ in range(3):
+        down = subprocess.run(
+            ["bash", str(ROOT / "slurm" / "stop.sh")], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert down.returncode == 0, down.stdout + down.stderr
+        up = subprocess.run(
+            ["bash", str(ROOT / "slurm" / "start.sh")], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert up.returncode == 0 and "2 nodes idle" in up.stdout, up.stdout + up.stderr
+    assert others <= controllers()

@@ -82,3 +82,26 @@ def test_once_a_call_waited_out_a_down_controller_the_next_calls_try_once_until_
     s.runner = lambda argv, timeout_s: (at.append(clock.now), TIMED_OUT)[1]
     s.ask(["squeue"], patience_s=20)
     assert len(at) == waited + 1 + 5  # answered in between: patient again
+
+
+def test_a_controller_with_an_rpc_limit_is_kept_to_half_of_it() -> None:
+    """slurmctld's rate limiter (SlurmctldParameters=rl_enable, SLURM 23.02+) as `scontrol show
+    config` prints it: rl_refill_rate tokens every rl_refill_period s (defaults 2 and 1)."""
+    from hpctrain.launch.slurm import scheduler
+    from hpctrain.launch.slurm.limits import parse_rpc_limit
+
+    line = "SlurmctldParameters     = enable_configless,rl_enable,rl_bucket_size=50,rl_refill_rate=1,rl_refill_period=4\n"
+    assert parse_rpc_limit(line) == 15.0  # 1 token every 4 s
+    assert parse_rpc_limit("SlurmctldParameters     = rl_enable\n") == 120.0  # the defaults
+    assert parse_rpc_limit("SlurmctldParameters     = (null)\n") is None
+    assert parse_rpc_limit("SlurmctldParameters     = enable_configless\n") is None
+    kept = scheduler.SCHEDULER.queries_per_min
+    try:
+        scheduler.configure(30)
+        scheduler.keep_under(15.0)
+        assert scheduler.SCHEDULER.queries_per_min == 7.5
+        scheduler.configure(30)
+        scheduler.keep_under(120.0)  # 60 a minute is above the configured 30: 30 stays
+        assert scheduler.SCHEDULER.queries_per_min == 30
+    finally:
+        scheduler.SCHEDULER.queries_per_min = kept

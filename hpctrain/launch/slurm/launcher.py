@@ -23,7 +23,7 @@ from hpctrain.launch.output import srun_failure
 from hpctrain.launch.slurm.limits import SLURM_DEFAULT_MAX_ARRAY_SIZE, Limits, ranges_text, read_limits
 from hpctrain.launch.slurm.plan import SlurmPlan, plan_slurm
 from hpctrain.launch.slurm.sacct import ENDED, blocked_fix, explain_pending, job_usage
-from hpctrain.launch.slurm.scheduler import MISSING, ask, configure, query
+from hpctrain.launch.slurm.scheduler import MISSING, ask, configure, keep_under, query
 from hpctrain.launch.slurm.watcher import StatusWatcher
 from hpctrain.records import State
 
@@ -76,8 +76,10 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
             self._sinfo.start()
         return plan_slurm(cfg, str(run_dir), self.python, folder)
 
-    def _read_limits(self, qos: str | None) -> None:
-        self._limits = read_limits(qos)
+    def _read_limits(self, qos: str | None) -> Limits:
+        limits = self._limits = read_limits(qos)
+        keep_under(limits.rpc_per_min)
+        return limits
 
     def _read_nodes(self) -> None:
         self._nodes = query(SINFO_NODES)  # what admit holds the nodes asked for against
@@ -96,9 +98,7 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         if self._asking is not None:
             self._asking.join()
             self._asking = None
-        if self._limits is None:
-            self._limits = read_limits(runs[0].cfg.cluster.qos)
-        return self._limits
+        return self._limits if self._limits is not None else self._read_limits(runs[0].cfg.cluster.qos)
 
     def describe(self, runs: list[RunSpec[SlurmPlan]]) -> str:
         from hpctrain.launch.slurm.submit import group_by_shape

@@ -4,6 +4,8 @@
                     sweep goes out as several arrays (SLURM's default is 1001)
     MaxSubmitJobs   (sacctmgr: the user's association and QOS) pending + running jobs a user may
                     have; every array task counts, so a sweep that would exceed it is refused
+    rl_*            (scontrol show config: SlurmctldParameters) the controller's per-user RPC
+                    limit, where it has one (SLURM 23.02+): hpctrain keeps to half of it
 
 Parsers are pure; `read_limits` runs the commands and tolerates a cluster without accounting.
 """
@@ -25,6 +27,7 @@ class Limits:
     max_submit_jobs: int | None  # None: no limit set (or no accounting to ask)
     queued: int  # jobs (array tasks included) the user has pending or running now
     source: str  # where max_array_size came from, for the dry run
+    rpc_per_min: float | None = None  # the controller's per-user RPC limit (rl_enable), if any
 
     def arrays(self, n: int) -> list[range]:
         """Indices of an n-run group, split into arrays the scheduler accepts."""
@@ -41,6 +44,26 @@ def parse_max_array_size(config_text: str) -> int | None:
         key, _, value = line.partition("=")
         if key.strip() == "MaxArraySize" and value.strip().isdigit():
             return int(value.strip())
+    return None
+
+
+def parse_rpc_limit(config_text: str) -> float | None:
+    """RPCs a minute a user may send, from `scontrol show config`'s SlurmctldParameters when it
+    enables slurmctld's rate limiter: rl_refill_rate tokens every rl_refill_period seconds
+    (slurm.conf(5): defaults 2 and 1); None when the limiter is off (or the version lacks it)."""
+    for line in config_text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() != "SlurmctldParameters":
+            continue
+        params: dict[str, str] = {}
+        for item in value.strip().split(","):
+            name, _, setting = item.partition("=")
+            params[name.strip()] = setting.strip()
+        if "rl_enable" not in params:
+            return None
+        rate, period = params.get("rl_refill_rate", "2"), params.get("rl_refill_period", "1")
+        if rate.isdigit() and period.isdigit() and int(period) > 0:
+            return 60.0 * int(rate) / int(period)
     return None
 
 
@@ -91,4 +114,4 @@ def read_limits(qos: str | None = None) -> Limits:
     )
     limit = parse_max_submit("\n".join(line.split("|")[0] for line in assoc.splitlines()) + "\n" + qos_text)
     queued = len(squeue.split()) if limit is not None else 0
-    return Limits(size or SLURM_DEFAULT_MAX_ARRAY_SIZE, limit, queued, source)
+    return Limits(size or SLURM_DEFAULT_MAX_ARRAY_SIZE, limit, queued, source, parse_rpc_limit(config))

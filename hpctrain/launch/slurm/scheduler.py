@@ -151,6 +151,13 @@ def configure(queries_per_min: float) -> None:
     SCHEDULER.queries_per_min = queries_per_min
 
 
+def keep_under(cluster_rpc_per_min: float | None) -> None:
+    """Half the controller's own per-user RPC limit, where it has one (limits.parse_rpc_limit),
+    when that is less than the configured rate: the user's other commands get the other half."""
+    if cluster_rpc_per_min is not None:
+        SCHEDULER.queries_per_min = min(SCHEDULER.queries_per_min, cluster_rpc_per_min / 2)
+
+
 def ask(
     argv: Sequence[str], timeout_s: float = 60, patience_s: float = 15, again: Sequence[str] = ()
 ) -> Answer:
