@@ -85,12 +85,17 @@ cp /etc/slurm/plugstack.conf "$STATE/etc/" 2>/dev/null || true
 { cat /etc/hosts; echo "127.0.0.1 $(seq -f 'n%g' -s ' ' 1 "$NODES")"; } > "$STATE/etc/hosts"
 for i in $(seq 1 "$NODES"); do mkdir -p "$STATE/tmp/n$i" "$STATE/spool/n$i"; done
 if [ -n "$ROOTFS" ]; then
-  # what a job reaches on the host, at the same paths: the state and outputs, the user's files, the
-  # clone, and the Python its virtual environment was made from (a pyenv one lies under $HOME)
-  base=$(python3 -c 'import sys; print(sys.base_prefix)' 2>/dev/null || true)
-  py=$(python3 -c 'import sys, sysconfig; print(sys.executable, sysconfig.get_path("stdlib"))' 2>/dev/null || true)
-  { echo /tmp; echo "$HOME"; echo /home; cd "$SLURM_DIR/.." && pwd
-    if [ -n "$base" ] && [ "$base" != /usr ]; then echo "$base"; else tr ' ' '\n' <<<"$py"; fi
+  # what a job reaches on the host, at the same paths, as a cluster's shared file systems are on
+  # every node: every top-level directory but the system's own (so /tmp, /root, /home, /work, the
+  # clone wherever it is), and the Python the virtual environment was made from where it is the
+  # system's (/usr/bin/python3.X and its library)
+  py=$(python3 -c 'import sys, sysconfig; print(sys.base_prefix, sys.executable, sysconfig.get_path("stdlib"))' 2>/dev/null || true)
+  { for d in /*/; do
+      case "${d%/}" in /bin|/boot|/dev|/etc|/lib|/lib32|/lib64|/libx32|/lost+found|/proc|/run|/sbin|/sys|/usr|/var) ;;
+        *) [ -L "${d%/}" ] || echo "${d%/}" ;; esac
+    done
+    case "$py" in /usr\ *) tr ' ' '\n' <<<"${py#/usr }" ;; esac
+    echo "$HOME"; (cd "$SLURM_DIR/.." && pwd)  # wherever they are
   } | sort -u > "$STATE/etc/binds"
   mkdir -p "$SLURM_BIN"
   for tool in sbatch srun salloc squeue sacct sacctmgr scontrol sinfo scancel sstat sattach sprio sshare sdiag; do

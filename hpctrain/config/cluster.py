@@ -127,7 +127,7 @@ class SlurmClusterConf(ClusterConf):
     exclude: List[str] = field(default_factory=list)  # nodes never to run on (sbatch --exclude)
     nodelist: List[str] = field(default_factory=list)  # nodes the job must include (sbatch --nodelist)
     dependency: Optional[str] = None  # sbatch --dependency, e.g. afterok:123 (run.after sets it)
-    # SLURM commands (sbatch, squeue, sacct, scontrol, ...) per minute once a burst of 10 is spent:
+    # SLURM commands (sbatch, squeue, sacct, scontrol, ...) per minute once a burst of 30 is spent:
     # a good citizen under a cluster's per-user RPC limits (hpctrain/launch/slurm/scheduler.py)
     queries_per_min: float = 30.0
     study_scale: ClassVar[str] = "nodes"

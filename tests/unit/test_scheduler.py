@@ -36,15 +36,15 @@ def _scheduler(answers: list[Answer], per_min: float = 30.0) -> tuple[Scheduler,
 
 def test_a_burst_then_one_call_every_two_seconds_at_thirty_a_minute() -> None:
     s, clock, at = _scheduler([OK])
-    for _ in range(14):
+    for _ in range(34):
         assert s.ask(["squeue", "-h"]).ok
-    # 10 at once (the burst), then one each 60 / 30 = 2 s
-    assert at[:10] == [0.0] * 10 and at[10:] == [2.0, 4.0, 6.0, 8.0]
-    assert s.counts == {"squeue": 14} and s.total == 14
+    # 30 at once (the burst, slurmctld's own default bucket), then one each 60 / 30 = 2 s
+    assert at[:30] == [0.0] * 30 and at[30:] == [2.0, 4.0, 6.0, 8.0]
+    assert s.counts == {"squeue": 34} and s.total == 34
     clock.now += 600  # idle: the bucket fills again, up to the burst
-    for _ in range(10):
+    for _ in range(30):
         s.ask(["sacct"])
-    assert at[-10:] == [608.0] * 10 and s.counts["sacct"] == 10
+    assert at[-30:] == [608.0] * 30 and s.counts["sacct"] == 30
 
 
 def test_a_busy_controller_is_asked_again_with_backoff_and_a_bad_question_once() -> None:

@@ -147,15 +147,16 @@ class Allocation:
         ends first or the step never appears."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            ended = proc.poll() is not None  # asked first: a step leaves the queue only after its srun
             found = step_id(
                 query(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"]) or "", self.job_id, name
             )
-            if found is None:  # a short step may have left the queue already: accounting has it
+            if found is None and ended:  # a short step may have left the queue already: accounting has it
                 text = query(["sacct", "-P", "-n", "-o", "JobID,JobName", "-j", self.job_id]) or ""
                 found = step_id(text, self.job_id, name)
             if found is not None:
                 return found
-            if proc.poll() is not None:
+            if ended:
                 said = (folder / STEP_ERR).read_text(errors="replace").strip()[-2000:]
                 raise LaunchError(
                     f"srun could not start a step in allocation {self.job_id} ({self.state()}): "

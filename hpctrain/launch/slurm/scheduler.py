@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-BURST = 10
+BURST = 30  # slurmctld's own default bucket (rl_bucket_size): a command's first 30 calls go at once
 QUERIES_PER_MIN = 30.0  # the default of cluster.queries_per_min: one every 2 s once the burst is spent
 MAX_BACKOFF_S = 30.0
 MISSING, TIMED_OUT = -1, -2  # Answer.code when the command is not installed / did not answer in time
