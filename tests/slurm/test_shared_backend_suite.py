@@ -154,7 +154,6 @@ def test_a_run_outlives_the_command_that_stopped_waiting_for_it(backend: list[st
     assert logs.returncode == 0 and "step 600/600" in logs.stdout, logs.stdout + logs.stderr
 
 
-@pytest.mark.slurm_versions
 def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_path: Path) -> None:
     run_dir = tmp_path / "long"
     r = hpctrain(

@@ -135,7 +135,6 @@ def test_a_real_time_limit_requeues_up_to_max_requeues(slurm_cluster: SlurmClust
     assert "step-000006.pt holds the state to resume from" in status, status
 
 
-@pytest.mark.slurm_versions
 def test_failed_rank_is_reported_by_run_and_status(tmp_path: Path) -> None:
     run_dir = tmp_path / "fail"
     r = hpctrain(

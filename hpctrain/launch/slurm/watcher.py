@@ -13,7 +13,7 @@ first look (again from the next look when new jobs come after every job it knew 
 tune's trials do): every second for the first 10 s, then 10% of the time waited so far, then
 once a minute (and never faster than scheduler.py's rate). While some jobs still run, those that
 left the queue are asked of accounting at most every ACCOUNT_S (at once when the last one leaves):
-a one-hour wait for a 1,000-task sweep costs about 100 squeue and 13 sacct calls where asking
+a one-hour wait for a 1,000-task sweep costs about 100 squeue and 12 sacct calls where asking
 accounting at every look costs about 100 of each (`hpctrain bench submit`). Jobs that ended are
 never asked about again. A look the scheduler does not answer (the controller restarting, slurmdbd down)
 keeps the states last seen, noted, for up to UNANSWERED_S; the scheduler's own back-off and rate
