@@ -93,7 +93,7 @@ def test_a_controller_that_stops_answering_mid_wait_is_waited_for_not_a_failed_r
         monkeypatch.setenv(k, v)
     run = tmp_path / "paused"
     proc = start_hpctrain("run", "--no-progress", f"run.dir={run}", *RUN[1:], "train.steps=30")
-    wait_for("the run's first step", lambda: (run / "steps-rank0.jsonl").exists(), timeout_s=120)
+    wait_for("the run's first step", lambda: (run / "steps-rank0.jsonl").exists(), timeout_s=300)
     ctld = int((STATE / "run" / "slurmctld.pid").read_text())
     os.kill(ctld, signal.SIGSTOP)
     try:
