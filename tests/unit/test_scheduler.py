@@ -105,3 +105,21 @@ def test_a_controller_with_an_rpc_limit_is_kept_to_half_of_it() -> None:
         assert scheduler.SCHEDULER.queries_per_min == 30
     finally:
         scheduler.SCHEDULER.queries_per_min = kept
+
+
+def test_a_command_another_library_runs_goes_through_the_same_door() -> None:
+    """submitit's sbatch (submit._sbatch): its own runner, counted, retried only when not accepted."""
+    s, clock, at = _scheduler([OK])
+    tries: list[float] = []
+    refused = Answer(
+        1,
+        "",
+        "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+    )
+
+    def submitit(argv: Sequence[str], timeout_s: float) -> Answer:
+        tries.append(clock.now)
+        return refused if len(tries) < 3 else Answer(0, "", "")
+
+    assert s.ask(["sbatch"], again=NOT_SUBMITTED, runner=submitit).ok
+    assert tries == [0.0, 1.0, 3.0] and at == [] and s.counts["sbatch"] == 3

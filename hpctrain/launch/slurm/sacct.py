@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hpctrain.launch.base import DONE
+from hpctrain.launch.slurm.nodes import fields
 from hpctrain.launch.slurm.scheduler import ask
 from hpctrain.records import State
 
@@ -166,8 +167,6 @@ def parse_squeue(text: str) -> dict[str, JobState]:
 def parse_scontrol_jobs(text: str) -> dict[str, JobState]:
     """`scontrol show job -o` (every job the controller still holds, ended ones for MinJobAge
     seconds) -> states by job id; an array task as ARRAY_TASK."""
-    from hpctrain.launch.slurm.nodes import fields
-
     out: dict[str, JobState] = {}
     for line in text.splitlines():
         f = fields(line)

@@ -100,17 +100,23 @@ class Scheduler:
     unanswered: bool = False  # a call spent its patience on a busy daemon, and none answered since
 
     def ask(
-        self, argv: Sequence[str], timeout_s: float = 60, patience_s: float = 15, again: Sequence[str] = ()
+        self,
+        argv: Sequence[str],
+        timeout_s: float = 60,
+        patience_s: float = 15,
+        again: Sequence[str] = (),
+        runner: Runner | None = None,
     ) -> Answer:
         """The command's answer; a busy daemon's refusal is asked again with back-off for up to
         `patience_s` seconds, and its last refusal is the answer after that. `again`: only these
-        refusals are asked again (a submission: NOT_SUBMITTED)."""
+        refusals are asked again (a submission: NOT_SUBMITTED). `runner`: how this one command
+        runs, when another library runs it (submitit's sbatch), else this door's own."""
         start, backoff = self.clock(), 1.0
         if self.unanswered:  # waited out once in this command already: one try, not another wait
             patience_s = 0
         while True:
             self.charge(argv[0])
-            answer = self.runner(argv, timeout_s)
+            answer = (runner or self.runner)(argv, timeout_s)
             retry = busy_words(answer.err, again) if again else answer.busy
             if not retry or self.clock() + backoff - start > patience_s:
                 self.unanswered = retry and patience_s > 0 or (self.unanswered and not answer.ok)
@@ -159,9 +165,13 @@ def keep_under(cluster_rpc_per_min: float | None) -> None:
 
 
 def ask(
-    argv: Sequence[str], timeout_s: float = 60, patience_s: float = 15, again: Sequence[str] = ()
+    argv: Sequence[str],
+    timeout_s: float = 60,
+    patience_s: float = 15,
+    again: Sequence[str] = (),
+    runner: Runner | None = None,
 ) -> Answer:
-    return SCHEDULER.ask(argv, timeout_s, patience_s, again)
+    return SCHEDULER.ask(argv, timeout_s, patience_s, again, runner)
 
 
 def query(argv: Sequence[str], timeout_s: float = 60, patience_s: float = 15) -> str | None:

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import submitit
@@ -22,10 +22,11 @@ from hpctrain import records
 from hpctrain.errors import LaunchError
 from hpctrain.launch.base import Job, RunSpec
 from hpctrain.launch.rundir import prepare_run_dir, write_run_files
+from hpctrain.launch.slurm import scheduler
 from hpctrain.launch.slurm.job import ArrayTask, TrainingJob
 from hpctrain.launch.slurm.limits import Limits
 from hpctrain.launch.slurm.plan import SlurmPlan
-from hpctrain.launch.slurm.scheduler import MAX_BACKOFF_S, NOT_SUBMITTED, SCHEDULER, busy_words
+from hpctrain.launch.slurm.scheduler import NOT_SUBMITTED, Answer
 
 
 class ArrayExecutor(submitit.SlurmExecutor):
@@ -82,21 +83,22 @@ def sbatch_errors() -> Iterator[None]:
 
 
 def _sbatch(ex: ArrayExecutor, plan: SlurmPlan, array: list[str] | None, patience_s: float = 60) -> list[str]:
-    """submitit's sbatch call (one job, or one array over `array`), counted and held to the rate
-    as every SLURM command is (scheduler.py); submitted again, with back-off, only after a refusal
-    that says the job was not accepted (NOT_SUBMITTED)."""
-    backoff, waited = 1.0, 0.0
-    patience_s = 0 if SCHEDULER.unanswered else patience_s  # the controller was waited out already
-    while True:
-        SCHEDULER.charge("sbatch")
+    """submitit's sbatch call (one job, or one array over `array`) through the scheduler's door,
+    as every SLURM command: counted, held to the rate, and submitted again with back-off only
+    after a refusal that says the job was not accepted (NOT_SUBMITTED)."""
+    ids: list[str] = []
+
+    def submit(argv: Sequence[str], timeout_s: float) -> Answer:  # submitit sets no time limit
         try:
-            return ex.submit_runs_array(array) if array else [ex.submit(TrainingJob(plan.run_dir)).job_id]
-        except FailedJobError as e:
-            if not busy_words(str(e), NOT_SUBMITTED) or waited + backoff > patience_s:
-                raise
-        SCHEDULER.retried += 1
-        SCHEDULER.sleep(backoff)
-        waited, backoff = waited + backoff, min(MAX_BACKOFF_S, 2 * backoff)
+            ids[:] = ex.submit_runs_array(array) if array else [ex.submit(TrainingJob(plan.run_dir)).job_id]
+        except FailedJobError as e:  # its text is sbatch's stderr
+            return Answer(1, "", str(e))
+        return Answer(0, "", "")
+
+    answer = scheduler.ask(["sbatch"], patience_s=patience_s, again=NOT_SUBMITTED, runner=submit)
+    if not answer.ok:
+        raise FailedJobError(answer.err)
+    return ids
 
 
 def group_by_shape(runs: list[RunSpec[SlurmPlan]]) -> list[list[RunSpec[SlurmPlan]]]:
