@@ -26,7 +26,9 @@ TUNE = [
 
 
 def _queued(job_id: str) -> str:
-    return subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True).stdout.strip()
+    """squeue's line of the job (its state spelled out), empty once it has left the queue."""
+    out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i %T"], capture_output=True, text=True).stdout
+    return out.strip()
 
 
 def _allocation(home: Path) -> str:
@@ -52,7 +54,10 @@ def test_a_tune_runs_its_trials_as_steps_of_one_allocation_and_survives_a_kill_a
     proc.kill()
     proc.communicate(timeout=60)
     first = _allocation(home)
-    assert _queued(first)
+    # suspended (its steps' ranks stopped): trial-0 cannot finish before the resumption, however
+    # long a loaded machine makes it take to start; a suspended allocation is cancelled too
+    subprocess.run(["scontrol", "suspend", first], check=True, capture_output=True)
+    assert "SUSPENDED" in _queued(first)
     # resumed: the leftover allocation is cancelled; then `hpctrain cancel` while a trial runs
     proc = start_hpctrain("tune", "--resume", str(home))
     wait_for("a step of a new allocation", lambda: _allocation(home) != first and _step_of(home, _allocation(home)) or proc.poll() is not None)  # fmt: skip

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 from hpctrain.config import load_config
-from hpctrain.launch.slurm.allocation import clean_env, hold_script, step_command, step_id
+from hpctrain.launch.slurm.allocation import clean_env, hold_script, logged_step, step_command, step_id
 from hpctrain.launch.slurm.plan import SlurmPlan, plan_slurm
 from hpctrain.launch.slurm.sacct import parse_sacct
 from hpctrain.records import State
@@ -62,6 +62,14 @@ def test_a_step_runs_the_plan_on_the_allocation_with_its_shape_setup_and_logs() 
         "submitit.core._submit",
         "/runs/my tune/trial-0/submitit",
     ]
+
+
+def test_a_steps_id_is_read_from_its_rank_logs_names_without_asking_the_controller() -> None:
+    assert logged_step({"4661.3_0_log.out", "4661.3_1_log.out", "4661.3_0_log.err"}, "4661") == "4661.3"
+    assert logged_step({"46610.3_0_log.out"}, "4661") is None  # another job's (a longer id)
+    assert logged_step({"4661.batch_0_log.out", "srun.err", "4661_submitted.pkl"}, "4661") is None
+    assert logged_step({"4661.3_0_log.err"}, "4661") is None  # its .out is what says it started
+    assert logged_step(set(), "4661") is None
 
 
 def test_the_steps_id_is_found_by_its_name_and_its_state_by_that_id() -> None:

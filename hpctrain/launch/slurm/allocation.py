@@ -37,6 +37,10 @@ from hpctrain.records import State
 RELEASE = "release"  # in the allocation's directory: the holding script ends when it appears
 STEP_ERR = "srun.err"  # in a step's submitit folder: srun's own report (which task died, how)
 POLL_S = 1.0
+ASK_EVERY_S = (
+    4.0  # while a step starts, the controller is asked this often; its log files are looked for in between
+)
+PENDING_MAX_S = 10.0  # a pending allocation is asked after 1 s, then less and less often, up to this
 GONE_S = 300.0  # how long a resumed tune waits for an earlier allocation's ranks to be killed
 
 
@@ -102,6 +106,20 @@ def clean_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
 
 
+def logged_step(names: set[str], alloc_id: str) -> str | None:
+    """The step id in the name of a rank log of a step of `alloc_id` (`ALLOC.STEP_<rank>_log.out`,
+    step_command's names: slurmstepd creates them as the step starts), else None. Pure."""
+    for name in sorted(names):
+        sid, _, rest = name.partition("_")
+        if (
+            sid.startswith(f"{alloc_id}.")
+            and sid[len(alloc_id) + 1 :].isdigit()
+            and rest.endswith("_log.out")
+        ):
+            return sid
+    return None
+
+
 def step_id(squeue_steps: str, alloc_id: str, name: str) -> str | None:
     """From `squeue -h -s -j ALLOC -o %i|%j`: the id of the step named `name`. Pure."""
     for line in squeue_steps.splitlines():
@@ -129,28 +147,34 @@ class Allocation:
         folder.mkdir(parents=True, exist_ok=True)
         DelayedSubmission(TrainingJob(plan.run_dir)).dump(folder / f"{self.job_id}_submitted.pkl")
         name = f"hpctrain-{run.run_dir.name}"
+        before = {p.name for p in folder.iterdir()}  # a retried run's folder holds its earlier steps' logs
         err = (folder / STEP_ERR).open("ab")
         with err:
             proc = subprocess.Popen(
                 ["bash", "-c", step_command(plan, self.job_id, name)],
                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=clean_env(dict(os.environ)),
             )  # fmt: skip
-        sid = self._step_of(proc, name, folder, timeout_s)
+        sid = self._step_of(proc, name, folder, before, timeout_s)
         ref = records.new(
             records.JobRef, launcher="slurm", job_id=sid, world_size=plan.world_size, folder=plan.folder
         )
         records.write(run.run_dir / records.JOB, ref, indent=None)
         return Job(run.run_dir, ref)
 
-    def _step_of(self, proc: subprocess.Popen[bytes], name: str, folder: Path, timeout_s: float) -> str:
-        """The step's id once the controller lists it; a LaunchError with srun's words if srun
-        ends first or the step never appears."""
-        deadline = time.monotonic() + timeout_s
+    def _step_of(
+        self, proc: subprocess.Popen[bytes], name: str, folder: Path, before: set[str], timeout_s: float
+    ) -> str:
+        """The step's id once its rank logs appear in `folder` (no query) or the controller lists
+        it; a LaunchError with srun's words if srun ends first or the step never appears."""
+        start = time.monotonic()
+        deadline, asked = start + timeout_s, start
         while time.monotonic() < deadline:
             ended = proc.poll() is not None  # asked first: a step leaves the queue only after its srun
-            found = step_id(
-                query(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"]) or "", self.job_id, name
-            )
+            found = logged_step({p.name for p in folder.iterdir()} - before, self.job_id)
+            if found is None and (ended or time.monotonic() - asked >= ASK_EVERY_S):
+                asked = time.monotonic()
+                text = query(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i|%j"]) or ""
+                found = step_id(text, self.job_id, name)
             if found is None and ended:  # a short step may have left the queue already: accounting has it
                 text = query(["sacct", "-P", "-n", "-o", "JobID,JobName", "-j", self.job_id]) or ""
                 found = step_id(text, self.job_id, name)
@@ -162,7 +186,7 @@ class Allocation:
                     f"srun could not start a step in allocation {self.job_id} ({self.state()}): "
                     f"{said or f'exit status {proc.returncode}'}"
                 )
-            time.sleep(POLL_S)
+            time.sleep(POLL_S / 4)
         proc.kill()
         raise LaunchError(
             f"the step {name} did not appear in allocation {self.job_id} within {timeout_s:g} s"
@@ -173,9 +197,9 @@ class Allocation:
         records.write_atomic(self.home / RELEASE, "")
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
+            time.sleep(POLL_S)  # the holding loop looks every second
             if self.state() not in (State.RUNNING, State.PENDING, State.UNKNOWN):
                 return
-            time.sleep(POLL_S / 4)  # the holding loop looks every second
         query(["scancel", self.job_id], timeout_s=60)
 
 
@@ -188,7 +212,8 @@ def _end_earlier(home: Path, say: Callable[[str], None], timeout_s: float = GONE
         earlier = records.read(home / records.JOB, records.JobRef).job_id
     except records.RecordError:
         return
-    if job_state(earlier) in (State.RUNNING, State.PENDING):
+    state = job_state(earlier)  # UNKNOWN: the controller no longer knows it
+    if not state.done and state != State.UNKNOWN:  # running, pending, suspended, held...
         query(["scancel", earlier], timeout_s=60)
         say(f"allocation {earlier}, left by an earlier invocation, cancelled")
     deadline = time.monotonic() + timeout_s
@@ -241,7 +266,7 @@ def hold(
     text = hold_script(plan.executor, name, time_min, home / RELEASE)
     alloc = Allocation(_submitted(plan, home, home / "hold.sbatch", text, "the allocation").job_id, home)
     say(f"allocation {alloc.job_id}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) for every run")
-    deadline, said = time.monotonic() + timeout_s, ""
+    deadline, said, wait = time.monotonic() + timeout_s, "", POLL_S
     while True:
         job = fields(scontrol("show", "job", "-o", alloc.job_id))  # its state and reason, one call
         state, why = State.of(job.get("JobState", "")), job.get("Reason", "")
@@ -253,4 +278,5 @@ def hold(
         if why and why != said and why != "None":
             say(f"allocation {alloc.job_id} pending: {why}")
             said = why
-        time.sleep(POLL_S)
+        time.sleep(wait)
+        wait = min(wait * 1.5, PENDING_MAX_S)  # a busy cluster's allocation may wait for hours
