@@ -69,25 +69,25 @@ if [ "$tier" = quick ]; then
 fi
 # The chosen SLURM tests against SLURM 24.11 too (slurm/rootfs.sh builds its root file system once,
 # cached as the image is): a second session with its own cluster, beside the first; its report
-# follows the first's. Its tests mostly wait on the scheduler, so it takes the cores only when the
-# first session leaves them idle: in a CPU cgroup of the lowest weight, which holds its cluster's
-# daemons and its jobs' ranks too. Nice alone does not do it: slurmd and the ranks start sessions
-# of their own, and the kernel's autogroups share the CPU between sessions whatever their nice
-# (a fresh clone took 24 min at nice 19, 19.5 min before the second session existed).
-lowest_cpu_share() {  # prints the cgroup directory made for it, or nothing where none can be made
+# follows the first's. Its tests mostly wait on the scheduler, so it gets an eighth of the CPU
+# when both want it: a CPU cgroup of low weight, which holds its cluster's daemons and its jobs'
+# ranks too (nice does not: slurmd and the ranks start sessions of their own, and the kernel's
+# autogroups share the CPU between sessions whatever their nice). Not the lowest weight: starved,
+# its lost-node and slow-node tests missed their deadlines.
+low_cpu_share() {  # prints the cgroup directory made for it, or nothing where none can be made
   local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup cg
   if [ -w "$v1" ] && [ -e "$v1/cpu.shares" ]; then
-    cg=$v1/hpctrain-tests-second && mkdir -p "$cg" 2>/dev/null && echo 2 > "$cg/cpu.shares" 2>/dev/null && echo "$cg"
+    cg=$v1/hpctrain-tests-second && mkdir -p "$cg" 2>/dev/null && echo 128 > "$cg/cpu.shares" 2>/dev/null && echo "$cg"
   elif grep -qw cpu "$v2/cgroup.subtree_control" 2>/dev/null; then
-    cg=$v2/hpctrain-tests-second && mkdir -p "$cg" 2>/dev/null && echo 1 > "$cg/cpu.weight" 2>/dev/null && echo "$cg"
+    cg=$v2/hpctrain-tests-second && mkdir -p "$cg" 2>/dev/null && echo 12 > "$cg/cpu.weight" 2>/dev/null && echo "$cg"
   fi
   return 0
 }
 second="$CACHE/test-slurm-24.11.log"
-share=$(lowest_cpu_share)
+share=$(low_cpu_share)
 (
-  [ -z "$share" ] || echo "$BASHPID" > "$share/cgroup.procs" || echo "test.sh: the 24.11 session runs at nice 19 only ($share)" >&2
-  SLURM_VERSION=24.11 exec nice -n 19 "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=10 \
+  [ -z "$share" ] || echo "$BASHPID" > "$share/cgroup.procs" || echo "test.sh: the 24.11 session shares the CPU equally ($share)" >&2
+  SLURM_VERSION=24.11 exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=10 \
     -m "(slurm_versions or slurm_second) and not gpu" "$@"
 ) > "$second" 2>&1 &
 second_pid=$!

@@ -171,6 +171,7 @@ def hpctrain_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedPr
 
     from hpctrain.cli import main
 
+    fresh_slurm_door()
     out, err = io.StringIO(), io.StringIO()
     kept = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}  # main() sets them
     columns = os.environ.get("COLUMNS")
@@ -189,6 +190,22 @@ def hpctrain_here(*args: str, cwd: Path | None = None) -> subprocess.CompletedPr
         else:
             os.environ["COLUMNS"] = columns
     return subprocess.CompletedProcess(["hpctrain", *args], code, out.getvalue(), err.getvalue())
+
+
+def fresh_slurm_door() -> None:
+    """A new command's door to SLURM (launch/slurm/scheduler.py: its counts, its burst and rate),
+    as a new process has. The CLI run in this process and the tests that launch in it (Hydra's
+    launcher suite) would otherwise share one bucket for a whole stream: some 190 SLURM tests at
+    30 queries a minute after the first 30, every query beyond that waiting (fresh clones: the
+    SLURM stream 200 s longer). Nothing is imported for a test that has not touched SLURM."""
+    scheduler = sys.modules.get("hpctrain.launch.slurm.scheduler")
+    if scheduler is not None:
+        scheduler.SCHEDULER = scheduler.Scheduler()
+
+
+@pytest.fixture(autouse=True)
+def _a_fresh_slurm_door_per_test() -> None:
+    fresh_slurm_door()
 
 
 def run_ok(tmp: Path, name: str, *overrides: str, cwd: Path | None = None) -> tuple[Path, dict]:
