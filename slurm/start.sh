@@ -155,7 +155,9 @@ start_accounting() {  # MariaDB, slurmdbd, the cluster registered in it
 [ "$SLURM_ACCOUNTING" = none ] || start_accounting
 
 # slurmctld
+fresh_ctld=false
 if ! alive "$STATE/run/slurmctld.pid"; then
+  fresh_ctld=true
   settled slurmctld "^${SBIN}slurmctld -f $SLURM_CONF\$"
   say "starting slurmctld"
   in_root "${SBIN}slurmctld" -f "$SLURM_CONF" 9>&-
@@ -176,6 +178,17 @@ for i in $(seq 1 "$NODES"); do
     fi
   fi
 done
+# A controller started now recovers its nodes' saved states: a drain an earlier session left (a
+# test that ended before restoring its node, "Duplicate jobid" after a starved controller launched
+# a job twice) would keep the node out forever. The nodes are processes on this machine, not
+# hardware that needs a look: resumed, and said. (While the controller runs, a drain is a test's.)
+if $fresh_ctld; then
+  drained=$(sinfo -h -N -t drain -o '%N' | sort -u | paste -sd, -)
+  if [ -n "$drained" ]; then
+    say "resuming $drained, drained by an earlier session ($(sinfo -h -R -o '%E' | sort -u | paste -sd';' -))"
+    scontrol update NodeName="$drained" State=RESUME
+  fi
+fi
 # Every node registered and answering: idle, or running jobs (mix, alloc, comp) when the cluster
 # was already up or recovered jobs on restart. A node that stays down, drained or not responding
 # (a trailing *) is a failure. (sinfo -N lists a node once per partition: count distinct names.)

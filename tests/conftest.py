@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -505,6 +505,19 @@ class SlurmCluster:
     time_limit_runs: dict[int, tuple[Path, str]]  # max_requeues -> (run directory, job id)
 
 
+def _stop_if_last(users: IO[str], ours: Path) -> None:
+    """Stop the cluster if a test session started it and this one is the last out (the one that
+    gets STATE.users exclusively); release this session's hold."""
+    with contextlib.suppress(BlockingIOError):
+        fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if ours.exists():
+            subprocess.run(
+                ["bash", str(ROOT / "slurm" / "stop.sh")], capture_output=True, text=True, timeout=300
+            )
+            ours.unlink(missing_ok=True)
+    users.close()
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """Start the cluster (slurm/start.sh is idempotent) and stop it afterwards only if a test
@@ -525,6 +538,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     r = subprocess.run(
         ["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=600
     )
+    if r.returncode != 0:  # what this session started is stopped: no daemon outlives a failed start
+        _stop_if_last(users, ours)
     assert r.returncode == 0, f"local SLURM cluster did not start:\n{r.stdout}\n{r.stderr}"
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
@@ -536,14 +551,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         conf, {n: (d, start_run(d, *TIME_LIMIT, f"cluster.max_requeues={n}")) for n, d in runs.items()}
     )
     stray = _stray_outputs() - before
-    with contextlib.suppress(BlockingIOError):
-        fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the last session out
-        if ours.exists():
-            subprocess.run(
-                ["bash", str(ROOT / "slurm" / "stop.sh")], capture_output=True, text=True, timeout=300
-            )
-            ours.unlink(missing_ok=True)
-    users.close()
+    _stop_if_last(users, ours)
     if old is None:
         os.environ.pop("SLURM_CONF", None)
     else:
