@@ -86,7 +86,9 @@ low_cpu_share() {  # prints the cgroup directory made for it, or nothing where n
 second="$CACHE/test-slurm-24.11.log"
 share=$(low_cpu_share)
 (
-  [ -z "$share" ] || echo "$BASHPID" > "$share/cgroup.procs" || echo "test.sh: the 24.11 session shares the CPU equally ($share)" >&2
+  if [ -z "$share" ] || ! echo "$BASHPID" > "$share/cgroup.procs"; then
+    echo "test.sh: no CPU cgroup could be made here: the 24.11 session shares the CPU equally" >&2
+  fi
   SLURM_VERSION=24.11 exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=10 \
     -m "(slurm_versions or slurm_second) and not gpu" "$@"
 ) > "$second" 2>&1 &

@@ -37,9 +37,8 @@ from hpctrain.records import State
 RELEASE = "release"  # in the allocation's directory: the holding script ends when it appears
 STEP_ERR = "srun.err"  # in a step's submitit folder: srun's own report (which task died, how)
 POLL_S = 1.0
-ASK_EVERY_S = (
-    4.0  # while a step starts, the controller is asked this often; its log files are looked for in between
-)
+# while a step starts, the controller is asked this often; its rank logs are looked for in between
+ASK_EVERY_S = 4.0
 PENDING_MAX_S = 10.0  # a pending allocation is asked after 1 s, then less and less often, up to this
 GONE_S = 300.0  # how long a resumed tune waits for an earlier allocation's ranks to be killed
 
