@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -191,7 +192,8 @@ def test_progress_between_two_attempts_is_the_set_aside_attempts(tmp_path: Path)
 
 def test_a_start_that_died_of_a_segfault_before_the_ranks_met_is_retried_once(tmp_path: Path) -> None:
     """launch/slurm/restart.py:start_fault: a task killed by SIGSEGV/SIGBUS (srun's words) while no
-    rank wrote an error, a step or env.json; once per run; anything else is a failure as before."""
+    rank wrote an error or a step and the ranks had not met (env.json without the hosts, or a
+    script's in its first minute); once per run; anything else is a failure as before."""
     from hpctrain.launch.slurm.restart import start_fault
 
     run = tmp_path / "r"
@@ -204,7 +206,18 @@ def test_a_start_that_died_of_a_segfault_before_the_ranks_met_is_retried_once(tm
     retried = Restart(1, 1.0, "killed by signal 11", 0, None, 0, 0, 2, 1.0, start=True)
     assert start_fault(run, said, [retried]) is None  # once
     assert "start retried: rank 0: killed by signal 11; started again once" in retried.describe()
-    (run / "env.json").write_text("{}")  # the ranks met: a segfault now is the run's own
+    (run / "env.json").write_text('{"hosts": ["n1", "n2"]}')  # the ranks met: a segfault now is the run's own
+    assert start_fault(run, said, []) is None
+    (run / "env.json").write_text('{"hosts": ')  # damaged: taken as written
+    assert start_fault(run, said, []) is None
+    # a script's rank 0 writes env.json before the script meets (hvd.init): its first minute is its start
+    (run / "env.json").write_text('{"script": {"path": "train.py", "args": []}}')
+    assert start_fault(run, said, []) == (
+        0,
+        "killed by signal 11 (SIGSEGV) on n1 before the script's first step",
+    )
+    an_hour_ago = time.time() - 3600
+    os.utime(run / "env.json", (an_hour_ago, an_hour_ago))
     assert start_fault(run, said, []) is None
     (run / "env.json").unlink()
     write_json(run / "error-rank1.json", _error("ValueError").__dict__)

@@ -84,21 +84,45 @@ def why_not(run_dir: Path, max_restarts: int, used: int, state: State) -> str | 
 
 
 START_SIGNALS = ("SIGSEGV", "SIGBUS")  # how a rank dies in MPI's start-up (PMIx's shared memory)
+SCRIPT_START_S = 60.0  # a script's start: from rank 0's env.json to MPI_Init's end, with room
 
 
 def start_fault(run_dir: Path, srun_said: str, done: Sequence[restarts.Restart]) -> tuple[int, str] | None:
     """(rank, cause) when the failed step is a start that died before the ranks met and may be
-    retried once: srun saw a task die of SIGSEGV or SIGBUS, no rank wrote an error or a step or
-    env.json, and no start was retried before. Open MPI's PMIx start under `srun --mpi=pmix`
-    segfaults now and then in rank 0 (its shared-memory store); the same start then succeeds."""
+    retried once: srun saw a task die of SIGSEGV or SIGBUS, no rank wrote an error or a step,
+    the ranks had not met, and no start was retried before. Open MPI's PMIx start under `srun
+    --mpi=pmix` segfaults now and then in rank 0 (its shared-memory store, in MPI_Init: a
+    script's hvd.init() as much as the built-in trainer's); the same start then succeeds."""
     if any(r.start for r in done) or records.first_error(run_dir) is not None:
         return None
-    if restarts.steps_done(run_dir) or (run_dir / records.ENV).exists():
+    if restarts.steps_done(run_dir):
+        return None
+    when = _before_meeting(run_dir)
+    if when is None:
         return None
     found = srun_failure(srun_said)
     if found is None or not any(f"({sig})" in found[1] for sig in START_SIGNALS):
         return None
-    return found[0], f"{found[1]} before the ranks met"
+    return found[0], f"{found[1]} {when}"
+
+
+def _before_meeting(run_dir: Path) -> str | None:
+    """How the start stood when it died, or None once the ranks had met. The built-in trainer
+    writes env.json, with the hosts, after its first collective (one that cannot be read is
+    taken as written); a script's rank 0 writes it before the script runs, whose own meeting
+    (hvd.init, init_process_group) hpctrain does not see: before its first step it counts."""
+    path = run_dir / records.ENV
+    if not path.exists():
+        return "before the ranks met"
+    try:
+        env = records.read_json(path)
+    except records.RecordError:
+        return None
+    script = isinstance(env, dict) and "script" in env and "hosts" not in env
+    # a script that records no steps (unmodified) is "before its first step" throughout: only
+    # its first minute counts as its start, not a crash an hour in
+    started = time.time() - path.stat().st_mtime < SCRIPT_START_S
+    return "before the script's first step" if script and started else None
 
 
 def _tail(stderr: Path, offset: int) -> str:
