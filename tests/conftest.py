@@ -444,10 +444,10 @@ def signal_at_step(run_dir: Path, steps: int, timeout_s: float = 180) -> str:
     """Once rank 0 has recorded `steps` steps of a SLURM run started with --no-wait (held there by
     debug.hold_step or the script's own hold), send it what SLURM sends before the time limit."""
     job = json.loads((run_dir / "job.json").read_text())["job_id"]
-    gone = job_gone_from_queue(job)
+    ended = job_ended_check(job)
     wait_for(
         f"step {steps} of job {job}",
-        lambda: lines(run_dir / "steps-rank0.jsonl") >= steps or gone(),
+        lambda: lines(run_dir / "steps-rank0.jsonl") >= steps or ended(),
         timeout_s,
     )
     if lines(run_dir / "steps-rank0.jsonl") < steps:  # it ended first: say how, not time out later
@@ -461,19 +461,19 @@ def signal_at_step(run_dir: Path, steps: int, timeout_s: float = 180) -> str:
 ENDED_STATES = ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL")
 
 
-def job_gone_from_queue(job: str, every_s: float = 5.0) -> Callable[[], bool]:
+def job_ended_check(job: str, every_s: float = 5.0) -> Callable[[], bool]:
     """A check, asking squeue at most every `every_s`, that the job has ended (left the queue, or
     listed in a final state: squeue -j shows ended jobs while slurmctld keeps them)."""
     asked = [0.0]
 
-    def gone() -> bool:
+    def ended() -> bool:
         if time.monotonic() - asked[0] < every_s:
             return False
         asked[0] = time.monotonic()
         out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True)
         return out.returncode == 0 and out.stdout.strip() in ENDED_STATES
 
-    return gone
+    return ended
 
 
 # --- the real local SLURM cluster (slurm/start.sh), shared by every SLURM test of the session ---

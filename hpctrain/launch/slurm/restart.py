@@ -112,8 +112,12 @@ def _before_meeting(run_dir: Path) -> str | None:
     taken as written); a script's rank 0 writes it before the script runs, whose own meeting
     (hvd.init, init_process_group) hpctrain does not see: before its first step it counts."""
     path = run_dir / records.ENV
-    if not path.exists():
+    try:
+        written = path.stat().st_mtime
+    except FileNotFoundError:
         return "before the ranks met"
+    except OSError:
+        return None
     try:
         env = records.read_json(path)
     except records.RecordError:
@@ -121,7 +125,7 @@ def _before_meeting(run_dir: Path) -> str | None:
     script = isinstance(env, dict) and "script" in env and "hosts" not in env
     # a script that records no steps (unmodified) is "before its first step" throughout: only
     # its first minute counts as its start, not a crash an hour in
-    started = time.time() - path.stat().st_mtime < SCRIPT_START_S
+    started = time.time() - written < SCRIPT_START_S
     return "before the script's first step" if script and started else None
 
 
