@@ -67,8 +67,9 @@ if ((${#missing[@]})) && [ -f /etc/debian_version ] && command -v apt-get >/dev/
    { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
   pkgs=(); for t in "${missing[@]}"; do pkgs+=(${DEB[$t]}); done
   say "installing Debian packages: ${pkgs[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  # another apt (the system's own updates, a cluster's install) is waited for, not failed on
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
   missing=()
 fi
 for t in "${missing[@]}"; do say "missing: $t (${MODULE[$t]}); going on without it"; done

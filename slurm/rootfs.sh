@@ -23,7 +23,7 @@ mirror=$(sed -n -e 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' -e 's/^deb[[:s
 [ -n "$mirror" ] || { echo "[slurm] no Debian mirror in /etc/apt/sources.list*: debootstrap needs one" >&2; exit 1; }
 command -v debootstrap >/dev/null || {
   echo "[slurm] installing debootstrap"
-  apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends debootstrap >/dev/null  # waits for another apt
 }
 mkdir -p "$(dirname "$ROOTFS")"
 exec 8>"$ROOTFS.lock"; flock 8   # one build at a time
