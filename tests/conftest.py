@@ -504,6 +504,11 @@ def _stray_outputs() -> set[Path]:
 # other tests; 20-ms cycles leave it nearly idle (a 6-s wait: 11.8 -> 6.9 CPU-s for the run).
 HOROVOD_IDLE = "parallelism.cycle_time_ms=20"
 
+# A run kept going until the test cancels it (train.steps=100000) while the test waits for
+# something else: rank 0 sleeps 50 ms before each backward pass and the others wait for it in
+# 20-ms cycles, so the run steps on slowly instead of filling a core with training nobody reads.
+IDLE_TRAINING = ["debug.slow_rank=0", "debug.slow_s=0.05", HOROVOD_IDLE]
+
 
 # A run stopped by SLURM's own time limit (2 minutes, SIGUSR2 60 s before it), not a hand-sent
 # signal: held at step 5 until the signal comes. Its waiting is SLURM's, about 80 s whatever the

@@ -290,6 +290,7 @@ def test_a_model_constructor_hung_on_one_rank_is_named_with_its_stack(user_proje
         "data._target_=mypkg.data.blobs",
         "cluster.ranks=2",
         "train.stall_timeout_s=8",
+        conftest.HOROVOD_IDLE,  # rank 0 waits for the hung one
         cwd=user_project,
         timeout=180,
     )

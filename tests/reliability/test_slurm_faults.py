@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HOROVOD_IDLE, ROOT, STATE, hpctrain, sacct_state, start_hpctrain, wait_for
+from tests.conftest import (
+    HOROVOD_IDLE,
+    IDLE_TRAINING,
+    ROOT,
+    STATE,
+    hpctrain,
+    sacct_state,
+    start_hpctrain,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -80,6 +89,7 @@ def test_resume_refuses_a_study_whose_jobs_are_still_running(tmp_path: Path) -> 
         "study.warmup_steps=1",
         "study.allreduce_bench=false",
         "data=digits",
+        *IDLE_TRAINING,
         "--no-progress",
         f"run.output_root={tmp_path}",
     )
@@ -115,8 +125,9 @@ def test_with_accounting_down_status_and_cancel_fall_back_to_the_queue(tmp_path:
     answers."""
     run_dir = tmp_path / "r"
     r = hpctrain(
-        "run", "--no-wait", f"run.dir={run_dir}", "data=digits", "train.steps=100000", "cluster=slurm"
-    )
+        "run", "--no-wait", f"run.dir={run_dir}", "data=digits", "train.steps=100000", "cluster=slurm",
+        *IDLE_TRAINING,
+    )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     job = json.loads((run_dir / "job.json").read_text())["job_id"]
     wait_for("the job to run", lambda: sacct_state(job) == "RUNNING", timeout_s=120)

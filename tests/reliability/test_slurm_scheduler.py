@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, hpctrain_here, sacct_state, start_hpctrain, wait_for
+from tests.conftest import IDLE_TRAINING, hpctrain, hpctrain_here, sacct_state, start_hpctrain, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -62,6 +62,7 @@ def test_a_job_cancelled_by_the_user_is_reported_as_cancelled(tmp_path: Path) ->
         *SMALL[:2],
         "train.steps=100000",
         "cluster.ranks_per_node=2",
+        *IDLE_TRAINING,
     )
     try:
         wait_for("steps", lambda: (run_dir / "steps-rank0.jsonl").exists(), timeout_s=180)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import hpctrain, hpctrain_here, lines, processes_of, wait_for
+from tests.conftest import IDLE_TRAINING, hpctrain, hpctrain_here, lines, processes_of, wait_for
 
 BACKENDS = {
     "local": ["cluster=local", "cluster.ranks=2"],
@@ -163,15 +163,16 @@ def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_
         *backend,
         *SMALL,
         "train.steps=100000",
-        "train.log_interval=100",
+        "train.log_interval=10",
+        *IDLE_TRAINING,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     job = json.loads((run_dir / "job.json").read_text())["job_id"]
     wait_for(
-        "the first 120 steps",
+        "the first 20 steps",
         lambda: (
             "RUNNING" in _status(run_dir)
-            and len((run_dir / "steps-rank0.jsonl").read_text().splitlines()) >= 120
+            and len((run_dir / "steps-rank0.jsonl").read_text().splitlines()) >= 20
             if (run_dir / "steps-rank0.jsonl").exists()
             else False
         ),
@@ -186,4 +187,4 @@ def test_cancel_stops_a_running_job_and_status_shows_it(backend: list[str], tmp_
         wait_for("no process left", lambda: not processes_of(run_dir), timeout_s=30)
     assert not (run_dir / "summary.json").exists()
     logs = hpctrain("logs", str(run_dir), "--rank", "0")
-    assert logs.returncode == 0 and "step 100/100000" in logs.stdout
+    assert logs.returncode == 0 and "step 10/100000" in logs.stdout

@@ -211,6 +211,18 @@ def test_a_start_that_segfaults_before_the_ranks_meet_is_retried_once_and_record
     assert "samples/s, start retried" in status and "1 restart" not in status, status
 
 
+def _evidence(run_dir: Path, job: str) -> str:
+    """What a run that ended otherwise than expected left: the job's accounting records, the
+    pre-flight checks, the ranks' errors and the tails of the batch jobs' logs (CI saw the
+    re-submitted job FAILED once, with nothing to say why)."""
+    said = [subprocess.run(["sacct", "-j", job, "-P", "-o", "JobID,State,ExitCode,Submit,NodeList"],
+                           capture_output=True, text=True).stdout]  # fmt: skip
+    said += [p.read_text(errors="replace") for p in sorted(run_dir.glob("preflight.json"))]
+    said += [p.read_text(errors="replace") for p in sorted(run_dir.glob("error-rank*.json*"))]
+    said += [p.read_text(errors="replace")[-1500:] for p in sorted(run_dir.glob("submitit/*_log.*"))]
+    return "\n".join(said)
+
+
 @pytest.mark.slurm_versions
 def test_a_slow_node_fails_the_pre_flight_check_and_the_run_completes_without_it(tmp_path: Path) -> None:
     """n2 is slow (its GEMMs take 50x as long): the job's check judges it bad before any step, and
@@ -224,7 +236,7 @@ def test_a_slow_node_fails_the_pre_flight_check_and_the_run_completes_without_it
     )  # fmt: skip
     assert wait_done(job) == "FAILED"  # before any step; its teardown submitted the run again
     again = json.loads((run_dir / "job.json").read_text())["job_id"]
-    assert again != job and wait_done(again) == "COMPLETED"
+    assert again != job and wait_done(again) == "COMPLETED", _evidence(run_dir, again)
     s = json.loads((run_dir / "summary.json").read_text())
     checks = [json.loads(line) for line in (run_dir / "preflight.json").read_text().splitlines()]
     assert [[v["host"] for v in c["verdicts"] if v["bad"]] for c in checks] == [["n2"], []], checks
