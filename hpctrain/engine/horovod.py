@@ -23,7 +23,7 @@ from hpctrain.analysis.tune import Effect, Knob
 from hpctrain.config.schema import Config, HorovodSettings
 from hpctrain.engine.base import Engine, StageReplicas, Timeline, step_optimizer
 from hpctrain.engine.quiet_wait import optimizer_handles, wait_quietly
-from hpctrain.engine.world import CommError, RankInfo, gloo_env
+from hpctrain.engine.world import CommError, RankInfo, gloo_env, gloo_timeout_env
 from hpctrain.errors import Problem
 from hpctrain.facts import importable
 
@@ -136,7 +136,9 @@ class HorovodEngine(Engine[HorovodSettings], StageReplicas, Timeline):
         if wants_cuda(self.run.device) and not hvd.nccl_built():
             raise CommError(horovod_without_nccl())
         sets = [hvd.ProcessSet(g) for g in groups]
-        self.hvd = init_horovod(self.backend, expected_size=expected_size, process_sets=sets)
+        self.hvd = init_horovod(
+            self.backend, expected_size=expected_size, process_sets=sets, meet_s=self.run.rendezvous_s
+        )
         rank = self.hvd.rank()
         self.process_set = next((ps for ps, g in zip(sets, groups) if rank in g), None)
         return rank_info(self.hvd)
@@ -252,12 +254,17 @@ class HorovodEngine(Engine[HorovodSettings], StageReplicas, Timeline):
 
 
 def init_horovod(  # -> horovod.torch module
-    backend: str, expected_size: int | None = None, process_sets: list[Any] | None = None
+    backend: str,
+    expected_size: int | None = None,
+    process_sets: list[Any] | None = None,
+    meet_s: float = 0.0,
 ):
     """hvd.init() for the chosen backend; checks the world size the launcher promised.
-    `process_sets`: hvd.ProcessSet objects to register (hybrid parallelism's stage replicas)."""
+    `process_sets`: hvd.ProcessSet objects to register (hybrid parallelism's stage replicas);
+    `meet_s`: how long the ranks may take to meet over Gloo (train.stall_timeout_s)."""
     if backend == "gloo" and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in os.environ:
         os.environ.update(gloo_env(os.environ))
+        os.environ.update(gloo_timeout_env(os.environ, meet_s))
     import horovod.torch as hvd
 
     hvd.init(process_sets=process_sets or None)

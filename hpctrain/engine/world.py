@@ -8,6 +8,7 @@ what horovodrun's gloo_run sets). Values the user set (cluster.env) are kept.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import subprocess
@@ -149,6 +150,22 @@ def gloo_env(environ: Mapping[str, str]) -> dict[str, str]:
         "HOROVOD_CROSS_SIZE": str(size // local_size),
         "HOROVOD_HOSTNAME": host,
     }
+
+
+# Horovod's own bound on the Gloo rendezvous (horovod/common/gloo/gloo_context.cc; horovodrun
+# --gloo-timeout-seconds): every rank must reach it within this long of the first
+HOROVOD_GLOO_DEFAULT_S = 30
+
+
+def gloo_timeout_env(environ: Mapping[str, str], meet_s: float) -> dict[str, str]:
+    """HOROVOD_GLOO_TIMEOUT_SECONDS for the ranks' meeting: the stall timeout, which bounds the
+    torch engines' meeting too (engine/rendezvous.py), never below Horovod's 30 s. Ranks that start
+    slowly (torch read from a shared file system by many nodes, a loaded machine) otherwise abort
+    in Gloo's store after 30 s ("Wait timeout after 30 seconds for key(s)"), seen in a fresh
+    clone's SLURM 24.11 session. A value the user set (cluster.env) is kept."""
+    if "HOROVOD_GLOO_TIMEOUT_SECONDS" in environ:
+        return {}
+    return {"HOROVOD_GLOO_TIMEOUT_SECONDS": str(math.ceil(max(HOROVOD_GLOO_DEFAULT_S, meet_s)))}
 
 
 def finalize_mpi() -> None:

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from hpctrain import api, heap, records
 from hpctrain.config.schema import Config
-from hpctrain.engine.world import CommError, export_torch_env, gloo_env, launcher_world
+from hpctrain.engine.world import CommError, export_torch_env, gloo_env, gloo_timeout_env, launcher_world
 from hpctrain.lifeline import become_subreaper, end_descendants
 from hpctrain.train.memory import host_peak_bytes
 from hpctrain.train.stats import rank_stats, summarize
@@ -93,6 +93,7 @@ def prepare_environment(cfg: Config, run_dir: Path, plan: records.PlanRecord) ->
     if cfg.parallelism.backend == "gloo" and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env:
         # Horovod's identity; the rendezvous is the launcher's (or the SLURM job's: launch/slurm/job.py)
         env.update(gloo_env(env))
+        env.update(gloo_timeout_env(env, cfg.script.stall_timeout_s))
     env.update(
         {
             api.RUN_DIR_VAR: str(run_dir),

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.engine.world import TORCHRUN, launcher_place, place_values, torch_env
+from hpctrain.engine.world import TORCHRUN, gloo_timeout_env, launcher_place, place_values, torch_env
 from hpctrain.facts import HostFacts
 from hpctrain.launch.local.plan import plan_local
 from hpctrain.launch.local.spawn import UsageError, failure_report, parse, rank_environment
@@ -156,3 +156,12 @@ def test_a_run_cancelled_while_it_waited_says_it_never_started(tmp_path, started
     message = str(LocalLauncher().failure(job, JobStatus("7", "CANCELLED")))
     assert message.endswith(said) and (started or "before it started" in message)
     assert started == ("before it started" not in message)
+
+
+def test_horovods_gloo_meeting_waits_as_long_as_the_stall_timeout_never_less_than_its_own() -> None:
+    """Horovod's Gloo store gives the ranks 30 s to meet; hpctrain gives them the stall timeout,
+    as the torch engines' meeting has, and keeps what the user set."""
+    assert gloo_timeout_env({}, 600.0) == {"HOROVOD_GLOO_TIMEOUT_SECONDS": "600"}
+    assert gloo_timeout_env({}, 45.5) == {"HOROVOD_GLOO_TIMEOUT_SECONDS": "46"}
+    assert gloo_timeout_env({}, 6.0) == {"HOROVOD_GLOO_TIMEOUT_SECONDS": "30"}  # Horovod's own floor
+    assert gloo_timeout_env({"HOROVOD_GLOO_TIMEOUT_SECONDS": "5"}, 600.0) == {}
