@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from hpctrain.records import AllreduceRow
+
+if TYPE_CHECKING:  # numpy is imported where a fit needs it: every CLI command imports this module
+    import numpy as np
 
 NAN = float("nan")
 
@@ -60,6 +62,8 @@ class CommModel:
 def _wls(x: np.ndarray, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Least squares of y ~ x @ coef with residuals relative to the measured time t (1 KiB and
     256 MiB messages weigh alike); the coefficients and their standard errors."""
+    import numpy as np
+
     a = x / t[:, None]
     b = y / t
     coef, *_ = np.linalg.lstsq(a, b, rcond=None)
@@ -75,6 +79,8 @@ def _settle(x: np.ndarray, y: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np
     """Fit; a coefficient negative within two standard errors of zero, or adding less than 5% (timing noise) to
     every timing, is consistent with zero: fixed at 0 and the others refitted. A clearly negative
     one is kept, to be reported."""
+    import numpy as np
+
     coef, se = _wls(x, y, t)
     for j in np.argsort(coef):
         negligible = bool(np.all(np.abs(coef[j] * x[:, j]) < 0.05 * t))
@@ -93,6 +99,8 @@ def fit_alpha_beta(samples: Sequence[tuple[int, float, float]]) -> CommModel:
     rows = [(2 * (n - 1), 2 * (n - 1) / n * m, t) for n, m, t in samples if n > 1 and t > 0]
     if len(rows) < 2:
         raise ValueError("the alpha-beta fit needs at least two allreduce timings with n > 1")
+    import numpy as np
+
     arr = np.array(rows, dtype=float)
     (alpha, beta), (a_se, b_se) = _settle(arr[:, :2], arr[:, 2], arr[:, 2])
     return CommModel(float(alpha), float(beta), 0.0, float(a_se), float(b_se), 0.0)
@@ -115,6 +123,8 @@ def fit_comm_model(rows: Sequence[AllreduceRow], column: str, wire: str = "mpi_s
     if len(wire_rows) < 2:
         return fit_alpha_beta(engine)
     w = fit_alpha_beta(wire_rows)
+    import numpy as np
+
     arr = np.array(engine, dtype=float)
     n, m, t = arr[:, 0], arr[:, 1], arr[:, 2]
     # t - 2(n-1) alpha = L + 2(n-1)/n m beta
