@@ -76,8 +76,8 @@ fi
 # ranks each form an autogroup of the ordinary weight, so with four of them busy this one gets a
 # third of the CPU, and all of it when they wait. Its tests mostly wait on the scheduler, but
 # their jobs' starts need the CPU within the tests' deadlines: at an eighth of one autogroup's
-# weight, on a machine half as fast, they got some 3 % of it and a 4-rank job did not reach its
-# fifth step in 5 minutes (CI, 2026-11-28: 6 of its 14 tests failed).
+# weight, on a machine half as fast, they got (by the weights) some 3 % of it, and a 4-rank job
+# did not reach its fifth step in 5 minutes (CI, 2026-11-28: 6 of its 14 tests failed).
 cpu_share() {  # prints the cgroup directory made for it, or nothing where none can be made
   local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup cg
   if [ -w "$v1" ] && [ -e "$v1/cpu.shares" ]; then

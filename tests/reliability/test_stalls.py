@@ -23,8 +23,8 @@ from tests.conftest import (
 )
 
 # 10 s, not less: each rank's stall clock starts as it builds its model, and on a loaded machine
-# (CI, a pipeline's ranks) rank 0 was seen still building when rank 1's 6 s ran out: the report
-# rightly named rank 0, "in build", and not the rank the test hangs
+# (CI, a pipeline's ranks) rank 0 was still building its model when a 6 s clock ran out: the
+# report rightly named rank 0, "in build", and not the rank the test hangs
 STALL = ["data=digits", "train.warmup_steps=1", "train.stall_timeout_s=10"]
 HANG = ["debug.slow_rank=1", "debug.slow_s=100000"]  # rank 1 sleeps in its first backward pass
 IDLE = [HOROVOD_IDLE]  # the ranks left waiting for the stalled one (conftest.HOROVOD_IDLE)
