@@ -208,6 +208,39 @@ def _a_fresh_slurm_door_per_test() -> None:
     fresh_slurm_door()
 
 
+FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[FAILED] = True
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _cancel_the_jobs_of_a_failed_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A SLURM test that fails (a deadline, pytest's timeout) cancels the jobs it left in the
+    queue, those whose batch script lies under its tmp_path: CI saw one left running hold its
+    nodes, and the five tests after it failed waiting for them."""
+    yield
+    tmp = request.node.funcargs.get("tmp_path") if isinstance(request.node, pytest.Function) else None
+    if (
+        not request.node.stash.get(FAILED, False)
+        or request.node.get_closest_marker("slurm") is None
+        or tmp is None
+    ):
+        return
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        queue = subprocess.run(["squeue", "-h", "-o", "%A|%o"], capture_output=True, text=True, timeout=60)
+        left = [job for job, _, script in (line.partition("|") for line in queue.stdout.splitlines())
+                if script.startswith(f"{tmp}/")]  # fmt: skip
+        if left:
+            subprocess.run(["scancel", *left], capture_output=True, timeout=60)
+            print(f"\nthe failed test's jobs left in the queue were cancelled: {' '.join(left)}")
+
+
 def run_ok(tmp: Path, name: str, *overrides: str, cwd: Path | None = None) -> tuple[Path, dict]:
     """`hpctrain run` into tmp/name, which must succeed; the run directory and its summary."""
     run_dir = tmp / name
