@@ -14,6 +14,7 @@ import os
 import platform
 import signal
 import socket
+import subprocess
 import sys
 import time
 import traceback
@@ -54,6 +55,8 @@ def base_environment() -> dict[str, Any]:
         },
         **torch_facts(),
     }
+    if "SLURM_JOB_ID" in os.environ:
+        rec["slurm"] = slurm_version()
     box = container_facts()
     if box:
         rec["container"] = box
@@ -76,6 +79,19 @@ def torch_facts() -> dict[str, Any]:
         "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         "torch_threads": torch.get_num_threads(),
     }
+
+
+def slurm_version() -> str | None:
+    """The SLURM this job runs under, as the node's `scontrol --version` says ("slurm 24.11.5";
+    Debian's packages say "slurm-wlm 22.05.8"):
+    it reads the job's slurm.conf and sends the controller nothing. None where it cannot say."""
+    try:
+        said = subprocess.run(
+            ["scontrol", "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return said[1] if len(said) == 2 and said[0].startswith("slurm") else None
 
 
 def _installed(package: str) -> str | None:

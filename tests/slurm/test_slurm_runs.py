@@ -13,6 +13,7 @@ import torch
 from tests.conftest import (
     DIGITS_CNN,
     HOROVOD_IDLE,
+    SLURM_VERSION,
     SlurmCluster,
     assert_same_weights,
     hpctrain,
@@ -57,6 +58,7 @@ def test_two_nodes_two_ranks_each_match_the_local_run(tmp_path: Path, one_rank_r
     hosts = sorted(set(env["hosts"]))
     assert len(hosts) == 2 and set(hosts) <= {"n1", "n2", "n3", "n4"}, env["hosts"]
     assert [env["hosts"].count(h) for h in hosts] == [2, 2] and env["launcher"]["SLURM_NNODES"] == "2"
+    assert env["slurm"].startswith(SLURM_VERSION + "."), env["slurm"]  # the version the job ran under
     # the same global batch of 32 on one local rank (BASE is conftest.DIGITS_CNN): 4 ranks on 2
     # nodes equal it, as a local run of 4 ranks does
     local_dir, _ = one_rank_reference
