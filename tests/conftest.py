@@ -414,13 +414,56 @@ def run_cli():
     return hpctrain
 
 
+WARM = ROOT / "tests" / "warm"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Local mpirun ranks forked from a zygote that has imported torch (tests/warm): a rank's
+    start costs about 0.5 CPU-s instead of 2.3, and the suite starts some 450 of them. The ranks
+    are the real ones (mpirun, Horovod, MPI_Init, the same code from `-m hpctrain.rank`); only the
+    interpreter's start and torch's import are shared. Tests of the processes themselves (tests
+    marked cold_start: signals, stacks read from outside, orphans) start theirs as users do, and
+    HPCTRAIN_TEST_COLD=1 starts every rank so."""
+    runs = any(i.get_closest_marker("mpi") or i.get_closest_marker("slurm") for i in request.session.items)
+    if os.environ.get("HPCTRAIN_TEST_COLD") or not runs:  # every rank as users start them; no ranks
+        yield
+        return
+    sock = tmp_path_factory.getbasetemp() / "zygote.sock"
+    zygote = subprocess.Popen([sys.executable, "-m", "tests.warm.zygote", str(sock)], cwd=ROOT)
+    saved = {k: os.environ.get(k) for k in ("PATH", "HPCTRAIN_TEST_ZYGOTE", "HPCTRAIN_TEST_ZYGOTE_PYTHON")}
+    os.environ["PATH"] = f"{WARM / 'bin'}:{os.environ['PATH']}"
+    os.environ["HPCTRAIN_TEST_ZYGOTE"] = str(sock)
+    os.environ["HPCTRAIN_TEST_ZYGOTE_PYTHON"] = sys.executable
+    try:
+        yield
+    finally:
+        zygote.kill()
+        zygote.wait()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def _cold_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("cold_start") or "tests/reliability/" in request.node.nodeid:
+        monkeypatch.delenv("HPCTRAIN_TEST_ZYGOTE", raising=False)
+
+
 def processes_of(run_dir: Path) -> list[str]:
     """Live processes (not zombies) whose command line names the run directory."""
     out = subprocess.run(["ps", "-ww", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
+    found = out.splitlines()[1:]
+    if zygote := os.environ.get("HPCTRAIN_TEST_ZYGOTE"):  # its ranks: named by the zygote's records
+        for rec in Path(f"{zygote}.ranks").glob("*"):
+            with contextlib.suppress(OSError, IndexError):
+                state = Path(f"/proc/{rec.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                found.append(f"{rec.name} {state} (warm) {rec.read_text()}")
     return [
-        line
-        for line in out.splitlines()[1:]
-        if str(run_dir) in line and "ps -eo" not in line and line.split()[1][0] != "Z"
+        line for line in found if str(run_dir) in line and "ps -eo" not in line and line.split()[1][0] != "Z"
     ]
 
 
@@ -609,7 +652,10 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
     if SLURM_VERSION != "22.05":
-        os.environ["PATH"] = f"{SLURM_BIN}:{os.environ['PATH']}"
+        # after the warm wrappers (tests/warm/bin), which call the next srun on the PATH
+        warm = f"{WARM / 'bin'}:"
+        rest = os.environ["PATH"].removeprefix(warm)
+        os.environ["PATH"] = f"{warm if rest != os.environ['PATH'] else ''}{SLURM_BIN}:{rest}"
     early = tmp_path_factory.mktemp("time-limit")
     runs = {n: early / f"max{n}" for n in (0, 1)}
     yield SlurmCluster(

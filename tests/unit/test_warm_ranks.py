@@ -1,0 +1,66 @@
+"""The tests' warm zygote (tests/warm) stands in for a process start faithfully: what the rank
+prints, its exit status or signal, signals sent to its client, and its end with its client."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, WARM, wait_for
+
+
+@pytest.fixture
+def zygote(tmp_path: Path) -> Iterator[Path]:
+    sock = tmp_path / "z.sock"
+    z = subprocess.Popen([sys.executable, "-m", "tests.warm.zygote", str(sock), "--bare"], cwd=ROOT)
+    try:
+        wait_for("the zygote's socket", sock.exists, 30)
+        yield sock
+    finally:
+        z.kill()
+        z.wait()
+
+
+def rank(sock: Path, cwd: Path, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, HPCTRAIN_TEST_ZYGOTE=str(sock), WARM_X="42")
+    cmd = [sys.executable, "-I", "-S", str(WARM / "client.py"), "-m", "tests.warm.sample", *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def test_a_warm_rank_has_its_clients_streams_environment_and_exit_status(
+    zygote: Path, tmp_path: Path
+) -> None:
+    p = rank(zygote, tmp_path, "exit", "3")
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 3
+    assert out == f"cwd={tmp_path} x=42 argv=['exit', '3']\n"
+
+
+def test_a_warm_rank_killed_by_a_signal_is_seen_so(zygote: Path, tmp_path: Path) -> None:
+    p = rank(zygote, tmp_path, "kill", str(int(signal.SIGKILL)))
+    p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGKILL
+
+
+def test_a_signal_to_the_client_reaches_the_rank_and_the_rank_ends_with_its_client(
+    zygote: Path, tmp_path: Path
+) -> None:
+    p = rank(zygote, tmp_path, "wait")
+    assert p.stdout is not None
+    p.stdout.readline()
+    p.stdout.readline()
+    p.send_signal(signal.SIGTERM)
+    assert p.stdout.read() == "term\n" and p.wait(timeout=30) == 7
+    p = rank(zygote, tmp_path, "wait")
+    assert p.stdout is not None
+    p.stdout.readline()
+    pid = int(p.stdout.readline().split("=")[1])
+    p.kill()
+    p.wait(timeout=30)
+    wait_for("the rank to end with its client", lambda: not Path(f"/proc/{pid}").exists(), 30)

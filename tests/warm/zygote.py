@@ -1,0 +1,167 @@
+"""Forks test ranks from a process that has imported torch already (tests/warm/client.py).
+
+Run as: python -m tests.warm.zygote SOCKET [--bare]. Each connection is one rank: the fork takes the
+client's streams, environment, working directory and argv and runs `-m MODULE ARGS` as __main__.
+The zygote writes the rank's pid, and later its wait status, back to the client; a client that
+goes away (mpirun killed it) takes its rank with it (SIGKILL)."""
+
+import array
+import contextlib
+import ctypes
+import io
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import struct
+import sys
+import traceback
+
+
+def preload() -> None:
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+
+    import hpctrain.config.derived  # noqa: F401
+    import hpctrain.engine.device  # noqa: F401
+    import hpctrain.records  # noqa: F401
+    import hpctrain.train.loop  # noqa: F401
+
+
+def receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    fds = array.array("i")
+    msg, anc, _, _ = conn.recvmsg(4, socket.CMSG_LEN(3 * fds.itemsize))
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+    (size,) = struct.unpack("!I", msg)
+    body = b""
+    while len(body) < size:
+        body += conn.recv(size - len(body))
+    return json.loads(body), list(fds)
+
+
+CLONE_NEWNS, CLONE_NEWUTS = 0x00020000, 0x04000000  # <linux/sched.h>
+
+
+def join_node(client: int) -> None:
+    """The client's node, where it differs from the zygote's: slurm/start.sh gives each node of
+    the local cluster its own host name (UTS namespace), /etc/hosts (mount namespace) and, for
+    SLURM 24.11, root file system (a chroot inside that namespace)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    root = os.open(f"/proc/{client}/root", os.O_RDONLY | os.O_DIRECTORY)  # before the view changes
+    moved = False
+    for name, kind in (("uts", CLONE_NEWUTS), ("mnt", CLONE_NEWNS)):
+        if os.readlink(f"/proc/{client}/ns/{name}") == os.readlink(f"/proc/self/ns/{name}"):
+            continue
+        fd = os.open(f"/proc/{client}/ns/{name}", os.O_RDONLY)
+        if libc.setns(fd, kind) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({name}) into the node of pid {client}")
+        os.close(fd)
+        moved = moved or name == "mnt"
+    if moved or os.readlink(f"/proc/{client}/root") != "/":
+        os.fchdir(root)
+        os.chroot(".")
+    os.close(root)
+
+
+def become_rank(request: dict, fds: list[int], client: int) -> None:
+    """In the fork: the client's process, as `python [-u] -m MODULE ARGS` would have started it."""
+    try:
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        join_node(client)
+        os.setsid()  # a process group of its own, as a task's: hpctrain's guard ends its orphans
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        argv = request["argv"]
+        if argv[:1] == ["-u"]:  # unbuffered standard streams, as python -u makes them
+            argv = argv[1:]
+            for name, fd in (("stdout", 1), ("stderr", 2)):
+                setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True))
+        if argv[:1] != ["-m"] or len(argv) < 2:
+            raise SystemExit(f"zygote: runs [-u] -m MODULE ARGS only, not {argv}")
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        if "torch" in sys.modules and threads.isdigit():  # OpenMP read it when torch loaded
+            sys.modules["torch"].set_num_threads(int(threads))
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def serve(path: str, bare: bool = False) -> None:
+    if not bare:
+        preload()
+    os.makedirs(f"{path}.ranks", exist_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, ("listener", 0))
+    ranks: dict[int, tuple[socket.socket, int]] = {}  # pid: (its client, its pidfd)
+    while True:
+        for key, _ in sel.select():
+            kind, pid = key.data
+            if kind == "listener":
+                conn, _ = listener.accept()
+                request, fds = receive(conn)
+                creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                client = struct.unpack("3i", creds)[0]
+                pid = os.fork()
+                if pid == 0:
+                    sel.close()
+                    for other in (listener, conn, *(c for c, _ in ranks.values())):
+                        other.close()
+                    for _, pidfd in ranks.values():
+                        os.close(pidfd)
+                    become_rank(request, fds, client)
+                for fd in fds:
+                    os.close(fd)
+                with open(f"{path}.ranks/{pid}", "w") as f:  # for the tests' processes_of()
+                    f.write(" ".join(request["argv"]))
+                with open(f"{path}.served", "a") as f:  # how many, and which (the suite's figures)
+                    f.write(" ".join(request["argv"][:4]) + "\n")
+                pidfd = os.pidfd_open(pid)  # readable once the rank has ended: seen at once
+                ranks[pid] = (conn, pidfd)
+                sel.register(pidfd, selectors.EVENT_READ, ("ended", pid))
+                sel.register(conn, selectors.EVENT_READ, ("client", pid))
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"{pid}\n".encode())
+            elif kind == "client":  # the client went away before its rank ended
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                sel.unregister(key.fileobj)
+            elif pid in ranks:
+                conn, pidfd = ranks.pop(pid)
+                _, status = os.waitpid(pid, 0)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{path}.ranks/{pid}")
+                with contextlib.suppress(OSError):
+                    conn.sendall(f"{status}\n".encode())
+                with contextlib.suppress(KeyError, ValueError):
+                    sel.unregister(conn)
+                sel.unregister(pidfd)
+                os.close(pidfd)
+                conn.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], bare="--bare" in sys.argv[2:])  # --bare: nothing preloaded (its own tests)
