@@ -419,18 +419,24 @@ WARM = ROOT / "tests" / "warm"
 
 @pytest.fixture(scope="session", autouse=True)
 def _warm_ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Local mpirun ranks forked from a zygote that has imported torch (tests/warm): a rank's
-    start costs about 0.5 CPU-s instead of 2.3, and the suite starts some 450 of them. The ranks
-    are the real ones (mpirun, Horovod, MPI_Init, the same code from `-m hpctrain.rank`); only the
-    interpreter's start and torch's import are shared. Tests of the processes themselves (tests
-    marked cold_start: signals, stacks read from outside, orphans) start theirs as users do, and
-    HPCTRAIN_TEST_COLD=1 starts every rank so."""
+    """Local mpirun ranks and SLURM tasks forked from a zygote that has imported torch (tests/warm,
+    docs/contributing.md): a rank's start costs about 0.5 CPU-s instead of 2.3 to 3.5, and the
+    suite starts some 900 of them. The ranks are the real ones (mpirun or srun, MPI_Init, Horovod,
+    the same `-m MODULE` run as __main__ on its node); only the interpreter's start and the
+    imports are shared. Cold, as users start them: the tests of the processes themselves
+    (tests/reliability, tests marked cold_start: signals, stacks read from outside, orphans), a
+    container's ranks, SLURM 24.11's nodes (another root file system), a rank whose environment
+    asks for another start (MALLOC_*, LD_*, PYTHON*: zygote.AT_START), and every rank with
+    HPCTRAIN_TEST_COLD=1."""
     runs = any(i.get_closest_marker("mpi") or i.get_closest_marker("slurm") for i in request.session.items)
     if os.environ.get("HPCTRAIN_TEST_COLD") or not runs:  # every rank as users start them; no ranks
         yield
         return
     sock = tmp_path_factory.getbasetemp() / "zygote.sock"
     zygote = subprocess.Popen([sys.executable, "-m", "tests.warm.zygote", str(sock)], cwd=ROOT)
+    deadline = time.monotonic() + 120  # its imports (a few seconds): the first runs are warm too
+    while not sock.exists() and zygote.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
     saved = {k: os.environ.get(k) for k in ("PATH", "HPCTRAIN_TEST_ZYGOTE", "HPCTRAIN_TEST_ZYGOTE_PYTHON")}
     os.environ["PATH"] = f"{WARM / 'bin'}:{os.environ['PATH']}"
     os.environ["HPCTRAIN_TEST_ZYGOTE"] = str(sock)

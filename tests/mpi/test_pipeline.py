@@ -139,7 +139,6 @@ def test_a_failing_stage_ends_the_run_and_is_named(tmp_path: Path, mode: str) ->
     assert_rank_1_failure_named(tmp_path, mode, *MLP, *PIPE)
 
 
-@pytest.mark.cold_start  # peak resident memory: a fork inherits the zygote's heap
 def test_activation_checkpointing_same_weights_lower_peak_memory(tmp_path: Path) -> None:
     # 8 transformer layers on 160 x 64 tokens: each layer keeps its attention and feed-forward
     # intermediates for the backward pass; checkpointed, only its input. Measured here at 256 x 64

@@ -27,8 +27,8 @@ def zygote(tmp_path: Path) -> Iterator[Path]:
         z.wait()
 
 
-def rank(sock: Path, cwd: Path, *args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, HPCTRAIN_TEST_ZYGOTE=str(sock), WARM_X="42")
+def rank(sock: Path, cwd: Path, *args: str, **env_: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, HPCTRAIN_TEST_ZYGOTE=str(sock), WARM_X="42", **env_)
     cmd = [sys.executable, "-I", "-S", str(WARM / "client.py"), "-m", "tests.warm.sample", *args]
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True)
 
@@ -39,7 +39,19 @@ def test_a_warm_rank_has_its_clients_streams_environment_and_exit_status(
     p = rank(zygote, tmp_path, "exit", "3")
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 3
-    assert out == f"cwd={tmp_path} x=42 argv=['exit', '3']\n"
+    said, pid = out.split(" pid=")
+    assert said == f"cwd={tmp_path} x=42 argv=['exit', '3']" and int(pid) != p.pid  # forked
+
+
+def test_a_rank_that_asks_for_another_start_than_the_zygotes_starts_cold(
+    zygote: Path, tmp_path: Path
+) -> None:
+    """glibc reads MALLOC_* as a process starts: a fork would keep the zygote's, so the client
+    execs Python itself, and the rank is the client's own process."""
+    p = rank(zygote, tmp_path, "exit", "5", MALLOC_ARENA_MAX="1")
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 5
+    assert out == f"cwd={tmp_path} x=42 argv=['exit', '5'] pid={p.pid}\n"
 
 
 def test_a_warm_rank_killed_by_a_signal_is_seen_so(zygote: Path, tmp_path: Path) -> None:
@@ -54,13 +66,11 @@ def test_a_signal_to_the_client_reaches_the_rank_and_the_rank_ends_with_its_clie
     p = rank(zygote, tmp_path, "wait")
     assert p.stdout is not None
     p.stdout.readline()
-    p.stdout.readline()
     p.send_signal(signal.SIGTERM)
     assert p.stdout.read() == "term\n" and p.wait(timeout=30) == 7
     p = rank(zygote, tmp_path, "wait")
     assert p.stdout is not None
-    p.stdout.readline()
-    pid = int(p.stdout.readline().split("=")[1])
+    pid = int(p.stdout.readline().split(" pid=")[1])
     p.kill()
     p.wait(timeout=30)
     wait_for("the rank to end with its client", lambda: not Path(f"/proc/{pid}").exists(), 30)

@@ -26,22 +26,37 @@ FORWARDED = (
 def main() -> None:
     # as the rank does itself (hpctrain/lifeline.py): gone with mpirun, and its rank with it
     ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    rank: list[int] = []  # its pid, once the zygote has forked it
+    pending: list[int] = []  # signals that came before
+
+    def forward(sig: int, _frame: object) -> None:
+        if not rank:
+            pending.append(sig)
+            return
+        try:
+            os.kill(rank[0], sig)
+        except ProcessLookupError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(os.environ["HPCTRAIN_TEST_ZYGOTE"])
     request = json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     fds = array.array("i", [0, 1, 2])
     conn.sendmsg([struct.pack("!I", len(request)), request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
     reader = conn.makefile("rb")
-    pid = int(reader.readline())
-
-    def forward(sig: int, _frame: object) -> None:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-    for sig in FORWARDED:
-        signal.signal(sig, forward)
+    answer = reader.readline()
+    if answer == b"cold\n":  # the zygote's start differs from the one asked for: start as asked
+        conn.close()
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        for sig in pending:  # what would have met the process this early
+            os.kill(os.getpid(), sig)
+        os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+    rank.append(int(answer))
+    for sig in pending:
+        forward(sig, None)
     line = reader.readline()  # the zygote writes the rank's wait status when it has ended
     status = int(line) if line else 137 << 8
     if os.WIFSIGNALED(status):

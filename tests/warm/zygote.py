@@ -19,15 +19,28 @@ import struct
 import sys
 import traceback
 
+START_ENV = dict(os.environ)  # before the imports: the start a fork stands in for
+ADDED: dict[str, str] = {}  # what the imports put in the environment (torch: TORCHINDUCTOR_CACHE_DIR)
+
 
 def preload() -> None:
     import numpy  # noqa: F401
+    import submitit  # noqa: F401
     import torch  # noqa: F401
+    import torch.distributed.pipelining  # noqa: F401
 
     import hpctrain.config.derived  # noqa: F401
+    import hpctrain.engine.ddp_wrap  # noqa: F401
     import hpctrain.engine.device  # noqa: F401
+    import hpctrain.engine.fsdp_wrap  # noqa: F401  (torch.distributed.fsdp, torch._dynamo: 1-3 s)
+    import hpctrain.engine.tp_wrap  # noqa: F401
+    import hpctrain.launch.slurm.job  # noqa: F401
+    import hpctrain.parallel.pipeline  # noqa: F401
+    import hpctrain.parallel.sharded  # noqa: F401
     import hpctrain.records  # noqa: F401
     import hpctrain.train.loop  # noqa: F401
+
+    ADDED.update({k: v for k, v in os.environ.items() if START_ENV.get(k) != v})
 
 
 def receive(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -48,11 +61,8 @@ CLONE_NEWNS, CLONE_NEWUTS = 0x00020000, 0x04000000  # <linux/sched.h>
 
 def join_node(client: int) -> None:
     """The client's node, where it differs from the zygote's: slurm/start.sh gives each node of
-    the local cluster its own host name (UTS namespace), /etc/hosts (mount namespace) and, for
-    SLURM 24.11, root file system (a chroot inside that namespace)."""
+    the local cluster its own host name (UTS namespace) and /etc/hosts (mount namespace)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    root = os.open(f"/proc/{client}/root", os.O_RDONLY | os.O_DIRECTORY)  # before the view changes
-    moved = False
     for name, kind in (("uts", CLONE_NEWUTS), ("mnt", CLONE_NEWNS)):
         if os.readlink(f"/proc/{client}/ns/{name}") == os.readlink(f"/proc/self/ns/{name}"):
             continue
@@ -60,11 +70,6 @@ def join_node(client: int) -> None:
         if libc.setns(fd, kind) != 0:
             raise OSError(ctypes.get_errno(), f"setns({name}) into the node of pid {client}")
         os.close(fd)
-        moved = moved or name == "mnt"
-    if moved or os.readlink(f"/proc/{client}/root") != "/":
-        os.fchdir(root)
-        os.chroot(".")
-    os.close(root)
 
 
 def become_rank(request: dict, fds: list[int], client: int) -> None:
@@ -80,7 +85,7 @@ def become_rank(request: dict, fds: list[int], client: int) -> None:
         os.setsid()  # a process group of its own, as a task's: hpctrain's guard ends its orphans
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(request["env"])
+        os.environ.update({**ADDED, **request["env"]})  # as the same imports would have left it
         argv = request["argv"]
         if argv[:1] == ["-u"]:  # unbuffered standard streams, as python -u makes them
             argv = argv[1:]
@@ -107,6 +112,21 @@ def become_rank(request: dict, fds: list[int], client: int) -> None:
     os._exit(code)
 
 
+# What a process reads from its environment as it starts (the dynamic loader, glibc's malloc, the
+# interpreter, OpenMP and BLAS as torch loads them): a fork would keep the zygote's. A request
+# whose values differ from the zygote's is started cold instead (the client execs Python).
+AT_START = (
+    *("LD_", "MALLOC_", "GLIBC_", "PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_"),
+    *("TORCH_", "PYTORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_"),
+)
+HANDLED = {"OMP_NUM_THREADS"}  # become_rank sets torch's threads from it
+
+
+def differs(env: dict[str, str]) -> list[str]:
+    keys = {k for k in (*env, *START_ENV) if k.startswith(AT_START)} - HANDLED
+    return sorted(k for k in keys if env.get(k) != START_ENV.get(k))
+
+
 def serve(path: str, bare: bool = False) -> None:
     if not bare:
         preload()
@@ -125,6 +145,15 @@ def serve(path: str, bare: bool = False) -> None:
                 request, fds = receive(conn)
                 creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
                 client = struct.unpack("3i", creds)[0]
+                # another root file system (SLURM 24.11's nodes): its libraries are not the ones
+                # the zygote loaded (its glibc is newer), so its ranks start there, cold
+                if differs(request["env"]) or os.readlink(f"/proc/{client}/root") != "/":
+                    for fd in fds:
+                        os.close(fd)
+                    with contextlib.suppress(OSError):
+                        conn.sendall(b"cold\n")
+                    conn.close()
+                    continue
                 pid = os.fork()
                 if pid == 0:
                     sel.close()
