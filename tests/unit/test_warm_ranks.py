@@ -74,3 +74,12 @@ def test_a_signal_to_the_client_reaches_the_rank_and_the_rank_ends_with_its_clie
     p.kill()
     p.wait(timeout=30)
     wait_for("the rank to end with its client", lambda: not Path(f"/proc/{pid}").exists(), 30)
+
+
+def test_what_a_warm_rank_leaves_behind_is_ended(zygote: Path, tmp_path: Path) -> None:
+    """A cold rank's orphans go to its launcher, which ends them; a warm one's to the zygote."""
+    p = rank(zygote, tmp_path, "orphan")
+    out, _ = p.communicate(timeout=30)
+    child = int(out.split("child=")[1])
+    assert p.returncode == 0
+    wait_for("the orphan to be ended", lambda: not Path(f"/proc/{child}").exists(), 15)

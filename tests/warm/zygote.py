@@ -127,9 +127,38 @@ def differs(env: dict[str, str]) -> list[str]:
     return sorted(k for k in keys if env.get(k) != START_ENV.get(k))
 
 
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+def end_orphans(ranks: dict[int, tuple[socket.socket, int]]) -> None:
+    """A rank's processes left behind when it ended (a multiprocessing pool's workers, a detached
+    child) are re-parented here, the subreaper, where a cold rank's would go to its launcher (the
+    local supervisor ends them, on SLURM the rank's guard and the step): ended, and reaped. Those
+    of a rank still running (their session, which every rank starts, is the rank's) are its."""
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in ranks:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, parent, session = fields[0], int(fields[1]), int(fields[3])
+        if parent != me or session in ranks:
+            continue
+        pid = int(entry.name)
+        if state != "Z":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
 def serve(path: str, bare: bool = False) -> None:
     if not bare:
         preload()
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     os.makedirs(f"{path}.ranks", exist_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -138,7 +167,8 @@ def serve(path: str, bare: bool = False) -> None:
     sel.register(listener, selectors.EVENT_READ, ("listener", 0))
     ranks: dict[int, tuple[socket.socket, int]] = {}  # pid: (its client, its pidfd)
     while True:
-        for key, _ in sel.select():
+        end_orphans(ranks)
+        for key, _ in sel.select(timeout=1.0):
             kind, pid = key.data
             if kind == "listener":
                 conn, _ = listener.accept()
