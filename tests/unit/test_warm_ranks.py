@@ -28,7 +28,8 @@ def zygote(tmp_path: Path) -> Iterator[Path]:
 
 
 def rank(sock: Path, cwd: Path, *args: str, **env_: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, HPCTRAIN_TEST_ZYGOTE=str(sock), WARM_X="42", **env_)
+    # PYTHONPATH: `-m tests.warm.sample` from another directory, as a cold start would find it
+    env = dict(os.environ, HPCTRAIN_TEST_ZYGOTE=str(sock), WARM_X="42", PYTHONPATH=str(ROOT), **env_)
     cmd = [sys.executable, "-I", "-S", str(WARM / "client.py"), "-m", "tests.warm.sample", *args]
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True)
 
@@ -40,7 +41,8 @@ def test_a_warm_rank_has_its_clients_streams_environment_and_exit_status(
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 3
     said, pid = out.split(" pid=")
-    assert said == f"cwd={tmp_path} x=42 argv=['exit', '3']" and int(pid) != p.pid  # forked
+    assert said == f"cwd={tmp_path} path={[str(tmp_path), str(ROOT)]} x=42 argv=['exit', '3']"
+    assert int(pid) != p.pid  # forked
 
 
 def test_a_rank_that_asks_for_another_start_than_the_zygotes_starts_cold(
@@ -51,7 +53,7 @@ def test_a_rank_that_asks_for_another_start_than_the_zygotes_starts_cold(
     p = rank(zygote, tmp_path, "exit", "5", MALLOC_ARENA_MAX="1")
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 5
-    assert out == f"cwd={tmp_path} x=42 argv=['exit', '5'] pid={p.pid}\n"
+    assert out == f"cwd={tmp_path} path={[str(tmp_path), str(ROOT)]} x=42 argv=['exit', '5'] pid={p.pid}\n"
 
 
 def test_a_warm_rank_killed_by_a_signal_is_seen_so(zygote: Path, tmp_path: Path) -> None:

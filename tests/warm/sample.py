@@ -7,7 +7,10 @@ import time
 
 what = sys.argv[1]
 signal.signal(signal.SIGTERM, lambda *_: (print("term", flush=True), os._exit(7)))
-print(f"cwd={os.getcwd()} x={os.environ.get('WARM_X')} argv={sys.argv[1:]} pid={os.getpid()}", flush=True)
+print(
+    f"cwd={os.getcwd()} path={sys.path[:2]} x={os.environ.get('WARM_X')} argv={sys.argv[1:]} pid={os.getpid()}",
+    flush=True,
+)
 if what == "exit":
     sys.exit(int(sys.argv[2]))
 if what == "orphan":  # a child left behind, as a multiprocessing pool's worker can be

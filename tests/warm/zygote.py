@@ -96,6 +96,7 @@ def become_rank(request: dict, fds: list[int], client: int) -> None:
         threads = os.environ.get("OMP_NUM_THREADS", "")
         if "torch" in sys.modules and threads.isdigit():  # OpenMP read it when torch loaded
             sys.modules["torch"].set_num_threads(int(threads))
+        sys.path[:] = python_path(os.getcwd(), request["env"])
         sys.argv = [argv[1], *argv[2:]]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         code = 0
@@ -119,12 +120,29 @@ AT_START = (
     *("LD_", "MALLOC_", "GLIBC_", "PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_"),
     *("TORCH_", "PYTORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_"),
 )
-HANDLED = {"OMP_NUM_THREADS"}  # become_rank sets torch's threads from it
+# become_rank does what the start would have done with these (torch's threads, sys.path); torch
+# reads TORCH_FR_BUFFER_SIZE when a process group is made (rank.py sets it, in the tests' own
+# process too when they call it there)
+HANDLED = {"OMP_NUM_THREADS", "PYTHONPATH", "TORCH_FR_BUFFER_SIZE"}
 
 
 def differs(env: dict[str, str]) -> list[str]:
-    keys = {k for k in (*env, *START_ENV) if k.startswith(AT_START)} - HANDLED
-    return sorted(k for k in keys if env.get(k) != START_ENV.get(k))
+    """The start-time variables of `env` that differ from the zygote's, after its imports (torch
+    sets TORCHINDUCTOR_CACHE_DIR, in any process that uses it: the tests' own too)."""
+    expected = {**START_ENV, **ADDED}
+    keys = {k for k in (*env, *expected) if k.startswith(AT_START)} - HANDLED
+    return sorted(k for k in keys if env.get(k) != expected.get(k))
+
+
+def python_path(cwd: str, env: dict[str, str]) -> list[str]:
+    """sys.path as `python -m` would start it there: the working directory, PYTHONPATH, then the
+    interpreter's own (the zygote's, less its working directory and PYTHONPATH)."""
+
+    def entries(e: dict[str, str]) -> list[str]:
+        return [p for p in e.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+    own = sys.path[1 + len(entries(START_ENV)) :]
+    return [cwd, *entries(env), *own]
 
 
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
