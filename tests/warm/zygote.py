@@ -115,20 +115,14 @@ def become_rank(request: dict, fds: list[int], client: int) -> None:
 
 # What a process reads from its environment as it starts (the dynamic loader, glibc's malloc, the
 # interpreter, OpenMP and BLAS as torch loads them): a fork would keep the zygote's. A request
-# whose values differ from the zygote's is started cold instead (the client execs Python).
-AT_START = (
-    *("LD_", "MALLOC_", "GLIBC_", "PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_"),
-    *("TORCH_", "PYTORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_"),
-)
-# become_rank does what the start would have done with these (torch's threads, sys.path); torch
-# reads TORCH_FR_BUFFER_SIZE when a process group is made (rank.py sets it, in the tests' own
-# process too when they call it there)
-HANDLED = {"OMP_NUM_THREADS", "PYTHONPATH", "TORCH_FR_BUFFER_SIZE"}
+# whose values differ from the zygote's is started cold instead (the client execs Python). torch
+# reads its own variables (TORCH_*, TORCHINDUCTOR_*) when a feature is first used, after the fork.
+AT_START = ("LD_", "MALLOC_", "GLIBC_", "PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_")
+HANDLED = {"OMP_NUM_THREADS", "PYTHONPATH"}  # become_rank does with them what the start would
 
 
 def differs(env: dict[str, str]) -> list[str]:
-    """The start-time variables of `env` that differ from the zygote's, after its imports (torch
-    sets TORCHINDUCTOR_CACHE_DIR, in any process that uses it: the tests' own too)."""
+    """The start-time variables of `env` that differ from the zygote's as its imports left them."""
     expected = {**START_ENV, **ADDED}
     keys = {k for k in (*env, *expected) if k.startswith(AT_START)} - HANDLED
     return sorted(k for k in keys if env.get(k) != expected.get(k))
@@ -195,7 +189,12 @@ def serve(path: str, bare: bool = False) -> None:
                 client = struct.unpack("3i", creds)[0]
                 # another root file system (SLURM 24.11's nodes): its libraries are not the ones
                 # the zygote loaded (its glibc is newer), so its ranks start there, cold
-                if differs(request["env"]) or os.readlink(f"/proc/{client}/root") != "/":
+                why = differs(request["env"])
+                if os.readlink(f"/proc/{client}/root") != "/":
+                    why.append(f"root {os.readlink(f'/proc/{client}/root')}")
+                if why:
+                    with open(f"{path}.cold", "a") as f:  # which ranks started cold, and why
+                        f.write(f"{' '.join(request['argv'][:4])}: {', '.join(why)}\n")
                     for fd in fds:
                         os.close(fd)
                     with contextlib.suppress(OSError):
