@@ -433,7 +433,10 @@ def _warm_ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         yield
         return
     sock = tmp_path_factory.getbasetemp() / "zygote.sock"
-    zygote = subprocess.Popen([sys.executable, "-m", "tests.warm.zygote", str(sock)], cwd=ROOT)
+    # its own session: a test's Ctrl-C to its process group (fresh38) must not reach the zygote
+    zygote = subprocess.Popen(
+        [sys.executable, "-m", "tests.warm.zygote", str(sock)], cwd=ROOT, start_new_session=True
+    )
     deadline = time.monotonic() + 120  # its imports (a few seconds): the first runs are warm too
     while not sock.exists() and zygote.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)

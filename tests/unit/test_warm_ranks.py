@@ -85,3 +85,9 @@ def test_what_a_warm_rank_leaves_behind_is_ended(zygote: Path, tmp_path: Path) -
     child = int(out.split("child=")[1])
     assert p.returncode == 0
     wait_for("the orphan to be ended", lambda: not Path(f"/proc/{child}").exists(), 15)
+
+
+def test_a_rank_whose_zygote_is_gone_starts_cold(tmp_path: Path) -> None:
+    p = rank(tmp_path / "gone.sock", tmp_path, "exit", "4")
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 4 and out.endswith(f" pid={p.pid}\n")

@@ -171,6 +171,7 @@ def serve(path: str, bare: bool = False) -> None:
     if not bare:
         preload()
     ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: gone with its session
     os.makedirs(f"{path}.ranks", exist_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -222,6 +223,8 @@ def serve(path: str, bare: bool = False) -> None:
                 with contextlib.suppress(OSError):
                     conn.sendall(f"{pid}\n".encode())
             elif kind == "client":  # the client went away before its rank ended
+                if pid not in ranks:  # ended in this same batch of events: handled, closed
+                    continue
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 sel.unregister(key.fileobj)
