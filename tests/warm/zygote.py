@@ -19,6 +19,8 @@ import struct
 import sys
 import traceback
 
+from hpctrain.lifeline import become_subreaper, die_with_parent, stat_fields
+
 START_ENV = dict(os.environ)  # before the imports: the start a fork stands in for
 ADDED: dict[str, str] = {}  # what the imports put in the environment (torch: TORCHINDUCTOR_CACHE_DIR)
 
@@ -139,9 +141,6 @@ def python_path(cwd: str, env: dict[str, str]) -> list[str]:
     return [cwd, *entries(env), *own]
 
 
-PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
-
-
 def end_orphans(ranks: dict[int, tuple[socket.socket, int]]) -> None:
     """A rank's processes left behind when it ended (a multiprocessing pool's workers, a detached
     child) are re-parented here, the subreaper, where a cold rank's would go to its launcher (the
@@ -151,10 +150,8 @@ def end_orphans(ranks: dict[int, tuple[socket.socket, int]]) -> None:
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) in ranks:
             continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+        fields = stat_fields(f"/proc/{entry.name}/stat")
+        if fields is None:
             continue
         state, parent, session = fields[0], int(fields[1]), int(fields[3])
         if parent != me or session in ranks:
@@ -170,8 +167,8 @@ def end_orphans(ranks: dict[int, tuple[socket.socket, int]]) -> None:
 def serve(path: str, bare: bool = False) -> None:
     if not bare:
         preload()
-    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: gone with its session
+    become_subreaper()
+    die_with_parent(signal.SIGKILL)  # gone with the tests' session
     os.makedirs(f"{path}.ranks", exist_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
