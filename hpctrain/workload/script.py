@@ -160,9 +160,17 @@ def run_script(cfg: Config, run_dir: Path, plan: records.PlanRecord) -> bool:
     return True
 
 
+# What the script made, kept until the rank leaves with os._exit (hpctrain/rank.py), as `python
+# script.py` keeps its module's globals until the interpreter's teardown. Freed mid-process, a DDP
+# model whose process group the script destroyed would take the group down in ~Reducer with the
+# GIL held, while Gloo's worker thread waits for the GIL to free its last work's thread-local state
+# (backward's stashed context): a deadlock at the script's end (pytorch/pytorch#56297).
+_KEPT: list[object] = []
+
+
 def _run_as_main(script: Path, args: list[str], code: str | None, out: TextIO, err: TextIO) -> None:
     """`python script.py args` inside this process, its output through `out` and `err`; a
-    non-zero sys.exit is a ScriptExit."""
+    non-zero sys.exit is a ScriptExit. The script's objects outlive the call (_KEPT)."""
     sys.argv = [str(script), *args]
     sys.path.insert(0, str(script.parent))
     if code:
@@ -170,8 +178,11 @@ def _run_as_main(script: Path, args: list[str], code: str | None, out: TextIO, e
     saved, saved_err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
     try:
-        runpy.run_path(str(script), run_name="__main__")
-    except SystemExit as e:
+        _KEPT.append(runpy.run_path(str(script), run_name="__main__"))
+    except BaseException as e:
+        _KEPT.append(e.__traceback__)  # its frames hold the script's globals
+        if not isinstance(e, SystemExit):
+            raise
         if e.code not in (0, None):
             raise ScriptExit(f"{script.name} exited with status {e.code}") from None
     finally:
