@@ -61,8 +61,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     has the cores while it does; no two local trainings ever compete with each other (a third
     worker running local tests two at a time made each take twice as long and the suite no
     faster: a fresh clone's local tests summed 2344 s against 1113 s). Local tests that mostly
-    wait (stall timeouts) or work in one process (the reader fuzz) are marked side_stream and
-    join the SLURM stream, so the two streams take about as long."""
+    wait (stall timeouts) or work in one process (the reader fuzz) are marked side_stream: run
+    alone they join the SLURM stream; scripts/test.sh runs them in its second session instead,
+    beside its SLURM 24.11 tests, which mostly wait on their scheduler too."""
     # the container tests last in their streams: the image builds in the background meanwhile
     items.sort(key=lambda item: item.get_closest_marker("container") is not None)
     _one_slurm_version(config, items)
@@ -77,13 +78,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _one_slurm_version(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A session talks to one SLURM version (SLURM_VERSION; its clients on PATH, its SLURM_CONF):
     22.05's runs every SLURM test but those marked slurm_second; another version's (scripts/
-    test.sh's second session, beside the first) only those marked slurm_versions or slurm_second."""
+    test.sh's second session, beside the first) only those marked slurm_versions or slurm_second,
+    and of the local tests those its -m selects (side_stream)."""
     second = SLURM_VERSION != "22.05"
 
     def kept(item: pytest.Item) -> bool:
         mark = item.get_closest_marker
         if not mark("slurm"):  # a local case of a test marked for both versions runs once, in the first
-            return not (second and (mark("slurm_versions") or mark("slurm_second")))
+            # session, or in the second where it is side_stream (where -m selects it)
+            return not second or bool(mark("side_stream")) or not (mark("slurm_versions") or mark("slurm_second"))
         return bool(mark("slurm_versions") or mark("slurm_second")) if second else not mark("slurm_second")
 
     dropped = [item for item in items if not kept(item)]
