@@ -86,7 +86,11 @@ def _one_slurm_version(config: pytest.Config, items: list[pytest.Item]) -> None:
         mark = item.get_closest_marker
         if not mark("slurm"):  # a local case of a test marked for both versions runs once, in the first
             # session, or in the second where it is side_stream (where -m selects it)
-            return not second or bool(mark("side_stream")) or not (mark("slurm_versions") or mark("slurm_second"))
+            return (
+                not second
+                or bool(mark("side_stream"))
+                or not (mark("slurm_versions") or mark("slurm_second"))
+            )
         return bool(mark("slurm_versions") or mark("slurm_second")) if second else not mark("slurm_second")
 
     dropped = [item for item in items if not kept(item)]
