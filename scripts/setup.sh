@@ -34,10 +34,23 @@ GPU=${HPCTRAIN_GPU:-}
 if [ -n "$GPU" ]; then export HOROVOD_GPU_OPERATIONS=${HOROVOD_GPU_OPERATIONS:-NCCL}; fi
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+# What of pyproject.toml decides what gets installed: the build system, the project (its
+# dependencies, extras, entry points) and setuptools' settings; not the tools' own sections (pytest's
+# markers, ruff's rules), whose edits would otherwise build the environment again (two minutes).
+# The whole file where this Python has no tomllib (before 3.11).
+requirements() {
+  "$PY" - "$ROOT/pyproject.toml" 2>/dev/null <<'PYEOF' || cat "$ROOT/pyproject.toml"
+import json, sys, tomllib
+with open(sys.argv[1], "rb") as f:
+    d = tomllib.load(f)
+print(json.dumps([d.get("build-system"), d.get("project"), d.get("tool", {}).get("setuptools")], sort_keys=True))
+PYEOF
+}
 # the environments a new clone may link (step 2): one per key, which covers everything that
 # decides what gets installed; `setup.sh --template-key` prints it
 template_key=$({
-  cat "$ROOT/pyproject.toml" "$ROOT/scripts/setup.sh"
+  requirements
+  cat "$ROOT/scripts/setup.sh"
   "$PY" -VV
   echo "$TORCH_SPEC $HOROVOD_VERSION ${HOROVOD_GPU_OPERATIONS:-} $GPU ${HPCTRAIN_TORCH_INDEX:-} $EXTRAS ${HPCTRAIN_HOROVOD:-1}"
 } | sha256sum | cut -c1-16)
@@ -138,7 +151,7 @@ fi
 # hydra_plugins namespace there, which the import hook of its default editable mode hides.
 COMPAT="--config-settings editable_mode=compat"
 stamp="$VENV/.hpctrain-installed"
-want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16) $ROOT"
+want="$(requirements | sha256sum | cut -c1-16) $ROOT"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   if [ -n "$cloned" ]; then  # its dependencies came with the environment: only hpctrain itself
     say "installing hpctrain (editable)"

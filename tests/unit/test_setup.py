@@ -45,3 +45,27 @@ def test_a_new_environment_links_the_last_one_and_works(tmp_path: Path) -> None:
     assert out.stdout.split() == [str(ROOT / "hpctrain" / "__init__.py"), "True"], out.stdout + out.stderr
     help_ = subprocess.run([venv / "bin" / "hpctrain", "--help"], capture_output=True, text=True)
     assert help_.returncode == 0 and "usage: hpctrain" in help_.stdout, help_.stderr
+
+
+def test_the_environments_key_follows_what_is_installed_not_the_tools_settings(tmp_path: Path) -> None:
+    """An edit of pytest's markers or ruff's rules reuses the environment; one of the dependencies
+    or the extras builds another (before, any edit of pyproject.toml built it again: two minutes)."""
+    (tmp_path / "scripts").mkdir()
+    setup = tmp_path / "scripts" / "setup.sh"
+    setup.write_bytes((ROOT / "scripts" / "setup.sh").read_bytes())
+    project = tmp_path / "pyproject.toml"
+    original = (ROOT / "pyproject.toml").read_text()
+
+    def key(text: str) -> str:
+        project.write_text(text)
+        r = subprocess.run(["bash", str(setup), "--template-key"], capture_output=True, text=True)
+        assert r.returncode == 0 and len(r.stdout.strip()) == 16, r.stdout + r.stderr
+        return r.stdout.strip()
+
+    first = key(original)
+    assert "[tool.pytest.ini_options]" in original and '"mpi: ' in original
+    assert key(original.replace('"mpi: ', '"mpi: (edited) ')) == first
+    assert "line-length = 110" in original
+    assert key(original.replace("line-length = 110", "line-length = 111", 1)) == first
+    assert "dependencies = [" in original
+    assert key(original.replace("dependencies = [", 'dependencies = [\n    "rich",', 1)) != first
