@@ -95,6 +95,10 @@ class StatusWatcher:
         elapsed = 0.0 if self._first is None else self.clock() - self._first
         return min(MAX_S, max(MIN_S, SHARE * elapsed))
 
+    def due(self) -> bool:
+        """Whether the interval since the last look has passed (the next states() asks)."""
+        return self.clock() - self._last >= self.interval()
+
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
         """The state of each of `job_ids` (a pending job's reason in it): looked up when a job is
         new to the watcher or the interval has passed, else as last seen."""
@@ -103,7 +107,7 @@ class StatusWatcher:
         live = [j for j in job_ids if j in self._states and not self._states[j].done]
         if new and all(s.done for s in self._states.values()):
             self._first = None  # a new wait (runs one after another: a tune's trials) starts afresh
-        if new or (live and now - self._last >= self.interval()):
+        if new or (live and self.due()):
             self._look([*new, *live], now)
         return {j: self._states[j] for j in job_ids if j in self._states}
 
