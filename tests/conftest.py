@@ -465,7 +465,7 @@ def _warm_ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 @pytest.fixture(autouse=True)
 def _cold_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.node.get_closest_marker("cold_start") or "tests/reliability/" in request.node.nodeid:
+    if request.node.get_closest_marker("cold_start"):
         monkeypatch.delenv("HPCTRAIN_TEST_ZYGOTE", raising=False)
 
 

@@ -17,6 +17,7 @@ from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_f
 pytestmark = [
     pytest.mark.mpi,
     pytest.mark.side_stream,
+    pytest.mark.cold_start,  # signals to process groups, stopped ranks, leftovers: as users start them
 ]  # mostly starts, stops and reads runs: beside the SLURM stream
 
 LONG = ["data=digits", "train.steps=100000", "train.log_interval=1000", "--no-progress"]

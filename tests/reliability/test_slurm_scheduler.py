@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import IDLE_TRAINING, hpctrain, hpctrain_here, sacct_state, start_hpctrain, wait_for
 
-pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+# a rank killed by a signal, a job cancelled: its tasks' processes as srun starts them
+pytestmark = [pytest.mark.slurm, pytest.mark.cold_start, pytest.mark.usefixtures("slurm_cluster")]
 
 SMALL = ["cluster=slurm", "data=digits", "train.steps=8", "train.warmup_steps=1"]
 # the local cluster's `tiny` partition has one node: a 2-node job there is accepted, never started

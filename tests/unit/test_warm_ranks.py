@@ -27,21 +27,21 @@ def zygote(tmp_path: Path) -> Iterator[Path]:
         z.wait()
 
 
-def rank(sock: Path, cwd: Path, *args: str, **env_: str) -> subprocess.Popen[str]:
+def rank(sock: Path, cwd: Path, *args: str, umask: int = -1, **env_: str) -> subprocess.Popen[str]:
     # PYTHONPATH: `-m tests.warm.sample` from another directory, as a cold start would find it
     env = dict(os.environ, HPCTRAIN_TEST_ZYGOTE=str(sock), WARM_X="42", PYTHONPATH=str(ROOT), **env_)
     cmd = [sys.executable, "-I", "-S", str(WARM / "client.py"), "-m", "tests.warm.sample", *args]
-    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True, umask=umask)
 
 
 def test_a_warm_rank_has_its_clients_streams_environment_and_exit_status(
     zygote: Path, tmp_path: Path
 ) -> None:
-    p = rank(zygote, tmp_path, "exit", "3")
+    p = rank(zygote, tmp_path, "exit", "3", umask=0o027)  # the zygote's is 022
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 3
     said, pid = out.split(" pid=")
-    assert said == f"cwd={tmp_path} path={[str(tmp_path), str(ROOT)]} x=42 argv=['exit', '3']"
+    assert said == f"cwd={tmp_path} path={[str(tmp_path), str(ROOT)]} x=42 argv=['exit', '3'] mask=27"
     assert int(pid) != p.pid  # forked
 
 
@@ -50,10 +50,11 @@ def test_a_rank_that_asks_for_another_start_than_the_zygotes_starts_cold(
 ) -> None:
     """glibc reads MALLOC_* as a process starts: a fork would keep the zygote's, so the client
     execs Python itself, and the rank is the client's own process."""
-    p = rank(zygote, tmp_path, "exit", "5", MALLOC_ARENA_MAX="1")
+    p = rank(zygote, tmp_path, "exit", "5", umask=0o027, MALLOC_ARENA_MAX="1")
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 5
-    assert out == f"cwd={tmp_path} path={[str(tmp_path), str(ROOT)]} x=42 argv=['exit', '5'] pid={p.pid}\n"
+    said = f"cwd={tmp_path} path={[str(tmp_path), str(ROOT)]} x=42 argv=['exit', '5'] mask=27"
+    assert out == f"{said} pid={p.pid}\n"
 
 
 def test_a_warm_rank_killed_by_a_signal_is_seen_so(zygote: Path, tmp_path: Path) -> None:

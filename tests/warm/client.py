@@ -41,7 +41,11 @@ def main() -> None:
     for sig in FORWARDED:
         signal.signal(sig, forward)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    request = json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    mask = os.umask(0)
+    os.umask(mask)
+    request = json.dumps(
+        {"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(), "umask": mask}
+    ).encode()
     fds = array.array("i", [0, 1, 2])
     try:
         conn.connect(os.environ["HPCTRAIN_TEST_ZYGOTE"])

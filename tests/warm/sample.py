@@ -6,9 +6,11 @@ import sys
 import time
 
 what = sys.argv[1]
+mask = os.umask(0)
+os.umask(mask)
 signal.signal(signal.SIGTERM, lambda *_: (print("term", flush=True), os._exit(7)))
 print(
-    f"cwd={os.getcwd()} path={sys.path[:2]} x={os.environ.get('WARM_X')} argv={sys.argv[1:]} pid={os.getpid()}",
+    f"cwd={os.getcwd()} path={sys.path[:2]} x={os.environ.get('WARM_X')} argv={sys.argv[1:]} mask={mask:o} pid={os.getpid()}",
     flush=True,
 )
 if what == "exit":
