@@ -70,6 +70,7 @@ def params_of(run_dir: Path, overrides: list[str] | None = None) -> dict[str, st
         "version.torch": env.get("torch"),
         "version.horovod": env.get("horovod"),
         "version.python": env.get("python"),
+        "version.slurm": env.get("slurm"),  # what the job's nodes ran (rank.py asks scontrol)
         "code.commit": code.get("commit"),
         "code.dirty": code.get("dirty"),
         "overrides": " ".join(overrides) if overrides else None,

@@ -209,3 +209,16 @@ def test_a_store_uri_with_whitespace_or_no_scheme_is_refused_before_anything_is_
     cfg = load_config(["tracking=mlflow"])
     cfg.tracking.uri = uri  # the config's tracking.uri follows the same rule
     assert "tracking.uri" in [p.key for p in config_problems(cfg, None)]
+
+
+def test_the_versions_a_run_ran_under_are_its_parameters(tmp_path: Path) -> None:
+    """torch, Horovod, Python and, for a SLURM job, the SLURM its nodes ran, from env.json; a
+    local run has no SLURM parameter rather than an empty one."""
+    from hpctrain.tracking.source import params_of
+
+    env = {"torch": "2.13.0", "horovod": "0.28.1", "python": "3.11.7", "slurm": "24.11.5"}
+    (tmp_path / records.ENV).write_text(json.dumps(env))
+    params = params_of(tmp_path)
+    assert {k: params[f"hpctrain.version.{k}"] for k in env} == env
+    (tmp_path / records.ENV).write_text(json.dumps({**env, "slurm": None}))
+    assert "hpctrain.version.slurm" not in params_of(tmp_path)
