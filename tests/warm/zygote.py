@@ -86,7 +86,7 @@ def become_rank(request: dict, fds: list[int], client: int) -> None:
         join_node(client)
         os.setsid()  # a process group of its own, as a task's: hpctrain's guard ends its orphans
         os.chdir(request["cwd"])
-        os.umask(request.get("umask", 0o022))  # the client's, as a started process inherits it
+        os.umask(request["umask"])  # the client's, as a started process inherits it
         os.environ.clear()
         os.environ.update({**ADDED, **request["env"]})  # as the same imports would have left it
         argv = request["argv"]
