@@ -430,9 +430,9 @@ def _warm_ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     docs/contributing.md): a rank's start costs about 0.5 CPU-s instead of 2.3 to 3.5, and the
     suite starts some 900 of them. The ranks are the real ones (mpirun or srun, MPI_Init, Horovod,
     the same `-m MODULE` run as __main__ on its node); only the interpreter's start and the
-    imports are shared. Cold, as users start them: the tests of the processes themselves
-    (tests/reliability, tests marked cold_start: signals, stacks read from outside, orphans), a
-    container's ranks, SLURM 24.11's nodes (another root file system), a rank whose environment
+    imports are shared (SLURM 24.11's nodes, another root file system: a second zygote inside it,
+    _rooted_zygote). Cold, as users start them: the tests marked cold_start (signals, stacks read
+    from outside, orphans), a container's ranks, spawned ranks, a rank whose environment
     asks for another start (MALLOC_*, LD_*, PYTHON*: zygote.AT_START), and every rank with
     HPCTRAIN_TEST_COLD=1."""
     runs = any(i.get_closest_marker("mpi") or i.get_closest_marker("slurm") for i in request.session.items)
@@ -473,8 +473,8 @@ def processes_of(run_dir: Path) -> list[str]:
     """Live processes (not zombies) whose command line names the run directory."""
     out = subprocess.run(["ps", "-ww", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
     found = out.splitlines()[1:]
-    if zygote := os.environ.get("HPCTRAIN_TEST_ZYGOTE"):  # its ranks: named by the zygote's records
-        for rec in Path(f"{zygote}.ranks").glob("*"):
+    if zygote := os.environ.get("HPCTRAIN_TEST_ZYGOTE"):  # its ranks: named by the zygotes' records
+        for rec in [*Path(f"{zygote}.ranks").glob("*"), *Path(f"{zygote}.rooted.ranks").glob("*")]:
             with contextlib.suppress(OSError, IndexError):
                 state = Path(f"/proc/{rec.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
                 found.append(f"{rec.name} {state} (warm) {rec.read_text()}")
@@ -672,12 +672,16 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         warm = f"{WARM / 'bin'}:"
         rest = os.environ["PATH"].removeprefix(warm)
         os.environ["PATH"] = f"{warm if rest != os.environ['PATH'] else ''}{SLURM_BIN}:{rest}"
+    rooted = _rooted_zygote()
     early = tmp_path_factory.mktemp("time-limit")
     runs = {n: early / f"max{n}" for n in (0, 1)}
     yield SlurmCluster(
         conf, {n: (d, start_run(d, *TIME_LIMIT, f"cluster.max_requeues={n}")) for n, d in runs.items()}
     )
     stray = _stray_outputs() - before
+    if rooted is not None:
+        rooted.kill()
+        rooted.wait()
     _stop_if_last(users, ours)
     if old is None:
         os.environ.pop("SLURM_CONF", None)
@@ -686,6 +690,36 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     assert not stray, (
         f"jobs wrote SLURM's default output files into the submitting directory: {sorted(stray)}"
     )
+
+
+def _rooted_zygote() -> subprocess.Popen[bytes] | None:
+    """A cluster whose nodes run another root file system (SLURM 24.11's, slurm/in-root.sh): a
+    second zygote started inside that root, as its nodes are, so that its tasks start warm too
+    (the first zygote's libraries are the host's: its forks could not load that system's). Its
+    socket is the first's with .rooted appended, where the client looks on such a node."""
+    first = os.environ.get("HPCTRAIN_TEST_ZYGOTE")
+    pid_file = STATE / "run" / "slurmd-n1.pid"
+    if not first or SLURM_VERSION == "22.05" or not pid_file.exists():
+        return None
+    root = os.readlink(f"/proc/{int(pid_file.read_text())}/root")
+    sock = Path(f"{first}.rooted")
+    zygote = subprocess.Popen(
+        [
+            str(ROOT / "slurm" / "in-root.sh"),
+            root,
+            str(STATE / "etc" / "binds"),
+            sys.executable,
+            "-m",
+            "tests.warm.zygote",
+            str(sock),
+        ],
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not sock.exists() and zygote.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return zygote
 
 
 def lose_node(name: str) -> list[int]:

@@ -63,8 +63,10 @@ CLONE_NEWNS, CLONE_NEWUTS = 0x00020000, 0x04000000  # <linux/sched.h>
 
 def join_node(client: int) -> None:
     """The client's node, where it differs from the zygote's: slurm/start.sh gives each node of
-    the local cluster its own host name (UTS namespace) and /etc/hosts (mount namespace)."""
+    the local cluster its own host name (UTS namespace) and /etc/hosts (mount namespace), and
+    SLURM 24.11's nodes a root file system of their own (a chroot inside that namespace)."""
     libc = ctypes.CDLL(None, use_errno=True)
+    root = os.open(f"/proc/{client}/root", os.O_RDONLY | os.O_DIRECTORY)  # before setns resets it
     for name, kind in (("uts", CLONE_NEWUTS), ("mnt", CLONE_NEWNS)):
         if os.readlink(f"/proc/{client}/ns/{name}") == os.readlink(f"/proc/self/ns/{name}"):
             continue
@@ -72,6 +74,18 @@ def join_node(client: int) -> None:
         if libc.setns(fd, kind) != 0:
             raise OSError(ctypes.get_errno(), f"setns({name}) into the node of pid {client}")
         os.close(fd)
+        if kind == CLONE_NEWNS:  # setns put the root at the namespace's: the client's again
+            os.fchdir(root)
+            os.chroot(".")
+    os.close(root)
+
+
+def same_root(client: int) -> bool:
+    """Whether the client runs on the zygote's root file system (the same directory, whichever
+    mount namespace each sees it in): the libraries a fork has loaded are then the ones its start
+    would load."""
+    theirs, ours = os.stat(f"/proc/{client}/root"), os.stat("/")
+    return (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino)
 
 
 def become_rank(request: dict, fds: list[int], client: int) -> None:
@@ -186,10 +200,10 @@ def serve(path: str, bare: bool = False) -> None:
                 request, fds = receive(conn)
                 creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
                 client = struct.unpack("3i", creds)[0]
-                # another root file system (SLURM 24.11's nodes): its libraries are not the ones
-                # the zygote loaded (its glibc is newer), so its ranks start there, cold
+                # another root file system (SLURM 24.11's nodes, to a zygote outside it): its
+                # libraries are not the ones the zygote loaded (its glibc is newer): cold
                 why = differs(request["env"])
-                if os.readlink(f"/proc/{client}/root") != "/":
+                if not same_root(client):
                     why.append(f"root {os.readlink(f'/proc/{client}/root')}")
                 if why:
                     with open(f"{path}.cold", "a") as f:  # which ranks started cold, and why
