@@ -375,6 +375,11 @@ def register() -> None:
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
+    # stored once a process: each store converts the dataclasses again (a quarter of a compose's
+    # CPU); a Hydra test's restored singletons, without them, get them back here
+    groups = cs.repo.get("cluster", {})
+    if "hpctrain_schema.yaml" in cs.repo and all(f"{n}_schema.yaml" in groups for n in CLUSTER_SCHEMAS):
+        return
     cs.store(name="hpctrain_schema", node=Config)
     for name, node in CLUSTER_SCHEMAS.items():
         cs.store(group="cluster", name=f"{name}_schema", node=node)

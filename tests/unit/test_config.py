@@ -39,6 +39,23 @@ def test_group_options_and_overrides_apply() -> None:
     assert (cfg.precision.name, cfg.cluster.ranks, cfg.optim.name, cfg.train.steps) == ("bf16", 4, "adamw", 7)
 
 
+def test_a_compose_neither_copies_hydras_store_nor_converts_the_schema_again() -> None:
+    """What made a compose cost twice its CPU (0.34 -> 0.16 CPU-s here): Hydra deep-copied the
+    ConfigStore, every structured config in it, at each compose, and hpctrain stored its schema
+    again at each. The store stays shared and its entries stored once; composing still works."""
+    import copy
+
+    from hydra.core.config_store import ConfigStore
+
+    load_config([])
+    store = ConfigStore.instance()
+    stored = store.repo["hpctrain_schema.yaml"]
+    assert copy.deepcopy(store) is store
+    cfg = load_config(["train.steps=3"])
+    assert store.repo["hpctrain_schema.yaml"] is stored and cfg.train.steps == 3
+    assert load_config([]).train.steps != 3  # nothing an earlier compose set leaks into the next
+
+
 def test_yaml_round_trip_keeps_every_value() -> None:
     cfg = load_config(
         ["model=resnet18", "+cluster.env.FOO=bar", "train.global_batch=64", "train.batch_per_rank=null"]
