@@ -22,9 +22,6 @@ from tests.conftest import (
     wait_until_gone,
 )
 
-# stacks read from outside, stopped and hung ranks: the ranks' processes as users start them
-pytestmark = pytest.mark.cold_start
-
 # 10 s, not less: each rank's stall clock starts as it builds its model, and on a loaded machine
 # (CI, a pipeline's ranks) rank 0 was still building its model when a 6 s clock ran out: the
 # report rightly named rank 0, "in build", and not the rank the test hangs
