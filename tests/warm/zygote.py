@@ -156,22 +156,29 @@ def python_path(cwd: str, env: dict[str, str]) -> list[str]:
     return [cwd, *entries(env), *own]
 
 
+def children() -> set[int]:
+    """This process's children, its ranks and what it adopted, from each of its threads' list
+    (/proc/PID/task/TID/children): a few small reads, where a scan of /proc read every process's
+    stat (15 ms with some 400 processes, at least once a second for a whole suite)."""
+    found: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as f:
+            found.update(int(p) for p in f.read().split())
+    return found
+
+
 def end_orphans(ranks: dict[int, tuple[socket.socket, int]]) -> None:
     """A rank's processes left behind when it ended (a multiprocessing pool's workers, a detached
     child) are re-parented here, the subreaper, where a cold rank's would go to its launcher (the
     local supervisor ends them, on SLURM the rank's guard and the step): ended, and reaped. Those
     of a rank still running (their session, which every rank starts, is the rank's) are its."""
-    me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) in ranks:
-            continue
-        fields = stat_fields(f"/proc/{entry.name}/stat")
+    for pid in children() - set(ranks):
+        fields = stat_fields(f"/proc/{pid}/stat")
         if fields is None:
             continue
-        state, parent, session = fields[0], int(fields[1]), int(fields[3])
-        if parent != me or session in ranks:
+        state, session = fields[0], int(fields[3])
+        if session in ranks:
             continue
-        pid = int(entry.name)
         if state != "Z":
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
