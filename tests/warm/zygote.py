@@ -110,6 +110,8 @@ def become_rank(request: dict, fds: list[int], client: int) -> None:
                 setattr(sys, name, io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), write_through=True))
         if argv[:1] != ["-m"] or len(argv) < 2:
             raise SystemExit(f"zygote: runs [-u] -m MODULE ARGS only, not {argv}")
+        if (mmap := os.environ.get("MALLOC_MMAP_THRESHOLD_", "")).isdigit():  # as glibc reads it
+            ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, int(mmap))  # at the start: the same setting
         threads = os.environ.get("OMP_NUM_THREADS", "")
         if "torch" in sys.modules and threads.isdigit():  # OpenMP read it when torch loaded
             sys.modules["torch"].set_num_threads(int(threads))
@@ -135,7 +137,12 @@ def become_rank(request: dict, fds: list[int], client: int) -> None:
 # whose values differ from the zygote's is started cold instead (the client execs Python). torch
 # reads its own variables (TORCH_*, TORCHINDUCTOR_*) when a feature is first used, after the fork.
 AT_START = ("LD_", "MALLOC_", "GLIBC_", "PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_")
-HANDLED = {"OMP_NUM_THREADS", "PYTHONPATH"}  # become_rank does with them what the start would
+HANDLED = {
+    "OMP_NUM_THREADS",
+    "PYTHONPATH",
+    "MALLOC_MMAP_THRESHOLD_",
+}  # become_rank does with them what the start would
+M_MMAP_THRESHOLD = -3  # <malloc.h>: mallopt's name for MALLOC_MMAP_THRESHOLD_ (which also fixes it)
 
 
 def differs(env: dict[str, str]) -> list[str]:
