@@ -64,6 +64,18 @@ def test_yaml_round_trip_keeps_every_value() -> None:
     assert again == cfg
 
 
+def test_reads_of_config_yaml_share_one_schema_and_leave_it_as_it_was() -> None:
+    """Each read merges onto the schema made once a process (schema_node): one read's values
+    never reach the next, nor another cluster's section."""
+    from hpctrain.config.load import schema_node
+
+    slurm = config_from_yaml(to_yaml(load_config(["cluster=slurm", "cluster.nodes=3", "train.steps=9"])))
+    local = config_from_yaml(to_yaml(load_config([])))
+    assert (slurm.cluster.nodes, slurm.train.steps) == (3, 9)
+    assert isinstance(local.cluster, LocalClusterConf) and local.train.steps != 9
+    assert schema_node("slurm") is schema_node("slurm") and schema_node("slurm").cluster.nodes != 3
+
+
 def test_unknown_key_names_it_and_lists_valid_keys() -> None:
     with pytest.raises(ConfigError) as e:
         load_config(["model.widht=3"])

@@ -41,7 +41,11 @@ def preload() -> None:
     import hpctrain.parallel.sharded  # noqa: F401
     import hpctrain.records  # noqa: F401
     import hpctrain.train.loop  # noqa: F401
+    from hpctrain.config.load import schema_node
+    from hpctrain.config.schema import CLUSTER_SCHEMAS
 
+    for cluster in CLUSTER_SCHEMAS:  # what each rank's read of its config.yaml starts from
+        schema_node(cluster)
     ADDED.update({k: v for k, v in os.environ.items() if START_ENV.get(k) != v})
 
 
