@@ -76,6 +76,12 @@ def test_reads_of_config_yaml_share_one_schema_and_leave_it_as_it_was() -> None:
     assert schema_node("slurm") is schema_node("slurm") and schema_node("slurm").cluster.nodes != 3
 
 
+@pytest.mark.parametrize("text", ["cluster: 5\n", "cluster: {name: cloud}\n", "train: {}\n"])
+def test_a_config_yaml_without_a_known_cluster_names_the_key(text: str) -> None:
+    with pytest.raises(ConfigError, match="cluster.name"):
+        config_from_yaml(text)
+
+
 def test_unknown_key_names_it_and_lists_valid_keys() -> None:
     with pytest.raises(ConfigError) as e:
         load_config(["model.widht=3"])
