@@ -6,13 +6,12 @@ into ConfigError naming the key and listing what is valid, before anything runs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import os
 import re
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 
@@ -26,6 +25,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from hpctrain.config.hydra_state import store_shared, version_base_kept
 from hpctrain.config.overrides import normalise
 from hpctrain.config.schema import CLUSTER_SCHEMAS, Config, register
 from hpctrain.config.search import SearchPath, search_path
@@ -39,7 +39,6 @@ def compose_config(
     overrides: Sequence[str], config_dir: str | os.PathLike[str] | None = None, config_name: str = "config"
 ) -> DictConfig:
     register()
-    _share_the_store()
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
@@ -49,7 +48,8 @@ def compose_config(
     overrides = normalise(overrides)
     _check_group_choices(overrides, found)
     with (
-        _version_base_kept(),
+        version_base_kept(),
+        store_shared(),
         initialize_config_dir(config_dir=str(found.shipped), version_base="1.3", job_name="hpctrain"),
     ):
         try:
@@ -64,35 +64,6 @@ def compose_config(
             raise ConfigError.one(
                 "--config-dir", f"a YAML file does not parse: {' '.join(str(e).split())}", "fix that file"
             ) from e
-
-
-def _same_store(store: object, memo: dict[int, object]) -> object:
-    return store
-
-
-def _share_the_store() -> None:
-    """Hydra copies its config repository at every compose (CachingConfigRepository, "to avoid
-    mutating it with initialize_sources()"), and with it the ConfigStore singleton that its schema
-    source holds: every structured config stored, Hydra's and hpctrain's, about a fifth of a
-    compose's CPU. The store is a singleton whose load() copies each node it hands out, so a copy
-    of the store can be the store."""
-    from hydra.core.config_store import ConfigStore
-
-    if "__deepcopy__" not in vars(ConfigStore):
-        setattr(ConfigStore, "__deepcopy__", _same_store)  # noqa: B010 (a class attribute Hydra lacks)
-
-
-@contextlib.contextmanager
-def _version_base_kept() -> Iterator[None]:
-    """initialize_config_dir sets Hydra's process-wide version base and leaves it: put back, so a
-    Hydra app that calls hpctrain (its launcher plugin, a test) keeps its own (job.chdir's default)."""
-    from hydra.version import VersionBase
-
-    base = VersionBase.instance().getbase()
-    try:
-        yield
-    finally:
-        VersionBase.instance().version_base = base
 
 
 def _unselected(overrides: Sequence[str], groups: set[str]) -> ConfigError:
