@@ -92,3 +92,22 @@ def test_a_rank_whose_zygote_is_gone_starts_cold(tmp_path: Path) -> None:
     p = rank(tmp_path / "gone.sock", tmp_path, "exit", "4")
     out, _ = p.communicate(timeout=30)
     assert p.returncode == 4 and out.endswith(f" pid={p.pid}\n")
+
+
+@pytest.mark.parametrize(
+    "key, value, cold",
+    [
+        ("MALLOC_MMAP_THRESHOLD_", "131072", False),  # applied in the fork with mallopt
+        ("MALLOC_MMAP_THRESHOLD_", "128k", True),  # not a number the fork would apply: cold
+        ("MALLOC_ARENA_MAX", "1", True),
+        ("OMP_NUM_THREADS", "3", False),  # applied with torch.set_num_threads
+        ("OMP_NUM_THREADS", "4,2", True),
+        ("PYTHONPATH", "/somewhere", False),  # applied to sys.path
+        ("LD_PRELOAD", "/lib/x.so", True),
+    ],
+)
+def test_which_start_time_variables_start_a_rank_cold(key: str, value: str, cold: bool) -> None:
+    from tests.warm import zygote
+
+    env = {k: v for k, v in {**zygote.START_ENV, **zygote.ADDED}.items() if k != key}
+    assert (zygote.differs({**env, key: value}) == [key]) is cold

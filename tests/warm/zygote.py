@@ -141,18 +141,21 @@ def become_rank(request: dict, fds: list[int], client: int) -> None:
 # whose values differ from the zygote's is started cold instead (the client execs Python). torch
 # reads its own variables (TORCH_*, TORCHINDUCTOR_*) when a feature is first used, after the fork.
 AT_START = ("LD_", "MALLOC_", "GLIBC_", "PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_")
+# what become_rank does as the start would: any PYTHONPATH; a number of threads or bytes (another
+# value, which it would not apply as the start reads it, starts the rank cold)
 HANDLED = {
-    "OMP_NUM_THREADS",
-    "PYTHONPATH",
-    "MALLOC_MMAP_THRESHOLD_",
-}  # become_rank does with them what the start would
+    "PYTHONPATH": lambda v: True,
+    "OMP_NUM_THREADS": str.isdigit,
+    "MALLOC_MMAP_THRESHOLD_": str.isdigit,
+}
 M_MMAP_THRESHOLD = -3  # <malloc.h>: mallopt's name for MALLOC_MMAP_THRESHOLD_ (which also fixes it)
 
 
 def differs(env: dict[str, str]) -> list[str]:
     """The start-time variables of `env` that differ from the zygote's as its imports left them."""
     expected = {**START_ENV, **ADDED}
-    keys = {k for k in (*env, *expected) if k.startswith(AT_START)} - HANDLED
+    keys = {k for k in (*env, *expected) if k.startswith(AT_START)}
+    keys -= {k for k, applies in HANDLED.items() if k not in env or applies(env[k])}
     return sorted(k for k in keys if env.get(k) != expected.get(k))
 
 
