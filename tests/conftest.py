@@ -440,13 +440,7 @@ def _warm_ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
         yield
         return
     sock = tmp_path_factory.getbasetemp() / "zygote.sock"
-    # its own session: a test's Ctrl-C to its process group (fresh38) must not reach the zygote
-    zygote = subprocess.Popen(
-        [sys.executable, "-m", "tests.warm.zygote", str(sock)], cwd=ROOT, start_new_session=True
-    )
-    deadline = time.monotonic() + 120  # its imports (a few seconds): the first runs are warm too
-    while not sock.exists() and zygote.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
+    zygote = _start_zygote(sock)
     saved = {k: os.environ.get(k) for k in ("PATH", "HPCTRAIN_TEST_ZYGOTE", "HPCTRAIN_TEST_ZYGOTE_PYTHON")}
     os.environ["PATH"] = f"{WARM / 'bin'}:{os.environ['PATH']}"
     os.environ["HPCTRAIN_TEST_ZYGOTE"] = str(sock)
@@ -461,6 +455,20 @@ def _warm_ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def _start_zygote(sock: Path, *inside: str) -> subprocess.Popen[bytes]:
+    """A zygote serving at `sock`, started through `inside` (a root file system's wrapper, or
+    nothing), once its socket is there: its imports take a few seconds, and the first ranks are
+    warm too. One that dies or never answers leaves its clients starting their ranks cold."""
+    # its own session: a test's Ctrl-C to its process group (fresh38) must not reach the zygote
+    zygote = subprocess.Popen(
+        [*inside, sys.executable, "-m", "tests.warm.zygote", str(sock)], cwd=ROOT, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while not sock.exists() and zygote.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return zygote
 
 
 @pytest.fixture(autouse=True)
@@ -702,24 +710,8 @@ def _rooted_zygote() -> subprocess.Popen[bytes] | None:
     if not first or SLURM_VERSION == "22.05" or not pid_file.exists():
         return None
     root = os.readlink(f"/proc/{int(pid_file.read_text())}/root")
-    sock = Path(f"{first}.rooted")
-    zygote = subprocess.Popen(
-        [
-            str(ROOT / "slurm" / "in-root.sh"),
-            root,
-            str(STATE / "etc" / "binds"),
-            sys.executable,
-            "-m",
-            "tests.warm.zygote",
-            str(sock),
-        ],
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 120
-    while not sock.exists() and zygote.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return zygote
+    in_root = (str(ROOT / "slurm" / "in-root.sh"), root, str(STATE / "etc" / "binds"))
+    return _start_zygote(Path(f"{first}.rooted"), *in_root)
 
 
 def lose_node(name: str) -> list[int]:

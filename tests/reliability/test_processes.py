@@ -17,7 +17,9 @@ from tests.conftest import hpctrain, lines, processes_of, start_hpctrain, wait_f
 pytestmark = [
     pytest.mark.mpi,
     pytest.mark.side_stream,
-    pytest.mark.cold_start,  # signals to process groups, stopped ranks, leftovers: as users start them
+    # as users start them: it tells a rank's processes by their command lines, which a warm rank
+    # shares with its client (failed warm: 4 rank processes, not 2), signals groups, stops ranks
+    pytest.mark.cold_start,
 ]  # mostly starts, stops and reads runs: beside the SLURM stream
 
 LONG = ["data=digits", "train.steps=100000", "train.log_interval=1000", "--no-progress"]
