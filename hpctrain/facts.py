@@ -109,6 +109,28 @@ def torch_facts_key() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def installation_stamp(root: Path) -> int:
+    """The newest modification time of the Python modules under `root` (0: none readable): a new
+    version, a pulled commit or an edit changes it."""
+    newest = 0
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                try:
+                    newest = max(newest, os.stat(os.path.join(folder, name)).st_mtime_ns)
+                except OSError:
+                    pass  # removed while walking
+    return newest
+
+
+@functools.cache
+def hpctrain_key() -> str:
+    """hpctrain's installation, for what is cached of its own ranks (their fixed memory depends on
+    what they import): its path and installation_stamp, about 4 ms for its 230 modules."""
+    root = Path(__file__).resolve().parent
+    return f"{root}@{installation_stamp(root)}"
+
+
 @functools.cache
 def importable(module: str) -> bool:
     """Whether `module` can be imported here, asked without importing it (Horovod's import takes

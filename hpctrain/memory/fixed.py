@@ -8,12 +8,14 @@ peak (what the run reports) leaves the CUDA context out, but the device's memory
 measured as the memory a fresh process holds on the device after its first allocation, beyond
 what the allocator reserved.
 
-Each figure is kept under hpctrain's cache, by host, engine, torch and interpreter, and by the
-rank environment's malloc settings (glibc's thresholds change what stays resident)."""
+Each figure is kept under hpctrain's cache, by host, engine, torch, interpreter and hpctrain's own
+installation (an upgrade changes what a rank imports), and by the malloc settings of the ranks'
+environment, given in the config or inherited (glibc's thresholds, a preloaded allocator)."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -24,7 +26,7 @@ from hpctrain import records
 from hpctrain.analysis.memory import Fixed
 from hpctrain.config.schema import Config
 from hpctrain.errors import LaunchError
-from hpctrain.facts import cache_dir, keep_cached, read_cached, torch_facts_key
+from hpctrain.facts import cache_dir, hpctrain_key, keep_cached, read_cached, torch_facts_key
 from hpctrain.lifeline import with_lifeline
 from hpctrain.parallel.registry import kind_of
 
@@ -66,8 +68,14 @@ def probe_argv(cfg: Config, run_dir: Path, python: str = sys.executable) -> list
 
 
 def _key(cfg: Config, gpus: bool) -> str:
-    what = ["cuda"] if gpus else ["cpu", *probe_overrides(cfg)]
-    return json.dumps([socket.gethostname(), torch_facts_key(), *what])
+    what = ["cuda"] if gpus else ["cpu", *probe_overrides(cfg), *_inherited_malloc()]
+    return json.dumps([socket.gethostname(), torch_facts_key(), hpctrain_key(), *what])
+
+
+def _inherited_malloc() -> list[str]:
+    """What a rank inherits of this environment that changes its resident memory: glibc's malloc
+    settings and a preloaded allocator (tcmalloc, jemalloc)."""
+    return [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_") or k == "LD_PRELOAD"]
 
 
 def fixed_cost(cfg: Config, gpus: bool) -> Fixed:

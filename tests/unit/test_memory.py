@@ -4,6 +4,9 @@ for a point that does not fit, and where the memory each rank has comes from."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from hpctrain.analysis.memory import Fixed, GiB, Limit, Prediction, RankMemory, over, parts_text
@@ -182,3 +185,42 @@ def test_a_local_cpu_run_shows_the_machines_share_without_enforcing_it() -> None
     cfg = load_config(["cluster.ranks=2", "train.device=cuda"])
     limit = gpu.memory_per_rank(cfg)
     assert limit is not None and (limit.bytes, limit.checked) == (80 * GiB, True)
+
+
+def test_a_ranks_fixed_memory_is_measured_again_when_hpctrain_or_the_inherited_allocator_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's figure is cached, but a new hpctrain (what a rank imports) or another malloc in
+    the environment the ranks inherit (LD_PRELOAD, MALLOC_*) is measured again: in CI, a figure
+    kept from an earlier checkout, whose ranks started another way, put a run's prediction 25 %
+    over its measured peak."""
+    from hpctrain.memory import fixed
+
+    monkeypatch.setenv("HPCTRAIN_CACHE", str(tmp_path))
+    for k in [k for k in os.environ if k.startswith("MALLOC_") or k == "LD_PRELOAD"]:
+        monkeypatch.delenv(k)
+    probes: list[int] = []
+    monkeypatch.setattr(fixed, "_probe_peak", lambda cfg: probes.append(1) or 100 * len(probes))
+    cfg = load_config(MLP)
+    assert (fixed.fixed_cost(cfg, False).bytes, len(probes)) == (100, 1)
+    assert (fixed.fixed_cost(cfg, False).bytes, len(probes)) == (100, 1)  # cached
+    monkeypatch.setattr(fixed, "hpctrain_key", lambda: "another installation")
+    assert (fixed.fixed_cost(cfg, False).bytes, len(probes)) == (200, 2)
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libtcmalloc.so")
+    assert (fixed.fixed_cost(cfg, False).bytes, len(probes)) == (300, 3)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
+    assert (fixed.fixed_cost(cfg, False).bytes, len(probes)) == (400, 4)
+    assert (fixed.fixed_cost(cfg, False).bytes, len(probes)) == (400, 4)
+
+
+def test_hpctrains_installation_stamp_is_its_newest_module(tmp_path: Path) -> None:
+    from hpctrain.facts import installation_stamp
+
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    for name, t in [("pkg/a.py", 10), ("pkg/sub/b.py", 30), ("pkg/sub/data.json", 50)]:
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, ns=(t, t))
+    assert installation_stamp(tmp_path / "pkg") == 30  # modules only
+    os.utime(tmp_path / "pkg/a.py", ns=(40, 40))  # an edit or an upgrade
+    assert installation_stamp(tmp_path / "pkg") == 40
+    assert installation_stamp(tmp_path / "none") == 0
