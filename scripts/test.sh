@@ -51,6 +51,45 @@ else
   build=$!
   trap 'kill -- -$build 2>/dev/null || true; wait $build 2>/dev/null || true' EXIT
 fi
+# hpctrain's own modules byte-compiled once: where PYTHONDONTWRITEBYTECODE is set (as on this
+# machine) every process would otherwise compile them again (about 0.1 s of CPU each; a suite
+# starts some 1,500: CLIs, supervisors, ranks)
+"$VENV/bin/python" -m compileall -q -j 0 hpctrain hydra_plugins tests
+if [ "$tier" = full ]; then
+  # Started before the gates, whose one busy core leaves the other to its start.
+  # The chosen SLURM tests against SLURM 24.11 too (slurm/rootfs.sh builds its root file system once,
+  # cached as the image is): a second session with its own cluster, beside the first; its report
+  # follows the first's. It runs in a CPU cgroup of its own, which holds its cluster's daemons and
+  # its jobs' ranks too (nice does not: slurmd and the ranks start sessions of their own, and the
+  # kernel's autogroups share the CPU between sessions whatever their nice). The cgroup weighs as
+  # two of the first session's sessions: that session's pytest, supervisors, daemons and SLURM
+  # ranks each form an autogroup of the ordinary weight, so with four of them busy this one gets a
+  # third of the CPU, and all of it when they wait. Its tests mostly wait on the scheduler, but
+  # their jobs' starts need the CPU within the tests' deadlines: at an eighth of one autogroup's
+  # weight, on a machine half as fast, they got (by the weights) some 3 % of it, and a 4-rank job
+  # did not reach its fifth step in 5 minutes (CI, 2026-11-28: 6 of its 14 tests failed).
+  cpu_share() {  # prints the cgroup directory made for it, or nothing where none can be made
+    local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup cg
+    if [ -w "$v1" ] && [ -e "$v1/cpu.shares" ]; then
+      cg=$v1/hpctrain-tests-second && mkdir -p "$cg" 2>/dev/null && echo 2048 > "$cg/cpu.shares" 2>/dev/null && echo "$cg"
+    elif grep -qw cpu "$v2/cgroup.subtree_control" 2>/dev/null; then
+      cg=$v2/hpctrain-tests-second && mkdir -p "$cg" 2>/dev/null && echo 200 > "$cg/cpu.weight" 2>/dev/null && echo "$cg"
+    fi
+    return 0
+  }
+  second="$CACHE/test-slurm-24.11.log"
+  share=$(cpu_share)
+  (
+    if [ -z "$share" ] || ! echo "$BASHPID" > "$share/cgroup.procs"; then
+      echo "test.sh: no CPU cgroup could be made here: the 24.11 session shares the CPU as its sessions fall" >&2
+    fi
+    SLURM_VERSION=24.11 exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=10 \
+      -m "(slurm_versions or slurm_second or side_stream) and not gpu" "$@"
+  ) > "$second" 2>&1 &
+  second_pid=$!
+  # stopped as Ctrl-C stops it (a failed gate, a stopped command): its fixtures then stop its cluster
+  trap 'rc=$?; { kill -INT $second_pid && wait $second_pid; kill -- -$build; wait $build; [ -z "$share" ] || rmdir "$share"; } 2>/dev/null || true; exit $rc' EXIT
+fi
 # the type checker, the linter, the formatter, the layer contract and the docs' build are gates, like the tests;
 # mypy's cache lives beside the wheels, outside the clone (it checks files by hash: 28 s -> 1 s)
 "$VENV/bin/python" -m mypy --cache-dir "$CACHE/mypy" hpctrain hydra_plugins
@@ -60,44 +99,9 @@ fi
 # the documentation site: the generated references current, every link and anchor resolving, the
 # sample report made again by today's analysis, warnings as errors (tests/docs checks its commands)
 HPCTRAIN_VENV="$VENV" bash "$ROOT/scripts/docs.sh"
-# hpctrain's own modules byte-compiled once: where PYTHONDONTWRITEBYTECODE is set (as on this
-# machine) every process would otherwise compile them again (about 0.1 s of CPU each; a suite
-# starts some 1,500: CLIs, supervisors, ranks)
-"$VENV/bin/python" -m compileall -q -j 0 hpctrain hydra_plugins tests
 if [ "$tier" = quick ]; then
   exec "$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 -m "$select" "$@"
 fi
-# The chosen SLURM tests against SLURM 24.11 too (slurm/rootfs.sh builds its root file system once,
-# cached as the image is): a second session with its own cluster, beside the first; its report
-# follows the first's. It runs in a CPU cgroup of its own, which holds its cluster's daemons and
-# its jobs' ranks too (nice does not: slurmd and the ranks start sessions of their own, and the
-# kernel's autogroups share the CPU between sessions whatever their nice). The cgroup weighs as
-# two of the first session's sessions: that session's pytest, supervisors, daemons and SLURM
-# ranks each form an autogroup of the ordinary weight, so with four of them busy this one gets a
-# third of the CPU, and all of it when they wait. Its tests mostly wait on the scheduler, but
-# their jobs' starts need the CPU within the tests' deadlines: at an eighth of one autogroup's
-# weight, on a machine half as fast, they got (by the weights) some 3 % of it, and a 4-rank job
-# did not reach its fifth step in 5 minutes (CI, 2026-11-28: 6 of its 14 tests failed).
-cpu_share() {  # prints the cgroup directory made for it, or nothing where none can be made
-  local v1=/sys/fs/cgroup/cpu v2=/sys/fs/cgroup cg
-  if [ -w "$v1" ] && [ -e "$v1/cpu.shares" ]; then
-    cg=$v1/hpctrain-tests-second && mkdir -p "$cg" 2>/dev/null && echo 2048 > "$cg/cpu.shares" 2>/dev/null && echo "$cg"
-  elif grep -qw cpu "$v2/cgroup.subtree_control" 2>/dev/null; then
-    cg=$v2/hpctrain-tests-second && mkdir -p "$cg" 2>/dev/null && echo 200 > "$cg/cpu.weight" 2>/dev/null && echo "$cg"
-  fi
-  return 0
-}
-second="$CACHE/test-slurm-24.11.log"
-share=$(cpu_share)
-(
-  if [ -z "$share" ] || ! echo "$BASHPID" > "$share/cgroup.procs"; then
-    echo "test.sh: no CPU cgroup could be made here: the 24.11 session shares the CPU as its sessions fall" >&2
-  fi
-  SLURM_VERSION=24.11 exec "$VENV/bin/python" -m pytest -p no:cacheprovider --durations=10 \
-    -m "(slurm_versions or slurm_second or side_stream) and not gpu" "$@"
-) > "$second" 2>&1 &
-second_pid=$!
-trap 'kill $second_pid 2>/dev/null || true; kill -- -$build 2>/dev/null || true; wait $build 2>/dev/null || true' EXIT
 # two workers: the SLURM stream and the local stream side by side (tests/conftest.py); the local
 # tests that mostly wait (side_stream) run in the second session, which otherwise waits on its
 # scheduler (fresh40: 541 s of them, against its 559 s of 24.11 tests and each worker's 1,600 s)

@@ -667,19 +667,20 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     if not _running(conf):
         STATE.mkdir(parents=True, exist_ok=True)
         ours.touch()
-    r = subprocess.run(
-        ["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=600
-    )
+    try:
+        r = subprocess.run(
+            ["bash", str(ROOT / "slurm" / "start.sh")], capture_output=True, text=True, timeout=600
+        )
+    except BaseException:  # stopped mid-start (Ctrl-C; scripts/test.sh after a failed gate)
+        _stop_if_last(users, ours)
+        raise
     if r.returncode != 0:  # what this session started is stopped: no daemon outlives a failed start
         _stop_if_last(users, ours)
     assert r.returncode == 0, f"local SLURM cluster did not start:\n{r.stdout}\n{r.stderr}"
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = conf
     if SLURM_VERSION != "22.05":
-        # after the warm wrappers (tests/warm/bin), which call the next srun on the PATH
-        warm = f"{WARM / 'bin'}:"
-        rest = os.environ["PATH"].removeprefix(warm)
-        os.environ["PATH"] = f"{warm if rest != os.environ['PATH'] else ''}{SLURM_BIN}:{rest}"
+        os.environ["PATH"] = clients_first(SLURM_BIN)
     rooted = _rooted_zygote()
     early = tmp_path_factory.mktemp("time-limit")
     runs = {n: early / f"max{n}" for n in (0, 1)}
@@ -698,6 +699,14 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     assert not stray, (
         f"jobs wrote SLURM's default output files into the submitting directory: {sorted(stray)}"
     )
+
+
+def clients_first(bin_dir: Path) -> str:
+    """The PATH with a 24.11 cluster's clients first, after the warm wrappers (tests/warm/bin),
+    which call the next srun on the PATH: its tasks start warm too."""
+    warm = f"{WARM / 'bin'}:"
+    rest = os.environ["PATH"].removeprefix(warm)
+    return f"{warm if rest != os.environ['PATH'] else ''}{bin_dir}:{rest}"
 
 
 def _rooted_zygote() -> subprocess.Popen[bytes] | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SLURM_VERSION, hpctrain, start_hpctrain, wait_for
+from tests.conftest import ROOT, SLURM_VERSION, clients_first, hpctrain, start_hpctrain, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_second, pytest.mark.usefixtures("slurm_cluster")]
 
@@ -36,7 +36,7 @@ def no_accounting() -> Iterator[dict[str, str]]:
     )
     assert up.returncode == 0, up.stdout + up.stderr
     assert "accounting: none" in up.stdout
-    path = f"{STATE / 'bin'}:{os.environ['PATH']}" if SLURM_VERSION != "22.05" else os.environ["PATH"]
+    path = clients_first(STATE / "bin") if SLURM_VERSION != "22.05" else os.environ["PATH"]
     yield {"SLURM_CONF": str(STATE / "etc" / "slurm.conf"), "PATH": path}
     down = subprocess.run(
         ["bash", str(ROOT / "slurm" / "stop.sh"), "--purge"],
