@@ -3,8 +3,12 @@ only the launcher knows when it starts the ranks."""
 
 from __future__ import annotations
 
-from hpctrain.config.schema import Config
+from typing import TYPE_CHECKING
+
 from hpctrain.engine.registry import engine_class, engine_names
+
+if TYPE_CHECKING:  # the local supervisor imports AT_LAUNCH without the config (and Hydra's)
+    from hpctrain.config.schema import Config
 
 AT_LAUNCH = "<chosen at launch>"  # a value only the launcher knows when it starts the ranks
 

@@ -1,5 +1,3 @@
-"""The SLURM launcher: submitit jobs and arrays, srun inside them, sacct/squeue for status."""
-
-from hpctrain.launch.slurm.launcher import SlurmLauncher
-
-__all__ = ["SlurmLauncher"]
+"""The SLURM launcher (launcher.py: submitit jobs and arrays, srun inside them, sacct/squeue for
+status). The package imports none of its modules: what runs inside a job (the restart supervisor,
+the ranks) imports what it needs without the launcher and submitit."""
