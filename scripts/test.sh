@@ -12,6 +12,16 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${HPCTRAIN_VENV:-$ROOT/.venv}
 cd "$ROOT"
+build="" second_pid="" share=""
+running() { [ -n "$1" ] && jobs -rp | grep -qx "$1"; }  # a job of this script that still runs
+stop_background() {
+  # At exit (a failed gate, Ctrl-C, the end), what still runs in the background: the 24.11
+  # session is stopped as Ctrl-C stops it, so that its fixtures stop its cluster; the image build
+  # with its process group. Only jobs that still run: an ended one's pid may be another's by now.
+  if running "$second_pid"; then kill -INT "$second_pid"; wait "$second_pid" || true; fi
+  if running "$build"; then kill -- "-$build"; wait "$build" || true; fi
+  [ -z "$share" ] || rmdir "$share" || true
+}
 if [ "${1:-}" = "--gpu" ]; then
   shift
   PY=${HPCTRAIN_PYTHON:-}
@@ -49,7 +59,7 @@ else
   mkdir -p "$CACHE"
   setsid "$VENV/bin/hpctrain" container build > "$CACHE/container-build.out" 2>&1 &
   build=$!
-  trap 'kill -- -$build 2>/dev/null || true; wait $build 2>/dev/null || true' EXIT
+  trap 'rc=$?; stop_background 2>/dev/null || true; exit $rc' EXIT
 fi
 # hpctrain's own modules byte-compiled once: where PYTHONDONTWRITEBYTECODE is set (as on this
 # machine) every process would otherwise compile them again (about 0.1 s of CPU each; a suite
@@ -87,8 +97,6 @@ if [ "$tier" = full ]; then
       -m "(slurm_versions or slurm_second or side_stream) and not gpu" "$@"
   ) > "$second" 2>&1 &
   second_pid=$!
-  # stopped as Ctrl-C stops it (a failed gate, a stopped command): its fixtures then stop its cluster
-  trap 'rc=$?; { kill -INT $second_pid && wait $second_pid; kill -- -$build; wait $build; [ -z "$share" ] || rmdir "$share"; } 2>/dev/null || true; exit $rc' EXIT
 fi
 # the type checker, the linter, the formatter, the layer contract and the docs' build are gates, like the tests;
 # mypy's cache lives beside the wheels, outside the clone (it checks files by hash: 28 s -> 1 s)
@@ -108,7 +116,6 @@ fi
 status=0
 "$VENV/bin/python" -m pytest -n 2 --dist loadgroup --durations=30 -m "$select and not side_stream" "$@" || status=$?
 wait $second_pid || { rc=$?; [ $rc -eq 5 ] || status=$((status ? status : rc)); }  # 5: none selected (-k)
-[ -z "$share" ] || rmdir "$share" 2>/dev/null || true  # kept while a cluster it started still runs
 echo "=== the SLURM tests against SLURM 24.11 (SLURM_VERSION=24.11; log: $second) ==="
 cat "$second"
 exit $status
