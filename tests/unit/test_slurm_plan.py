@@ -120,6 +120,8 @@ INVALID_SLURM = [
     (["cluster.setup=['if true']"], "cluster.setup[0]"),  # a compound command needs more lines
     ([r"cluster.setup=['echo \${A']"], "cluster.setup[0]"),  # an unclosed ${ swallows the script
     (["cluster.setup=['A[']"], "cluster.setup[0]"),  # bash reads an array subscript to the end
+    (["cluster.setup=['0#)']"], "cluster.setup[0]"),  # '#' inside a word is no comment to bash
+    (["cluster.setup=['module load x # a )']"], "cluster.setup[0]"),  # refused, though bash would take it
     (["cluster.mpi=openmpi"], "cluster.mpi"),
     (["cluster.mpi=none"], "cluster.mpi"),  # backend=mpi needs PMI
     (["train.device=cuda"], "cluster.gpus_per_node"),

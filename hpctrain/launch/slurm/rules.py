@@ -144,6 +144,9 @@ def _whole_words(line: str) -> bool:
     (an unclosed ${ or $(( swallows the rest of the script)."""
     lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
+    # shlex ends a word at '#' ("0#)" -> "0"); bash starts a comment only at a word's start and
+    # reads "0#" and ")": a '#' is kept in the word, so what follows it is checked too
+    lexer.commenters = ""
     try:  # shlex raises on an open quote and on a final backslash ("No escaped character")
         words = list(lexer)
     except ValueError:
