@@ -24,6 +24,7 @@ from rich.table import Table
 from hpctrain.bench.analyze import growth
 from hpctrain.bench.waiting import ARRAY_PARALLELISM, HOUR_S, sacct_every_look, simulate
 from hpctrain.errors import LaunchError
+from hpctrain.launch.slurm.launcher import SlurmLauncher
 from hpctrain.launch.slurm.watcher import look
 from hpctrain.orchestrate import runs as orchestrate
 
@@ -31,8 +32,10 @@ COUNTED = ("sbatch", "squeue", "sacct", "scontrol", "sacctmgr", "sinfo", "scance
 
 
 def _count_calls() -> Path:
-    """Put a counting sbatch, sacct and squeue first on this process's PATH; return the file they
-    append their names to."""
+    """Put counting SLURM commands first on this process's PATH; return the file they append their
+    names to. Only this process's own calls are counted: the submitted jobs inherit the PATH
+    (sbatch exports the environment), and a task that starts before the jobs are cancelled asks
+    scontrol too."""
     shim = Path(tempfile.mkdtemp(prefix="hpctrain-bench-"))
     log = shim / "calls"
     log.touch()
@@ -43,7 +46,9 @@ def _count_calls() -> Path:
                 f"{tool} not found: bash slurm/start.sh, then export "
                 "SLURM_CONF=/tmp/hpctrain-slurm/etc/slurm.conf"
             )
-        (shim / tool).write_text(f'#!/bin/sh\necho {tool} >> {log}\nexec {real} "$@"\n')
+        (shim / tool).write_text(
+            f'#!/bin/sh\n[ "$PPID" = {os.getpid()} ] && echo {tool} >> {log}\nexec {real} "$@"\n'
+        )
         (shim / tool).chmod(0o755)
     os.environ["PATH"] = f"{shim}:{os.environ['PATH']}"
     return log
@@ -104,8 +109,11 @@ def measure(points: int, out: Path, calls: Path) -> Measured:
     orchestrate.statuses(orchestrate.jobs_in(sweep_dir))  # what `hpctrain status` asks
     t3 = time.perf_counter()
     status_calls = _since(asked, calls)
-    prep.launcher.cancel(jobs)
-    target = len(prep.launcher.limits(prep.runs).arrays(points))  # type: ignore[attr-defined]
+    launcher = prep.launcher
+    launcher.cancel(jobs)
+    if not isinstance(launcher, SlurmLauncher):
+        raise LaunchError(f"bench submit measures SLURM submission, not {type(launcher).__name__}")
+    target = len(launcher.limits(prep.runs).arrays(points))
     arrays = len({j.job_id.split("_")[0] for j in jobs})
     sbatch = submit_calls.get("sbatch", 0)
     return Measured(points, arrays, sbatch, target, t1 - t0, t2 - t1, t3 - t2, submit_calls, status_calls)
