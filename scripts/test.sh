@@ -21,6 +21,8 @@ stop_background() {
   if running "$second_pid"; then kill -INT "$second_pid"; wait "$second_pid" || true; fi
   if running "$build"; then kill -- "-$build"; wait "$build" || true; fi
   [ -z "$share" ] || rmdir "$share" || true
+  # the sessions' idle CPU cgroups (tests/conftest.py idle_ranks_of), where a test left one
+  rmdir /sys/fs/cgroup/cpu/hpctrain-tests-idle-* /sys/fs/cgroup/hpctrain-tests-idle-* 2>/dev/null || true
 }
 if [ "${1:-}" = "--gpu" ]; then
   shift

@@ -480,15 +480,62 @@ def _cold_start(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 def processes_of(run_dir: Path) -> list[str]:
     """Live processes (not zombies) whose command line names the run directory."""
     out = subprocess.run(["ps", "-ww", "-eo", "pid,stat,args"], capture_output=True, text=True).stdout
-    found = out.splitlines()[1:]
-    if zygote := os.environ.get("HPCTRAIN_TEST_ZYGOTE"):  # its ranks: named by the zygotes' records
-        for rec in [*Path(f"{zygote}.ranks").glob("*"), *Path(f"{zygote}.rooted.ranks").glob("*")]:
-            with contextlib.suppress(OSError, IndexError):
-                state = Path(f"/proc/{rec.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                found.append(f"{rec.name} {state} (warm) {rec.read_text()}")
+    found = out.splitlines()[1:] + [f"{pid} {state} (warm) {argv}" for pid, state, argv in _zygote_ranks()]
     return [
         line for line in found if str(run_dir) in line and "ps -eo" not in line and line.split()[1][0] != "Z"
     ]
+
+
+def _zygote_ranks() -> Iterator[tuple[int, str, str]]:
+    """(pid, state, argv) of the zygotes' ranks still in the process table: a fork's own command
+    line is the zygote's, so its records name what it runs."""
+    if zygote := os.environ.get("HPCTRAIN_TEST_ZYGOTE"):
+        for rec in [*Path(f"{zygote}.ranks").glob("*"), *Path(f"{zygote}.rooted.ranks").glob("*")]:
+            with contextlib.suppress(OSError, IndexError):
+                state = Path(f"/proc/{rec.name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                yield int(rec.name), state, rec.read_text()
+
+
+def idle_ranks_of(run_dir: Path) -> int:
+    """Move the run's live warm ranks into a CPU cgroup that runs only on CPU nothing else wants
+    (cpu.idle); how many. A rank whose peer's node was lost waits in MPI's progress loop (Horovod's
+    background thread: 100 % of a core, mpi_yield_when_idle notwithstanding) until slurmctld flags
+    the node and ends the step, some 30 s: two such ranks took 67 of the 22.05 lost-node test's
+    100 CPU-s (sampled). What the rank does is the same. Not SCHED_IDLE: the kernel's autogroups
+    weigh a session as a whole, so an idle thread alone in its session still took a core's
+    share beside two busy ones (2.5 of 5 CPU-s; in the cgroup, 0.03)."""
+    group = _idle_group()
+    idled = 0
+    for pid, state, argv in _zygote_ranks():
+        if group is None or str(run_dir) not in argv or state == "Z":
+            continue
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            (group / "cgroup.procs").write_text(str(pid))
+            idled += 1
+    return idled
+
+
+def _idle_group(make: bool = True) -> Path | None:
+    """This session's idle CPU cgroup (cgroup v1 or v2, Linux 5.15+), made on first use; None
+    where none can be made. drop_idle_group() and scripts/test.sh's exit remove it."""
+    v1, v2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
+    with contextlib.suppress(OSError):
+        parent = v1 if (v1 / "cpu.shares").exists() else v2
+        if parent == v1 or "cpu" in (v2 / "cgroup.subtree_control").read_text().split():
+            group = parent / f"hpctrain-tests-idle-{SLURM_VERSION}"
+            if make:
+                group.mkdir(exist_ok=True)
+                (group / "cpu.idle").write_text("1")
+            return group
+    return None
+
+
+def drop_idle_group() -> None:
+    """Remove this session's idle cgroup once its processes have ended (else scripts/test.sh does)."""
+    group = _idle_group(make=False)
+    if group is not None:
+        with contextlib.suppress(OSError):
+            group.rmdir()
 
 
 def wait_for(what: str, check: Callable[[], object], timeout_s: float = 120) -> None:

@@ -15,7 +15,9 @@ from tests.conftest import (
     DIGITS_CNN,
     HOROVOD_IDLE,
     assert_same_weights,
+    drop_idle_group,
     hpctrain,
+    idle_ranks_of,
     lines,
     lose_node,
     restore_nodes,
@@ -79,6 +81,8 @@ def test_a_lost_node_is_left_behind_with_elastic_and_waited_for_without(
             wait_for(f"step 6 of {run_dir.name}", lambda d=run_dir: lines(d / "steps-rank0.jsonl") >= 6, 180)
         lose_node("n4")
         lose_node("n2")
+        # the survivors wait for slurmctld to end their step: not on other tests' CPU
+        assert all(idle_ranks_of(d) >= 1 for d in jobs)
         # slurmctld takes both down; the rigid job is requeued and waits for n1 and n2 (its
         # nodelist), the elastic one goes on; only then are the nodes brought back (a node back
         # before slurmctld gave up on it would still hold the killed step's place)
@@ -88,6 +92,7 @@ def test_a_lost_node_is_left_behind_with_elastic_and_waited_for_without(
         wait_for("the elastic job's restart", lambda: bool(read_restarts(elastic)), 120)
     finally:
         restore_nodes()
+        drop_idle_group()
     assert wait_done(jobs[elastic]) == "COMPLETED" and wait_done(jobs[rigid]) == "COMPLETED"
 
     [went_on] = read_restarts(elastic)
