@@ -2,7 +2,7 @@
 # Set everything up (idempotent) and run the whole test suite against real mpirun, Horovod and a
 # real local SLURM cluster. Extra arguments go to pytest, e.g. scripts/test.sh -k equivalence -x
 #   --quick   the daily tier: the gates, then the unit and in-process tests only (no mpirun, no
-#             SLURM; about a minute with the gates). CI runs everything but the GPU tier.
+#             SLURM; about 4 minutes with the gates). CI runs everything but the GPU tier.
 #   --gpu     the GPU tier, on a machine with at least one CUDA GPU: the tests marked gpu (tests/gpu),
 #             those needing more GPUs than the machine has listed as not run with the count they
 #             need; exits non-zero on a machine without a GPU. HPCTRAIN_PYTHON=python3 uses that
