@@ -10,7 +10,8 @@ what the allocator reserved.
 
 Each figure is kept under hpctrain's cache, by host, engine, torch, interpreter and hpctrain's own
 installation (an upgrade changes what a rank imports), and by the malloc settings of the ranks'
-environment, given in the config or inherited (glibc's thresholds, a preloaded allocator)."""
+environment, given in the config or inherited (glibc's thresholds, a preloaded allocator). The
+newest KEPT figures are kept."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ from hpctrain.lifeline import with_lifeline
 from hpctrain.parallel.registry import kind_of
 
 PROBE_TIMEOUT_S = 300
+# figures kept, the newest: each hpctrain edit or upgrade is a new key, and the old ones never match again
+KEPT = 32
 CONTEXT_PROBE = (
     "import torch; torch.cuda.init(); torch.zeros(1, device='cuda'); f, t = torch.cuda.mem_get_info(); "
     "print(t - f - torch.cuda.memory_reserved())"
@@ -89,7 +92,7 @@ def fixed_cost(cfg: Config, gpus: bool) -> Fixed:
         return Fixed(hit, "measured on this host earlier (cached)")
     n = _context_bytes() if gpus else _probe_peak(cfg)
     table[key] = n
-    keep_cached(path, table)
+    keep_cached(path, dict(list(table.items())[-KEPT:]))  # in the order they were measured
     return Fixed(n, "measured now")
 
 

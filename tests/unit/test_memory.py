@@ -213,6 +213,26 @@ def test_a_ranks_fixed_memory_is_measured_again_when_hpctrain_or_the_inherited_a
     assert (fixed.fixed_cost(cfg, False).bytes, len(probes)) == (400, 4)
 
 
+def test_the_fixed_memory_cache_keeps_the_newest_figures_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every edit or upgrade of hpctrain is a new key: the file would otherwise grow with each."""
+    import json
+
+    from hpctrain.memory import fixed
+
+    monkeypatch.setenv("HPCTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(fixed, "_probe_peak", lambda cfg: 7)
+    cfg = load_config(MLP)
+    for i in range(fixed.KEPT + 3):
+        monkeypatch.setattr(fixed, "hpctrain_key", lambda i=i: f"installation {i}")
+        fixed.fixed_cost(cfg, False)
+    table = json.loads((tmp_path / "memory-fixed.json").read_text())
+    installs = [json.loads(k)[2] for k in table]
+    assert installs == [f"installation {i}" for i in range(3, fixed.KEPT + 3)]
+    assert fixed.fixed_cost(cfg, False).how == "measured on this host earlier (cached)"  # the newest kept
+
+
 def test_hpctrains_installation_stamp_is_its_newest_module(tmp_path: Path) -> None:
     from hpctrain.facts import installation_stamp
 
