@@ -82,7 +82,8 @@ def test_a_lost_node_is_left_behind_with_elastic_and_waited_for_without(
         lose_node("n4")
         lose_node("n2")
         # the survivors wait for slurmctld to end their step: not on other tests' CPU
-        assert all(idle_ranks_of(d) >= 1 for d in jobs)
+        moved = [idle_ranks_of(d) for d in jobs]
+        assert all(n is None or n >= 1 for n in moved), moved
         # slurmctld takes both down; the rigid job is requeued and waits for n1 and n2 (its
         # nodelist), the elastic one goes on; only then are the nodes brought back (a node back
         # before slurmctld gave up on it would still hold the killed step's place)
