@@ -31,8 +31,9 @@ if [ "${1:-}" = "--gpu" ]; then
     bash "$ROOT/scripts/setup.sh"
     PY=$VENV/bin/python
   fi
-  if ! "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
-    echo "test.sh --gpu: torch sees no CUDA GPU here ($("$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)' 2>&1 | tail -1)): run the GPU tier on a GPU node" >&2
+  # one import of torch, not two: what it is and whether it sees a GPU (its error, if it fails)
+  if ! seen=$("$PY" -c 'import sys, torch; print("torch", torch.__version__, "CUDA", torch.version.cuda); sys.exit(not torch.cuda.is_available())' 2>&1); then
+    echo "test.sh --gpu: torch sees no CUDA GPU here ($(echo "$seen" | tail -1)): run the GPU tier on a GPU node" >&2
     exit 1
   fi
   exec "$PY" -m pytest -m gpu -rs tests/gpu "$@"
