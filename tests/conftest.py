@@ -498,15 +498,17 @@ def _zygote_ranks() -> Iterator[tuple[int, str, str]]:
 
 def idle_ranks_of(run_dir: Path) -> int | None:
     """Move the run's live warm ranks into a CPU cgroup that runs only on CPU nothing else wants
-    (cpu.idle); how many (None: no such cgroup can be made here, or the ranks start cold, as with
-    HPCTRAIN_TEST_COLD=1, and are left as they are). A rank whose peer's node was lost waits in MPI's progress loop (Horovod's
-    background thread: 100 % of a core, mpi_yield_when_idle notwithstanding) until slurmctld flags
-    the node and ends the step, some 30 s: two such ranks took 67 of the 22.05 lost-node test's
-    100 CPU-s (sampled). What the rank does is the same. Not SCHED_IDLE: the kernel's autogroups
-    weigh a session as a whole, so an idle thread alone in its session still took a core's
-    share beside two busy ones (2.5 of 5 CPU-s; in the cgroup, 0.03)."""
+    (cpu.idle); how many. None: the ranks start cold (HPCTRAIN_TEST_COLD=1) or no such cgroup can
+    be made here, and they are left as they are. A rank whose peer's node was lost waits in MPI's
+    progress loop (Horovod's background thread: 100 % of a core, mpi_yield_when_idle
+    notwithstanding) until slurmctld flags the node and ends the step, some 30 s: two such ranks
+    took 67 of the 22.05 lost-node test's 100 CPU-s (sampled). What the rank does is the same. Not
+    SCHED_IDLE: the kernel's autogroups weigh a session as a whole, so an idle thread alone in its
+    session still took a core's share beside two busy ones (2.5 of 5 CPU-s; in the cgroup, 0.03)."""
+    if not os.environ.get("HPCTRAIN_TEST_ZYGOTE"):  # no warm ranks: no cgroup made for nothing
+        return None
     group = _idle_group()
-    if group is None or not os.environ.get("HPCTRAIN_TEST_ZYGOTE"):
+    if group is None:
         return None
     idled = 0
     for pid, state, argv in _zygote_ranks():

@@ -12,9 +12,9 @@ from hpctrain.bench.submit import _all_calls, _count_calls
 
 
 def test_the_count_holds_the_benchs_own_calls_not_those_of_its_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    # CI, the evening of 2026-11-29: a submitted task started before the jobs were cancelled and asked `scontrol
-    # --version` through the inherited PATH; the sweep's submission read 3 scontrol calls, not 1
-    # (the commands need no controller to be counted: their exit status does not matter here)
+    # CI, the evening of 2026-11-29: a submitted task started before the jobs were cancelled and
+    # asked `scontrol --version` through the inherited PATH; the sweep's submission read 3 scontrol
+    # calls, not 1 (the commands need no controller to be counted: their exit status does not matter)
     monkeypatch.setenv("PATH", os.environ["PATH"])
     log = _count_calls()
     subprocess.run(["scontrol", "--version"], capture_output=True, check=False)
