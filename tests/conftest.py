@@ -60,10 +60,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     SLURM stream mostly waits (queueing, requeues, time limits, accounting), so the other stream
     has the cores while it does; no two local trainings ever compete with each other (a third
     worker running local tests two at a time made each take twice as long and the suite no
-    faster: a fresh clone's local tests summed 2344 s against 1113 s). Local tests that mostly
-    wait (stall timeouts) or work in one process (the reader fuzz) are marked side_stream: run
-    alone they join the SLURM stream; scripts/test.sh runs them in its second session instead,
-    beside its SLURM 24.11 tests, which mostly wait on their scheduler too."""
+    faster: a fresh clone's local tests summed 2344 s against 1113 s; a third running only the
+    unit tests beside the two streams made the first session 1186 s long against 1098 s). Local
+    tests that mostly wait (stall timeouts, hung user code) are marked side_stream: run alone
+    they join the SLURM stream; scripts/test.sh runs them in its second session instead, beside
+    its SLURM 24.11 tests, which mostly wait on their scheduler too."""
     # the container tests last in their streams: the image builds in the background meanwhile
     items.sort(key=lambda item: item.get_closest_marker("container") is not None)
     _one_slurm_version(config, items)
