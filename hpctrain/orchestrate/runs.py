@@ -74,12 +74,17 @@ def prepare(
     after: Sequence[str] = (),
     say: Callable[[str], None] = lambda s: None,
     memory: bool = True,
+    composed: Config | None = None,
 ) -> Prepared:
     """Compose, validate and plan every run (every point of a sweep) before anything starts;
     `after`: what the runs start after, besides their run.after (orchestrate/after.py); `memory`:
-    refuse points predicted not to fit (--estimate shows them instead)."""
+    refuse points predicted not to fit (--estimate shows them instead); `composed`: the single
+    run's config, composed already (refusals)."""
     points = expand(overrides, config_dir) if multirun else [list(overrides)]
-    configs = load_configs(points, config_dir) if multirun else [load_config(overrides, config_dir)]
+    if multirun:
+        configs = load_configs(points, config_dir)
+    else:
+        configs = [composed if composed is not None else load_config(overrides, config_dir)]
     for c in configs:  # hpctrain run --after DIR[:ok|:any]
         c.run = dataclasses.replace(c.run, after=[*c.run.after, *after])
     launcher = one_launcher(configs)
@@ -95,6 +100,24 @@ def prepare(
     p = placed(launcher, items, home, multirun, dated=configs[0].run.dir is None)
     p.after = waits
     return p
+
+
+def refusals(points: Sequence[Sequence[str]], config_dir: str | None = None) -> list[ConfigError | None]:
+    """What prepare() refuses each single run with (None: nothing), the configs composed together
+    as a sweep's points are (load_configs: one compose, not one each, 0.2 CPU-s apiece); each on
+    its own where one of them does not compose, so that the error is that point's."""
+    try:
+        configs: list[Config | None] = list(load_configs(points, config_dir))
+    except ConfigError:
+        configs = [None] * len(points)
+    out: list[ConfigError | None] = []
+    for pt, cfg in zip(points, configs):
+        try:
+            prepare(pt, config_dir, composed=cfg)
+            out.append(None)
+        except ConfigError as e:
+            out.append(e)
+    return out
 
 
 def placed(

@@ -46,7 +46,7 @@ from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.estimate import Point, probe_config, target_of
 from hpctrain.orchestrate.lock import writer_lock
 from hpctrain.orchestrate.probe import run_and_wait
-from hpctrain.orchestrate.runs import prepare
+from hpctrain.orchestrate.runs import prepare, refusals
 from hpctrain.orchestrate.study_run import keep_aside
 from hpctrain.parallel.registry import kind_of
 
@@ -109,13 +109,16 @@ def plan_tune(overrides: Sequence[str], config_dir: str | None) -> Tuning:
         raise ConfigError(problems)
     target_config(cfg)  # tune.target_ranks must be a world the cluster can make
     knobs, invalid = [], []
-    for knob in chosen_knobs(cfg):
+    chosen = chosen_knobs(cfg)
+    tried = [[*overrides, f"{knob.key}={override_text(v)}"] for knob in chosen for v in knob.values]
+    refused = iter(refusals(tried, config_dir))
+    for knob in chosen:
         ok = []
         for v in knob.values:
-            try:
-                prepare([*overrides, f"{knob.key}={override_text(v)}"], config_dir)
+            e = next(refused)
+            if e is None:
                 ok.append(v)
-            except ConfigError as e:
+            else:
                 invalid.append(f"{knob.key}={override_text(v)}: {e.problems[0].rule}")
         if len(ok) > 1 or (ok and override_text(dotted(cfg, knob.key)) not in map(override_text, ok)):
             knobs.append(dataclasses.replace(knob, values=tuple(ok)))

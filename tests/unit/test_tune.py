@@ -242,6 +242,22 @@ def test_a_dry_run_lists_each_setting_with_its_values_and_starts_nothing(tmp_pat
     assert "nothing was started" in r.stdout and not any(tmp_path.iterdir())
 
 
+def test_the_values_tried_are_refused_each_with_its_own_error_whether_or_not_all_compose() -> None:
+    """A tune's values are composed together (refusals: one compose); one that does not compose
+    sends each to its own, and every error stays its point's."""
+    from hpctrain.orchestrate.runs import refusals
+
+    def said(points: list[list[str]]) -> list[object]:
+        return [None if e is None else (e.keys, e.problems[0].rule) for e in refusals(points)]
+
+    fine, bad = ["train.steps=9"], ["train.steps=9", "cluster.ranks=0"]
+    ranks = (["cluster.ranks"], "must be >= 1 (got 0)")
+    assert said([fine, bad]) == [None, ranks]
+    assert said([fine, ["train.steps=9", "model.widht=3"], bad]) == [
+        None, (["model.widht"], "unknown key (Key 'widht' not in 'ModelConf')"), ranks,
+    ]  # fmt: skip
+
+
 def test_the_budget_counts_a_resumed_tunes_earlier_invocations(tmp_path: Path) -> None:
     from hpctrain.orchestrate.tune import Tuner
 
