@@ -60,8 +60,10 @@ def test_sgd_without_momentum_keeps_no_optimizer_state() -> None:
     assert p["optimizer"] == 0 and p["params"] == MLP_PARAMS
 
 
+# two layers: a trace's cost is in MemTracker's bookkeeping at every op (four took 10.5 CPU-s for
+# the two traces, two 2.9), and the traces are exact, so the margins below do not shrink with load
 def test_activation_checkpointing_keeps_fewer_activations_of_a_transformer() -> None:
-    base = ["model=transformer", "model.width=64", "model.depth=4", "data=tokens", "train.batch_per_rank=16"]
+    base = ["model=transformer", "model.width=64", "model.depth=2", "data=tokens", "train.batch_per_rank=16"]
     plain = traced(*base, "cluster.ranks=1")
     recomputed = traced(*base, "cluster.ranks=1", "model.activation_checkpointing=true")
     assert recomputed["activations"] < 0.75 * plain["activations"]
@@ -72,7 +74,7 @@ def test_a_gpipe_stage_holds_every_micro_batch_and_1f1b_fewer() -> None:
     base = [
         "model=transformer",
         "model.width=64",
-        "model.depth=4",
+        "model.depth=2",  # a layer a stage
         "data=tokens",
         "train.batch_per_rank=16",
         "parallelism=pipeline",
