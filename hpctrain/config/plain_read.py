@@ -7,7 +7,9 @@ dataclasses directly takes a few. Only text exactly as to_yaml writes it is read
 Config built must give the same text again, and every value must already have its field's
 type (an int for a float is widened, as OmegaConf does). Anything else (a hand-edited file, an
 unknown key, a duplicated one, another type, an interpolation, ???) gives None, and the caller
-reads it with OmegaConf, which names the problem.
+reads it with OmegaConf, which names the problem. It also keeps as text what YAML 1.1 (and so
+to_yaml) leaves a string but OmegaConf's loader takes for a float: a run named `1e-3` reached the
+ranks as "0.001".
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def plain_config(text: str) -> Config | None:
         return None
     try:
         cfg: Config = _build(Config, data, CLUSTER_SCHEMAS[name])
-    except _NotPlain:
+    except (_NotPlain, RecursionError):  # RecursionError: lists nested past Python's stack
         return None
     return cfg
 
@@ -74,8 +76,10 @@ def _typed(t: Any, v: object) -> Any:
     if origin in (typing.Union, types.UnionType):  # Optional[X] and X | None
         if v is None and type(None) in args:
             return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _typed(inner, v)
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) != 1:  # a union of types: OmegaConf decides
+            raise _NotPlain
+        return _typed(inner[0], v)
     if origin is list and type(v) is list:
         return [_typed(args[0], x) for x in v]
     if origin is dict and type(v) is dict and all(type(k) is str for k in v):

@@ -76,3 +76,13 @@ def test_text_to_yaml_would_not_write_is_left_to_omegaconf(
     assert got == expected
     if then in ("interpolated", "5"):
         assert got == then
+
+
+def test_a_text_that_omegaconfs_loader_takes_for_a_number_stays_text() -> None:
+    """YAML 1.1 leaves `1e-3` a string, so to_yaml writes it bare; OmegaConf's loader reads it as
+    a float, and the ranks got run.name "0.001" where the launcher had "1e-3"."""
+    cfg = load_config(["run.name='1e-3'", "model._target_=torch.nn.Linear", "+model.eps='1e-3'"])
+    text = to_yaml(cfg)
+    assert "  name: 1e-3\n" in text and omegaconf_read(text).run.name == "0.001"
+    again = config_from_yaml(text)
+    assert again.run.name == "1e-3" and again.model.kwargs["eps"] == "1e-3" and again == cfg
