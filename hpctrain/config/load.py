@@ -12,7 +12,6 @@ import os
 import re
 import typing
 from collections.abc import Sequence
-from enum import Enum
 from typing import Any
 
 import yaml
@@ -27,7 +26,7 @@ from omegaconf.errors import (
 
 from hpctrain.config.hydra_state import store_shared, version_base_kept
 from hpctrain.config.overrides import normalise
-from hpctrain.config.plain_read import plain_config
+from hpctrain.config.plain_yaml import plain_config
 from hpctrain.config.schema import CLUSTER_SCHEMAS, Config, register
 from hpctrain.config.search import SearchPath, search_path
 from hpctrain.config.values import expand_user_paths
@@ -217,11 +216,9 @@ def schema_node(cluster: str) -> DictConfig:
 def config_from_yaml(text: str) -> Config:
     """The Config a run directory's config.yaml holds (written by to_yaml). Without Hydra: a
     rank only merges the YAML into the schema; text exactly as to_yaml writes it is read without
-    OmegaConf (plain_read.py: ~70 ms of a rank's start)."""
+    OmegaConf (plain_yaml.py: ~70 ms of a rank's start)."""
     cfg = plain_config(text)
-    if cfg is not None and to_yaml(cfg) == text:  # nothing but what to_yaml writes
-        return cfg
-    return omegaconf_read(text)
+    return cfg if cfg is not None else omegaconf_read(text)
 
 
 def omegaconf_read(text: str) -> Config:
@@ -239,51 +236,6 @@ def omegaconf_read(text: str) -> Config:
         return to_config(OmegaConf.merge(schema_node(cluster), data))  # type: ignore[arg-type]
     except OmegaConfBaseException as e:
         raise _translate(e) from e
-
-
-# libyaml's emitter when PyYAML has it (its wheels do): the same YAML, ~10x faster per run of a
-# 10,000-point sweep; the pure-Python one otherwise
-YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
-_SECTIONS: dict[str, str] = {}  # a section's YAML by its JSON: the points of a sweep share most
-
-
-def to_yaml(cfg: Config) -> str:
-    # Plain YAML of the dataclass: ~100x faster than OmegaConf.structured(cfg), and
-    # config_from_yaml merges it back onto the typed schema, so nothing is lost. Enum members
-    # are written as their values. Each top-level section is emitted on its own (a block
-    # mapping's entries concatenate) and kept, keyed by its JSON, which C encodes quickly.
-    parts = []
-    for key, value in _value(cfg).items():
-        ident = repr((key, value))  # plain data in field order: its repr identifies it
-        text = _SECTIONS.get(ident)
-        if text is None:
-            text = yaml.dump({key: value}, Dumper=YAML_DUMPER, sort_keys=False)
-            if len(_SECTIONS) > 4096:
-                _SECTIONS.clear()
-            _SECTIONS[ident] = text
-        parts.append(text)
-    return "".join(parts)
-
-
-def _value(v: Any) -> Any:
-    if type(v) in (str, int, float, bool, type(None)):
-        return v
-    if isinstance(v, Enum):
-        return v.value
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {name: _value(getattr(v, name)) for name in _field_names(type(v))}
-    if isinstance(v, list | tuple):  # lists of enum members (study.engines), of lists
-        return [_value(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _value(x) for k, x in v.items()}
-    return v
 
 
 def _did_you_mean(key: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hpctrain import records
-from hpctrain.config.load import to_yaml
+from hpctrain.config.plain_yaml import to_yaml
 from hpctrain.config.schema import Config
 from hpctrain.errors import LaunchError
 

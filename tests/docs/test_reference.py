@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.config.load import to_yaml
+from hpctrain.config.plain_yaml import to_yaml
 from hpctrain.docgen import cli_ref, config_ref
 from hpctrain.docgen.__main__ import main as docgen
 from hpctrain.docgen.pages import generated

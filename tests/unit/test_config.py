@@ -7,7 +7,8 @@ import os
 import pytest
 
 from hpctrain.config import load_config
-from hpctrain.config.load import config_from_yaml, to_yaml
+from hpctrain.config.load import config_from_yaml
+from hpctrain.config.plain_yaml import to_yaml
 from hpctrain.config.schema import LocalClusterConf
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts

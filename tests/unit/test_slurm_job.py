@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hpctrain import records
 from hpctrain.config import load_config
-from hpctrain.config.load import to_yaml
+from hpctrain.config.plain_yaml import to_yaml
 
 TASK = """
 import atexit, pathlib, sys

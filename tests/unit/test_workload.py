@@ -14,7 +14,8 @@ import torch
 
 from hpctrain import api, records
 from hpctrain.config import load_config
-from hpctrain.config.load import config_from_yaml, to_yaml
+from hpctrain.config.load import config_from_yaml
+from hpctrain.config.plain_yaml import to_yaml
 from hpctrain.engine.world import PORT_BASE, CommError, torch_env
 from hpctrain.errors import ConfigError, LaunchError
 from hpctrain.facts import HostFacts

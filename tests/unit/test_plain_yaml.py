@@ -1,12 +1,12 @@
-"""config.yaml read without OmegaConf (config/plain_read.py): the same Config as OmegaConf's read
+"""config.yaml read without OmegaConf (config/plain_yaml.py): the same Config as OmegaConf's read
 for what to_yaml writes, every option of every group; anything else is left to OmegaConf."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpctrain.config.load import config_from_yaml, load_config, omegaconf_read, to_yaml
-from hpctrain.config.plain_read import plain_config
+from hpctrain.config.load import config_from_yaml, load_config, omegaconf_read
+from hpctrain.config.plain_yaml import plain_config, to_yaml
 from hpctrain.config.search import search_path
 from hpctrain.errors import ConfigError
 
