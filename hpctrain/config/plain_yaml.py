@@ -24,16 +24,12 @@ from typing import Any
 import yaml
 
 from hpctrain.config.schema import CLUSTER_SCHEMAS, Config
+from hpctrain.config.values import field_names
 
 # libyaml's emitter and parser when PyYAML has them (its wheels do): the same YAML, ~10x faster
 # per run of a 10,000-point sweep; the pure-Python ones otherwise
 YAML_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 _SECTIONS: dict[str, str] = {}  # a section's YAML by its JSON: the points of a sweep share most
@@ -63,7 +59,7 @@ def _value(v: Any) -> Any:
     if isinstance(v, Enum):
         return v.value
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {name: _value(getattr(v, name)) for name in _field_names(type(v))}
+        return {name: _value(getattr(v, name)) for name in field_names(type(v))}
     if isinstance(v, list | tuple):  # lists of enum members (study.engines), of lists
         return [_value(x) for x in v]
     if isinstance(v, dict):

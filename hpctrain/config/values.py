@@ -73,14 +73,13 @@ def expand_user_paths(cfg: Any) -> None:
             _set(cfg, key, os.path.abspath(value))
 
 
-SKIPPED = (int, bool, type(None))
+SKIPPED = (int, bool, type(None))  # leaves no value rule applies to (enums are skipped too)
 
 
 @functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(
-        f.name for f in dataclasses.fields(cls)
-    )  # leaves no value rule applies to (enums are skipped too)
+def field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names in order, looked up once a class (configs are walked often)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -88,7 +87,7 @@ def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     for fields and dict keys, a[i] for lists. Leaves of other types are passed over without a
     key being built (validation runs for each of 10,000 sweep points)."""
     fields = (
-        _field_names(type(node)) if dataclasses.is_dataclass(node) and not isinstance(node, type) else None
+        field_names(type(node)) if dataclasses.is_dataclass(node) and not isinstance(node, type) else None
     )
     if fields is not None:
         d = node.__dict__
@@ -127,7 +126,7 @@ def _leaf_problems(cfg: Any) -> list[Problem]:
     if _MEMO is None or not dataclasses.is_dataclass(cfg) or isinstance(cfg, type):
         return _value_rules(leaves(cfg))
     out: list[Problem] = []
-    for name in _field_names(type(cfg)):
+    for name in field_names(type(cfg)):
         section = getattr(cfg, name)
         hit = _MEMO.get(id(section))
         if hit is None or hit[0] is not section:  # the object itself is kept: its id stays its own
