@@ -32,7 +32,7 @@ from hpctrain.config.search import SearchPath, search_path
 from hpctrain.config.values import expand_user_paths
 from hpctrain.errors import ConfigError, Problem
 
-TARGETED = ("model", "data", "loss")  # sections whose _target_ takes keyword arguments as extra keys
+TARGETED = ("model", "data", "loss", "optim")  # sections whose _target_ takes keyword arguments as extra keys
 
 
 def compose_config(

@@ -59,9 +59,27 @@ class Compression(StrEnum):
     bf16 = "bf16"  # ddp only (a communication hook); Horovod has no bf16 compressor
 
 
-class Optimizer(StrEnum):
+class Optimizer(StrEnum):  # torch.optim's classes of the same names (train/optim.py)
     sgd = "sgd"
+    adam = "adam"
     adamw = "adamw"
+    adagrad = "adagrad"
+    rmsprop = "rmsprop"
+
+
+# the optim.* keys each built-in optimizer reads besides lr: its keyword arguments of the same names
+OPTIM_READS: dict[str, tuple[str, ...]] = {
+    "sgd": ("momentum", "nesterov", "weight_decay"),
+    "adam": ("betas", "eps", "weight_decay"),
+    "adamw": ("betas", "eps", "weight_decay"),
+    "adagrad": ("eps", "weight_decay"),
+    "rmsprop": ("alpha", "eps", "momentum", "weight_decay"),
+}
+
+
+class LossKind(StrEnum):
+    cross_entropy = "cross_entropy"  # the trainer's cross-entropy (or loss._target_) over the model's output
+    model = "model"  # the model computes its own loss: forward(inputs, targets) returns it
 
 
 class LrScaling(StrEnum):

@@ -30,6 +30,7 @@ from hpctrain.config.options import (  # noqa: F401  (re-exported: the schema's 
     Device,
     ElasticKeeps,
     FailMode,
+    LossKind,
     LrScaling,
     Model,
     MpiPlugin,
@@ -48,6 +49,8 @@ class ModelConf:
     width: int = 16  # first conv channels (cnn, resnet), hidden units (mlp), d_model (transformer)
     depth: int = 2  # hidden layers (mlp), encoder layers (transformer); cnn/resnet ignore it
     heads: int = 4  # attention heads (transformer); width must be divisible by it
+    # transformer: the output head shares the token embedding's weight (GPT-2's tied embeddings)
+    tie_embeddings: bool = False
     channels_last: bool = False  # NHWC memory format for conv models (tensor cores on GPUs)
     # recompute each block's activations in the backward pass instead of keeping them
     # (torch.utils.checkpoint): less memory, about one more forward pass of compute
@@ -82,10 +85,17 @@ class DataConf:
 
 @dataclass
 class LossConf:
-    """The training loss: cross-entropy over the model's last dimension unless a _target_ is given."""
+    """The training loss (conf/loss/): cross_entropy over the model's output (or your loss
+    function, _target_), or model: the model computes its own (train/objective.py)."""
 
-    _target_: Optional[str] = None  # e.g. torch.nn.MSELoss, or mypkg.losses.Focal +loss.gamma=2
+    name: LossKind = LossKind.cross_entropy  # what a step minimises (conf/loss/)
+    # cross_entropy: your loss function instead, called as LOSS(outputs, targets), e.g.
+    # torch.nn.MSELoss, or mypkg.losses.Focal +loss.gamma=2
+    _target_: Optional[str] = None
     kwargs: Dict[str, Any] = field(default_factory=dict)  # the _target_'s keyword arguments
+    # model: the keyword the forward takes the targets as (labels for Hugging Face models);
+    # null: its second positional argument, forward(inputs, targets) (GPT-2 style)
+    targets_as: Optional[str] = None
 
 
 @dataclass
@@ -225,14 +235,21 @@ class ParallelismConf(
 
 @dataclass
 class OptimConf:
-    name: Optimizer = Optimizer.sgd  # the optimizer (conf/optim/)
+    name: Optimizer = Optimizer.sgd  # the optimizer (conf/optim/): torch.optim's class of that name
     lr: float = 0.05  # learning rate at the reference batch
-    momentum: float = 0.9  # sgd momentum
-    weight_decay: float = 0.0  # L2 penalty (sgd), decoupled weight decay (adamw)
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])  # adamw
+    momentum: float = 0.9  # sgd, rmsprop
+    weight_decay: float = 0.0  # L2 penalty (sgd, adam, adagrad, rmsprop), decoupled weight decay (adamw)
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])  # adam, adamw
+    eps: float = 1e-8  # added to the denominator (adam, adamw, adagrad, rmsprop)
+    nesterov: bool = False  # sgd: Nesterov momentum
+    alpha: float = 0.99  # rmsprop: smoothing constant of the squared-gradient average
     lr_scaling: LrScaling = LrScaling.none  # linear: lr x global_batch / reference_batch (Goyal et al. 2017)
     reference_batch: Optional[int] = None  # batch that `lr` was tuned for; null = per-rank batch
     warmup_steps: int = 0  # linear learning-rate warm-up from `lr` to the scaled lr
+    # Your own optimizer instead of `name`: a class by import path, built as
+    # CLASS(parameters, lr=<the scaled lr>, **kwargs), e.g. optim._target_=mypkg.opt.Lion +optim.kwargs.betas=[0.9,0.99]
+    _target_: Optional[str] = None
+    kwargs: Dict[str, Any] = field(default_factory=dict)  # the _target_'s keyword arguments besides lr
 
 
 @dataclass
@@ -363,7 +380,13 @@ class Config:
     @property
     def user_code(self) -> bool:
         """Does this run import the user's code (a _target_ or a script)?"""
-        return bool(self.script.path or self.model._target_ or self.data._target_ or self.loss._target_)
+        return bool(
+            self.script.path
+            or self.model._target_
+            or self.data._target_
+            or self.loss._target_
+            or self.optim._target_
+        )
 
 
 CLUSTER_SCHEMAS: dict[str, type[ClusterConf]] = {"local": LocalClusterConf, "slurm": SlurmClusterConf}

@@ -9,6 +9,7 @@ import re
 from hpctrain.config import schema as S
 from hpctrain.config.derived import world_size
 from hpctrain.config.folder import folder_problems
+from hpctrain.config.objective_rules import objective_problems
 from hpctrain.config.observe_rules import observe_problems
 from hpctrain.config.preflight_rules import preflight_problems
 from hpctrain.config.resume import resume_problems
@@ -70,7 +71,7 @@ def config_problems(cfg: Config, facts: HostFacts | None) -> list[Problem]:
             )
         )
     p += resume_problems(cfg)
-    p += _optim_problems(cfg)
+    p += objective_problems(cfg)
     if not SAFE_NAME.match(cfg.run.name):
         p.append(
             Problem(
@@ -121,30 +122,6 @@ def _train_problems(cfg: Config) -> list[Problem]:
                 "train.warmup_steps",
                 f"leaves no timed step ({t.warmup_steps} >= train.steps={t.steps})",
                 f"set train.warmup_steps below {t.steps}, or raise train.steps",
-            )
-        )
-    return p
-
-
-def _optim_problems(cfg: Config) -> list[Problem]:
-    o = cfg.optim
-    p = []
-    if o.lr <= 0:  # NaN and inf: value_problems
-        p.append(Problem("optim.lr", f"must be > 0 (got {o.lr:g})", "set optim.lr to a positive number"))
-    if o.momentum < 0 or o.momentum >= 1:
-        p.append(
-            Problem(
-                "optim.momentum",
-                f"must be in [0, 1) (got {o.momentum:g})",
-                "set optim.momentum=0.9 (or 0 for plain SGD)",
-            )
-        )
-    if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
-        p.append(
-            Problem(
-                "optim.betas",
-                f"must be two numbers in [0, 1) (got {list(o.betas)})",
-                "set optim.betas=[0.9,0.999]",
             )
         )
     return p

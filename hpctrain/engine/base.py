@@ -139,9 +139,10 @@ class Engine(ABC, Generic[S]):
     def wrap(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[nn.Module, Any]:
         """The model to call and the optimizer to step, with gradient averaging attached."""
 
-    def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
-        """A fresh start: every rank takes rank 0's weights and optimizer state (default: the
-        wrapper did it already, as DDP's does)."""
+    def broadcast_initial(self, model: nn.Module) -> None:
+        """A fresh start: every rank takes rank 0's weights (default: the wrapper did it already,
+        as DDP's does). Never the optimizer's state: a fresh optimizer has none, and every rank
+        built the same one; a resumed one was read from the same checkpoint on every rank."""
         return None
 
     def micro_batch(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:

@@ -152,7 +152,7 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
         self.stamp = Stamp("none", self.clock)
         return split_model(model, tp_mesh, plan, self.run.sequence_parallel)
 
-    def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
+    def broadcast_initial(self, model: nn.Module) -> None:
         pass  # DistributedDataParallel broadcast rank 0's parameters and buffers when it wrapped them
 
     def micro_batch(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:

@@ -174,9 +174,13 @@ class HorovodEngine(Engine[HorovodSettings], StageReplicas, Timeline):
         )
         return model, wrapped
 
-    def broadcast_initial(self, model: nn.Module, optimizer: Any) -> None:
+    def broadcast_initial(self, model: nn.Module) -> None:
+        # Rank 0's weights only. A fresh optimizer holds no state, and every rank built the same
+        # one from the same config: there is nothing of it to send. hvd.broadcast_optimizer_state
+        # would create the state by stepping once on zero gradients (horovod/torch/functions.py),
+        # which applies AdamW's (and SGD's) weight decay and starts Adam's step count at 1: every
+        # later bias correction is then off, and N ranks no longer train what one rank trains.
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     def micro_batch(self, model: nn.Module, last: bool) -> AbstractContextManager[Any]:
         # backward_passes_per_step: Horovod counts the passes and allreduces after the last

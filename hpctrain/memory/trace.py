@@ -31,6 +31,7 @@ from hpctrain.config.tp_plan import plan_for, resolve
 from hpctrain.errors import HpctrainError
 from hpctrain.records import Layout
 from hpctrain.train.memory import local_bytes
+from hpctrain.train.objective import Objective
 
 # the trackers' categories, as the prediction's parts name them
 CATEGORY = {
@@ -155,7 +156,7 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
     """`rank`'s peak over a training step, traced."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from hpctrain.train.parts import make_criterion, make_model
+    from hpctrain.train.parts import make_model, make_objective
     from hpctrain.train.setup import make_optimizer
 
     layout = d.layout
@@ -171,7 +172,7 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
             _wrap(cfg, layout, piece, meshes)
         with fake:
             optimizer = make_optimizer(cfg, nn.ModuleList(pieces), d.lr)
-            step = Step(pieces, at, inputs, y, make_criterion(cfg))
+            step = Step(pieces, at, inputs, y, make_objective(cfg))
             parts = _track(cfg, layout, optimizer, step, layout.stage_of(rank))
             trainable = sum(local_bytes(q) for piece in pieces for q in piece.parameters() if q.requires_grad)
     return Traced(parts, held, trainable)
@@ -185,7 +186,7 @@ class Step:
     at: list[int]  # each piece's position in the chain
     inputs: list[torch.Tensor]
     y: torch.Tensor
-    loss: nn.Module
+    objective: Objective  # the loss after the head (train/objective.py)
 
 
 def _piece_inputs(
@@ -210,7 +211,6 @@ class _Forwards(nn.Module):
     def __init__(self, step: Step, flight: int, precision: str, last: int) -> None:
         super().__init__()
         self.pieces = nn.ModuleList(step.pieces)
-        self.loss = step.loss
         self.step, self.flight, self.precision, self.last = step, flight, precision, last
 
     def forward(self) -> list[torch.Tensor]:
@@ -221,8 +221,12 @@ class _Forwards(nn.Module):
         for _ in range(self.flight):
             for k, piece, x in zip(self.step.at, self.pieces, self.step.inputs):
                 with autocast(self.precision, "cpu"):
-                    out = _whole(piece(x))
-                outs.append(self.loss(out.float(), self.step.y) if k == self.last else out)
+                    if k == self.last:  # the head's piece: called as a step calls the model
+                        args, kwargs = self.step.objective.inputs(x, self.step.y)
+                        out = self.step.objective.stage_loss(_whole(piece(*args, **kwargs)), self.step.y)
+                    else:
+                        out = _whole(piece(x))
+                outs.append(out)
         return outs
 
 

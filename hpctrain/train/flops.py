@@ -23,7 +23,7 @@ from hpctrain import __version__
 from hpctrain.analysis.peak import Peak, table_peak
 from hpctrain.config.schema import Config
 from hpctrain.facts import cache_dir, keep_cached, read_cached
-from hpctrain.train.parts import make_criterion, make_model, workload_label
+from hpctrain.train.parts import make_model, make_objective, workload_label
 
 PROBE_N = 512  # the CPU probe's square GEMM: 2 n^3 FLOPs a call, large enough to reach the BLAS peak
 
@@ -45,7 +45,7 @@ def flops_per_sample(cfg: Config, dataset: Any, batch: int, fresh: bool = False)
         x = x0.unsqueeze(0).expand(batch, *x0.shape).to("meta")
         y = y0.unsqueeze(0).expand(batch, *y0.shape).to("meta")
         with FlopCounterMode(display=False) as counter:
-            make_criterion(cfg)(model(x), y).backward()
+            make_objective(cfg)(model, x, y).backward()
     except Exception as e:  # noqa: BLE001 - a model that cannot live on the meta device is not counted
         return float("nan"), f"not counted: {type(e).__name__}: {str(e)[:200]}"
     flops = counter.get_total_flops() / batch

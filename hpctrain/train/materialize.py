@@ -47,8 +47,13 @@ def _childless(m: nn.Module) -> nn.Module:
 
 
 def replayable(model: nn.Module) -> bool:
-    """Every module that holds tensors draws them in reset_parameters."""
-    return all(hasattr(m, "reset_parameters") for m in model.modules() if _own_tensors(m))
+    """Every module that holds tensors draws them in reset_parameters, and no tensor is held by
+    two modules (a tied head: the value one rank keeps is the last assignment's, not the last
+    draw's, and a split or sharded copy of each module would untie it)."""
+    held = [id(p) for m in model.modules() for p in m._parameters.values() if p is not None]
+    return len(held) == len(set(held)) and all(
+        hasattr(m, "reset_parameters") for m in model.modules() if _own_tensors(m)
+    )
 
 
 def defer(build: nn.Module, rng_state: torch.Tensor) -> Deferred:

@@ -40,6 +40,7 @@ from hpctrain.train.pipeline import build_pipe, checkpoint_blocks
 from hpctrain.train.pipeline_step import PipelineTrainer
 from hpctrain.train.setup import Setup, make_optimizer
 from hpctrain.train.shard import restore
+from hpctrain.train.ties import check_units, pipeline_ties, retie, tied_groups
 
 
 class ChainPiece(nn.Module):
@@ -70,11 +71,14 @@ def attach(root: nn.Module, name: str, module: nn.Module) -> None:
     at.add_module(leaf, module)
 
 
-def my_pieces(s: Setup) -> list[ChainPiece]:
-    """This rank's pieces of the chain (several under interleaved schedules)."""
+def my_pieces(s: Setup) -> tuple[list[ChainPiece], list[set[str]]]:
+    """This rank's pieces of the chain (several under interleaved schedules), and every piece's
+    parameter names (where a tied parameter's copies are: train/ties.py)."""
     cfg, layout = s.cfg, s.d.layout
     segments = chain_pieces(declared_chain(cfg.model), split_points(cfg, layout.pieces))
-    return [ChainPiece(s.module, segments[k]) for k in layout.pieces_of(s.info.rank)]
+    every = [ChainPiece(s.module, segment) for segment in segments]
+    names = [{n for n, _ in p.named_parameters(remove_duplicate=False)} for p in every]
+    return [every[k] for k in layout.pieces_of(s.info.rank)], names
 
 
 def _engine(s: Setup) -> Any:
@@ -90,7 +94,9 @@ def split_piece(s: Setup, piece: nn.Module, tp_mesh: Any) -> None:
     plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
     mine, _ = resolve(plan, [n for n, _ in piece.named_modules() if n])
     if mine:
+        ties = tied_groups(piece)
         _engine(s).split(piece, tp_mesh, mine)
+        retie(piece, ties, "parallelism.tp.plan")
 
 
 def shard_piece(s: Setup, piece: nn.Module, dp_mesh: Any) -> None:
@@ -98,6 +104,7 @@ def shard_piece(s: Setup, piece: nn.Module, dp_mesh: Any) -> None:
     declared units within it one by one."""
     names = {n for n, _ in piece.named_modules()}
     units = [u for u in shard_units(s.cfg.model, list(s.cfg.parallelism.shard.modules)) if u in names]
+    check_units(piece, units)
     _engine(s).shard(piece, s.d.layout, units, dp_mesh)
 
 
@@ -130,7 +137,8 @@ def mesh_pipeline_trainer(s: Setup) -> tuple[MeshPipelineTrainer, checkpoint.Res
     device = s.common["device"]
     s.common["watch"].phase("comm", 0)  # the mesh's process groups: every rank must arrive
     mesh = _engine(s).device_mesh(layout)
-    pieces = my_pieces(s)
+    ties = tied_groups(s.module)  # before the pieces are split or sharded: then still one tensor
+    pieces, piece_names = my_pieces(s)
     for piece in pieces:
         if layout.tp > 1:
             split_piece(s, piece, mesh["tp"])
@@ -140,6 +148,7 @@ def mesh_pipeline_trainer(s: Setup) -> tuple[MeshPipelineTrainer, checkpoint.Res
             shard_piece(s, piece, mesh["replicate", "shard"])
     held = _whole_named(pieces)
     s.materialize(held)
+    spans = pipeline_ties(ties, piece_names, dict(zip(layout.pieces_of(rank), pieces)), layout, rank)
     del s.module  # this rank keeps its pieces only
     optimizer = make_optimizer(cfg, held, cfg.optim.lr)
     restored = restore(s.run_dir, held, optimizer, cfg.train.resume_from)
@@ -150,8 +159,8 @@ def mesh_pipeline_trainer(s: Setup) -> tuple[MeshPipelineTrainer, checkpoint.Res
         rank,
         device,
         mesh["pp"].get_group(),
-        s.common["criterion"],
-        s.common["delay_s"],
+        s.common["objective"],
+        delay_s=s.common["delay_s"],
     )
     loader = build_loader(cfg.data, s.dataset, s.sampler(start_step=restored.step))
     t = MeshPipelineTrainer(
@@ -162,6 +171,7 @@ def mesh_pipeline_trainer(s: Setup) -> tuple[MeshPipelineTrainer, checkpoint.Res
         weights=held,
         held=held,
         stage=layout.stage_of(rank),
+        ties=spans,
         **s.common,
     )
     return t, restored

@@ -222,14 +222,17 @@ class Embed(nn.Module):
 
 
 class TinyTransformerLM(nn.Module):
-    """A causal pre-norm transformer language model (GPT-style) for next-token prediction."""
+    """A causal pre-norm transformer language model (GPT-style) for next-token prediction;
+    `tie`: the head's weight is the token embedding's (GPT-2, Press & Wolf 2017)."""
 
-    def __init__(self, spec: InputSpec, width: int, depth: int, heads: int) -> None:
+    def __init__(self, spec: InputSpec, width: int, depth: int, heads: int, tie: bool = False) -> None:
         super().__init__()
         self.embed = Embed(spec.vocab_size, spec.seq_len, width)
         self.blocks = Blocks(width, heads, depth)
         self.norm = nn.LayerNorm(width)
         self.head = nn.Linear(width, spec.vocab_size, bias=False)
+        if tie:
+            self.head.weight = self.embed.tok.weight
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.head(self.norm(self.blocks(self.embed(tokens))))
@@ -246,5 +249,5 @@ def build_model(cfg: ModelConf, spec: InputSpec) -> nn.Module:
     if cfg.name == "resnet50":
         return ResNet(spec, Bottleneck, [3, 4, 6, 3], cfg.width)
     if cfg.name == "transformer":
-        return TinyTransformerLM(spec, cfg.width, cfg.depth, cfg.heads)
+        return TinyTransformerLM(spec, cfg.width, cfg.depth, cfg.heads, cfg.tie_embeddings)
     raise ValueError(f"unknown model {cfg.name!r}")  # unreachable after validation

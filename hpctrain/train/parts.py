@@ -12,6 +12,7 @@ from hpctrain.config.schema import Config
 from hpctrain.train import targets
 from hpctrain.train.data import build_dataset
 from hpctrain.train.models import InputSpec, build_model
+from hpctrain.train.objective import LossOnOutput, ModelLoss, Objective
 
 
 class TokenwiseCrossEntropy(nn.Module):
@@ -58,6 +59,13 @@ def make_dataset(cfg: Config, global_batch: int) -> Any:
 
 def make_criterion(cfg: Config) -> nn.Module:
     return TokenwiseCrossEntropy() if cfg.loss._target_ is None else UserLoss(targets.build(cfg, "loss"))
+
+
+def make_objective(cfg: Config) -> Objective:
+    """How a step's loss is made (loss.name): from the model's output, or by the model itself."""
+    if cfg.loss.name == "model":
+        return ModelLoss(cfg.loss.targets_as)
+    return LossOnOutput(make_criterion(cfg))
 
 
 def workload_label(cfg: Config) -> str:

@@ -28,11 +28,17 @@ from hpctrain.engine.clock import Clock, Mark, clock_for
 from hpctrain.engine.device import init_process_group
 from hpctrain.engine.world import export_torch_env
 from hpctrain.errors import HpctrainError
+from hpctrain.train.objective import Objective
 from hpctrain.train.p2p import Meter, install, measure_link
+from hpctrain.train.ties import PipelineTies, pipeline_ties, retie, tied_groups
 
 
 class SplitError(HpctrainError):
     """The model cannot be cut where the config says."""
+
+
+# what the model is called with on one micro-batch: positional and keyword arguments
+Example = tuple[tuple[Any, ...], dict[str, Any]]
 
 
 @dataclass
@@ -62,6 +68,9 @@ class Pipe:
     last_rank: int  # global rank holding this pipeline's last piece: it computes the loss
     meter: Meter
     tally: Tally
+    # loss=model: the forward's name for the targets, which every rank whose pieces take them
+    # passes as a keyword (the traced model hands them to the piece that computes the loss)
+    targets_kw: str | None = None
 
     @property
     def stage(self) -> int:
@@ -103,9 +112,11 @@ def make_groups(layout: Layout, rank: int) -> tuple[Any, Any]:
     return pp, dp
 
 
-def cut(cfg: Config, module: nn.Module, layout: Layout, example: torch.Tensor) -> list[nn.Module]:
+def cut(cfg: Config, module: nn.Module, layout: Layout, example: Example) -> list[nn.Module]:
     """Every piece of the model, traced on one micro-batch of the real shape (the traced graph is
-    specialised to it). Parameters keep their names in the whole model (checkpoints match)."""
+    specialised to it), called as a step calls it (`example`: its positional and keyword
+    arguments; with loss=model the targets too, which the tracer passes straight to the piece that
+    takes them). Parameters keep their names in the whole model (checkpoints match)."""
     from torch.distributed.pipelining import SplitPoint, pipeline
 
     names = split_points(cfg, layout.pieces)
@@ -121,7 +132,12 @@ def cut(cfg: Config, module: nn.Module, layout: Layout, example: torch.Tensor) -
             # torch.export's own pytree code deprecates what it calls itself (torch 2.13): not the
             # user's to act on, so not on their console
             warnings.filterwarnings("ignore", message=r".*treespec, LeafSpec", category=FutureWarning)
-            pipe = pipeline(module, mb_args=(example,), split_spec={n: SplitPoint.BEGINNING for n in names})
+            pipe = pipeline(
+                module,
+                mb_args=example[0],
+                mb_kwargs=example[1] or None,
+                split_spec={n: SplitPoint.BEGINNING for n in names},
+            )
     except Exception as e:  # noqa: BLE001 - tracing fails in many ways; all mean "cannot cut here"
         raise SplitError(
             f"the model cannot be traced for a pipeline (torch.export): {type(e).__name__}: {str(e)[:500]}"
@@ -132,6 +148,22 @@ def cut(cfg: Config, module: nn.Module, layout: Layout, example: torch.Tensor) -
             "points in forward order, each where a module is first called"
         )
     return [pipe.get_stage_module(k) for k in range(layout.pieces)]
+
+
+def _only_its_keywords(piece: nn.Module) -> None:
+    """`piece` called with only the keyword arguments its forward takes (a traced piece's: the
+    values it receives). Every rank passes the targets (loss=model) to all its pieces, whatever
+    calls them (the stage's chunks, a schedule's shape inference, DDP's wrapper), and only the
+    piece that computes the loss takes them. Set on the instance: not the class's forward."""
+    import inspect
+
+    forward = piece.forward
+    takes = set(inspect.signature(forward).parameters)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return forward(*args, **{k: v for k, v in kwargs.items() if k in takes})
+
+    vars(piece)["forward"] = call
 
 
 def _timed(fn: Callable[..., Any], tally: Tally, backward: bool, delay: bool = True) -> Callable[..., Any]:
@@ -157,7 +189,8 @@ def build_pipe(
     rank: int,
     device: torch.device,
     group: Any,
-    criterion: nn.Module,
+    objective: Objective,
+    targets_kw: str | None = None,
     delay_s: float = 0.0,
 ) -> Pipe:
     """This rank's stages (its pieces, engine-wrapped) under the configured schedule, its waits
@@ -171,7 +204,7 @@ def build_pipe(
     install(meter, clock)
     # the rank holding the last piece computes the loss: the last stage, or under zbv's V the first
     last = next(r for r in ranks if layout.pieces - 1 in layout.pieces_of(r))
-    pipe = Pipe(None, layout, rank, group, last, meter, Tally(clock, delay_s=delay_s))
+    pipe = Pipe(None, layout, rank, group, last, meter, Tally(clock, delay_s=delay_s), targets_kw)
     stages: list[Any] = []
     for module, k in zip(pieces, layout.pieces_of(rank)):
         stage = pipelining.PipelineStage(module, k, layout.pieces, device, group=group)
@@ -187,8 +220,8 @@ def build_pipe(
 
     # The loss of a micro-batch is divided by their number here, not by the schedule after the
     # backward passes (scale_grads): Horovod may already be averaging those gradients by then.
-    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return criterion(out, target) / m
+    def loss_fn(out: Any, target: torch.Tensor) -> torch.Tensor:
+        return objective.stage_loss(out, target) / m
 
     kind = SCHEDULES[str(cfg.parallelism.schedule)]
     cls = getattr(pipelining, kind.torch_class)
@@ -201,18 +234,26 @@ def pieces_for(
     module: nn.Module,
     layout: Layout,
     rank: int,
-    example: torch.Tensor,
+    example: Example,
     device: torch.device,
-) -> list[nn.Module]:
-    """This rank's pieces of the model, on the device, with activation checkpointing if asked."""
+) -> tuple[list[nn.Module], PipelineTies]:
+    """This rank's pieces of the model, on the device, with activation checkpointing if asked;
+    and its copies of the tied parameters that more than one piece holds (train/ties.py)."""
+    ties = tied_groups(module)
     every = cut(cfg, module, layout, example)  # once: tracing a module twice fails
-    mine = [every[k] for k in layout.pieces_of(rank)]
-    mine = [p.to(device) for p in mine]
+    for piece in every:  # the tracer leaves a piece a copy per name of a tie: one again
+        retie(piece, ties, "the pipeline's cut")
+        _only_its_keywords(piece)
+    held = {k: every[k].to(device) for k in layout.pieces_of(rank)}
+    spans = pipeline_ties(
+        ties, [{n for n, _ in p.named_parameters(remove_duplicate=False)} for p in every], held, layout, rank
+    )
+    mine = list(held.values())
     if cfg.model.activation_checkpointing:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
         mine = [checkpoint_wrapper(p) for p in mine]  # the piece keeps only its input per micro-batch
-    return mine
+    return mine, spans
 
 
 def checkpoint_blocks(module: nn.Module, names: list[str]) -> None:

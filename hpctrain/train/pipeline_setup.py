@@ -4,6 +4,9 @@ Checkpoints hold the whole model (gathered at save)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 from torch import nn
 
 from hpctrain.engine.base import StageReplicas
@@ -29,9 +32,10 @@ def pipeline_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
     s.materialize(s.module)
     ensure_process_group(device, cfg.train.stall_timeout_s)
     pp_group, dp_group = make_groups(layout, rank)
-    x0 = s.dataset[0][0]
-    example = x0.unsqueeze(0).expand(s.d.batch.micro, *x0.shape).contiguous().to(device)
-    pieces = pieces_for(cfg, s.module, layout, rank, example, device)
+    objective = s.common["objective"]
+    x0, y0 = (micro_batch_like(v, s.d.batch.micro, device) for v in s.dataset[0])
+    targets_kw = objective.targets_name(s.module)
+    pieces, ties = pieces_for(cfg, s.module, layout, rank, objective.inputs(x0, y0), device)
     del s.module  # this rank keeps its pieces only
     base = make_optimizer(cfg, nn.ModuleList(pieces), cfg.optim.lr)
     run, optimizer = pieces, base
@@ -44,11 +48,23 @@ def pipeline_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
     restored = checkpoint.restore(
         s.run_dir, weights, StageOptimizer(optimizer, stage), None, cfg.train.resume_from
     )
-    pipe = build_pipe(
-        cfg, run, layout, rank, device, pp_group, s.common["criterion"], delay_s=s.common["delay_s"]
-    )
+    pipe = build_pipe(cfg, run, layout, rank, device, pp_group, objective, targets_kw, s.common["delay_s"])
     loader = build_loader(cfg.data, s.dataset, s.sampler(start_step=restored.step))
     t = PipelineTrainer(
-        pipe=pipe, optimizer=optimizer, scaler=None, loader=loader, weights=weights, stage=stage, **s.common
+        pipe=pipe,
+        optimizer=optimizer,
+        scaler=None,
+        loader=loader,
+        weights=weights,
+        stage=stage,
+        ties=ties,
+        **s.common,
     )
     return t, restored
+
+
+def micro_batch_like(sample: Any, micro: int, device: torch.device) -> torch.Tensor:
+    """A micro-batch of `micro` copies of one sample (what the pipeline is traced on: the traced
+    graph is specialised to its shape)."""
+    t = torch.as_tensor(sample)
+    return t.unsqueeze(0).expand(micro, *t.shape).contiguous().to(device)

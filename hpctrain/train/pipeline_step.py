@@ -14,7 +14,7 @@ Checkpoints and model.pt hold the whole model, gathered from replica 0 of every 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from hpctrain.train import checkpoint
 from hpctrain.train.pipeline import Pipe, StageOptimizer, merge_states
 from hpctrain.train.precision import autocast
 from hpctrain.train.step import StepInput, StepResult, Trainer
+from hpctrain.train.ties import PipelineTies
 
 if TYPE_CHECKING:
     pass
@@ -35,6 +36,7 @@ class PipelineTrainer(Trainer):
     """This rank's stages under the schedule; a stage's replicas average through the engine."""
 
     pipe: Pipe
+    ties: PipelineTies = field(default_factory=PipelineTies)  # tied parameters spanning pieces
 
     def train_step(self, b: StepInput) -> StepResult:
         pipe, clock, cfg = self.pipe, self.clock, self.cfg
@@ -42,13 +44,13 @@ class PipelineTrainer(Trainer):
         pipe.tally.reset()
         pipe.meter.reset()
         losses: list[torch.Tensor] = []
+        # the first stage takes the batch, the last the targets (its loss's; with loss=model the
+        # model's forward takes them too, as a keyword to the piece that computes the loss)
+        args = (b.x,) if pipe.first else ()
+        kwargs = {pipe.targets_kw: b.y} if pipe.targets_kw else {}
+        target = b.y if pipe.last else None
         with autocast(cfg.precision.name, self.device.type):
-            if pipe.first:
-                pipe.schedule.step(b.x, target=b.y if pipe.last else None, losses=losses)
-            elif pipe.last:
-                pipe.schedule.step(target=b.y, losses=losses)
-            else:
-                pipe.schedule.step()
+            pipe.schedule.step(*args, target=target, losses=losses, return_outputs=False, **kwargs)
         sched = clock.mark()
         # every rank of the pipeline logs the loss its last stage computed (micro-batch losses
         # were divided by their number: their sum is the batch mean)
@@ -57,6 +59,7 @@ class PipelineTrainer(Trainer):
         sent = dist.broadcast(loss, src=pipe.last_rank, group=pipe.group, async_op=True)
         replicated = pipe.layout.replicas > 1
         ready = self._communicate(b.step, replicated)
+        self.ties.sum_grads()  # after the replicas averaged: the copies of a tie take one update
         averaged = clock.mark()
         # the loss arrives when the last stage's schedule ends; the stages that ended first wait
         # for it: the pipeline's drain, idle time like the waits inside the schedule

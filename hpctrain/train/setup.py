@@ -23,7 +23,8 @@ from hpctrain.engine.world import RankInfo
 from hpctrain.train import checkpoint, optim
 from hpctrain.train.data import GlobalBatchSampler, build_loader
 from hpctrain.train.materialize import Deferred, defer, materialize, replayable
-from hpctrain.train.parts import make_criterion, make_dataset, make_model, workload_label
+from hpctrain.train.objective import Objective
+from hpctrain.train.parts import make_dataset, make_model, make_objective, workload_label
 from hpctrain.train.pipeline import checkpoint_blocks
 from hpctrain.train.precision import make_scaler
 from hpctrain.train.step import DataParallelTrainer, Trainer
@@ -41,7 +42,7 @@ class Common(TypedDict):
     engine: Engine
     device: torch.device
     clock: Clock
-    criterion: nn.Module
+    objective: Objective
     watch: Watchdog
     parameters: int
     delay_s: float
@@ -85,12 +86,7 @@ def place_model(cfg: Config, model: nn.Module, device: torch.device) -> nn.Modul
 
 
 def make_optimizer(cfg: Config, model: nn.Module, lr: float) -> torch.optim.Optimizer:
-    o = cfg.optim
-    if o.name == "adamw":
-        return optim.AdamW(
-            model.parameters(), lr=lr, betas=(o.betas[0], o.betas[1]), weight_decay=o.weight_decay
-        )
-    return optim.SGD(model.parameters(), lr=lr, momentum=o.momentum, weight_decay=o.weight_decay)
+    return optim.build(cfg.optim, model.parameters(), lr)
 
 
 def prepare(cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Path) -> Setup:
@@ -102,16 +98,16 @@ def prepare(cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Pa
     watch.start()
     torch.manual_seed(cfg.train.seed)  # identical initial weights everywhere; broadcast makes sure
     module, deferred = build_model(cfg, d, device)
-    criterion = make_criterion(cfg)
+    objective = make_objective(cfg)
     dataset = make_dataset(cfg, d.batch.global_)
     if cfg.user_code:
-        probe(module, criterion, dataset, device, workload_label(cfg))
+        probe(module, objective, dataset, device, workload_label(cfg))
     common = Common(
         cfg=cfg,
         engine=engine,
         device=device,
         clock=clock_for(device),
-        criterion=criterion,
+        objective=objective,
         watch=watch,
         parameters=sum(p.numel() for p in module.parameters()),
         delay_s=cfg.debug.slow_s
@@ -163,7 +159,7 @@ def data_parallel_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
     # Horovod's DistributedOptimizer starts from its base optimizer's parameter groups only
     restored = checkpoint.restore(s.run_dir, s.module, optimizer, scaler, cfg.train.resume_from)
     if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
-        engine.broadcast_initial(s.module, optimizer)
+        engine.broadcast_initial(s.module)
     loader = build_loader(cfg.data, s.dataset, s.sampler(start_step=restored.step))
     t = DataParallelTrainer(
         model=model, optimizer=optimizer, scaler=scaler, loader=loader, weights=s.module, **s.common

@@ -22,6 +22,7 @@ from hpctrain.train import checkpoint, shard_checkpoint
 from hpctrain.train.data import build_loader
 from hpctrain.train.setup import Setup, make_optimizer, recompute_blocks
 from hpctrain.train.step import DataParallelTrainer, StepInput, StepResult
+from hpctrain.train.ties import check_units, retie, tied_groups
 
 if TYPE_CHECKING:
     from hpctrain.records import StepRecord
@@ -97,6 +98,7 @@ def sharded_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
         dp_mesh = mesh["shard"] if layout.replicate == 1 else mesh["replicate", "shard"]
     recompute_blocks(s)
     units = shard_units(cfg.model, list(cfg.parallelism.shard.modules))
+    check_units(model, units)
     model = s.materialize(engine.shard(model, layout, units, dp_mesh))
     return dcp_trainer(s, model, tp_mesh)
 
@@ -146,7 +148,10 @@ def split(s: Setup, tp_mesh: Any) -> nn.Module:
     """The model split by the plan in force (the user's, or the built-in model's own)."""
     tp = s.cfg.parallelism.tp
     plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
-    return _tp_engine(s).split(s.module, tp_mesh, plan)
+    ties = tied_groups(s.module)
+    model = _tp_engine(s).split(s.module, tp_mesh, plan)
+    retie(model, ties, "parallelism.tp.plan")  # the split made a parameter of each module's
+    return model
 
 
 def restore(run_dir: Path, model: nn.Module, optimizer: Any, resume_from: str | None) -> checkpoint.Restored:

@@ -28,6 +28,7 @@ from hpctrain.train import checkpoint
 from hpctrain.train.checkpoint import Weights
 from hpctrain.train.comm_probe import probe_allreduce
 from hpctrain.train.memory import held_bytes
+from hpctrain.train.objective import Objective
 from hpctrain.train.precision import autocast
 from hpctrain.train.stats import straggler_waits
 from hpctrain.train.watchdog import Watchdog
@@ -76,7 +77,7 @@ class Trainer(ABC):
     scaler: torch.amp.GradScaler | None  # fp16 only
     loader: torch.utils.data.DataLoader[Any]
     device: torch.device
-    criterion: nn.Module
+    objective: Objective  # the step's loss from the model and the batch (train/objective.py)
     weights: Weights  # what checkpoints and model.pt hold: the model without the engine's wrapper
     clock: Clock  # marks where the work runs (engine/clock.py): host time, or CUDA events
     watch: Watchdog  # told the phase of each step (stall detection)
@@ -195,7 +196,7 @@ class DataParallelTrainer(Trainer):
         for i, (xs, ys) in enumerate(zip(b.x.chunk(acc), b.y.chunk(acc))):
             with engine.micro_batch(self.model, last=i == acc - 1):
                 with autocast(cfg.precision.name, self.device.type):
-                    loss = self.criterion(self.model(xs), ys)
+                    loss = self.objective(self.model, xs, ys)
                     loss = loss / acc if acc > 1 else loss
                 if self.delay_s:
                     time.sleep(self.delay_s)

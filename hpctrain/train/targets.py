@@ -1,4 +1,4 @@
-"""User models, datasets and losses by import path (Hydra's `_target_` convention).
+"""User models, datasets, losses and optimizers by import path (Hydra's `_target_` convention).
 
 Checked when the config is validated (the target imports, is callable, and takes the keyword
 arguments given), so a typo fails before anything is submitted; built on every rank with
@@ -19,7 +19,7 @@ from typing import Any
 from hpctrain.config.schema import Config
 from hpctrain.errors import Problem
 
-SECTIONS = ("model", "data", "loss")
+SECTIONS = ("model", "data", "loss", "optim")
 
 
 class WorkloadError(RuntimeError):
@@ -101,8 +101,10 @@ def target_problems(cfg: Config) -> list[Problem]:
             sig = inspect.signature(obj)
         except (TypeError, ValueError):
             continue  # a builtin without a signature: instantiate will tell
+        # an optimizer is built as CLASS(parameters, lr=..., **kwargs)
+        optim = section == "optim"
         try:
-            sig.bind(**kwargs)
+            sig.bind(*([[]] if optim else []), **kwargs, **({"lr": 1.0} if optim else {}))
         except TypeError as e:
             p.append(
                 Problem(
@@ -181,6 +183,18 @@ def build(cfg: Config, section: str) -> Any:
         ) from e
 
 
+def build_optimizer(target: str, kwargs: dict[str, Any], params: Any, lr: float) -> Any:
+    """optim._target_ over the parameters at the run's learning rate, with its keyword arguments
+    (called directly: Hydra's instantiate would copy the parameters into its config)."""
+    try:
+        return locate(target)(params, lr=lr, **kwargs)
+    except Exception as e:  # noqa: BLE001 - whatever the user's constructor raises
+        cause = e.__cause__ or e
+        raise WorkloadError(
+            f"optim._target_={target} failed: {type(cause).__name__}: {_first_line(cause)}"
+        ) from e
+
+
 def check_dataset(dataset: Any, target: str, global_batch: int) -> None:
     """A map-style dataset of (input, target) pairs, with at least one global batch of samples."""
     if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
@@ -202,9 +216,10 @@ def check_dataset(dataset: Any, target: str, global_batch: int) -> None:
         )
 
 
-def probe(model: Any, criterion: Any, dataset: Any, device: Any, what: str) -> None:
+def probe(model: Any, objective: Any, dataset: Any, device: Any, what: str) -> None:
     """One sample through the model and the loss (eval mode, no gradients: nothing changes), so a
-    model and data that do not fit fail with the shapes named, not deep inside the first step."""
+    model and data that do not fit fail with the shapes named, not deep inside the first step;
+    `objective` (train/objective.py) makes the loss as a step does."""
     import torch
 
     x, y = dataset[0]
@@ -213,8 +228,7 @@ def probe(model: Any, criterion: Any, dataset: Any, device: Any, what: str) -> N
     model.eval()
     try:
         with torch.no_grad():
-            out = model(x)
-            criterion(out, y)
+            objective(model, x, y)
     except Exception as e:  # noqa: BLE001 - any mismatch of the user's model and data
         raise WorkloadError(
             f"{what}: one sample does not go through the model and the loss: input "

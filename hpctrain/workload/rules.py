@@ -32,13 +32,57 @@ def workload_problems(cfg: Config) -> list[Problem]:
     p += _trainer_only(cfg)
     p += target_problems(cfg)
     p += _builtin_only(cfg)
+    p += _model_loss(cfg)
     return p
+
+
+def _model_loss(cfg: Config) -> list[Problem]:
+    """loss=model calls forward(inputs, targets), or forward(inputs, <targets_as>=targets): a
+    model class whose forward takes neither is refused here, not on every rank after the start."""
+    import inspect
+
+    from hpctrain.train.targets import importable, locate
+
+    if cfg.loss.name != "model" or not cfg.model._target_:
+        return []
+    with importable(cfg.code.dir):
+        try:
+            forward = getattr(locate(cfg.model._target_), "forward", None)
+        except Exception:  # noqa: BLE001 - target_problems names what does not import
+            return []
+    if not inspect.isfunction(forward):
+        return []  # a factory: its model is checked on the ranks, with one sample
+    key, sig = cfg.loss.targets_as, inspect.signature(forward)
+    names = list(sig.parameters)
+    if not key and "labels" in names[3:]:  # Hugging Face's: forward(input_ids, attention_mask, ..., labels)
+        return [
+            Problem(
+                "loss.targets_as",
+                f"{cfg.model._target_}.forward takes the targets as labels, not as its second argument "
+                f"({names[2]}), where loss=model would put them",
+                "set loss.targets_as=labels",
+            )
+        ]
+    try:  # (self, inputs, targets) or (self, inputs, key=targets)
+        sig.bind(None, None, **{key: None}) if key else sig.bind(None, None, None)
+    except TypeError:
+        call = f"forward(inputs, {key}=targets)" if key else "forward(inputs, targets)"
+        return [
+            Problem(
+                "loss.name",
+                f"loss=model calls {call}, which {cfg.model._target_}.forward{sig} does not take",
+                "give forward a targets argument that returns the loss, or set loss.targets_as to its keyword "
+                "(labels for Hugging Face models)",
+            )
+        ]
+    return []
 
 
 # settings of the built-in models and datasets, which a _target_ does not receive
 BUILTIN_ONLY = {
-    "model": ("width", "depth", "heads"),
+    "model": ("width", "depth", "heads", "tie_embeddings"),
     "data": ("num_samples", "channels", "image_size", "num_classes", "seq_len", "vocab_size", "path"),
+    "optim": ("momentum", "nesterov", "betas", "eps", "alpha", "weight_decay"),
 }
 
 

@@ -19,6 +19,7 @@ from torch import nn
 
 from hpctrain.engine.clock import CudaClock
 from hpctrain.records import StepRecord
+from hpctrain.train.objective import LossOnOutput
 from hpctrain.train.step import DataParallelTrainer, StepInput
 from hpctrain.train.watchdog import Watchdog
 from tests.conftest import DIGITS_CNN, assert_same_weights, hpctrain, run_ok
@@ -95,7 +96,7 @@ def test_injected_delays_land_in_compute_and_in_exposed_communication(tmp_path: 
         scaler=None,
         loader=[],  # unused: train_step is given its batch
         device=device,
-        criterion=nn.CrossEntropyLoss(),
+        objective=LossOnOutput(nn.CrossEntropyLoss()),
         weights=model,
         watch=Watchdog(tmp_path, 0, 1, 600),
         parameters=18,

@@ -17,6 +17,7 @@ from hpctrain.config.schema import Config
 from hpctrain.engine.base import Engine
 from hpctrain.engine.clock import HostClock, Mark
 from hpctrain.engine.ddp import DdpEngine
+from hpctrain.train.objective import LossOnOutput
 from hpctrain.train.step import DataParallelTrainer, StepInput
 from hpctrain.train.watchdog import Watchdog
 from tests.engines.solo import SoloEngine
@@ -54,7 +55,7 @@ def _trainer(tmp_path: Path, clock: HostClock, engine: Engine, cfg: Config) -> D
         scaler=None,
         loader=[],  # unused: train_step is given its batch
         device=torch.device("cpu"),
-        criterion=nn.CrossEntropyLoss(),
+        objective=LossOnOutput(nn.CrossEntropyLoss()),
         weights=model,
         watch=Watchdog(tmp_path, 0, 1, 600),
         parameters=18,
