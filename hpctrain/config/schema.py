@@ -194,8 +194,12 @@ class TensorParallelSettings:
     # (Korthikanti et al. 2022): less activation memory, all-gather/reduce-scatter instead of all-reduce
     sequence_parallel: bool = False
     # a user model's plan: module name (fnmatch wildcards over repeated blocks, e.g. layers.*.w1) ->
-    # colwise | rowwise | colwise_gather (an output gathered whole, e.g. a head); {} = the built-in model's
+    # colwise | rowwise | colwise_gather (an output gathered whole, e.g. a head) | colwise_fused:K
+    # (K matrices side by side, e.g. a fused q/k/v: colwise_fused:3); {} = the built-in model's
     plan: Dict[str, str] = field(default_factory=dict)
+    # module attributes that count heads or width, divided by the degree on each rank (a split
+    # attention's local head count), as module.attribute with wildcards, e.g. [h.*.attn.n_head]
+    divide: List[str] = field(default_factory=list)
 
 
 @dataclass

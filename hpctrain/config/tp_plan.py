@@ -8,6 +8,11 @@ Styles, as parallelism.tp.plan spells them:
   colwise         Linear: output features split (or Embedding: embedding dimension split)
   rowwise         Linear: input features split, output all-reduced (Embedding: vocabulary split)
   colwise_gather  colwise, its output gathered whole (a head whose logits the loss reads)
+  colwise_fused:K a Linear whose outputs are K equal matrices side by side (GPT-2's c_attn: q, k
+                  and v, K=3): each is split by columns, so a rank holds its heads of each
+A module whose forward reads a count or a width from an attribute (self.n_head, self.n_embd)
+names it in parallelism.tp.divide: each rank's is divided by the degree (TorchTitan sets its
+attention's local head count the same way).
 With parallelism.tp.sequence_parallel (Korthikanti et al. 2022) the activations between the
 split regions stay split along the sequence (dimension 1): a row-wise output is reduce-scattered
 instead of all-reduced, and three more styles place the seams:
@@ -25,6 +30,24 @@ from hpctrain.config.schema import ModelConf
 SPLITS = ("colwise", "rowwise", "colwise_gather")  # styles that split a Linear's or Embedding's weight
 SEAMS = ("sequence", "gather_input", "split_output")  # sequence parallelism's
 STYLES = SPLITS + SEAMS
+FUSED = "colwise_fused"  # colwise_fused:K, K equal output matrices side by side
+
+
+def fused_chunks(style: str) -> int | None:
+    """K of a colwise_fused:K style (2 or more), or None for any other style or a malformed one."""
+    name, sep, k = style.partition(":")
+    if name != FUSED or not sep or not k.isdigit() or int(k) < 2:
+        return None
+    return int(k)
+
+
+def is_style(style: str) -> bool:
+    return style in STYLES or fused_chunks(style) is not None
+
+
+def splits(style: str) -> bool:
+    """Does the style split a Linear's (or Embedding's) weight?"""
+    return style in SPLITS or fused_chunks(style) is not None
 
 
 def declared_tp_plan(m: ModelConf, sequence: bool = False) -> dict[str, str]:

@@ -218,8 +218,11 @@ class TensorParallel(ABC):
         has pipeline stages), on this rank's device."""
 
     @abstractmethod
-    def split(self, model: nn.Module, tp_mesh: Any, plan: dict[str, str]) -> nn.Module:
-        """`model`, split in place: the plan's modules hold this rank's slice (DTensors)."""
+    def split(
+        self, model: nn.Module, tp_mesh: Any, plan: dict[str, str], divide: list[str] | None = None
+    ) -> nn.Module:
+        """`model`, split in place: the plan's modules hold this rank's slice (DTensors), and the
+        `divide` attributes (module.attribute patterns: head counts, widths) are this rank's."""
 
 
 class Timeline(ABC):

@@ -131,7 +131,10 @@ def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any])
         tp = cfg.parallelism.tp
         mine, _ = resolve(plan_for(cfg.model, dict(tp.plan), tp.sequence_parallel), names)
         if mine:
-            split_model(piece, meshes["tp"], mine, tp.sequence_parallel)
+            from hpctrain.engine.tp_wrap import divided
+
+            divide = [str(a) for a in tp.divide if divided(piece, [str(a)])]
+            split_model(piece, meshes["tp"], mine, tp.sequence_parallel, divide)
     if cfg.model.activation_checkpointing:
         checkpoint_blocks(piece, [b for b in declared_checkpoint_blocks(cfg.model) if b in names])
     if layout.shard > 1:

@@ -22,7 +22,7 @@ from hpctrain.parallel.mesh_rules import mesh_stage_problems, whole_checkpoints_
 from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
 from hpctrain.parallel.registry import node_size
 from hpctrain.parallel.shard_rules import shard_problems
-from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
+from hpctrain.parallel.tensor import fused_unsharded, tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
 from hpctrain.records.parts import ShardFigures
 
@@ -86,7 +86,9 @@ class Fsdp(ParallelismKind):
             if piped:
                 return p  # the shard degree is judged once the stages fit
             dp //= par.stages
-        return p + shard_problems(cfg, dp, cls.degree(cfg, world, node), cls.whole_world, facts)
+        degree = cls.degree(cfg, world, node)
+        fused = fused_unsharded(cfg) if degree > 1 and tp > 1 else []
+        return p + fused + shard_problems(cfg, dp, degree, cls.whole_world, facts)
 
     @classmethod
     def notes(cls, cfg: Config, layout: Layout, ranks_per_node: int) -> list[str]:

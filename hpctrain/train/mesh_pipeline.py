@@ -33,6 +33,7 @@ from hpctrain.config.split import (
 )
 from hpctrain.config.tp_plan import plan_for, resolve
 from hpctrain.engine.base import Sharding, TensorParallel
+from hpctrain.engine.ties import check_units, pipeline_ties, tied_groups
 from hpctrain.engine.world import CommError
 from hpctrain.train import checkpoint, shard_checkpoint
 from hpctrain.train.data import build_loader
@@ -40,7 +41,6 @@ from hpctrain.train.pipeline import build_pipe, checkpoint_blocks
 from hpctrain.train.pipeline_step import PipelineTrainer
 from hpctrain.train.setup import Setup, make_optimizer
 from hpctrain.train.shard import restore
-from hpctrain.train.ties import check_units, pipeline_ties, retie, tied_groups
 
 
 class ChainPiece(nn.Module):
@@ -94,9 +94,10 @@ def split_piece(s: Setup, piece: nn.Module, tp_mesh: Any) -> None:
     plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
     mine, _ = resolve(plan, [n for n, _ in piece.named_modules() if n])
     if mine:
-        ties = tied_groups(piece)
-        _engine(s).split(piece, tp_mesh, mine)
-        retie(piece, ties, "parallelism.tp.plan")
+        from hpctrain.engine.tp_wrap import divided
+
+        divide = [str(a) for a in tp.divide if divided(piece, [str(a)])]  # those of this piece
+        _engine(s).split(piece, tp_mesh, mine, divide)
 
 
 def shard_piece(s: Setup, piece: nn.Module, dp_mesh: Any) -> None:

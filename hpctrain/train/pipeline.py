@@ -26,11 +26,11 @@ from hpctrain.config.schema import Config
 from hpctrain.config.split import split_points
 from hpctrain.engine.clock import Clock, Mark, clock_for
 from hpctrain.engine.device import init_process_group
+from hpctrain.engine.ties import PipelineTies, pipeline_ties, retie, tied_groups
 from hpctrain.engine.world import export_torch_env
 from hpctrain.errors import HpctrainError
 from hpctrain.train.objective import Objective
 from hpctrain.train.p2p import Meter, install, measure_link
-from hpctrain.train.ties import PipelineTies, pipeline_ties, retie, tied_groups
 
 
 class SplitError(HpctrainError):

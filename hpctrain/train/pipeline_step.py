@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 
+from hpctrain.engine.ties import PipelineTies
 from hpctrain.train import checkpoint
 from hpctrain.train.pipeline import Pipe, StageOptimizer, merge_states
 from hpctrain.train.precision import autocast
 from hpctrain.train.step import StepInput, StepResult, Trainer
-from hpctrain.train.ties import PipelineTies
 
 if TYPE_CHECKING:
     pass

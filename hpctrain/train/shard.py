@@ -17,12 +17,14 @@ from torch import nn
 from hpctrain.config.split import shard_units
 from hpctrain.config.tp_plan import plan_for
 from hpctrain.engine.base import Sharding, TensorParallel
+from hpctrain.engine.ties import check_units
 from hpctrain.engine.world import CommError
 from hpctrain.train import checkpoint, shard_checkpoint
 from hpctrain.train.data import build_loader
+from hpctrain.train.parts import workload_label
 from hpctrain.train.setup import Setup, make_optimizer, recompute_blocks
 from hpctrain.train.step import DataParallelTrainer, StepInput, StepResult
-from hpctrain.train.ties import check_units, retie, tied_groups
+from hpctrain.train.targets import probe
 
 if TYPE_CHECKING:
     from hpctrain.records import StepRecord
@@ -148,9 +150,17 @@ def split(s: Setup, tp_mesh: Any) -> nn.Module:
     """The model split by the plan in force (the user's, or the built-in model's own)."""
     tp = s.cfg.parallelism.tp
     plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
-    ties = tied_groups(s.module)
-    model = _tp_engine(s).split(s.module, tp_mesh, plan)
-    retie(model, ties, "parallelism.tp.plan")  # the split made a parameter of each module's
+    model = _tp_engine(s).split(s.module, tp_mesh, plan, [str(a) for a in tp.divide])
+    if s.cfg.user_code:  # one sample through the split model (every rank of the group: collectives)
+        probe(
+            model,
+            s.common["objective"],
+            s.dataset,
+            s.common["device"],
+            f"{workload_label(s.cfg)} split by parallelism.tp.plan",
+            " (a forward that reads a head count or a width from an attribute needs it in "
+            "parallelism.tp.divide, e.g. [h.*.attn.n_head,h.*.attn.n_embd]; docs: howto/tensor-parallel)",
+        )
     return model
 
 

@@ -55,6 +55,7 @@ def save(
     # the optimizer's state and hyperparameters keyed by parameter name, not by group index: a
     # pipeline's ranks each hold other parameters, and one name means one value on every rank
     msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True))
+    msd, osd = storable(msd), storable(osd)
     try:
         dcp.save(
             {"model": msd, "optimizer": osd, "step": step, "torch_rng": torch.get_rng_state()},
@@ -81,6 +82,7 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
         md, unreadable = _metadata(path)  # read once: the optimizer's layout and the fit both ask it
         options = StateDictOptions(flatten_optimizer_state_dict=flat_optimizer(md))
         msd, osd = get_state_dict(model, optimizer, options=options)
+        msd, osd = storable(msd), storable(osd)  # read whole, then set into the slices
         state: dict[str, Any] = {
             "model": msd,
             "optimizer": osd,
@@ -108,6 +110,25 @@ def load_sharded(path: Path, model: nn.Module, optimizer: Any) -> int:
         why = f"does not fit this run's model or optimizer ({type(e).__name__}: {str(e)[:160]})"
     _agree(why)
     return int(state["step"])
+
+
+def storable(state: dict[str, Any]) -> dict[str, Any]:
+    """`state` with each tensor split chunk by chunk over the tensor-parallel ranks (a
+    colwise_fused:K weight and its optimizer state: DTensor's _StridedShard on the innermost mesh
+    dimension) gathered whole: torch.distributed.checkpoint describes a rank's part by one offset
+    and a size, which such a slice does not have (torch 2.13 refuses it: "overlapping chunks").
+    FSDP2's own strided placement (on the data-parallel dimension, outside a plain TP split) it
+    reads and writes as it is. Loading into the gathered copy and setting it into the model
+    slices it again (set_state_dict copies into the parameter's own placement)."""
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    def whole(v: Any) -> Any:
+        if isinstance(v, DTensor) and isinstance(v.placements[-1], _StridedShard):
+            return v.redistribute(v.device_mesh, [Replicate()] * len(v.placements))
+        return storable(v) if isinstance(v, dict) else v
+
+    return {k: whole(v) for k, v in state.items()}
 
 
 def flat_optimizer(md: Any) -> bool:

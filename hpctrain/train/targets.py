@@ -216,7 +216,7 @@ def check_dataset(dataset: Any, target: str, global_batch: int) -> None:
         )
 
 
-def probe(model: Any, objective: Any, dataset: Any, device: Any, what: str) -> None:
+def probe(model: Any, objective: Any, dataset: Any, device: Any, what: str, hint: str = "") -> None:
     """One sample through the model and the loss (eval mode, no gradients: nothing changes), so a
     model and data that do not fit fail with the shapes named, not deep inside the first step;
     `objective` (train/objective.py) makes the loss as a step does."""
@@ -233,7 +233,7 @@ def probe(model: Any, objective: Any, dataset: Any, device: Any, what: str) -> N
         raise WorkloadError(
             f"{what}: one sample does not go through the model and the loss: input "
             f"{tuple(x.shape[1:])} {x.dtype}, target {tuple(y.shape[1:])} {y.dtype}: "
-            f"{type(e).__name__}: {_first_line(e)}"
+            f"{type(e).__name__}: {_first_line(e)}{hint}"
         ) from e
     finally:
         model.train(was_training)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hpctrain import bounded
 from hpctrain.config.schema import Config, ParallelismConf, ScriptConf, TrainConf
-from hpctrain.config.tp_plan import STYLES
+from hpctrain.config.tp_plan import is_style
 from hpctrain.errors import Problem
 from hpctrain.train.targets import orphan_kwargs, target_problems
 from hpctrain.workload.code import NOT_GIT, git_top, in_snapshot, snapshot_on
@@ -33,7 +33,7 @@ def workload_problems(cfg: Config) -> list[Problem]:
     p += target_problems(cfg)
     p += _builtin_only(cfg)
     p += _model_loss(cfg)
-    return p
+    return p + (_tp_plan(cfg) if not any(q.key.startswith("model.") for q in p) else [])
 
 
 def _model_loss(cfg: Config) -> list[Problem]:
@@ -142,20 +142,29 @@ def _unit_problems(cfg: Config, modules: list[str]) -> list[Problem]:
 
 
 def _tp_plan(cfg: Config) -> list[Problem]:
-    """A plan given for a built-in model, against the model built on the meta device (a user
-    model's is checked where it is built, on the ranks, as its shard units are)."""
+    """A plan given for a model, against the model built on the meta device (no memory): a name
+    that matches nothing, a module it cannot split or whose dimension does not divide over the
+    degree, a `divide` attribute that is not a count the degree divides, or a tied parameter split
+    two ways is refused before anything starts. A user model whose constructor cannot run on the
+    meta device is checked where it is built, on the ranks."""
     tp = cfg.parallelism.tp
-    if not tp.plan or tp.degree < 2 or any(str(v) not in STYLES for v in tp.plan.values()):
+    if not (tp.plan or tp.divide) or tp.degree < 2 or any(not is_style(str(v)) for v in tp.plan.values()):
         return []  # no plan, no tensor parallelism, or a style refused by the parallelism's rules
     import torch
 
+    from hpctrain.config.tp_plan import plan_for
     from hpctrain.engine.tp_wrap import TensorParallelError, check_plan
     from hpctrain.train.parts import make_model
+    from hpctrain.train.targets import importable
 
-    with torch.device("meta"):
-        model = make_model(cfg)
     try:
-        check_plan(model, {str(k): str(v) for k, v in tp.plan.items()})
+        with importable(cfg.code.dir), torch.device("meta"):
+            model = make_model(cfg)
+    except Exception:  # noqa: BLE001 - the user's constructor on the meta device: the ranks will tell
+        return []
+    plan = plan_for(cfg.model, dict(tp.plan), tp.sequence_parallel)
+    try:
+        check_plan(model, plan, int(tp.degree), [str(a) for a in tp.divide])
     except TensorParallelError as e:
         key, _, why = str(e).partition(": ")
         return [
