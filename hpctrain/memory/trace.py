@@ -28,7 +28,7 @@ from hpctrain.config.split import (
     split_points,
 )
 from hpctrain.config.tp_plan import plan_for, resolve
-from hpctrain.errors import HpctrainError
+from hpctrain.errors import ConfigError, HpctrainError
 from hpctrain.records import Layout
 from hpctrain.train.memory import local_bytes
 from hpctrain.train.objective import Objective
@@ -170,15 +170,80 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
         with fake:
             whole = make_model(cfg)
             x, y, held = _batch(cfg, d.batch.micro)
-            pieces, at, inputs = _pieces(cfg, layout, whole, x, rank)
-        for piece in pieces:
-            _wrap(cfg, layout, piece, meshes)
-        with fake:
-            optimizer = make_optimizer(cfg, nn.ModuleList(pieces), d.lr)
-            step = Step(pieces, at, inputs, y, make_objective(cfg))
-            parts = _track(cfg, layout, optimizer, step, layout.stage_of(rank))
-            trainable = sum(local_bytes(q) for piece in pieces for q in piece.parameters() if q.requires_grad)
+            if cfg.user_code:
+                fits(cfg, whole, x, y)
+        try:
+            with fake:
+                pieces, at, inputs = _pieces(cfg, layout, whole, x, rank)
+            for piece in pieces:
+                _wrap(cfg, layout, piece, meshes)
+            with fake:
+                optimizer = make_optimizer(cfg, nn.ModuleList(pieces), d.lr)
+                step = Step(pieces, at, inputs, y, make_objective(cfg))
+                parts = _track(cfg, layout, optimizer, step, layout.stage_of(rank))
+                trainable = sum(
+                    local_bytes(q) for piece in pieces for q in piece.parameters() if q.requires_grad
+                )
+        except HpctrainError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a model the tracer cannot follow: not predicted, said why
+            raise TraceError(f"the step could not be traced: {type(e).__name__}: {_first_line(e)}") from e
     return Traced(parts, held, trainable)
+
+
+def fits(cfg: Config, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    """One sample of the user's data through the user's model and loss, on fake tensors: where
+    they do not fit, the problem the ranks would report after the start (train/targets.py:probe)
+    is refused now, as a ConfigError (exit 2). What fake tensors cannot follow (a value read in
+    forward) only leaves the memory unpredicted."""
+    from hpctrain.train.parts import make_objective, workload_label
+    from hpctrain.train.targets import WorkloadError, probe
+
+    try:
+        probe(model, make_objective(cfg), [(x[0], y[0])], torch.device("cpu"), workload_label(cfg))
+    except WorkloadError as e:
+        cause = e.__cause__
+        if cause is not None and type(cause).__module__.startswith(("torch._subclasses", "torch.fx")):
+            raise TraceError(
+                f"the model could not be traced: {type(cause).__name__}: {_first_line(cause)}"
+            ) from e
+        where = (
+            "model._target_"
+            if cfg.model._target_
+            else "loss._target_"
+            if cfg.loss._target_
+            else "data._target_"
+        )
+        raise ConfigError.one(
+            where,
+            str(e),
+            "make the model, its data and the loss fit (docs: tutorials/own-code, the model's contract); "
+            "a model that computes its own loss trains with loss=model",
+        ) from e
+
+
+def check_workload(cfg: Config) -> None:
+    """fits() outside a trace (hpctrain tune, before its trials): ConfigError where the user's
+    model, data and loss do not fit; nothing where they fit or cannot be built here."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from hpctrain.train.parts import make_model
+
+    try:
+        with warnings.catch_warnings(), FakeTensorMode(allow_non_fake_inputs=True):
+            warnings.simplefilter("ignore")
+            model = make_model(cfg)
+            x, y, _ = _batch(cfg, 1)
+            fits(cfg, model, x, y)
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001 - not buildable here (its data on other nodes): the trials will tell
+        return
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else "(no message)"
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from hpctrain.orchestrate.lock import writer_lock
 from hpctrain.orchestrate.probe import run_and_wait
 from hpctrain.orchestrate.runs import prepare, refusals
 from hpctrain.orchestrate.study_run import keep_aside
+from hpctrain.orchestrate.validate import trains
 from hpctrain.parallel.registry import kind_of
 
 
@@ -107,6 +108,10 @@ def plan_tune(overrides: Sequence[str], config_dir: str | None) -> Tuning:
     problems = _tune_problems(cfg, run.plan.world_size)
     if problems:
         raise ConfigError(problems)
+    if cfg.user_code and trains(cfg):  # a model and loss that do not fit: refused, not N failed trials
+        from hpctrain.memory.trace import check_workload
+
+        check_workload(cfg)
     target_config(cfg)  # tune.target_ranks must be a world the cluster can make
     knobs, invalid = [], []
     chosen = chosen_knobs(cfg)

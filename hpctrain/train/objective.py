@@ -60,6 +60,12 @@ class LossOnOutput(Objective):
         return (x,), {}
 
     def stage_loss(self, out: Any, y: Any) -> torch.Tensor:
+        if not isinstance(out, torch.Tensor):
+            raise LossOutputError(
+                f"the loss function (loss=cross_entropy, or loss._target_) takes the model's output as one "
+                f"tensor, but the model returned {describe(out)}; a model that computes its own loss "
+                "trains with loss=model"
+            )
         loss: torch.Tensor = self.criterion(out, y)
         return loss
 
