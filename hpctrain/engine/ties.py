@@ -54,6 +54,16 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
+def _as_placed(p: nn.Parameter) -> None:
+    """p.grad in its parameter's placement: a split embedding's comes back Partial or Replicate
+    (the optimizer redistributes it on its own; the copies' slices are summed here)."""
+    from torch.distributed.tensor import DTensor
+
+    g = p.grad
+    if isinstance(g, DTensor) and isinstance(p, DTensor) and tuple(g.placements) != tuple(p.placements):
+        p.grad = g.redistribute(p.device_mesh, p.placements)
+
+
 def _layout(p: torch.Tensor) -> tuple[Any, ...]:
     """What must agree for two parameters to be one: global shape, and placements and mesh."""
     placements = getattr(p, "placements", None)
@@ -128,6 +138,8 @@ class PipelineTies:
         import torch.distributed as dist
 
         for copies, group in self.groups:
+            for p in copies:
+                _as_placed(p)
             locals_ = [_local(p.grad) for p in copies if p.grad is not None]
             total = sum(locals_[1:], locals_[0].clone()) if locals_ else torch.zeros_like(_local(copies[0]))
             if group is not None:

@@ -277,7 +277,11 @@ def _apply(path: Path, state: dict[str, Any], model: Weights, optimizer: Any, sc
 def _by_index_if_named(path: Path, osd: dict[str, Any], model: Weights) -> dict[str, Any]:
     """A sharded run's optimizer state (by parameter name) for a plain optimizer (by index)."""
     if isinstance(model, nn.Module) and any(k.startswith("param_groups.") for k in osd):
-        osd = unflatten(osd, param_names(model))
+        aliases = tie_aliases(model)  # state kept under a tie's other names: the same values
+        osd = unflatten(
+            {k: v for k, v in osd.items() if k.split(".", 1)[1].rpartition(".")[0] not in aliases},
+            param_names(model),
+        )
     if not any(isinstance(k, str) for k in osd.get("state", {})):
         return osd
     if not isinstance(model, nn.Module):
@@ -295,6 +299,15 @@ def clean_name(name: str) -> str:
 
 def param_names(model: nn.Module) -> list[str]:
     return [clean_name(n) for n, _ in model.named_parameters()]
+
+
+def tie_aliases(model: nn.Module) -> dict[str, str]:
+    """Each further name of a tied parameter, with the name the model lists it by (its first):
+    a layout that held the tie's copies apart (a pipeline's stages) kept optimizer state under
+    every name, all equal (engine/ties.py)."""
+    from hpctrain.engine.ties import tied_groups
+
+    return {clean_name(n): clean_name(tie[0]) for tie in tied_groups(model) for n in tie[1:]}
 
 
 def read_full(path: Path) -> dict[str, Any]:

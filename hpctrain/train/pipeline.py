@@ -259,17 +259,33 @@ def pieces_for(
 def checkpoint_blocks(module: nn.Module, names: list[str]) -> None:
     """Activation checkpointing of the named blocks (torch's checkpoint_wrapper, non-reentrant):
     each keeps only its input and recomputes the rest in the backward pass. State dicts keep
-    their keys (the wrapper strips its own prefix)."""
+    their keys (the wrapper strips its own prefix). Names may hold wildcards (resolve_blocks)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
         apply_activation_checkpointing,
     )
 
-    known = dict(module.named_modules())
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise SplitError(f"model.checkpoint_blocks: {unknown} are not modules of the model")
-    blocks = {id(known[n]) for n in names}
+    blocks = {id(m) for m in resolve_blocks(module, names)}
     apply_activation_checkpointing(module, check_fn=lambda m: id(m) in blocks)
+
+
+def resolve_blocks(module: nn.Module, names: list[str]) -> list[nn.Module]:
+    """The modules the names match (fnmatch: `*` spans dots, transformer.h.* every block), the
+    outermost only: a block inside a matched block is recomputed with it. SplitError for a name
+    that matches nothing, listing the model's upper modules."""
+    import fnmatch
+
+    known = [(n, m) for n, m in module.named_modules() if n]
+    unknown = [p for p in names if not any(fnmatch.fnmatchcase(n, p) for n, _ in known)]
+    if unknown:
+        upper = [n for n, _ in known if n.count(".") < 3]
+        raise SplitError(
+            f"model.checkpoint_blocks: {unknown} name no module of the model; its modules include "
+            f"{', '.join(upper[:24])}{' ...' if len(upper) > 24 else ''}"
+        )
+    hits = sorted({n for n, _ in known for p in names if fnmatch.fnmatchcase(n, p)})
+    outer = [n for n in hits if not any(n.startswith(h + ".") for h in hits)]
+    by_name = dict(known)
+    return [by_name[n] for n in outer]
 
 
 class StageWeights:

@@ -55,7 +55,7 @@ def save(
     # the optimizer's state and hyperparameters keyed by parameter name, not by group index: a
     # pipeline's ranks each hold other parameters, and one name means one value on every rank
     msd, osd = get_state_dict(model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True))
-    msd, osd = storable(msd), storable(osd)
+    msd, osd = storable(msd), with_aliases(storable(osd), model)
     try:
         dcp.save(
             {"model": msd, "optimizer": osd, "step": step, "torch_rng": torch.get_rng_state()},
@@ -129,6 +129,22 @@ def storable(state: dict[str, Any]) -> dict[str, Any]:
         return storable(v) if isinstance(v, dict) else v
 
     return {k: whole(v) for k, v in state.items()}
+
+
+def with_aliases(osd: dict[str, Any], model: nn.Module) -> dict[str, Any]:
+    """The flattened optimizer state with each tied parameter's entries under its every name:
+    a tied model keys them by its first name only, a pipeline's stages each by the name they
+    hold, and a checkpoint of either resumes at the other."""
+    from hpctrain.train.checkpoint import tie_aliases
+
+    out = dict(osd)
+    for alias, first in tie_aliases(model).items():
+        for key, value in osd.items():
+            kind, _, rest = key.partition(".")
+            name, _, field = rest.rpartition(".")
+            if name == first:
+                out.setdefault(f"{kind}.{alias}.{field}", value)
+    return out
 
 
 def flat_optimizer(md: Any) -> bool:

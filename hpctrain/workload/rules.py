@@ -7,17 +7,17 @@ from pathlib import Path
 
 from hpctrain import bounded
 from hpctrain.config.schema import Config, ParallelismConf, ScriptConf, TrainConf
-from hpctrain.config.tp_plan import is_style
 from hpctrain.errors import Problem
 from hpctrain.train.targets import orphan_kwargs, target_problems
 from hpctrain.workload.code import NOT_GIT, git_top, in_snapshot, snapshot_on
+from hpctrain.workload.model_rules import model_problems
 from hpctrain.workload.pattern import PatternError, compile_pattern
 
 
 def workload_problems(cfg: Config) -> list[Problem]:
     p = orphan_kwargs(cfg)
     if not cfg.user_code:
-        return p + _unused(cfg) + _shard_units(cfg) + _tp_plan(cfg)
+        return p + _unused(cfg) + model_problems(cfg)
     code = Path(cfg.code.dir or ".")
     if not code.is_dir():
         p.append(
@@ -33,7 +33,7 @@ def workload_problems(cfg: Config) -> list[Problem]:
     p += target_problems(cfg)
     p += _builtin_only(cfg)
     p += _model_loss(cfg)
-    return p + (_tp_plan(cfg) if not any(q.key.startswith("model.") for q in p) else [])
+    return p + (model_problems(cfg) if not any(q.key.startswith(("model.", "code.")) for q in p) else [])
 
 
 def _model_loss(cfg: Config) -> list[Problem]:
@@ -104,73 +104,6 @@ def _builtin_only(cfg: Config) -> list[Problem]:
                     )
                 )
     return p
-
-
-def _shard_units(cfg: Config) -> list[Problem]:
-    """parallelism.shard.modules against a built-in model, built on the meta device (no memory,
-    well under a second): before, a name it lacks failed every rank after the start. A user
-    model is checked where it is built, on the ranks. Once per model, data and names: a sweep's
-    points share them (2,000 resnet50 points built it 2,000 times, 21 s)."""
-    if not cfg.parallelism.shard.modules:  # given to a parallelism that does not shard: refused there
-        return []
-    modules = tuple(str(m) for m in cfg.parallelism.shard.modules)
-    key = (repr(cfg.model), repr(cfg.data), modules)
-    if key not in _UNITS_JUDGED:
-        if len(_UNITS_JUDGED) > 64:  # bounded: a sweep over model sizes
-            _UNITS_JUDGED.clear()
-        _UNITS_JUDGED[key] = _unit_problems(cfg, list(modules))
-    return list(_UNITS_JUDGED[key])
-
-
-_UNITS_JUDGED: dict[tuple[str, str, tuple[str, ...]], list[Problem]] = {}
-
-
-def _unit_problems(cfg: Config, modules: list[str]) -> list[Problem]:
-    import torch
-
-    from hpctrain.engine.fsdp_wrap import ShardError, find_units
-    from hpctrain.train.parts import make_model
-
-    with torch.device("meta"):
-        model = make_model(cfg)
-    try:
-        find_units(model, modules)
-    except ShardError as e:
-        key, _, why = str(e).partition(": ")
-        return [Problem(key, why, "name modules as model.named_modules() does, or classes of the model")]
-    return []
-
-
-def _tp_plan(cfg: Config) -> list[Problem]:
-    """A plan given for a model, against the model built on the meta device (no memory): a name
-    that matches nothing, a module it cannot split or whose dimension does not divide over the
-    degree, a `divide` attribute that is not a count the degree divides, or a tied parameter split
-    two ways is refused before anything starts. A user model whose constructor cannot run on the
-    meta device is checked where it is built, on the ranks."""
-    tp = cfg.parallelism.tp
-    if not (tp.plan or tp.divide) or tp.degree < 2 or any(not is_style(str(v)) for v in tp.plan.values()):
-        return []  # no plan, no tensor parallelism, or a style refused by the parallelism's rules
-    import torch
-
-    from hpctrain.config.tp_plan import plan_for
-    from hpctrain.engine.tp_wrap import TensorParallelError, check_plan
-    from hpctrain.train.parts import make_model
-    from hpctrain.train.targets import importable
-
-    try:
-        with importable(cfg.code.dir), torch.device("meta"):
-            model = make_model(cfg)
-    except Exception:  # noqa: BLE001 - the user's constructor on the meta device: the ranks will tell
-        return []
-    plan = plan_for(cfg.model, dict(tp.plan), tp.sequence_parallel)
-    try:
-        check_plan(model, plan, int(tp.degree), [str(a) for a in tp.divide])
-    except TensorParallelError as e:
-        key, _, why = str(e).partition(": ")
-        return [
-            Problem(key, why, "name Linear or Embedding modules as model.named_modules() does (wildcards: *)")
-        ]
-    return []
 
 
 def _trainer_only(cfg: Config) -> list[Problem]:
