@@ -26,6 +26,7 @@ from hpctrain.records.restarts import attempt
 from hpctrain.train import checkpoint
 from hpctrain.train.data import held_out, holds_out
 from hpctrain.train.memory import peak_bytes, reset_peak
+from hpctrain.train.objective import logits_of
 from hpctrain.train.profile import attach
 from hpctrain.train.schedule import lr_at
 from hpctrain.train.setup import Build, build_model, prepare
@@ -65,10 +66,14 @@ def train(
     """Run cfg.train.steps steps with the trainer the parallelism `build`s (parallel/*.py:
     ParallelismKind.build); return this rank's summary, or None if stopped by `control` (after a
     checkpoint). Rank 0 also logs and reports."""
-    t, restored = build(prepare(cfg, engine, info, d, run_dir))
+    setup = prepare(cfg, engine, info, d, run_dir)
+    notes = list(setup.notes)
+    t, restored = build(setup)
     heap.release()  # the collector held since the rank started (hpctrain/heap.py)
     master = info.rank == 0
     if master:
+        for note in notes:
+            emit(note)
         for note in restored.skipped:
             emit(f"checkpoint skipped: {note}")
         if restored.path is not None:
@@ -120,15 +125,21 @@ def train(
     )
 
 
-def evaluate(cfg: Config, d: Derived, weights: dict[str, torch.Tensor], test: TensorDataset) -> float:
+def evaluate(cfg: Config, d: Derived, weights: dict[str, torch.Tensor], test: TensorDataset) -> float | None:
     """The share of `test` the whole trained model classifies right: a fresh copy of the model on
-    the CPU with the gathered weights (whatever the parallelism), in fp32, in evaluation mode."""
+    the CPU with the gathered weights (whatever the parallelism), in fp32, in evaluation mode;
+    None for a model whose output holds no logits (called without targets: objective.logits_of)."""
     model, _ = build_model(cfg, d, torch.device("cpu"))  # on the meta device where sharded: assign
     model.load_state_dict({k: v.detach().to("cpu", torch.float32) for k, v in weights.items()}, assign=True)
     model.eval()
     x, y = test.tensors
+    right = 0
     with torch.no_grad():
-        right = sum(int((model(xb).argmax(-1) == yb).sum()) for xb, yb in zip(x.split(256), y.split(256)))
+        for xb, yb in zip(x.split(256), y.split(256)):
+            logits = logits_of(model(xb))
+            if logits is None:
+                return None
+            right += int((logits.argmax(-1) == yb).sum())
     return right / len(y)
 
 

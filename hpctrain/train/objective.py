@@ -117,6 +117,20 @@ def loss_of(out: Any) -> torch.Tensor:
     return found.reshape(())
 
 
+def logits_of(out: Any) -> torch.Tensor | None:
+    """The logits in what a model returned without targets (held-out accuracy): the tensor
+    itself, `.logits` / ["logits"], or the first tensor of a tuple that is not a scalar; None
+    where there are none."""
+    if isinstance(out, torch.Tensor):
+        return out
+    found = out.get("logits") if isinstance(out, Mapping) else getattr(out, "logits", None)
+    if isinstance(found, torch.Tensor):
+        return found
+    if isinstance(out, tuple | list):
+        return next((v for v in out if isinstance(v, torch.Tensor) and v.dim() > 0), None)
+    return None
+
+
 def describe(out: Any) -> str:
     """A model's output in a few words: its type and, for tensors, shapes and dtypes."""
     if isinstance(out, torch.Tensor):

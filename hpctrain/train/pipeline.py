@@ -166,6 +166,27 @@ def _only_its_keywords(piece: nn.Module) -> None:
     vars(piece)["forward"] = call
 
 
+def _keeps_buffers(stage: Any, module: nn.Module) -> None:
+    """The stage's shape inference (torch 2.13 runs the piece's forward once, before the first
+    micro-batch, on the first stage's real input and on empty tensors elsewhere) leaves the
+    piece's buffers as they were: a BatchNorm's running statistics took that forward as a batch
+    (measured: 26 % off one rank's, the weights equal). A torch without the method keeps its own."""
+    infer = getattr(stage, "_prepare_forward_infra", None)
+    if infer is None:
+        return
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        kept = {name: b.detach().clone() for name, b in module.named_buffers()}
+        try:
+            return infer(*args, **kwargs)
+        finally:
+            with torch.no_grad():
+                for name, b in module.named_buffers():
+                    b.copy_(kept[name])
+
+    vars(stage)["_prepare_forward_infra"] = call
+
+
 def _timed(fn: Callable[..., Any], tally: Tally, backward: bool, delay: bool = True) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         start = tally.clock.mark()
@@ -215,6 +236,7 @@ def build_pipe(
         vars(stage)["backward_weight_one_chunk"] = _timed(
             stage.backward_weight_one_chunk, pipe.tally, backward=True, delay=False
         )
+        _keeps_buffers(stage, module)
         stages.append(stage)
     m = cfg.parallelism.microbatches
 

@@ -6,7 +6,7 @@ data-parallel trainer is here, the pipeline's in pipeline_setup.py, the sharded 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
@@ -63,6 +63,7 @@ class Setup:
     sampler: Callable[..., GlobalBatchSampler]  # this rank's batches (start_step=...)
     common: Common
     deferred: Deferred | None = None  # `module` is on the meta device until materialize()
+    notes: list[str] = field(default_factory=list)  # what rank 0 tells the user before training
 
     def materialize(self, model: nn.Module) -> nn.Module:
         """`model` (the module, split or sharded) on this rank's device with the one-rank initial
@@ -124,7 +125,24 @@ def prepare(cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Pa
         cfg.train.seed,
         cfg.data.shuffle,
     )
-    return Setup(cfg, engine, info, d, run_dir, module, dataset, sampler, common, deferred)
+    notes = [n for n in (batchnorm_note(module, d),) if n]
+    return Setup(cfg, engine, info, d, run_dir, module, dataset, sampler, common, deferred, notes)
+
+
+def batchnorm_note(module: nn.Module, d: Derived) -> str:
+    """BatchNorm normalises by the statistics of the batch it sees: where that is a rank's slice
+    or a micro-batch, not the global batch, N ranks cannot train exactly what one rank trains
+    (nor can accumulation), whatever the engine; said once, not silent. ('' otherwise.)"""
+    norms = sum(1 for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm))
+    b = d.batch
+    if not norms or b.micro >= b.global_:
+        return ""
+    return (
+        f"note: the model's {norms} BatchNorm layer(s) normalise each micro-batch of {b.micro} samples, "
+        f"not the global batch of {b.global_}: their statistics, and so the weights, differ from one "
+        "rank's (as under DDP and Horovod by default); tensor parallelism, or one micro-batch on one "
+        "replica, keeps the whole batch together"
+    )
 
 
 def build_model(cfg: Config, d: Derived, device: torch.device) -> tuple[nn.Module, Deferred | None]:
