@@ -86,5 +86,17 @@ def parts_text(r: RankMemory) -> str:
     return " + ".join(f"{k} {gib(v)}" for k, v in r.parts().items() if v)
 
 
+# The method's measured error: predicted / measured from 0.90 to 1.02 over the benchmark's eight
+# layouts and a user model (docs/benchmarks/cpu-2core_2026-11.md), 8 to 12 % under for user GPTs
+# (issue 71). An enforced limit is checked against the prediction plus this band, so a run the
+# check lets through does not exceed its limit by the method's own shortfall.
+MEMORY_BAND = 0.15
+
+
+def needed(r: RankMemory) -> int:
+    """What a rank is taken to need against an enforced limit: its prediction plus the band."""
+    return int(r.peak * (1 + MEMORY_BAND))
+
+
 def over(p: Prediction, limit: Limit) -> bool:
-    return p.worst.peak > limit.bytes
+    return needed(p.worst) > limit.bytes

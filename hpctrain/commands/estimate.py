@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hpctrain.analysis.estimate import Band, PointEstimate, total
-from hpctrain.analysis.memory import PARTS, gib
+from hpctrain.analysis.memory import MEMORY_BAND, PARTS, gib, needed
 from hpctrain.errors import ConfigError, Problem
 from hpctrain.launch.base import Launcher
 from hpctrain.orchestrate.estimate import MemoryRow, Point, estimate, memory_of
@@ -49,7 +49,8 @@ def memory_table(rows: Sequence[MemoryRow]) -> Table:
     """Each point's predicted peak per rank (its worst rank), its parts, and what a rank has."""
     t = Table(
         title="memory per rank (predicted: the worst rank of each point)",
-        caption="traced with fake tensors (memory/trace.py); fixed: the process's own, measured once on this host",
+        caption="traced with fake tensors (memory/trace.py); fixed: the process's own, measured once on this "
+        f"host; fits: the peak plus the prediction's {MEMORY_BAND:.0%} error band within what a rank has",
     )
     cols = ("point", "rank", *(p for p in PARTS), "peak", "has", "fits")
     for col in cols:
@@ -60,7 +61,7 @@ def memory_table(rows: Sequence[MemoryRow]) -> Table:
             t.add_row(r.label, "", *[""] * len(PARTS), "-", has, r.why_not)
             continue
         w = r.prediction.worst
-        fits = "?" if r.limit is None else ("yes" if w.peak <= r.limit.bytes else "[red]no[/]")
+        fits = "?" if r.limit is None else ("yes" if needed(w) <= r.limit.bytes else "[red]no[/]")
         t.add_row(r.label, str(w.rank), *(gib(v) for v in w.parts().values()), gib(w.peak), has, fits)
     return t
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -153,7 +154,7 @@ def sweep_table(console: Console, sweep_dir: Path, rows: Sequence[tuple[list[str
     table = Table(
         title=f"sweep {sweep_dir}", caption="common to every point: " + " ".join(common) if common else None
     )
-    for col in ("#", "varies", "state", "samples/s", "step ms", "comm share"):
+    for col in ("#", "varies", "state", "samples/s", "step ms", "comm share", "last loss"):
         table.add_column(col)
     failed = 0
     for (_, run_dir, state), overrides in zip(rows, varying):
@@ -169,6 +170,7 @@ def sweep_table(console: Console, sweep_dir: Path, rows: Sequence[tuple[list[str
             f"{s.throughput_samples_per_s:.1f}" if s else "-",
             f"{1e3 * s.step_s:.1f}" if s else "-",
             f"{100 * s.comm_share:.1f}%" if s else "-",
+            f"{s.last_loss:.4f}" if s and math.isfinite(s.last_loss) else "-",  # what each point learnt
         )
     console.print(table)
     return 4 if failed else 0

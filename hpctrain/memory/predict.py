@@ -12,7 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from hpctrain.analysis.memory import Fixed, Limit, Prediction, RankMemory, gib, over, parts_text
+from hpctrain.analysis.memory import (
+    MEMORY_BAND,
+    Fixed,
+    Limit,
+    Prediction,
+    RankMemory,
+    gib,
+    needed,
+    over,
+    parts_text,
+)
 from hpctrain.config.schema import Config
 from hpctrain.config.split import declared_checkpoint_blocks
 from hpctrain.config.tp_plan import declared_tp_plan
@@ -66,6 +76,15 @@ def fixes(cfg: Config, accept: Callable[[Config], bool]) -> list[tuple[str, Conf
                 replace(cfg, model=replace(cfg.model, activation_checkpointing=True)),
             )
         )
+    elif not cfg.model.activation_checkpointing and (blocks := repeated_blocks(cfg)):
+        listed = ",".join(blocks)
+        recompute = replace(cfg.model, activation_checkpointing=True, checkpoint_blocks=blocks)
+        found.append(
+            (
+                f"model.activation_checkpointing=true 'model.checkpoint_blocks=[{listed}]'",
+                replace(cfg, model=recompute),
+            )
+        )
     found += kind_of(cfg).memory_fixes(cfg, world)
     tp = cfg.parallelism.tp.degree
     if world % (2 * tp) == 0 and (cfg.parallelism.tp.plan or declared_tp_plan(cfg.model)):
@@ -84,6 +103,31 @@ def fixes(cfg: Config, accept: Callable[[Config], bool]) -> list[tuple[str, Conf
     return [(text, c) for text, c in found if accept(c)]
 
 
+def repeated_blocks(cfg: Config) -> list[str]:
+    """A user model's repeated blocks, what activation checkpointing recomputes one at a time: the
+    children of each outermost ModuleList or Sequential of two or more modules of one class, as a
+    pattern (transformer.h.*); [] for a built-in model (it declares its own) or none found."""
+    import torch
+    from torch import nn
+
+    from hpctrain.train.parts import make_model
+    from hpctrain.train.targets import importable
+
+    if not cfg.model._target_:
+        return []
+    try:
+        with importable(cfg.code.dir), torch.device("meta"):
+            model = make_model(cfg)
+    except Exception:  # noqa: BLE001 - not buildable here: no suggestion
+        return []
+    found: list[str] = []
+    for name, m in model.named_modules():
+        same = isinstance(m, nn.ModuleList | nn.Sequential) and len(m) >= 2 and len({type(c) for c in m}) == 1
+        if same and name and not any(name.startswith(f[:-1]) for f in found):
+            found.append(f"{name}.*")
+    return found
+
+
 def check_fits(cfg: Config, limit: Limit, gpus: bool, accept: Callable[[Config], bool]) -> Prediction:
     """The point's prediction; ConfigError (exit 2) when its worst rank exceeds `limit`, naming
     the prediction, the limit and the first change that the same prediction says would fit."""
@@ -100,8 +144,8 @@ def check_fits(cfg: Config, limit: Limit, gpus: bool, accept: Callable[[Config],
             break
     where = f"rank {w.rank}" + (f" (stage {w.stage})" if p.ranks[-1].stage else "")
     rule = (
-        f"{where} is predicted to need {gib(w.peak)} ({parts_text(w)}), more than the "
-        f"{gib(limit.bytes)} each rank has ({limit.source})"
+        f"{where} is predicted to need {gib(w.peak)} ({parts_text(w)}), {gib(needed(w))} with the "
+        f"prediction's {MEMORY_BAND:.0%} error band, more than the {gib(limit.bytes)} each rank has ({limit.source})"
     )
     hint = (
         f"{fit} would fit (predicted the same way)"

@@ -8,6 +8,7 @@ as many micro-batches' forwards before their backwards as its schedule keeps in 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -135,8 +136,9 @@ def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any])
 
             divide = [str(a) for a in tp.divide if divided(piece, [str(a)])]
             split_model(piece, meshes["tp"], mine, tp.sequence_parallel, divide)
-    if cfg.model.activation_checkpointing:
-        checkpoint_blocks(piece, [b for b in declared_checkpoint_blocks(cfg.model) if b in names])
+    if cfg.model.activation_checkpointing:  # the blocks (or patterns: transformer.h.*) this piece holds
+        blocks = declared_checkpoint_blocks(cfg.model)
+        checkpoint_blocks(piece, [b for b in blocks if any(fnmatch.fnmatchcase(n, b) for n in names)])
     if layout.shard > 1:
         units = [u for u in shard_units(cfg.model, list(cfg.parallelism.shard.modules)) if u in names]
         shard_model(cfg.parallelism.shard, cfg.precision.name, piece, meshes["dp"], units, HostClock())
