@@ -25,16 +25,35 @@ import pytest
 
 from tests import conftest
 from tests.conftest import assert_same_weights, hpctrain, weights
+from tests.docs.test_commands import page_command
 
 pytestmark = pytest.mark.mpi
 
+OWN_CODE, TP_PAGE = "docs/tutorials/own-code.md", "docs/howto/tensor-parallel.md"
+
+
+def page(name: str, start: str) -> list[str]:
+    """A command the page shows (tests/docs reads them), as overrides: its cluster.ranks, the
+    cell's, and data=tokens, TOKENS's, left out."""
+    args = page_command(name, start)[1:]  # after `run`
+    return [a for a in args if not a.startswith(("cluster.ranks=", "data="))]
+
+
+# the pages' commands, on a smaller vocabulary and sequence: the GPT-2-style model, its pipeline
+# (cut where the page cuts it), the Hugging Face-style model, and the tensor-parallel page's plan
+SMALL = ["+model.vocab_size=64", "+model.block_size=16"]
 GPT = [
-    "model._target_=mypkg.gpt.GPT",
-    "+model.vocab_size=64",
-    "+model.block_size=16",
-    "loss=model",
+    *page(OWN_CODE, "hpctrain run model._target_=mypkg.gpt.GPT loss=model data=tokens cluster.ranks=2"),
+    *SMALL,
 ]
-HF = ["model._target_=mypkg.gpt.CausalLM", "+model.vocab_size=64", "loss=model", "loss.targets_as=labels"]
+GPT_PIPELINE = page(
+    OWN_CODE,
+    "hpctrain run model._target_=mypkg.gpt.GPT loss=model data=tokens cluster.ranks=2 parallelism=pipeline",
+)
+HF = [*page(OWN_CODE, "hpctrain run model._target_=mypkg.gpt.CausalLM"), "+model.vocab_size=64"]
+TP_PLAN = [
+    a for a in page(TP_PAGE, "hpctrain run model._target_=mypkg.gpt.GPT") if a.startswith("parallelism.tp.")
+]
 TOKENS = [
     "data=tokens",
     "data.vocab_size=64",
@@ -49,14 +68,6 @@ TOKENS = [
 ADAMW = ["optim=adamw", "optim.lr=0.01", "optim.eps=1e-4"]
 SGD = ["optim=sgd", "optim.lr=0.05", "optim.momentum=0.9", "optim.weight_decay=0.01"]
 DDP = ["parallelism.engine=ddp"]
-# the GPT's plan: its vocabulary split by rows in the embedding and by outputs in the tied head
-# (both Shard(0): one tensor still), q/k/v split head by head, and the attention's attributes
-TP_PLAN = [
-    "parallelism.tp.plan={transformer.wte: rowwise, transformer.h.*.attn.c_attn: 'colwise_fused:3', "
-    "transformer.h.*.attn.c_proj: rowwise, transformer.h.*.mlp.c_fc: colwise, "
-    "transformer.h.*.mlp.c_proj: rowwise, lm_head: colwise_gather}",
-    "parallelism.tp.divide=[transformer.h.*.attn.n_head,transformer.h.*.attn.n_embd]",
-]
 SPLIT_4 = ["parallelism.split_at=[transformer.h.1,transformer.ln_f,lm_head]"]
 
 
@@ -95,9 +106,9 @@ CELLS = {
     "fsdp-hf-dict": ("hf-dict-sgd", [*HF, "+model.output=dict", *SGD, "parallelism=fsdp"], 2),
     "fsdp": ("gpt-adamw", [*GPT, *ADAMW, "parallelism=fsdp"], 2),
     "hsdp": ("gpt-sgd", [*GPT, *SGD, "parallelism=hsdp", "parallelism.shard.degree=2"], 4),
-    "tp2": ("gpt-sgd", [*GPT, *SGD, *DDP, "parallelism.tp.degree=2", *TP_PLAN], 2),
-    "tp2-x-replicas": ("gpt-adamw", [*GPT, *ADAMW, *DDP, "parallelism.tp.degree=2", *TP_PLAN], 4),
-    "pipeline-gpipe": ("gpt-adamw", [*GPT, *ADAMW, *DDP, "parallelism=pipeline", "parallelism.split_at=[transformer.h.1]"], 2),
+    "tp2": ("gpt-sgd", [*GPT, *SGD, *DDP, *TP_PLAN], 2),
+    "tp2-x-replicas": ("gpt-adamw", [*GPT, *ADAMW, *DDP, *TP_PLAN], 4),
+    "pipeline-gpipe": ("gpt-adamw", [*GPT_PIPELINE, *SMALL, *ADAMW], 2),
     "pipeline-1f1b": ("gpt-sgd", [*GPT, *SGD, *DDP, "parallelism=pipeline", "parallelism.schedule=1f1b", "parallelism.split_at=[transformer.h.1]"], 2),
     "pipeline-interleaved_1f1b": ("gpt-adamw", [*GPT, *ADAMW, *DDP, "parallelism=pipeline", "parallelism.schedule=interleaved_1f1b", "parallelism.virtual_stages=2", *SPLIT_4], 2),
     "pipeline-interleaved_zb": ("gpt-sgd", [*GPT, *SGD, *DDP, "parallelism=pipeline", "parallelism.schedule=interleaved_zb", "parallelism.virtual_stages=2", *SPLIT_4], 2),
@@ -125,7 +136,7 @@ def test_every_cell_ends_on_one_ranks_weights(
         # the GPT has no chain of modules to cut real pieces from: its pipeline is traced
         (["parallelism=fsdp", "parallelism.stages=2", "parallelism.microbatches=2", "cluster.ranks=4"], "parallelism.stages", "chain"),
         # FSDP2 cannot shard a chunk-by-chunk split further (it gathered it wrongly)
-        (["parallelism=fsdp", "parallelism.tp.degree=2", *TP_PLAN, "cluster.ranks=4"], "parallelism.tp.plan.transformer.h.*.attn.c_attn", "cannot be sharded by FSDP"),
+        (["parallelism=fsdp", *TP_PLAN, "cluster.ranks=4"], "parallelism.tp.plan.transformer.h.*.attn.c_attn", "cannot be sharded by FSDP"),
         # the tied head split by columns, its embedding by rows: no longer one tensor
         (["parallelism.tp.degree=2", "parallelism.tp.plan={transformer.wte: colwise, lm_head: colwise_gather}", "cluster.ranks=2"], "parallelism.tp.plan", "tied parameters transformer.wte.weight, lm_head.weight"),
         # units that would shard the tie's two halves apart
@@ -178,3 +189,38 @@ def test_the_issues_adamw_command_equals_one_rank_under_each_engine(tmp_path: Pa
         )
         assert relative(one, two) < 1e-2, (engine, relative(one, two))
         assert s["world_size"] == 2
+
+
+OPTIM_MLP = [
+    "model=mlp",
+    "model.width=16",
+    "train.seed=5",
+    "train.steps=4",
+    "train.global_batch=16",
+    "train.batch_per_rank=null",
+    "data.num_samples=64",
+    "train.warmup_steps=1",
+]
+
+
+@pytest.mark.parametrize(
+    "optim",
+    [
+        ["optim=sgd", "optim.nesterov=true", "optim.weight_decay=0.01"],
+        ["optim=adam", "optim.eps=1e-4", "optim.weight_decay=0.01"],
+        ["optim=adagrad", "optim.weight_decay=0.01"],
+        ["optim=rmsprop", "optim.momentum=0.5", "optim.eps=1e-4", "optim.weight_decay=0.01"],
+        # the user's own optimizer, as torch ships it (it keeps its compile wrappers)
+        ["optim._target_=torch.optim.NAdam", "+optim.kwargs.eps=1e-4", "optim.lr=0.01"],
+    ],
+    ids=["sgd-nesterov", "adam", "adagrad", "rmsprop", "user-nadam"],
+)
+def test_every_optimizer_equals_one_rank_under_horovod(tmp_path: Path, optim: list[str]) -> None:
+    """Each with the state Horovod's old broadcast got wrong: a step count (Adam, NAdam) or a
+    decay its zero-gradient step applied (the others take weight decay)."""
+    one, _ = conftest.run_ok(tmp_path, "one", *OPTIM_MLP, *optim, "cluster.ranks=1")
+    two, s = conftest.run_ok(
+        tmp_path, "two", *OPTIM_MLP, *optim, "cluster.ranks=2", "parallelism.engine=horovod"
+    )
+    assert_same_weights(one, two, rtol=1e-5, atol=1e-6)
+    assert s["engine"] == "horovod"

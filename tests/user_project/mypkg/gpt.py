@@ -64,7 +64,7 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     def __init__(
-        self, vocab_size: int = 64, block_size: int = 16, n_layer: int = 2, n_head: int = 4, n_embd: int = 32
+        self, vocab_size: int = 256, block_size: int = 64, n_layer: int = 2, n_head: int = 4, n_embd: int = 32
     ) -> None:
         super().__init__()
         self.block_size = block_size
@@ -114,7 +114,7 @@ class CausalLMOutput:
 class CausalLM(nn.Module):
     """Hugging Face's convention: forward(input_ids, labels=None) -> output.loss, output.logits."""
 
-    def __init__(self, vocab_size: int = 64, width: int = 32, output: str = "dataclass") -> None:
+    def __init__(self, vocab_size: int = 256, width: int = 32, output: str = "dataclass") -> None:
         super().__init__()
         self.output = output
         self.embed_tokens = nn.Embedding(vocab_size, width)
