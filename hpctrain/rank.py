@@ -9,6 +9,7 @@ the launcher then stops the others.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -217,6 +218,12 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         **parallelism_about(cfg, plan, type(engine)),
         **restarts_about(run_dir),
     )
+    if plan.memory is not None:  # the check it passed: measured against the prediction and the limit
+        parts = about.get("parts")
+        about["parts"] = {
+            **(parts if isinstance(parts, dict) else {}),
+            "memory": dataclasses.asdict(plan.memory),
+        }
     summary = summarize(everyone, plan.batch.global_, **model_flops(cfg, plan), **about)
     if implausible(summary):  # a cached count or peak that lies: measured again, the cache mended
         summary = summarize(everyone, plan.batch.global_, **model_flops(cfg, plan, fresh=True), **about)

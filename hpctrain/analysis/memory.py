@@ -4,6 +4,7 @@ torch). memory/trace.py fills the parts, memory/predict.py adds the engine and t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 GiB = 2**30
 MiB = 2**20
@@ -100,3 +101,30 @@ def needed(r: RankMemory) -> int:
 
 def over(p: Prediction, limit: Limit) -> bool:
     return needed(p.worst) > limit.bytes
+
+
+def report_rows(s: Any) -> list[tuple[str, str, str, str]]:
+    """Under the summary's peak memory, for a run that passed a memory check before it started
+    (records.parts.MemoryFigures): the prediction it passed with, measured against it, and the
+    limit, said plainly where the run went past it."""
+    from hpctrain.records.parts import MemoryFigures, part
+
+    m = part(s, MemoryFigures)
+    rows = [
+        (
+            "memory",
+            "  predicted before the start",
+            gib(m.predicted_bytes),
+            f"measured/predicted {m.measured_over_predicted:.2f}; limit {gib(m.limit_bytes)} ({m.limit_key})",
+        )
+    ]
+    if m.over_limit:
+        rows.append(
+            (
+                "memory",
+                "  over its limit",
+                f"{gib(m.measured_bytes)} > {gib(m.limit_bytes)}",
+                f"the prediction was {1 / m.measured_over_predicted:.0%} of the peak: raise {m.limit_key}",
+            )
+        )
+    return rows

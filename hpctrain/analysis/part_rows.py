@@ -22,6 +22,7 @@ PLACES = ("compute", "step", "memory")
 _TARGETS: dict[str, str] = {
     "pipeline": "hpctrain.analysis.pipeline:report_rows",
     "tensor": "hpctrain.analysis.roofline:tp_report_rows",
+    "memory": "hpctrain.analysis.memory:report_rows",
 }
 _LOADED: dict[str, RowsOf] = {}
 

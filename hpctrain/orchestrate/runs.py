@@ -25,7 +25,7 @@ from hpctrain.launch.rundir import claim_fresh
 from hpctrain.orchestrate.after import held, wait_for
 from hpctrain.orchestrate.started import by_launcher, jobs_in, launcher_of
 from hpctrain.orchestrate.sweep import expand
-from hpctrain.orchestrate.validate import check_memory, validate_points
+from hpctrain.orchestrate.validate import check_memory, memory_key, validate_points
 from hpctrain.records import State
 from hpctrain.records.restarts import counted, read_restarts
 
@@ -91,14 +91,19 @@ def prepare(
     configs, waits = held(launcher, configs)
     labels = point_labels(points) if multirun else [""]
     validate_points(configs, labels, launcher.facts)
-    if memory:
-        check_memory(launcher, configs, labels, say)
+    bounds = check_memory(launcher, configs, labels, say) if memory else {}
+    keys = [memory_key(c) for c in configs] if bounds else []  # before placed() sets run.dir
     base = default_run_dir(configs[0], now or datetime.now())
     items = list(zip([list(pt) for pt in points], configs))
     # run.dir of a sweep is its directory, as given; the dated default gets "-sweep"
     home = base if not multirun or configs[0].run.dir else base.parent / f"{base.name}-sweep"
     p = placed(launcher, items, home, multirun, dated=configs[0].run.dir is None)
     p.after = waits
+    if bounds:  # the memory check each run passed, in its plan
+        p.runs = [
+            dataclasses.replace(r, plan=dataclasses.replace(r.plan, memory=bounds[k])) if k in bounds else r
+            for r, k in zip(p.runs, keys)
+        ]
     return p
 
 

@@ -20,6 +20,7 @@ from hpctrain.launch.container import container_problems
 from hpctrain.launch.registry import launcher_class
 from hpctrain.parallel.elastic import elastic_problems
 from hpctrain.parallel.rules import parallelism_problems
+from hpctrain.records import MemoryBound
 from hpctrain.workload.rules import workload_problems
 
 
@@ -96,20 +97,26 @@ def limited(
 
 def check_memory(
     launcher: Launcher, configs: Sequence[Config], labels: Sequence[str], say: Callable[[str], None]
-) -> None:
+) -> dict[str, MemoryBound]:
     """Refuse, before anything exists, the points predicted to need more memory per rank than
     each has (memory/predict.py); one ConfigError names every such point with the change that
-    would fit it. torch is imported only when a point is checked."""
+    would fit it. The checks passed, by memory_key: each run records the one it passed (its plan)
+    and its summary measures itself against it. torch is imported only when a point is checked."""
     todo = limited(launcher, configs, labels)
     if not todo:
-        return
+        return {}
+    from hpctrain.analysis.memory import needed
     from hpctrain.memory.predict import check_fits
     from hpctrain.memory.trace import TraceError
 
     found: dict[Problem, list[str]] = {}
+    passed: dict[str, MemoryBound] = {}
     for cfg, label, limit in todo:
         try:
-            check_fits(cfg, limit, launcher.on_gpus(cfg), lambda c: not problems(c, launcher.facts))
+            worst = check_fits(
+                cfg, limit, launcher.on_gpus(cfg), lambda c: not problems(c, launcher.facts)
+            ).worst
+            passed[memory_key(cfg)] = MemoryBound(worst.reported, needed(worst), limit.bytes, limit.key)
         except ConfigError as e:
             for p in e.problems:
                 found.setdefault(p, []).append(label)
@@ -117,3 +124,4 @@ def check_memory(
             say(f"memory not predicted{' for ' + label if label else ''}: {e}")
     if found:
         raise by_point(found)
+    return passed

@@ -139,8 +139,38 @@ class ShardFigures:
         return cls(**declared)
 
 
+@dataclass(frozen=True)
+class MemoryFigures:
+    """A run that passed a memory check before it started (plan.json's memory): the prediction it
+    passed with, the limit, and what its worst rank then reached."""
+
+    KEY: ClassVar[str] = "memory"
+    FLAT: ClassVar[Mapping[str, str]] = {}
+
+    predicted_bytes: int = 0
+    needed_bytes: int = 0  # with the prediction's error band: what the check held against the limit
+    limit_bytes: int = 0
+    limit_key: str = ""
+    measured_bytes: int = 0  # the worst rank's peak
+    measured_over_predicted: float = 0.0
+    over_limit: bool = False
+
+    @classmethod
+    def measured(cls, declared: Mapping[str, Any], per_rank: Sequence[Any], step_s: float) -> MemoryFigures:
+        peak = max(r.peak_memory_bytes for r in per_rank)
+        predicted = int(declared["predicted_bytes"])
+        return cls(
+            **declared,
+            measured_bytes=peak,
+            measured_over_predicted=peak / predicted if predicted > 0 else 0.0,
+            over_limit=peak > int(declared["limit_bytes"]),
+        )
+
+
 # what a part's class has (PipelineFigures is one): a KEY, FLAT and `measured`
-PART_TYPES: dict[str, type[Part]] = {c.KEY: c for c in (PipelineFigures, TensorFigures, ShardFigures)}
+PART_TYPES: dict[str, type[Part]] = {
+    c.KEY: c for c in (PipelineFigures, TensorFigures, ShardFigures, MemoryFigures)
+}
 
 
 def register_part(cls: type[PartT]) -> type[PartT]:

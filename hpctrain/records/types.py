@@ -212,6 +212,18 @@ class Batch:
 
 
 @dataclass(frozen=True)
+class MemoryBound:
+    """The memory check a run passed before it started (orchestrate/validate.py): its worst
+    rank's predicted peak, that plus the prediction's error band (what the check held against
+    the limit), and the limit each rank has, with the setting it comes from."""
+
+    predicted_bytes: int
+    needed_bytes: int
+    limit_bytes: int
+    limit_key: str
+
+
+@dataclass(frozen=True)
 class RankNeeds:
     """What the ranks need from whatever starts them (launch/needs.py), decided at plan time."""
 
@@ -236,6 +248,7 @@ class RankPlan:
     layout: Layout = Layout()  # which rank holds which part of the model (parallel/registry.py)
     notes: list[str] = field(default_factory=list)  # decisions worth telling the user
     needs: RankNeeds | None = None  # None: a plan written before it was recorded
+    memory: MemoryBound | None = None  # the memory check it passed (None: none was enforced)
 
 
 @dataclass(frozen=True, kw_only=True)

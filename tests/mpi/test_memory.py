@@ -5,6 +5,7 @@ nothing is submitted; `hpctrain bench memory-predict` holds a prediction against
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from hpctrain.analysis.memory import MiB, gib, needed, parts_text
 from hpctrain.config.load import load_config
-from tests.conftest import hpctrain
+from tests.conftest import hpctrain, run_ok
 
 pytestmark = pytest.mark.mpi
 
@@ -117,3 +118,14 @@ def test_tune_leaves_out_a_value_that_cannot_fit() -> None:
     # the config as given, as --estimate shows it: its parts and what a rank has
     row = next(line for line in r.stdout.splitlines() if line.startswith("│ the config as given"))
     assert f"│ {gib(view.peak)} │" in row and "cluster.memory_per_rank_gib" in row and "yes" in row, row
+
+
+def test_a_run_records_the_memory_check_it_passed_and_measures_itself_against_it(tmp_path: Path) -> None:
+    run, s = run_ok(tmp_path, "fits", "model=mlp", "model.width=64", "train.steps=4", "train.warmup_steps=1",
+                    "cluster.ranks=1", "cluster.memory_per_rank_gib=4")  # fmt: skip
+    bound = json.loads((run / "plan.json").read_text())["memory"]
+    assert bound["limit_bytes"] == 4 * 2**30 and bound["limit_key"] == "cluster.memory_per_rank_gib"
+    assert bound["needed_bytes"] == int(bound["predicted_bytes"] * 1.15), bound  # the error band
+    m = s["parts"]["memory"]
+    assert m["measured_bytes"] == max(s["peak_memory_bytes"]) and not m["over_limit"], m
+    assert m["measured_over_predicted"] == pytest.approx(m["measured_bytes"] / m["predicted_bytes"])

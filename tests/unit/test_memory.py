@@ -248,3 +248,40 @@ def test_hpctrains_installation_stamp_is_its_newest_module(tmp_path: Path) -> No
     os.utime(tmp_path / "pkg/a.py", ns=(40, 40))  # an edit or an upgrade
     assert installation_stamp(tmp_path / "pkg") == 40
     assert installation_stamp(tmp_path / "none") == 0
+
+
+def test_a_run_that_passed_a_memory_check_is_measured_against_it_and_says_when_it_went_over() -> None:
+    """The summary's memory part (records/parts.py), from the check the run passed (plan.json)
+    and its ranks' peaks: measured/predicted, and a plain 'over its limit' row where the run
+    went past the limit the prediction held it within."""
+    from types import SimpleNamespace
+
+    from hpctrain.analysis.memory import report_rows
+    from hpctrain.records.parts import MemoryFigures, Parts
+
+    declared = {
+        "predicted_bytes": 400 * 2**20,
+        "needed_bytes": 460 * 2**20,
+        "limit_bytes": 500 * 2**20,
+        "limit_key": "cluster.mem_gb",
+    }
+    ranks = [SimpleNamespace(peak_memory_bytes=p * 2**20) for p in (420, 380)]
+    m = MemoryFigures.measured(declared, ranks, 1.0)
+    assert (
+        m.measured_bytes == 420 * 2**20
+        and m.measured_over_predicted == pytest.approx(1.05)
+        and not m.over_limit
+    )
+    rows = report_rows(SimpleNamespace(parts=Parts(memory=m)))
+    assert rows == [
+        (
+            "memory",
+            "  predicted before the start",
+            "400 MiB",
+            "measured/predicted 1.05; limit 500 MiB (cluster.mem_gb)",
+        )
+    ]
+    over = MemoryFigures.measured(declared, [SimpleNamespace(peak_memory_bytes=520 * 2**20)], 1.0)
+    assert over.over_limit and over.measured_over_predicted == pytest.approx(1.3)
+    said = report_rows(SimpleNamespace(parts=Parts(memory=over)))[1]
+    assert said[1:3] == ("  over its limit", "520 MiB > 500 MiB") and "raise cluster.mem_gb" in said[3], said
