@@ -113,7 +113,9 @@ CELLS = {
     "pipeline-interleaved_1f1b": ("gpt-adamw", [*GPT, *ADAMW, *DDP, "parallelism=pipeline", "parallelism.schedule=interleaved_1f1b", "parallelism.virtual_stages=2", *SPLIT_4], 2),
     "pipeline-interleaved_zb": ("gpt-sgd", [*GPT, *SGD, *DDP, "parallelism=pipeline", "parallelism.schedule=interleaved_zb", "parallelism.virtual_stages=2", *SPLIT_4], 2),
     "pipeline-zbv": ("gpt-adamw", [*GPT, *ADAMW, *DDP, "parallelism=pipeline", "parallelism.schedule=zbv", *SPLIT_4], 2),
-    "hybrid-horovod": ("gpt-sgd", [*GPT, *SGD, "parallelism=hybrid", "parallelism.engine=horovod", "parallelism.cycle_time_ms=20", "parallelism.split_at=[transformer.h.1]"], 4),
+    # Horovod's own hybrid (its process sets) runs on the MLP in tests/mpi/test_pipeline.py;
+    # here the tie's sum after DDP's stage replicas averaged (Horovod spins a core per rank meanwhile)
+    "hybrid": ("gpt-sgd", [*GPT, *SGD, *DDP, "parallelism=hybrid", "parallelism.split_at=[transformer.h.1]"], 4),
 }  # fmt: skip
 
 
@@ -126,6 +128,7 @@ def test_every_cell_ends_on_one_ranks_weights(
     one, s1 = one_rank[ref]
     assert_same_weights(one, run, rtol=1e-5, atol=1e-6)
     assert s["world_size"] == ranks and s["last_loss"] == pytest.approx(s1["last_loss"], rel=1e-5)
+    assert s["parameters"] == s1["parameters"]  # the whole model's, whatever holds it (a tie once)
     if ref.startswith("gpt"):
         assert_tied(run)
 
@@ -203,21 +206,19 @@ OPTIM_MLP = [
 ]
 
 
+# Horovod's old broadcast stepped every optimizer once on zero gradients; those with a step count
+# show it most (Adam's bias correction, NAdam's momentum schedule). Every optimizer's class and
+# keywords are checked without ranks (tests/unit/test_optim.py): the engines do nothing of their own
+# with any optimizer now, so two suffice here, one of them the user's own class.
 @pytest.mark.parametrize(
     "optim",
     [
-        ["optim=sgd", "optim.nesterov=true", "optim.weight_decay=0.01"],
         ["optim=adam", "optim.eps=1e-4", "optim.weight_decay=0.01"],
-        ["optim=adagrad", "optim.weight_decay=0.01"],
-        ["optim=rmsprop", "optim.momentum=0.5", "optim.eps=1e-4", "optim.weight_decay=0.01"],
-        # the user's own optimizer, as torch ships it (it keeps its compile wrappers)
         ["optim._target_=torch.optim.NAdam", "+optim.kwargs.eps=1e-4", "optim.lr=0.01"],
     ],
-    ids=["sgd-nesterov", "adam", "adagrad", "rmsprop", "user-nadam"],
+    ids=["adam", "user-nadam"],
 )
 def test_every_optimizer_equals_one_rank_under_horovod(tmp_path: Path, optim: list[str]) -> None:
-    """Each with the state Horovod's old broadcast got wrong: a step count (Adam, NAdam) or a
-    decay its zero-gradient step applied (the others take weight decay)."""
     one, _ = conftest.run_ok(tmp_path, "one", *OPTIM_MLP, *optim, "cluster.ranks=1")
     two, s = conftest.run_ok(
         tmp_path, "two", *OPTIM_MLP, *optim, "cluster.ranks=2", "parallelism.engine=horovod"

@@ -17,6 +17,9 @@ KINDS = [
     (optim.SGD, torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-3}),
     (optim.SGD, torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "nesterov": True}),
     (optim.AdamW, torch.optim.AdamW, {"lr": 1e-2, "betas": (0.8, 0.99), "weight_decay": 0.1}),
+    (optim.Adam, torch.optim.Adam, {"lr": 1e-2, "eps": 1e-4, "weight_decay": 0.1}),
+    (optim.Adagrad, torch.optim.Adagrad, {"lr": 1e-2, "eps": 1e-10, "weight_decay": 0.1}),
+    (optim.RMSprop, torch.optim.RMSprop, {"lr": 1e-2, "alpha": 0.9, "momentum": 0.5, "weight_decay": 0.1}),
 ]
 
 
@@ -84,3 +87,50 @@ def test_the_startup_bench_shows_torch_importing_dynamo_and_hpctrain_not() -> No
         "hpctrain optim.SGD": "False",
         "hpctrain optim.SGD, collector held": "False",
     }, console.export_text()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "theirs", "expect"),
+    [
+        (["optim=sgd", "optim.nesterov=true"], torch.optim.SGD, {"momentum": 0.9, "nesterov": True, "weight_decay": 0.0}),
+        (["optim=adam", "optim.eps=1e-4"], torch.optim.Adam, {"betas": (0.9, 0.999), "eps": 1e-4, "weight_decay": 0.0}),
+        (["optim=adamw"], torch.optim.AdamW, {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01}),
+        (["optim=adagrad"], torch.optim.Adagrad, {"eps": 1e-10, "weight_decay": 0.0}),
+        (["optim=rmsprop", "optim.momentum=0.5"], torch.optim.RMSprop, {"alpha": 0.99, "momentum": 0.5, "eps": 1e-8}),
+        (["optim._target_=torch.optim.NAdam", "+optim.kwargs.momentum_decay=0.002"], torch.optim.NAdam, {"momentum_decay": 0.002}),
+    ],
+    ids=["sgd-nesterov", "adam", "adamw", "adagrad", "rmsprop", "user-nadam"],
+)  # fmt: skip
+def test_each_optimizer_is_torchs_class_with_the_keys_it_reads(
+    overrides: list[str], theirs: type, expect: dict
+) -> None:
+    """optim.name picks torch.optim's class of that name with the optim.* keys it reads (its
+    lr the run's, after scaling); optim._target_ is the user's class, given lr and its kwargs."""
+    from hpctrain.config import load_config
+
+    cfg = load_config(overrides)
+    built = optim.build(cfg.optim, nn.Linear(2, 2).parameters(), lr=0.25)
+    assert isinstance(built, theirs)
+    group = built.param_groups[0]
+    assert group["lr"] == 0.25 and {k: group[k] for k in expect} == expect, group
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["optim=adamw", "optim.momentum=0.5"], "optim.momentum"),  # AdamW reads no momentum
+        (["optim=sgd", "optim.betas=[0.8,0.9]"], "optim.betas"),
+        (["optim=sgd", "optim.momentum=0", "optim.nesterov=true"], "optim.nesterov"),
+        (["optim=adam", "optim.eps=0"], "optim.eps"),
+        (["optim._target_=torch.optim.NAdam", "+optim.kwargs.lr=0.1"], "optim.kwargs.lr"),
+        (["optim._target_=torch.optim.NAdam", "optim.momentum=0.5"], "optim.momentum"),  # not its keyword
+        (["optim._target_=torch.optim.NAdam", "+optim.kwargs.nonsense=1"], "optim.kwargs"),
+    ],
+)
+def test_an_optimizer_setting_that_would_do_nothing_or_break_is_refused_by_key(
+    overrides: list[str], key: str
+) -> None:
+    from hpctrain.config import load_config
+    from hpctrain.orchestrate.validate import problems
+
+    assert key in [p.key for p in problems(load_config(overrides))]
