@@ -34,6 +34,12 @@ class TensorParallelError(RuntimeError):
 
 
 SPLITTABLE = (nn.Linear, nn.Embedding)
+# what a user model's forward that fails once split most often lacks (said by the ranks' and the
+# memory trace's one-sample check)
+DIVIDE_HINT = (
+    " (a forward that reads a head count or a width from an attribute needs it in "
+    "parallelism.tp.divide, e.g. [h.*.attn.n_head,h.*.attn.n_embd]; docs: howto/tensor-parallel)"
+)
 
 
 class FusedColwiseParallel(ColwiseParallel):

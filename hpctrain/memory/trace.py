@@ -179,6 +179,9 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
                 pieces, at, inputs = _pieces(cfg, layout, whole, x, rank)
             for piece in pieces:
                 _wrap(cfg, layout, piece, meshes)
+            if cfg.user_code and layout.tp > 1 and not layout.pipelined:  # as the ranks check it
+                with fake:
+                    fits(cfg, pieces[0], x, y, "parallelism.tp.plan")
             with fake:
                 optimizer = make_optimizer(cfg, nn.ModuleList(pieces), d.lr)
                 step = Step(pieces, at, inputs, y, make_objective(cfg))
@@ -193,31 +196,35 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
     return Traced(parts, held, trainable)
 
 
-def fits(cfg: Config, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+def fits(cfg: Config, model: nn.Module, x: torch.Tensor, y: torch.Tensor, split: str = "") -> None:
     """One sample of the user's data through the user's model and loss, on fake tensors: where
     they do not fit, the problem the ranks would report after the start (train/targets.py:probe)
-    is refused now, as a ConfigError (exit 2). What fake tensors cannot follow (a value read in
-    forward) only leaves the memory unpredicted."""
+    is refused now, as a ConfigError (exit 2); `split`: the key that split the model (the
+    tensor-parallel plan), checked once split as the ranks check it. What fake tensors cannot
+    follow (a value read in forward) only leaves the memory unpredicted."""
+    from hpctrain.engine.tp_wrap import DIVIDE_HINT
     from hpctrain.train.parts import make_objective, workload_label
     from hpctrain.train.targets import WorkloadError, probe
 
+    what = f"{workload_label(cfg)} split by {split}" if split else workload_label(cfg)
     try:
-        probe(model, make_objective(cfg), [(x[0], y[0])], torch.device("cpu"), workload_label(cfg))
+        probe(
+            model,
+            make_objective(cfg),
+            [(x[0], y[0])],
+            torch.device("cpu"),
+            what,
+            DIVIDE_HINT if split else "",
+        )
     except WorkloadError as e:
         cause = e.__cause__
         if cause is not None and type(cause).__module__.startswith(("torch._subclasses", "torch.fx")):
             raise TraceError(
                 f"the model could not be traced: {type(cause).__name__}: {_first_line(cause)}"
             ) from e
-        where = (
-            "model._target_"
-            if cfg.model._target_
-            else "loss._target_"
-            if cfg.loss._target_
-            else "data._target_"
-        )
+        sections = [s for s in ("model", "loss", "data") if getattr(cfg, s)._target_]
         raise ConfigError.one(
-            where,
+            split or f"{sections[0] if sections else 'model'}._target_",
             str(e),
             "make the model, its data and the loss fit (docs: tutorials/own-code, the model's contract); "
             "a model that computes its own loss trains with loss=model",

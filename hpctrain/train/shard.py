@@ -18,6 +18,7 @@ from hpctrain.config.split import shard_units
 from hpctrain.config.tp_plan import plan_for
 from hpctrain.engine.base import Sharding, TensorParallel
 from hpctrain.engine.ties import check_units
+from hpctrain.engine.tp_wrap import DIVIDE_HINT
 from hpctrain.engine.world import CommError
 from hpctrain.train import checkpoint, shard_checkpoint
 from hpctrain.train.data import build_loader
@@ -158,8 +159,7 @@ def split(s: Setup, tp_mesh: Any) -> nn.Module:
             s.dataset,
             s.common["device"],
             f"{workload_label(s.cfg)} split by parallelism.tp.plan",
-            " (a forward that reads a head count or a width from an attribute needs it in "
-            "parallelism.tp.divide, e.g. [h.*.attn.n_head,h.*.attn.n_embd]; docs: howto/tensor-parallel)",
+            DIVIDE_HINT,
         )
     return model
 

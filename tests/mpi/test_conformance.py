@@ -80,16 +80,18 @@ def run_ok(project: Path, name: str, *overrides: str) -> tuple[Path, dict]:
     return conftest.run_ok(project.parent, name, *overrides, cwd=project)
 
 
+REFS = {
+    "gpt-adamw": [*GPT, *ADAMW],
+    "gpt-sgd": [*GPT, *SGD],
+    "hf-adamw": [*HF, *ADAMW],
+    "hf-dict-sgd": [*HF, "+model.output=dict", *SGD],
+}
+
+
 @pytest.fixture(scope="module")
 def one_rank(project: Path) -> dict[str, tuple[Path, dict]]:
     """Each model and optimizer on one rank with the whole batch: what every cell must equal."""
-    refs = {
-        "gpt-adamw": [*GPT, *ADAMW],
-        "gpt-sgd": [*GPT, *SGD],
-        "hf-adamw": [*HF, *ADAMW],
-        "hf-dict-sgd": [*HF, "+model.output=dict", *SGD],
-    }
-    return {k: run_ok(project, f"one-{k}", *v, *TOKENS, *DDP, "cluster.ranks=1") for k, v in refs.items()}
+    return {k: run_ok(project, f"one-{k}", *v, *TOKENS, *DDP, "cluster.ranks=1") for k, v in REFS.items()}
 
 
 def assert_tied(run: Path) -> None:
@@ -225,3 +227,34 @@ def test_every_optimizer_equals_one_rank_under_horovod(tmp_path: Path, optim: li
     )
     assert_same_weights(one, two, rtol=1e-5, atol=1e-6)
     assert s["engine"] == "horovod"
+
+
+@pytest.mark.parametrize("ref", ["gpt-adamw", "hf-adamw", "hf-dict-sgd"])
+def test_estimate_of_each_model_prints_memory_and_time(
+    project: Path, one_rank: dict[str, tuple[Path, dict]], ref: str
+) -> None:
+    """--estimate traces the user's model on fake tensors (its own loss, a tuple, a dataclass or
+    a dict out) and takes the time from the one-rank run (--from: no probe)."""
+    run, _ = one_rank[ref]
+    r = hpctrain(
+        "run", "--estimate", "--from", str(run), *REFS[ref], *TOKENS, *DDP, "cluster.ranks=1", cwd=project
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    row = next(line for line in r.stdout.splitlines() if line.startswith("│ the run │    0 │"))
+    assert "MiB" in row and "yes" in row, r.stdout  # its memory, traced, and what a rank has
+    assert "measured at N=1" in r.stdout, r.stdout  # its time, from the run given
+
+
+def test_estimate_of_a_model_that_does_not_fit_its_loss_is_the_ranks_named_problem(project: Path) -> None:
+    """The GPT returns (logits, loss) but the run asks for cross-entropy over its output: the
+    estimate refuses it with exit 2 and the message a rank gives after the start, never 'this
+    is a bug'."""
+    no_loss_model = [a for a in GPT if a != "loss=model"]
+    r = hpctrain("run", "--estimate", *no_loss_model, *TOKENS, *DDP, "cluster.ranks=2", cwd=project)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert (
+        "- model._target_: model._target_=mypkg.gpt.GPT: one sample does not go through the model" in r.stderr
+    )
+    assert "returned a tuple of 2" in r.stderr and "loss=model" in r.stderr and "bug" not in r.stderr, (
+        r.stderr
+    )
