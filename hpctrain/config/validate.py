@@ -268,6 +268,14 @@ def _model_data_problems(cfg: Config) -> list[Problem]:
                 "set model=transformer, or data=synthetic/digits/folder",
             )
         )
+    if m.tie_embeddings and m.name != "transformer":
+        p.append(
+            Problem(
+                "model.tie_embeddings",
+                f"ties a language model's head to its token embedding; model {m.name} has neither",
+                "use model=transformer, or drop model.tie_embeddings",
+            )
+        )
     if m.name == "transformer" and m.width % max(m.heads, 1):
         p.append(
             Problem(

@@ -209,7 +209,9 @@ def _check_divide(model: nn.Module, divide: list[str], degree: int) -> None:
             problems.append(f"{pattern} names no module's attribute")
         for owner, attr in found:
             value = getattr(owner, attr, None)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not hasattr(owner, attr):
+                problems.append(f"{pattern}: {type(owner).__name__} has no attribute {attr}")
+            elif isinstance(value, bool) or not isinstance(value, int):
                 problems.append(f"{pattern}: {type(owner).__name__}.{attr} is {value!r}, not a whole number")
             elif degree > 1 and value % degree:
                 problems.append(f"{pattern}: {value} does not divide over {degree} ranks")

@@ -111,7 +111,10 @@ def _tp_plan(cfg: Config, model: Any) -> list[Problem]:
         check_plan(model, plan, int(tp.degree), [str(a) for a in tp.divide])
     except TensorParallelError as e:
         key, _, why = str(e).partition(": ")
-        return [
-            Problem(key, why, "name Linear or Embedding modules as model.named_modules() does (wildcards: *)")
-        ]
+        fix = (
+            "name each module (wildcards: *) and the whole-number attribute its forward reads, e.g. h.*.attn.n_head"
+            if key == "parallelism.tp.divide"
+            else "name Linear or Embedding modules as model.named_modules() does (wildcards: *)"
+        )
+        return [Problem(key, why, fix)]
     return []
