@@ -170,7 +170,7 @@ def _split_dim(module: nn.Module, style: str | None) -> str:
 
 def _check_ties(model: nn.Module, names: dict[str, str]) -> None:
     """A tied parameter stays one tensor only where the plan splits each of its modules' weights
-    along the same dimension (train/ties.py re-ties them after the split)."""
+    along the same dimension (split_model re-ties them after the split: engine/ties.py)."""
     modules = dict(model.named_modules())
     for tie in tied_groups(model):
         owners = {n: n.rpartition(".")[0] for n in tie}

@@ -73,7 +73,7 @@ def attach(root: nn.Module, name: str, module: nn.Module) -> None:
 
 def my_pieces(s: Setup) -> tuple[list[ChainPiece], list[set[str]]]:
     """This rank's pieces of the chain (several under interleaved schedules), and every piece's
-    parameter names (where a tied parameter's copies are: train/ties.py)."""
+    parameter names (where a tied parameter's copies are: engine/ties.py)."""
     cfg, layout = s.cfg, s.d.layout
     segments = chain_pieces(declared_chain(cfg.model), split_points(cfg, layout.pieces))
     every = [ChainPiece(s.module, segment) for segment in segments]

@@ -68,8 +68,8 @@ class Pipe:
     last_rank: int  # global rank holding this pipeline's last piece: it computes the loss
     meter: Meter
     tally: Tally
-    # loss=model: the forward's name for the targets, which every rank whose pieces take them
-    # passes as a keyword (the traced model hands them to the piece that computes the loss)
+    # loss=model: the forward's name for the targets, which every rank passes to its schedule as
+    # a keyword (each piece keeps the keywords it takes: the one that computes the loss)
     targets_kw: str | None = None
 
     @property
@@ -260,7 +260,7 @@ def pieces_for(
     device: torch.device,
 ) -> tuple[list[nn.Module], PipelineTies]:
     """This rank's pieces of the model, on the device, with activation checkpointing if asked;
-    and its copies of the tied parameters that more than one piece holds (train/ties.py)."""
+    and its copies of the tied parameters that more than one piece holds (engine/ties.py)."""
     ties = tied_groups(module)
     every = cut(cfg, module, layout, example)  # once: tracing a module twice fails
     for piece in every:  # the tracer leaves a piece a copy per name of a tie: one again
