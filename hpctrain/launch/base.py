@@ -137,6 +137,11 @@ class Launcher(ABC, Generic[P]):
         self.facts = facts
         self.python = python
 
+    def interrupt_ends_runs(self) -> bool:
+        """Whether the runs end with the waiting command anyway, without cancel_on_interrupt (they
+        run in what the command holds for them: held())."""
+        return False
+
     # --- about the cluster config -----------------------------------------------------------
     @staticmethod
     def problems(cfg: Config) -> list[Problem]:

@@ -276,7 +276,7 @@ def follow(
     except KeyboardInterrupt:
         if launcher.cancel_on_interrupt:
             launcher.cancel(jobs)
-        else:
+        elif not launcher.interrupt_ends_runs():  # else they end with what holds them (held())
             reporter.note(
                 f"job(s) {', '.join(j.job_id for j in jobs)} keep running: "
                 f"hpctrain cancel {jobs[0].run_dir.parent if len(jobs) > 1 else jobs[0].run_dir}"

@@ -16,8 +16,9 @@ from tests.conftest import IDLE_TRAINING, hpctrain, hpctrain_here, sacct_state, 
 pytestmark = [pytest.mark.slurm, pytest.mark.cold_start, pytest.mark.usefixtures("slurm_cluster")]
 
 SMALL = ["cluster=slurm", "data=digits", "train.steps=8", "train.warmup_steps=1"]
-# the local cluster's `tiny` partition has one node: a 2-node job there is accepted, never started
-TOO_BIG = ["cluster.partition=tiny", "cluster.nodes=2"]
+# the local cluster's `tiny` partition has a 10-minute limit: a longer job there is accepted, never
+# started (more nodes than its one is refused before submitting: test_..._refused_before_anything)
+TOO_BIG = ["cluster.partition=tiny", "cluster.time_min=20"]
 
 
 def test_a_job_that_can_never_start_is_reported_and_not_waited_on(tmp_path: Path) -> None:
@@ -37,7 +38,8 @@ def test_status_shows_the_pending_reason(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     try:
         wait_for(
-            "a pending reason", lambda: "pending: PartitionConfig" in hpctrain("status", str(run_dir)).stdout
+            "a pending reason",
+            lambda: "pending: PartitionConfig" in hpctrain("status", str(run_dir)).stdout,
         )
         assert "it can never start as submitted: cancel it" in hpctrain("status", str(run_dir)).stdout
     finally:
@@ -120,6 +122,11 @@ def test_a_dry_run_of_a_large_sweep_prints_index_ranges_per_array() -> None:
             ["cluster.exclude=[n1,n2,n3,n4]"],
             "cluster.exclude: leaves 0 of the 4 nodes of the default partition",
         ),
+        # issue 72, class 2: SLURM queues these (PartitionNodeLimit, PartitionConfig) where an
+        # allocation asks for them, and they wait for ever
+        (["cluster.nodes=8"], "cluster.nodes: asks for 8 nodes; the default partition has 4"),
+        (["cluster.partition=tiny", "cluster.nodes=2"], "partition tiny lets a job have 1 (MaxNodes)"),
+        (["cluster.ranks_per_node=4"], "need 4 CPUs; the nodes of the default partition have 2 at most"),
     ],
 )
 def test_nodes_the_cluster_cannot_give_are_refused_before_anything_is_created(
@@ -130,3 +137,25 @@ def test_nodes_the_cluster_cannot_give_are_refused_before_anything_is_created(
     r = hpctrain_here("run", "cluster=slurm", "data=digits", f"run.dir={run}", *overrides)
     assert r.returncode == 2 and said in r.stderr, r.stdout + r.stderr
     assert not run.exists()
+
+
+@pytest.mark.parametrize(
+    ("shape", "said"),
+    [
+        (["study.nodes=[1,8]"], "cluster.nodes: asks for 8 nodes; the default partition has 4"),
+        (["study.nodes=[1,2]", "cluster.ranks_per_node=4"], "cluster.ranks_per_node: 4 ranks x 1 CPUs"),
+    ],
+    ids=["8-nodes", "the-tutorials-4-ranks-per-node"],
+)
+def test_a_one_allocation_study_that_cannot_fit_is_refused_before_submitting(
+    tmp_path: Path, shape: list[str], said: str
+) -> None:
+    """Issue 72, class 2: its allocation pended on PartitionNodeLimit for the default 24 h."""
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    r = hpctrain_here(
+        "study", "strong", "--no-progress", "cluster=slurm", "data=digits", "study.one_allocation=true",
+        "study.allreduce_bench=false", f"run.output_root={tmp_path}", *shape,
+    )  # fmt: skip
+    assert r.returncode == 2 and said in r.stderr, r.stdout + r.stderr
+    after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
+    assert set(after.split()) <= set(before.split()), after  # nothing submitted

@@ -31,7 +31,38 @@ def test_the_holding_script_asks_for_the_runs_resources_and_only_waits() -> None
     # nothing in it checkpoints or runs ranks: no signal before the limit, no srun, no teardown
     assert not any("--signal" in line for line in sbatch), text
     body = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert body == ["while [ ! -e '/runs/my tune/allocation/release' ]; do sleep 1; done"], text
+    # until released, or until the command holding it has not touched its heartbeat for 3 minutes
+    # (killed with SIGKILL, its host lost: issue 72, class 1)
+    assert body == [
+        "while [ ! -e '/runs/my tune/allocation/release' ]; do [ $(( $(date +%s) - $(stat -c %Y "
+        "'/runs/my tune/allocation/heartbeat' 2>/dev/null || echo 0) )) -lt 180 ] || exit 0; sleep 1; done"
+    ], text
+
+
+def test_the_holding_script_ends_once_released_or_when_the_heartbeat_goes_stale(tmp_path: Path) -> None:
+    """The loop itself, run by bash: released, stale, missing heartbeat; a fresh one holds."""
+    import os
+    import subprocess
+    import time
+
+    script = hold_script(_plan().executor, "t", 10, tmp_path / "release")
+    beat, release = tmp_path / "heartbeat", tmp_path / "release"
+
+    def ends(timeout: float) -> bool:
+        try:
+            subprocess.run(["bash", "-c", script], timeout=timeout, check=True)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    assert ends(5)  # no heartbeat at all: nobody holds it
+    beat.touch()
+    os.utime(beat, (time.time() - 200, time.time() - 200))
+    assert ends(5)  # stale
+    beat.touch()
+    assert not ends(2.5)  # fresh: it holds
+    release.touch()
+    assert ends(5)
 
 
 def test_a_step_runs_the_plan_on_the_allocation_with_its_shape_setup_and_logs() -> None:

@@ -148,8 +148,14 @@ def test_signal_delay_may_use_everything_but_slurms_resolution() -> None:
 def test_the_nodes_asked_for_are_held_to_the_clusters() -> None:
     from hpctrain.launch.slurm.nodes import node_problems, partitions
 
-    table = partitions("n1|debug*\nn2|debug*\nn3|debug*\nn1|tiny\n")
-    assert table == {"debug": {"n1", "n2", "n3"}, "": {"n1", "n2", "n3"}, "tiny": {"n1"}}
+    table = partitions(
+        "n1|debug*|2|1-infinite\nn2|debug*|2|1-infinite\nn3|debug*|4|1-infinite\nn1|tiny|2|1-1\n"
+    )
+    assert {k: (v.cpus, v.max_nodes) for k, v in table.items()} == {
+        "debug": ({"n1": 2, "n2": 2, "n3": 4}, None),
+        "": ({"n1": 2, "n2": 2, "n3": 4}, None),
+        "tiny": ({"n1": 2}, 1),
+    }
     cfg = load_config(
         ["cluster=slurm", "cluster.nodelist=[n1,n7]", "cluster.exclude=[n2,n3]", "cluster.nodes=2"]
     )
@@ -159,6 +165,31 @@ def test_the_nodes_asked_for_are_held_to_the_clusters() -> None:
     tiny = load_config(["cluster=slurm", "cluster.partition=tiny"])
     assert node_problems(tiny.cluster, table) == []
     assert node_problems(cfg.cluster, {}) == []  # sinfo said nothing: nothing is judged
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "said"),
+    [
+        # issue 72: an allocation of these pended for ever (PartitionNodeLimit, PartitionConfig)
+        (["cluster.nodes=8"], "cluster.nodes", "asks for 8 nodes; the default partition has 3"),
+        (["cluster.partition=tiny", "cluster.nodes=2"], "cluster.nodes", "partition tiny lets a job have 1"),
+        (["cluster.ranks_per_node=4"], "cluster.ranks_per_node", "need 4 CPUs; the nodes of the default partition have 3 at most"),
+        (["cluster.ranks_per_node=2", "cluster.cpus_per_rank=2"], "cluster.ranks_per_node", "need 4 CPUs"),
+    ],
+)  # fmt: skip
+def test_a_shape_the_partition_cannot_hold_is_refused_before_submitting(
+    overrides: list[str], key: str, said: str
+) -> None:
+    from hpctrain.launch.slurm.nodes import node_problems, partitions
+
+    table = partitions(
+        "n1|debug*|2|1-infinite\nn2|debug*|3|1-infinite\nn3|debug*|2|1-infinite\nn1|tiny|2|1-1\n"
+    )
+    (problem,) = node_problems(load_config(["cluster=slurm", *overrides]).cluster, table)
+    assert problem.key == key and said in problem.rule, problem
+    # what fits is not judged: the largest node's CPUs, every node of the partition
+    fits = load_config(["cluster=slurm", "cluster.nodes=3", "cluster.ranks_per_node=3"])
+    assert node_problems(fits.cluster, table) == []
 
 
 def test_the_slurm_plan_says_what_the_local_plan_says_about_the_workload(tmp_path) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,10 +32,14 @@ from hpctrain.launch.rundir import prepare_run_dir, write_run_files
 from hpctrain.launch.slurm.job import TrainingJob
 from hpctrain.launch.slurm.nodes import fields, job_state, scontrol
 from hpctrain.launch.slurm.plan import SUBMIT_MODULE, SlurmPlan
+from hpctrain.launch.slurm.sacct import blocked_fix, explain_pending
 from hpctrain.launch.slurm.scheduler import NOT_SUBMITTED, ask, query
 from hpctrain.records import State
 
 RELEASE = "release"  # in the allocation's directory: the holding script ends when it appears
+HEARTBEAT = "heartbeat"  # beside it: touched every BEAT_S by the command that holds it
+BEAT_S = 10.0
+STALE_S = 180  # a heartbeat this old ends the holding script (clocks of login and compute nodes differ)
 STEP_ERR = "srun.err"  # in a step's submitit folder: srun's own report (which task died, how)
 POLL_S = 1.0
 # while a step starts, the controller is asked this often; its rank logs are looked for in between
@@ -60,12 +65,40 @@ def _header(executor: dict[str, Any], name: str, time_min: int, folder: Path) ->
 
 
 def hold_script(executor: dict[str, Any], name: str, time_min: int, release: Path) -> str:
-    """The allocation's batch script: the runs' header, then a loop that waits. Pure."""
-    wait = f"while [ ! -e {shlex.quote(str(release))} ]; do sleep 1; done"
+    """The allocation's batch script: the runs' header, then a loop that waits until the release
+    file appears, or until the heartbeat beside it is older than STALE_S (the command that holds
+    the allocation was killed with SIGKILL, or its host lost: nobody will start a step). Pure."""
+    beat = shlex.quote(str(release.parent / HEARTBEAT))
+    wait = (
+        f"while [ ! -e {shlex.quote(str(release))} ]; do "
+        f"[ $(( $(date +%s) - $(stat -c %Y {beat} 2>/dev/null || echo 0) )) -lt {STALE_S} ] || exit 0; "
+        "sleep 1; done"
+    )
     head = _header(executor, name, time_min, release.parent)
     return "\n".join(
         [*head, "", "# hold the nodes for job steps started by srun --jobid (hpctrain)", wait, ""]
     )
+
+
+class Heartbeat:
+    """The holding command's pulse: touches `home`/HEARTBEAT every BEAT_S from a daemon thread
+    while the allocation is held, which the holding script reads (hold_script)."""
+
+    def __init__(self, home: Path) -> None:
+        self.path, self.stop = home / HEARTBEAT, threading.Event()
+        self.path.touch()
+        self.thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+        self.thread.start()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(BEAT_S):
+            try:
+                self.path.touch()
+            except OSError:  # a full or vanished directory: the script's own limit still ends it
+                pass
+
+    def end(self) -> None:
+        self.stop.set()
 
 
 def driver_script(executor: dict[str, Any], name: str, time_min: int, home: Path, command: list[str]) -> str:
@@ -134,6 +167,7 @@ class Allocation:
 
     job_id: str
     home: Path
+    heartbeat: Heartbeat | None = None  # the holding command's (None: driven from inside)
 
     def state(self) -> State:
         return job_state(self.job_id)
@@ -192,9 +226,12 @@ class Allocation:
         )
 
     def release(self, wait_s: float = 30) -> None:
-        """End the allocation: the release file, then scancel if it is still there after `wait_s`."""
+        """End the allocation: the release file, then scancel if it is still there after `wait_s`
+        (at once if it is not running: no holding loop reads the file)."""
         records.write_atomic(self.home / RELEASE, "")
-        deadline = time.monotonic() + wait_s
+        if self.heartbeat is not None:
+            self.heartbeat.end()
+        deadline = time.monotonic() + (wait_s if self.state() == State.RUNNING else 0.0)
         while time.monotonic() < deadline:
             time.sleep(POLL_S)  # the holding loop looks every second
             if self.state() not in (State.RUNNING, State.PENDING, State.UNKNOWN):
@@ -263,19 +300,45 @@ def hold(
     _end_earlier(home, say)
     (home / RELEASE).unlink(missing_ok=True)  # an earlier allocation's (a resumed tune)
     text = hold_script(plan.executor, name, time_min, home / RELEASE)
-    alloc = Allocation(_submitted(plan, home, home / "hold.sbatch", text, "the allocation").job_id, home)
-    say(f"allocation {alloc.job_id}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) for every run")
+    beat = Heartbeat(home)
+    try:
+        alloc = Allocation(
+            _submitted(plan, home, home / "hold.sbatch", text, "the allocation").job_id, home, beat
+        )
+    except BaseException:
+        beat.end()
+        raise
+    say(
+        f"allocation {alloc.job_id}: {plan.nodes} node(s) x {plan.ranks_per_node} rank(s) for every run "
+        f"(released when this command ends; scancel {alloc.job_id} if it cannot)"
+    )
+    try:
+        _wait_running(alloc, timeout_s, say)
+    except BaseException:  # Ctrl-C, SIGTERM, SIGHUP (KeyboardInterrupt) or an error: nothing left queued
+        beat.end()
+        query(["scancel", alloc.job_id], timeout_s=60)
+        raise
+    return alloc
+
+
+def _wait_running(alloc: Allocation, timeout_s: float, say: Callable[[str], None]) -> None:
+    """Until `alloc` runs; LaunchError, with the controller's reason, if it ends first, if SLURM
+    says it can never start (a limit of the partition, a node it cannot have), or at `timeout_s`."""
     deadline, said, wait = time.monotonic() + timeout_s, "", POLL_S
     while True:
         job = fields(scontrol("show", "job", "-o", alloc.job_id))  # its state and reason, one call
         state, why = State.of(job.get("JobState", "")), job.get("Reason", "")
         if state == State.RUNNING:
-            return alloc
+            return
         if state not in (State.PENDING, State.UNKNOWN) or time.monotonic() > deadline:
-            query(["scancel", alloc.job_id], timeout_s=60)
             raise LaunchError(f"allocation {alloc.job_id} did not start ({state}, reason {why or 'none'})")
+        text, never = explain_pending(why)
+        if never:  # as a job's: sbatch would have refused it, the controller queued it instead
+            raise LaunchError(
+                f"allocation {alloc.job_id} can never start ({text}): cancelled; {blocked_fix(why)}"
+            )
         if why and why != said and why != "None":
-            say(f"allocation {alloc.job_id} pending: {why}")
+            say(f"allocation {alloc.job_id} pending: {text}")
             said = why
         time.sleep(wait)
         wait = min(wait * 1.5, PENDING_MAX_S)  # a busy cluster's allocation may wait for hours

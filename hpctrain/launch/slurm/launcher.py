@@ -31,7 +31,13 @@ if TYPE_CHECKING:
     from hpctrain.launch.slurm.allocation import Allocation
 
 HOLD_WAIT_S = 24 * 3600.0  # how long held() waits in the queue for its allocation
-SINFO_NODES = ["sinfo", "-h", "-N", "-o", "%N|%P"]  # every node with its partitions: admit's check
+SINFO_NODES = [
+    "sinfo",
+    "-h",
+    "-N",
+    "-o",
+    "%N|%P|%c|%s",
+]  # every node, its partitions, CPUs, job sizes: admit's check
 
 
 class SlurmLauncher(Launcher[SlurmPlan], Excludes):
@@ -159,6 +165,9 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         finally:
             self.allocation = None
             alloc.release()
+
+    def interrupt_ends_runs(self) -> bool:
+        return self.allocation is not None  # steps of an allocation held() releases as it ends
 
     def submit_driver(self, cfg: Config, home: Path, minutes: float, command: list[str]) -> Job:
         from hpctrain.launch.slurm.allocation import submit_driver

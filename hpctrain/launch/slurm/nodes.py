@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from hpctrain.config.cluster import SlurmClusterConf
 from hpctrain.errors import Problem
@@ -117,42 +118,70 @@ def settled_losses(
         waited += step
 
 
-def partitions(sinfo_text: str) -> dict[str, set[str]]:
-    """Partition -> its nodes, from `sinfo -h -N -o %N|%P` (one line per node and partition; the
-    default partition's name carries a '*', kept under "" as well)."""
-    out: dict[str, set[str]] = {}
+@dataclass(frozen=True)
+class Partition:
+    """A partition as sinfo shows it: its nodes with their CPUs, and its largest job in nodes
+    (MaxNodes; None: no limit, or not said)."""
+
+    cpus: dict[str, int] = field(default_factory=dict)
+    max_nodes: int | None = None
+
+    @property
+    def nodes(self) -> set[str]:
+        return set(self.cpus)
+
+
+def _max_nodes(size: str) -> int | None:
+    """sinfo's %s, a partition's job sizes in nodes ("1-infinite", "1-4", "2+", "4"): the most. Pure."""
+    most = size.rpartition("-")[2]
+    return int(most) if most.isdigit() else None
+
+
+def partitions(sinfo_text: str) -> dict[str, Partition]:
+    """Partition -> its nodes, from `sinfo -h -N -o %N|%P|%c|%s` (one line per node and
+    partition: the node's CPUs and the partition's job sizes; the default partition's name
+    carries a '*', kept under "" as well). Pure."""
+    out: dict[str, Partition] = {}
     for line in sinfo_text.splitlines():
-        node, _, part = line.strip().partition("|")
-        if node and part:
-            out.setdefault(part.rstrip("*"), set()).add(node)
-            if part.endswith("*"):
-                out.setdefault("", set()).add(node)
+        node, part, cpus, size = (line.strip().split("|") + ["", "", ""])[:4]
+        if not (node and part):
+            continue
+        for name in (part.rstrip("*"), "") if part.endswith("*") else (part,):
+            had = out.get(name, Partition())
+            out[name] = Partition({**had.cpus, node: int(cpus) if cpus.isdigit() else 0}, _max_nodes(size))
     return out
 
 
-def node_problems(cfg: SlurmClusterConf, table: dict[str, set[str]]) -> list[Problem]:
-    """What sbatch would refuse about the nodes asked for, said before anything is created:
-    a node the cluster does not have, or an exclusion that leaves too few."""
-    known = set().union(*table.values()) if table else set()
+def node_problems(cfg: SlurmClusterConf, table: dict[str, Partition]) -> list[Problem]:
+    """What sbatch would refuse, or what would pend forever in an allocation the controller
+    queues instead (PartitionNodeLimit, PartitionConfig), said before anything is created: a node
+    the cluster does not have, more nodes than the partition has or lets one job have, more CPUs
+    per node than its nodes have, or an exclusion that leaves too few. Pure."""
+    known = set().union(*(t.nodes for t in table.values())) if table else set()
     part = cfg.partition or ""
     pool = table.get(part)
     if not known or pool is None:  # no answer, or a partition the partition rule names
         return []
+    where = f"partition {part}" if part else "the default partition"
     p = [
         Problem(f"cluster.nodelist[{i}]", f"{n!r} is not a node of this cluster", f"use one of {', '.join(sorted(known))}")
         for i, n in enumerate(cfg.nodelist)
         if n not in known
     ]  # fmt: skip
-    left = pool - set(cfg.exclude)
-    # too many nodes without an exclusion is the scheduler's to say (PartitionConfig, shown as the
-    # job's pending reason); an exclusion that leaves too few is the user's own doing
-    if cfg.exclude and len(left) < cfg.nodes:
-        where = f"partition {part}" if part else "the default partition"
+    most = min(len(pool.nodes), pool.max_nodes or len(pool.nodes))
+    left = pool.nodes - set(cfg.exclude)
+    if cfg.nodes > most:
+        limit = f"lets a job have {most} (MaxNodes)" if pool.max_nodes == most else f"has {most}"
+        p.append(Problem("cluster.nodes", f"asks for {cfg.nodes} nodes; {where} {limit}", f"ask for {most} nodes at most, or another partition (cluster.partition)"))  # fmt: skip
+    elif cfg.exclude and len(left) < cfg.nodes:  # the user's own doing
         p.append(
             Problem(
                 "cluster.exclude",
-                f"leaves {len(left)} of the {len(pool)} nodes of {where}, and the job asks for {cfg.nodes}",
+                f"leaves {len(left)} of the {len(pool.nodes)} nodes of {where}, and the job asks for {cfg.nodes}",
                 "exclude fewer nodes, or ask for fewer (cluster.nodes)",
             )
         )
+    cpus, need = max(pool.cpus.values()), cfg.ranks_per_node * cfg.cpus_per_rank
+    if 0 < cpus < need:
+        p.append(Problem("cluster.ranks_per_node", f"{cfg.ranks_per_node} ranks x {cfg.cpus_per_rank} CPUs (cluster.cpus_per_rank) per node need {need} CPUs; the nodes of {where} have {cpus} at most", f"ask for at most {cpus} CPUs per node: fewer ranks per node or CPUs per rank, and more nodes"))  # fmt: skip
     return p
