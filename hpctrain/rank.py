@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 from hpctrain import heap, records
 from hpctrain.config.derived import Derived
-from hpctrain.config.load import config_from_yaml
+from hpctrain.config.run_file import planned_config
 from hpctrain.engine.world import finalize_mpi, launcher_rank
 from hpctrain.events import format_event
 from hpctrain.lifeline import die_with_parent
@@ -128,7 +128,7 @@ def run(run_dir: Path, control: StopControl | None = None) -> bool:
     """Run this rank's workload: True when it finished, False when it stopped to be requeued."""
     from hpctrain.workload.code import activate
 
-    cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
+    cfg = planned_config(run_dir)
     plan = records.read(records.plan_file(run_dir, os.environ), records.PlanRecord)
     activate()  # the user's code (if any) on sys.path and PYTHONPATH
     interval: int = getattr(cfg.cluster, "checkpoint_interval", 0)

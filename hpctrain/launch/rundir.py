@@ -9,6 +9,7 @@ from typing import Any
 
 from hpctrain import records
 from hpctrain.config.plain_yaml import to_yaml
+from hpctrain.config.run_file import PLANNED_KEY, digest
 from hpctrain.config.schema import Config
 from hpctrain.errors import LaunchError
 
@@ -57,8 +58,10 @@ def write_run_files(run_dir: Path, cfg: Config, plan: Any) -> None:
 
     if snapshot_on(cfg):
         snapshot(Path(str(cfg.code.dir)), Path(plan.env[CODE_DIR_VAR]), list(cfg.code.include))
-    records.write_atomic(run_dir / records.CONFIG, to_yaml(cfg))
-    records.write_json(run_dir / records.PLAN, plan.to_dict(), indent=None)
+    text = to_yaml(cfg)
+    records.write_atomic(run_dir / records.CONFIG, text)
+    # the ranks read config.yaml only as planned (config/run_file.py)
+    records.write_json(run_dir / records.PLAN, {**plan.to_dict(), PLANNED_KEY: digest(text)}, indent=None)
     if getattr(plan, "container", None):
         from hpctrain.launch.container.plan import stage
 

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hpctrain import bounded, records
+from hpctrain.config import yaml_bounds
 from hpctrain.errors import RecordError
 from hpctrain.records.preflight import excluded
 from hpctrain.records.restarts import read_restarts
@@ -50,9 +49,9 @@ def params_of(run_dir: Path, overrides: list[str] | None = None) -> dict[str, st
     parallelism, precision, versions, and the git commit of the code snapshot."""
     out: dict[str, str] = {}
     try:
-        cfg = yaml.safe_load(bounded.read_text(run_dir / records.CONFIG, bounded.TEXT))
+        cfg = yaml_bounds.load(run_dir / records.CONFIG, bounded.TEXT)  # a bomb: BadYaml
         out.update({k: v for k, v in flatten(cfg).items() if v not in ("None", "[]", "{}")})
-    except (OSError, ValueError, yaml.YAMLError, RecursionError):
+    except ValueError:
         pass
     plan, env, code = (
         _json(run_dir / records.PLAN),

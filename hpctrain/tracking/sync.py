@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hpctrain import bounded, records
+from hpctrain.config import yaml_bounds
 from hpctrain.records import State
 from hpctrain.tracking.sinks import MlflowSink, TensorBoardSink, default_uri, step_metrics
 from hpctrain.tracking.source import params_of, step_rows, summary_metrics, world_of
@@ -45,9 +44,10 @@ def targets_of(run_dir: Path, group: str | None = None, uri: str | None = None) 
     (`uri` = "default"). The experiment: tracking.experiment, else the group's (a sweep's or
     study's directory name), else run.name."""
     try:
-        cfg = yaml.safe_load(bounded.read_text(run_dir / records.CONFIG, bounded.TEXT)) or {}
-    except (OSError, ValueError, yaml.YAMLError, RecursionError):
+        cfg = yaml_bounds.load(run_dir / records.CONFIG, bounded.TEXT) or {}  # a bomb: BadYaml
+    except ValueError:
         cfg = {}
+    cfg = cfg if isinstance(cfg, dict) else {}
     t, run = cfg.get("tracking") or {}, cfg.get("run") or {}
     default = default_uri(Path(run.get("output_root") or "outputs"))
     if uri == "default":

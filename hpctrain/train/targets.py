@@ -53,49 +53,69 @@ def _spec(cfg: Config, section: str) -> tuple[str | None, dict[str, Any]]:
     return node._target_, dict(node.kwargs)
 
 
-def target_problems(cfg: Config) -> list[Problem]:
-    """Each _target_ must import, be callable and accept its keyword arguments."""
+def nested_targets(value: Any, key: str) -> Iterator[tuple[str, str]]:
+    """(key, _target_) of every mapping with a `_target_` inside a section's keyword arguments,
+    at any depth of mappings and lists: Hydra's instantiate builds each of them first. Pure."""
+    if isinstance(value, dict):
+        if "_target_" in value:
+            yield f"{key}._target_", str(value["_target_"])
+        for k, v in value.items():
+            yield from nested_targets(v, f"{key}.{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from nested_targets(v, f"{key}[{i}]")
+
+
+def nested_problems(cfg: Config) -> list[Problem]:
+    """A `_target_` inside a section's keyword arguments is held to the section's own rules (it
+    imports, and is a class or function outside Python's standard library): Hydra builds it
+    with the rest, at plan time where the model is traced, and on every rank."""
     p: list[Problem] = []
+    for section in SECTIONS:
+        for key, target in nested_targets(dict(getattr(cfg, section).kwargs), f"{section}.kwargs"):
+            p.extend(_factory(cfg, key, target)[1])
+    return p
+
+
+def _factory(cfg: Config, key: str, target: str) -> tuple[Any, list[Problem]]:
+    """`target` imported, and what is wrong with it as a factory: it does not import (or not in
+    time), is not callable, or is the standard library's ([] if nothing)."""
+    with importable(cfg.code.dir):
+        try:
+            obj = _locate_in_time(target, float(os.environ.get(IMPORT_TIMEOUT_VAR, "60")))
+        except ImportTimeout as e:
+            fix = (
+                "make the import return (do slow work in the constructor, or under "
+                f"if __name__ == '__main__'), or raise {IMPORT_TIMEOUT_VAR}"
+            )
+            return None, [Problem(key, str(e), fix)]
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - any import-time failure of user code
+            cause = e.__cause__ or e
+            why = f"{target!r} does not import: {type(cause).__name__}: {_first_line(cause)}"
+            fix = f"give module.attribute of code under code.dir={cfg.code.dir} (or an installed package)"
+            return None, [Problem(key, why, fix)]
+    if not callable(obj):
+        return obj, [Problem(key, f"{target!r} is not callable", "name a class or a function")]
+    unsafe = _not_a_factory(obj)
+    if unsafe:
+        why = f"{target!r} {unsafe}: a _target_ builds a model, dataset or loss"
+        fix = "name a class or function of your code, torch, torchvision or another installed package"
+        return obj, [Problem(key, why, fix)]
+    return obj, []
+
+
+def target_problems(cfg: Config) -> list[Problem]:
+    """Each _target_ must import, be callable and accept its keyword arguments; a `_target_`
+    nested in its keyword arguments must import and be callable (nested_problems)."""
+    p: list[Problem] = nested_problems(cfg)
     for section in SECTIONS:
         target, kwargs = _spec(cfg, section)
         if target is None:
             continue
         key = f"{section}._target_"
-        with importable(cfg.code.dir):
-            try:
-                obj = _locate_in_time(target, float(os.environ.get(IMPORT_TIMEOUT_VAR, "60")))
-            except ImportTimeout as e:
-                p.append(
-                    Problem(
-                        key,
-                        str(e),
-                        "make the import return (do slow work in the constructor, or under "
-                        f"if __name__ == '__main__'), or raise {IMPORT_TIMEOUT_VAR}",
-                    )
-                )
-                continue
-            except (Exception, SystemExit) as e:  # noqa: BLE001 - any import-time failure of user code
-                cause = e.__cause__ or e
-                p.append(
-                    Problem(
-                        key,
-                        f"{target!r} does not import: {type(cause).__name__}: {_first_line(cause)}",
-                        f"give module.attribute of code under code.dir={cfg.code.dir} (or an installed package)",
-                    )
-                )
-                continue
-        if not callable(obj):
-            p.append(Problem(key, f"{target!r} is not callable", "name a class or a function"))
-            continue
-        unsafe = _not_a_factory(obj)
-        if unsafe:
-            p.append(
-                Problem(
-                    key,
-                    f"{target!r} {unsafe}: a _target_ builds a model, dataset or loss",
-                    "name a class or function of your code, torch, torchvision or another installed package",
-                )
-            )
+        obj, found = _factory(cfg, key, target)
+        if found:
+            p.extend(found)
             continue
         try:
             sig = inspect.signature(obj)
@@ -174,6 +194,9 @@ def build(cfg: Config, section: str) -> Any:
     from hydra.utils import instantiate
 
     target, kwargs = _spec(cfg, section)
+    for key, nested in nested_targets(kwargs, f"{section}.kwargs"):  # a config.yaml edited since
+        for problem in _factory(cfg, key, nested)[1]:
+            raise WorkloadError(f"{problem.key}: {problem.rule}; {problem.fix}")
     try:
         return instantiate({"_target_": target, **kwargs}, _convert_="all")
     except Exception as e:  # noqa: BLE001 - whatever the user's constructor raises

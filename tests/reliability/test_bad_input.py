@@ -22,7 +22,7 @@ CASES = [
     (
         ["run", "--config-dir", "{tmp}/brokenconf", "model=broken", "--dry-run"],
         2,
-        "a YAML file does not parse",
+        "model/broken.yaml is not YAML (line 3: did not find expected ',' or ']')",
     ),
     (
         ["run", "--config-dir", "{tmp}/nosuch", "--dry-run"],

@@ -21,7 +21,7 @@ import submitit
 from submitit.core.utils import DelayedSubmission, UncompletedJobError
 
 from hpctrain import heap, records
-from hpctrain.config.load import config_from_yaml
+from hpctrain.config.run_file import planned_config
 from hpctrain.errors import RecordError
 
 
@@ -74,7 +74,7 @@ class TrainingJob(submitit.helpers.Checkpointable):
             # live on as an orphan outside the step
             die_with_parent(signal.SIGKILL)
         try:
-            cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
+            cfg = planned_config(run_dir)
             control = StopControl(checkpoint_interval=cfg.cluster.checkpoint_interval)  # a SLURM config
             submitit_handler = signal.getsignal(signal.SIGUSR2)
 

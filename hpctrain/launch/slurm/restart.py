@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hpctrain import records
-from hpctrain.config.load import config_from_yaml
+from hpctrain.config.run_file import planned_config
 from hpctrain.config.schema import Config
 from hpctrain.launch.output import srun_failure, srun_node_failures, srun_reporting_nodes
 from hpctrain.launch.slurm.exclude import resubmitted_without_bad_nodes
@@ -226,7 +226,7 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     jid = job_id(env)
     run_dir = run_dir_of(folder, jid)
-    cfg = config_from_yaml((run_dir / records.CONFIG).read_text())
+    cfg = planned_config(run_dir)
     if cfg.cluster.preflight.enabled and resubmitted_without_bad_nodes(cfg, run_dir):
         return status
     max_restarts = cfg.train.max_restarts
