@@ -163,7 +163,6 @@ def test_presets_that_are_no_presets_are_refused_at_once_naming_the_file(tmp_pat
     ignored or blamed on "<overrides>". Every preset on the search path is read with yaml_bounds'
     bounds before Hydra composes anything; one process, its peak memory measured."""
     import os
-    import resource
     import subprocess
     import sys
 
@@ -171,14 +170,20 @@ def test_presets_that_are_no_presets_are_refused_at_once_naming_the_file(tmp_pat
     (site / "model").mkdir(parents=True)
     for name, (text, _) in PRESETS.items():
         (site / "model" / f"{name}.yaml").write_text(text)
+    # The peak is the command's alone: this worker's own children (ranks of earlier tests) would
+    # count in its RUSAGE_CHILDREN, so a one-child parent measures it and prints it last.
+    peak_of = (
+        "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]);"
+        " print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(r.returncode)"
+    )
     r = subprocess.run(
-        [sys.executable, "-m", "hpctrain.cli", "run", "--dry-run", "model=bomb"],
+        [sys.executable, "-c", peak_of, sys.executable, "-m", "hpctrain.cli", "run", "--dry-run", "model=bomb"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "HPCTRAIN_CONFIG_PATH": str(site)},
     )  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr
     for name, (_, said) in PRESETS.items():
         assert f"- {site / 'model' / name}.yaml: model/{name}.yaml {said}" in r.stderr, (name, r.stderr)
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss < 200 * 1024  # KiB: under 200 MB
+    assert int(r.stderr.splitlines()[-1]) < 200 * 1024  # KiB: under 200 MB
 
 
 def test_a_bomb_in_a_runs_config_yaml_is_refused_by_every_reader(tmp_path: Path) -> None:
@@ -193,3 +198,117 @@ def test_a_bomb_in_a_runs_config_yaml_is_refused_by_every_reader(tmp_path: Path)
         run_config(tmp_path / "config.yaml", None)  # a plan without a digest to hold it to
     assert targets_of(tmp_path).experiment == "hpctrain"  # tracked as a run without a config
     assert "run.name" not in params_of(tmp_path)
+
+
+USER_MODELS = """
+import threading, time
+import torch
+from torch import nn
+
+
+class Gate(nn.Module):
+    def forward(self, y):
+        if y.sum() > 0:  # a value read: fake tensors hold none
+            return y * 2
+        return y
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+        self.gate = Gate()
+
+    def forward(self, x):
+        return self.gate(self.fc(x.flatten(1)))
+
+
+class Item(Net):
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y * float(y.abs().max().item())
+
+
+class Nonzero(Net):
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y + y.nonzero().shape[0]
+
+
+class Numpy(Net):
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        return y + torch.from_numpy(y.detach().numpy().copy())
+
+
+class Raises(Net):
+    def __init__(self):
+        raise ValueError("width must be even")
+
+
+class Exits(Net):
+    def __init__(self):
+        raise SystemExit(7)
+
+
+class Slow(Net):
+    def __init__(self):
+        time.sleep(1.5)
+        super().__init__()
+
+
+class Threaded(Net):
+    def __init__(self):
+        super().__init__()
+        threading.Thread(target=time.sleep, args=(120,), name="left-running").start()
+"""
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        ("Net", "fake tensors cannot follow the model in the forward of gate (Gate): DataDependentOutputException"),
+        ("Item", "fake tensors cannot follow the model in the forward of Item: DataDependentOutputException"),
+        ("Nonzero", "in the forward of Nonzero: DynamicOutputShapeException: aten.nonzero.default"),
+        ("Numpy", "in the forward of Numpy: RuntimeError: .numpy() is not supported for tensor subclasses"),
+        ("Raises", "model._target_=round6_models.Raises failed: ValueError: width must be even; the ranks build it"),
+        ("Exits", "model._target_=round6_models.Exits called sys.exit(7); the ranks build it"),
+        ("Slow", "memory: still tracing the run after 0.5 s"),
+    ],
+)  # fmt: skip
+def test_a_model_the_memory_trace_cannot_follow_runs_unchecked_saying_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, said: str
+) -> None:
+    """Class 6: with a memory limit, each of these exited 1 with "this is a bug in hpctrain" (NumPy:
+    refused, exit 2; sys.exit(7): exit 7 and no word; a slow constructor: silence). The estimate
+    failing never refuses the run: it goes ahead unchecked, and says where the trace stopped."""
+    from hpctrain.orchestrate import validate
+
+    monkeypatch.setattr(validate, "SLOW_TRACE_S", 0.5)
+    (tmp_path / "round6_models.py").write_text(USER_MODELS)
+    r = hpctrain_here(
+        "run", "--dry-run", f"model._target_=round6_models.{model}", "data=digits", "cluster.ranks=1",
+        "cluster.memory_per_rank_gib=100", cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert said in r.stdout + r.stderr and "bug" not in r.stderr, r.stdout + r.stderr
+
+
+def test_a_thread_a_constructor_leaves_running_does_not_keep_the_command_alive(tmp_path: Path) -> None:
+    """Class 6: a non-daemon thread a model's constructor started kept the dry run alive 129 s."""
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "round6_models.py").write_text(USER_MODELS)
+    began = time.monotonic()
+    r = subprocess.run(
+        [str(Path(sys.executable).parent / "hpctrain"), "run", "--dry-run", "model._target_=round6_models.Threaded",
+         "data=digits", "cluster.ranks=1", "cluster.memory_per_rank_gib=100"],
+        capture_output=True, text=True, timeout=100, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0 and time.monotonic() - began < 60, r.stderr
+    assert (
+        "not waiting for 1 thread(s) that code it ran (a _target_, a plugin) started and left running (left-running)"
+        in r.stderr
+    )

@@ -11,6 +11,7 @@ import pytest
 from hpctrain.bench.submit import _all_calls, _count_calls
 
 
+@pytest.mark.slurm  # SLURM's commands on PATH (no controller needed): the quick tier may run without them
 def test_the_count_holds_the_benchs_own_calls_not_those_of_its_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
     # CI, the evening of 2026-11-29: a submitted task started before the jobs were cancelled and
     # asked `scontrol --version` through the inherited PATH; the sweep's submission read 3 scontrol
