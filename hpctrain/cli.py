@@ -17,7 +17,7 @@ from rich.text import Text
 
 from hpctrain import records
 from hpctrain.commands.ui import make_console
-from hpctrain.errors import HpctrainError
+from hpctrain.errors import HpctrainError, PluginError
 from hpctrain.parser import build_parser
 from hpctrain.registry import load
 
@@ -54,14 +54,36 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
     only when it runs (so --help and status stay light)."""
     # "module:function", or "module:Class.method" (installed commands)
     handler: Callable[[argparse.Namespace, Console], int] = load(args.handler)
-    return int(handler(args, console))
+    plugin = getattr(args, "plugin", None)  # another package's command: its failure is its own
+    if plugin is None:
+        return int(handler(args, console))
+    try:
+        return int(handler(args, console))
+    except (HpctrainError, KeyboardInterrupt, BrokenPipeError):
+        raise
+    except Exception as e:  # noqa: BLE001 - named as that package's, with its traceback on request
+        if os.environ.get("HPCTRAIN_DEBUG"):
+            raise
+        raise PluginError(
+            f"{plugin}, from another installed package, failed: {type(e).__name__}: {e}\n"
+            "  report it to that package's authors (HPCTRAIN_DEBUG=1 shows the traceback)"
+        ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse(argv)
+    code = _main(argv)
+    return _unwaited(code) if argv is None else code
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    err = make_console(sys.stderr)
+    try:
+        args = parse(argv)
+    except PluginError as e:  # the command named is another package's, and it cannot be loaded
+        err.print(Text("error: ", style="bold red") + Text(str(e)), soft_wrap=True)
+        return e.exit_code
     records.keep_writes_private()
     console = make_console(sys.stdout)
-    err = make_console(sys.stderr)
     # SIGTERM and SIGHUP stop a command like Ctrl-C does: what it started is stopped too
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.default_int_handler)
@@ -92,6 +114,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             soft_wrap=True,
         )
         return 1
+
+
+def _unwaited(code: int) -> int:
+    """The program's end (argv from sys.argv): a thread that code hpctrain imported (a model's
+    constructor, traced for its memory) started and never ended would keep the finished command
+    alive in silence; it is named, and not waited for."""
+    import threading
+
+    left = [
+        t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon
+    ]
+    if left:
+        names = ", ".join(t.name for t in left[:3])
+        print(
+            f"hpctrain: note: not waiting for {len(left)} thread(s) that code it ran (a _target_, a plugin) started and left running ({names})",
+            file=sys.stderr,
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -60,6 +60,11 @@ class RecordMissing(RecordError):
     """A file the contract requires is not there (yet)."""
 
 
+class PluginError(HpctrainError):
+    """Another installed package's entry point (a command, an engine, ...) failed to load or run:
+    its author's error, named with the entry point, never called hpctrain's bug."""
+
+
 class RankFailure(HpctrainError):
     """A training rank failed; the whole run was stopped."""
 

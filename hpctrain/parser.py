@@ -4,6 +4,7 @@ documentation's command-line reference is generated from it, hpctrain/docgen/cli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, cast
 
 from hpctrain.argtypes import positive_float
 from hpctrain.bench.args import add_bench
+from hpctrain.errors import PluginError
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -193,36 +195,47 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     )
     _add_container(sub)
     add_bench(sub)
-    if argv is not None and next((a for a in argv if not a.startswith("-")), None) not in sub.choices:
-        add_installed_commands(sub)
+    if argv is not None:
+        add_installed_commands(sub, next((a for a in argv if not a.startswith("-")), None))
     return parser
 
 
-def add_installed_commands(sub: Subparsers) -> None:
+def add_installed_commands(sub: Subparsers, chosen: str | None) -> None:
     """The commands other installed packages register, as pytest's and Hydra's plugins are found:
 
         [project.entry-points."hpctrain.commands"]
         hello = "my_package.cli:Hello"
 
     `Hello` has `help` (a line for the command list), `add_arguments(parser)` and
-    `run(args, console) -> int` (the exit code). One that cannot be loaded is named and left out;
-    one that takes a name of hpctrain's own is left out."""
+    `run(args, console) -> int` (the exit code). Only the `chosen` command (the command line's
+    first word) is imported, bounded (registry.load_installed): --help, --version and hpctrain's own
+    commands import none, and list the others by name and package. One that cannot be loaded is a
+    PluginError naming it; one that takes a name of hpctrain's own is left out."""
+    if chosen in sub.choices:
+        return  # one of hpctrain's own: no search
     import importlib.metadata
 
     for ep in importlib.metadata.entry_points(group="hpctrain.commands"):
         if ep.name in sub.choices:
             continue
-        try:
-            command = ep.load()
-            p = sub.add_parser(ep.name, help=str(getattr(command, "help", "")))
-            command.add_arguments(p)
-        except Exception as e:  # noqa: BLE001 - another package's bug must not stop hpctrain's commands
-            sub.choices.pop(ep.name, None)
-            print(
-                f"hpctrain: note: command {ep.name!r} ({ep.value}) could not be loaded: {e}", file=sys.stderr
-            )
+        if ep.name != chosen:
+            dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else ep.value
+            sub.add_parser(ep.name, help=f"a command of {dist} (not loaded until run)")
             continue
-        p.set_defaults(handler=f"{ep.value}.run")
+        from hpctrain.registry import load_installed
+
+        command = load_installed(ep.value, f"the command {ep.name!r}")
+        said = str(getattr(command, "help", ""))
+        p = sub.add_parser(ep.name, help=said, description=said or None)
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                command.add_arguments(p)
+        except Exception as e:  # noqa: BLE001 - another package's bug, named as its own
+            raise PluginError(
+                f"the command {ep.name!r} ({ep.value}, from another installed package) failed to add "
+                f"its arguments: {type(e).__name__}: {e}"
+            ) from None
+        p.set_defaults(handler=f"{ep.value}.run", plugin=f"the command {ep.name!r} ({ep.value})")
 
 
 def _add_container(sub: Subparsers) -> None:

@@ -22,7 +22,9 @@ ENGINES: dict[str, str] = {
     "horovod": "hpctrain.engine.horovod:HorovodEngine",
     "ddp": "hpctrain.engine.ddp:DdpEngine",
 }
-_REGISTRY: Registry[Engine[Any]] = Registry("engine", ENGINES, "hpctrain.engines")
+_REGISTRY: Registry[Engine[Any]] = Registry(
+    "engine", ENGINES, "hpctrain.engines", base="hpctrain.engine.base:Engine"
+)
 
 
 def engine_names() -> list[str]:

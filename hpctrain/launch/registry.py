@@ -26,6 +26,7 @@ LAUNCHERS: Registry[Launcher[Any]] = Registry(
         "slurm": "hpctrain.launch.slurm.launcher:SlurmLauncher",
     },
     group="hpctrain.launchers",
+    base="hpctrain.launch.base:Launcher",
 )
 
 

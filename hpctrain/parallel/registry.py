@@ -31,7 +31,9 @@ PARALLELISMS: dict[str, str] = {
     "fsdp": "hpctrain.parallel.sharded:Fsdp",
     "hsdp": "hpctrain.parallel.sharded:Hsdp",
 }
-_REGISTRY: Registry[ParallelismKind] = Registry("parallelism", PARALLELISMS, "hpctrain.parallelisms")
+_REGISTRY: Registry[ParallelismKind] = Registry(
+    "parallelism", PARALLELISMS, "hpctrain.parallelisms", base="hpctrain.parallel.base:ParallelismKind"
+)
 
 
 def parallelism_names() -> list[str]:
