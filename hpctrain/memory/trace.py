@@ -30,6 +30,7 @@ from hpctrain.config.split import (
 )
 from hpctrain.config.tp_plan import plan_for, resolve
 from hpctrain.errors import ConfigError, HpctrainError
+from hpctrain.memory.follow import cannot_follow, following, unfollowed
 from hpctrain.records import Layout
 from hpctrain.train.memory import local_bytes
 from hpctrain.train.objective import Objective
@@ -161,7 +162,7 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
     """`rank`'s peak over a training step, traced."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from hpctrain.train.parts import make_model, make_objective
+    from hpctrain.train.parts import make_objective
     from hpctrain.train.setup import make_optimizer
 
     layout = d.layout
@@ -170,8 +171,7 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
         meshes = _meshes(layout)
         fake = FakeTensorMode(allow_non_fake_inputs=True)
         with fake:
-            whole = make_model(cfg)
-            x, y, held = _batch(cfg, d.batch.micro)
+            whole, x, y, held = _built(cfg, d.batch.micro)
             if cfg.user_code:
                 fits(cfg, whole, x, y)
         try:
@@ -196,6 +196,20 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
     return Traced(parts, held, trainable)
 
 
+def _built(cfg: Config, micro: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor, int]:
+    """The model and a micro-batch, fake; a user's constructor that fails here (a file only the
+    nodes have, a value fake tensors lack, its own bug) leaves the memory unpredicted: the ranks
+    build it and report what it raises."""
+    from hpctrain.train.parts import make_model
+    from hpctrain.train.targets import WorkloadError
+
+    try:
+        whole = make_model(cfg)
+    except WorkloadError as e:
+        raise TraceError(f"{e}; the ranks build it (and say so if it fails there too)") from e
+    return (whole, *_batch(cfg, micro))
+
+
 def fits(cfg: Config, model: nn.Module, x: torch.Tensor, y: torch.Tensor, split: str = "") -> None:
     """One sample of the user's data through the user's model and loss, on fake tensors: where
     they do not fit, the problem the ranks would report after the start (train/targets.py:probe)
@@ -208,20 +222,18 @@ def fits(cfg: Config, model: nn.Module, x: torch.Tensor, y: torch.Tensor, split:
 
     what = f"{workload_label(cfg)} split by {split}" if split else workload_label(cfg)
     try:
-        probe(
-            model,
-            make_objective(cfg),
-            [(x[0], y[0])],
-            torch.device("cpu"),
-            what,
-            DIVIDE_HINT if split else "",
-        )
+        with following(model) as where:
+            probe(
+                model,
+                make_objective(cfg),
+                [(x[0], y[0])],
+                torch.device("cpu"),
+                what,
+                DIVIDE_HINT if split else "",
+            )
     except WorkloadError as e:
-        cause = e.__cause__
-        if cause is not None and type(cause).__module__.startswith(("torch._subclasses", "torch.fx")):
-            raise TraceError(
-                f"the model could not be traced: {type(cause).__name__}: {_first_line(cause)}"
-            ) from e
+        if cannot_follow(e):  # a value read in forward, NumPy, storage: the ranks run it
+            raise TraceError(unfollowed(e, where)) from e
         sections = [s for s in ("model", "loss", "data") if getattr(cfg, s)._target_]
         raise ConfigError.one(
             split or f"{sections[0] if sections else 'model'}._target_",

@@ -5,6 +5,7 @@ parallelism's). Each problem names the key, the rule and the fix; all are report
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Sequence
 
 from hpctrain.analysis.memory import Limit
@@ -22,6 +23,8 @@ from hpctrain.parallel.elastic import elastic_problems
 from hpctrain.parallel.rules import parallelism_problems
 from hpctrain.records import MemoryBound
 from hpctrain.workload.rules import workload_problems
+
+SLOW_TRACE_S = 10.0  # a memory trace longer than this is said to be running
 
 
 def problems(cfg: Config, facts: HostFacts | None = None) -> list[Problem]:
@@ -112,6 +115,15 @@ def check_memory(
     found: dict[Problem, list[str]] = {}
     passed: dict[str, MemoryBound] = {}
     for cfg, label, limit in todo:
+        # a user's constructor or forward may be slow: said once, not a silent wait
+        slow = threading.Timer(
+            SLOW_TRACE_S,
+            say,
+            [f"memory: still tracing {label or 'the run'} after {SLOW_TRACE_S:g} s (the model is built and "
+             f"stepped on fake tensors; Ctrl-C stops, {limit.key}=null runs unchecked)"],
+        )  # fmt: skip
+        slow.daemon = True
+        slow.start()
         try:
             worst = check_fits(
                 cfg, limit, launcher.on_gpus(cfg), lambda c: not problems(c, launcher.facts)
@@ -122,6 +134,8 @@ def check_memory(
                 found.setdefault(p, []).append(label)
         except TraceError as e:
             say(f"memory not predicted{' for ' + label if label else ''}: {e}")
+        finally:
+            slow.cancel()
     if found:
         raise by_point(found)
     return passed

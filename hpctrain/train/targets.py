@@ -199,11 +199,14 @@ def build(cfg: Config, section: str) -> Any:
             raise WorkloadError(f"{problem.key}: {problem.rule}; {problem.fix}")
     try:
         return instantiate({"_target_": target, **kwargs}, _convert_="all")
-    except Exception as e:  # noqa: BLE001 - whatever the user's constructor raises
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's constructor raises or exits with
         cause = e.__cause__ or e
-        raise WorkloadError(
-            f"{section}._target_={target} failed: {type(cause).__name__}: {_first_line(cause)}"
-        ) from e
+        said = (
+            f"called sys.exit({e.code!r})"
+            if isinstance(e, SystemExit)
+            else f"failed: {type(cause).__name__}: {_first_line(cause)}"
+        )
+        raise WorkloadError(f"{section}._target_={target} {said}") from e
 
 
 def build_optimizer(target: str, kwargs: dict[str, Any], params: Any, lr: float) -> Any:
