@@ -6,18 +6,22 @@ C++14 where PyTorch's headers need C++17 (both files, or the link fails on a dup
 `gloo::rendezvous::Store::kDefaultTimeout`), and two files import `distutils`, which 3.12 dropped.
 `plan` (pure) decides what to build from what was found; `patch_tree` applies the patches, each
 checked; `build` runs pip, the only side effect besides the cache. The wheel is cached under
-`<cache>/wheels/horovod-<version>_torch-<torch>_<python>_<gpu ops>/` (the key scripts/setup.sh
-has always used), so a second environment with the same torch and Python installs in seconds."""
+`<cache>/wheels/horovod-<version>_torch-<torch>_<python>_<gpu ops>[_gloo-only]/` (with MPI: the
+key scripts/setup.sh has always used), so a second environment with the same torch and Python
+installs in seconds; only this version's wheel for this Python is installed from it."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +58,7 @@ class Plan:
 
     wheel_dir: Path
     env: dict[str, str]  # HOROVOD_* build switches
+    python: str = "cp311"  # the wheel's Python tag
     notes: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # what a build needs and this environment lacks
 
@@ -64,7 +69,21 @@ class Plan:
 
     @property
     def cached(self) -> bool:
-        return any(self.wheel_dir.glob("horovod-*.whl"))
+        return self.wheel() is not None
+
+    def wheel(self) -> Path | None:
+        """The cached wheel of this version for this plan's Python, chosen by name, never by the
+        highest version: another file in the key's directory (a planted horovod-9.9.9, another
+        Python's) is never installed; two of this name, or a damaged one, are refused by name."""
+        if not self.wheel_dir.is_dir():
+            return None
+        found = sorted(self.wheel_dir.glob(f"horovod-{VERSION}-{self.python}-{self.python}-*.whl"))
+        if len(found) > 1:
+            raise InstallError(
+                f"{self.wheel_dir} holds {len(found)} wheels of Horovod {VERSION} ({', '.join(w.name for w in found)}), "
+                "where a build leaves one: `hpctrain install horovod --rebuild` builds it again"
+            )
+        return found[0] if found else None
 
 
 # --- pure: patches -----------------------------------------------------------------------------
@@ -122,6 +141,11 @@ def plan(found: Found, gpu: str, cache: Path, env: Mapping[str, str] = os.enviro
         missing.append(
             'cmake 3.13 to 3.x: `module load cmake`, or `pip install "cmake<4"` (CMake 4 rejects Gloo)'
         )
+    if gpu == "nccl" and found.torch is not None and found.torch_cuda is None:
+        missing.append(
+            f"--gpu nccl needs a CUDA build of torch; this one ({found.torch}) is a CPU build: install "
+            "torch from PyTorch's CUDA wheel index first, or build with --gpu none"
+        )
     ops = str(env.get("HOROVOD_GPU_OPERATIONS", "")).lower() or None
     nccl = {"nccl": True, "none": False}.get(gpu, found.torch_cuda is not None and found.nvcc is not None)
     if ops is not None:
@@ -150,8 +174,10 @@ def plan(found: Found, gpu: str, cache: Path, env: Mapping[str, str] = os.enviro
     if nccl:
         build_env["HOROVOD_GPU_OPERATIONS"] = "NCCL"
     gpu_ops = "nccl" if nccl else "cpu"
-    wheel_dir = cache / "wheels" / f"horovod-{VERSION}_torch-{torch_tag(found)}_{gpu_ops}"
-    return Plan(wheel_dir, build_env, notes, missing)
+    # without MPI another key: a Gloo-only wheel is never the MPI one (the MPI key is setup.sh's own)
+    gloo_only = "" if found.mpicxx is not None else "_gloo-only"
+    wheel_dir = cache / "wheels" / f"horovod-{VERSION}_torch-{torch_tag(found)}_{gpu_ops}{gloo_only}"
+    return Plan(wheel_dir, build_env, found.python, notes, missing)
 
 
 # --- side effects --------------------------------------------------------------------------------
@@ -169,7 +195,7 @@ def look(python: str = sys.executable) -> Found:
     )
     out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=300)
     lines = [*out.stdout.splitlines(), "", "", "", ""]
-    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    cxx = compiler(os.environ)
     return Found(
         python=lines[0] or f"cp{sys.version_info[0]}{sys.version_info[1]}",
         torch=lines[1] or None,
@@ -180,6 +206,14 @@ def look(python: str = sys.executable) -> Found:
         nvcc=shutil.which("nvcc") or _cuda_home_nvcc(),
         installed=lines[3] or None,
     )
+
+
+def compiler(env: Mapping[str, str]) -> str | None:
+    """The C++ compiler's command: $CXX's first word (CXX="ccache g++" or "g++ -O2" are compilers
+    too, as make and CMake read them), else c++ or g++ on PATH."""
+    given = shlex.split(env.get("CXX", "")) if env.get("CXX", "").strip() else []
+    first = next((w for w in given if Path(w).name != "ccache"), given[0] if given else None)
+    return first or shutil.which("c++") or shutil.which("g++")
 
 
 def _cuda_home_nvcc() -> str | None:
@@ -208,34 +242,53 @@ def build(p: Plan, python: str, say: Say, tick: Callable[[float, str], None]) ->
         patch_tree(src)
         staging = p.wheel_dir.with_name(p.wheel_dir.name + f".tmp{os.getpid()}")
         staging.mkdir(parents=True, exist_ok=True)
-        log = work / "build.log"
-        env = {**os.environ, **p.env, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"}
-        say(f"building Horovod {VERSION} (a few minutes); its log: {log}")
-        with log.open("w") as out:
-            proc = subprocess.Popen(
-                [*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", str(staging), "."],
-                cwd=src,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
+        try:  # Ctrl-C, SIGTERM, a failure: no staging directory is left in the cache
+            _compile(
+                p, pip, src, staging, work / "build.log", say, lambda line: tick(time.monotonic() - t0, line)
             )
-            try:
-                while proc.poll() is None:
-                    time.sleep(1)
-                    tick(time.monotonic() - t0, _last_line(log))
-            finally:
-                if proc.poll() is None:  # interrupted: the compilers stop with it
-                    proc.kill()
-                    proc.wait()
-        if proc.returncode != 0:
+            shutil.rmtree(p.wheel_dir, ignore_errors=True)
+            staging.rename(p.wheel_dir)  # published whole: another build never sees half a wheel
+        finally:
             shutil.rmtree(staging, ignore_errors=True)
-            kept = p.wheel_dir.parent / f"horovod-{VERSION}-build-failed.log"
-            shutil.copyfile(log, kept)
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
-            raise InstallError(f"Horovod's build failed; the end of its log ({kept}):\n{tail}")
-        shutil.rmtree(p.wheel_dir, ignore_errors=True)
-        staging.rename(p.wheel_dir)  # published whole: another build never sees half a wheel
     return time.monotonic() - t0
+
+
+def _compile(
+    p: Plan, pip: list[str], src: Path, staging: Path, log: Path, say: Say, tick: Callable[[str], None]
+) -> None:
+    """pip wheel in `src` into `staging`, its output in `log`; an interrupt (a signal that reached
+    the compilers too: they die of it) is KeyboardInterrupt, never "the build failed"."""
+    env = {**os.environ, **p.env, "MAKEFLAGS": f"-j{os.cpu_count() or 1}"}
+    say(f"building Horovod {VERSION} (a few minutes); its log: {log}")
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*pip, "wheel", "--no-build-isolation", "--no-deps", "-w", str(staging), "."],
+            cwd=src,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            while proc.poll() is None:
+                time.sleep(1)
+                tick(_last_line(log))
+        finally:
+            if proc.poll() is None:  # interrupted: the compilers stop with it
+                proc.kill()
+                proc.wait()
+    if proc.returncode in (
+        -signal.SIGINT,
+        -signal.SIGTERM,
+        -signal.SIGHUP,
+        128 + signal.SIGINT,
+        128 + signal.SIGTERM,
+    ):
+        raise KeyboardInterrupt  # the signal was the user's, as the CLI says
+    if proc.returncode != 0:
+        kept = p.wheel_dir.parent / f"horovod-{VERSION}-build-failed.log"
+        shutil.copyfile(log, kept)
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+        raise InstallError(f"Horovod's build failed; the end of its log ({kept}):\n{tail}")
 
 
 def unpack(sdist: Path, into: Path) -> None:
@@ -273,8 +326,23 @@ def ensure_pip(python: str) -> None:
 
 
 def install(p: Plan, python: str) -> None:
+    """The cached wheel into `python`'s environment; a damaged one is refused by name first."""
     ensure_pip(python)
-    (wheel,) = sorted(p.wheel_dir.glob("horovod-*.whl"))[-1:]
+    wheel = p.wheel()
+    if wheel is None:
+        raise InstallError(
+            f"no wheel of Horovod {VERSION} for {p.python} in {p.wheel_dir}: `hpctrain install horovod` builds it"
+        )
+    damaged = f"the cached wheel {wheel} is damaged"
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            bad = z.testzip()  # every member's CRC, read before pip unpacks anything
+    except (zipfile.BadZipFile, OSError) as e:
+        raise InstallError(f"{damaged} ({e}): `hpctrain install horovod --rebuild` builds it again") from None
+    if bad is not None:
+        raise InstallError(
+            f"{damaged} ({bad} does not match its checksum): `hpctrain install horovod --rebuild` builds it again"
+        )
     pip = [python, "-m", "pip", "--disable-pip-version-check", "-q", "install"]
     _run([*pip, "--force-reinstall", "--no-deps", str(wheel)], "install")
     _run([*pip, str(wheel)], "its requirements")  # psutil, cloudpickle, pyyaml, ...

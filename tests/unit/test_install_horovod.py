@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from hpctrain.install.horovod import Found, InstallError, patched, plan
+from hpctrain.install.horovod import Found, InstallError, compiler, install, patched, plan
 
 FULL = Found(
     "cp312",
@@ -31,8 +32,11 @@ def test_without_mpi_it_builds_gloo_only_and_says_how_to_get_mpi() -> None:
     cpu = Found("cp311", "2.13.0+cpu", None, "/usr/bin/g++", "/usr/bin/cmake", None, None, None)
     p = plan(cpu, "auto", Path("/c"), env={})
     assert p.env["HOROVOD_WITHOUT_MPI"] == "1" and "HOROVOD_WITH_MPI" not in p.env
-    assert p.wheel_dir.name == "horovod-0.28.1_torch-2.13.0_cpu_cp311_cpu"  # setup.sh's key, kept
+    # issue 72 class 3: the key ignored MPI, so a Gloo-only plan installed the cached MPI wheel
+    assert p.wheel_dir.name == "horovod-0.28.1_torch-2.13.0_cpu_cp311_cpu_gloo-only"
     assert "module load openmpi" in p.notes[0]
+    with_mpi = plan(dataclasses.replace(cpu, mpicxx="/usr/bin/mpicxx"), "auto", Path("/c"), env={})
+    assert with_mpi.wheel_dir.name == "horovod-0.28.1_torch-2.13.0_cpu_cp311_cpu"  # setup.sh's key, kept
 
 
 def test_every_missing_tool_is_named_with_where_clusters_keep_it() -> None:
@@ -81,3 +85,45 @@ def test_an_sdist_member_that_would_land_outside_is_refused(tmp_path: Path, monk
     with pytest.raises(InstallError, match="would land outside"):
         horovod.unpack(sdist("bad.tar.gz", "../escaped.txt"), tmp_path / "in")
     assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_nccl_for_a_cpu_torch_is_refused_and_a_cxx_with_flags_is_a_compiler() -> None:
+    """Issue 72 class 8: --gpu nccl was accepted for a CPU torch; CXX="g++ -O2" was no compiler."""
+    cpu = Found("cp311", "2.13.0+cpu", None, "/usr/bin/g++", "/usr/bin/cmake", "/usr/bin/mpicxx", None, None)
+    with pytest.raises(
+        InstallError, match=r"--gpu nccl needs a CUDA build of torch; this one \(2.13.0\+cpu\)"
+    ):
+        plan(cpu, "nccl", Path("/c"), env={}).buildable()
+    assert compiler({"CXX": "g++ -O2 -std=c++17"}) == "g++"
+    assert compiler({"CXX": "ccache /opt/gcc/bin/g++"}) == "/opt/gcc/bin/g++"
+    assert compiler({"CXX": "  "}) == compiler({})  # blank: as unset
+
+
+def test_a_planted_newer_or_damaged_cached_wheel_is_never_installed(tmp_path: Path) -> None:
+    """Issue 72 class 3: a planted horovod-9.9.9 wheel beside the real one was the one installed
+    (the highest name won); a damaged one ended in pip's error with no --rebuild hint."""
+    import sys
+    import zipfile
+
+    cpu = Found("cp311", "2.13.0+cpu", None, "/usr/bin/g++", "/usr/bin/cmake", "/usr/bin/mpicxx", None, None)
+    p = plan(cpu, "auto", tmp_path, env={})
+    p.wheel_dir.mkdir(parents=True)
+    (p.wheel_dir / "horovod-9.9.9-cp311-cp311-linux_x86_64.whl").write_bytes(b"planted")
+    (p.wheel_dir / "horovod-0.28.1-cp312-cp312-linux_x86_64.whl").write_bytes(b"another python's")
+    assert not p.cached and p.wheel() is None  # neither is this plan's: it builds
+    real = p.wheel_dir / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(real, "w") as z:
+        z.writestr("horovod/__init__.py", "x = 1\n" * 1000)
+    assert p.wheel() == real
+    data = bytearray(real.read_bytes())
+    at = data.index(b"x = 1")
+    data[at : at + 5] = b"y = 2"  # stored uncompressed: its CRC no longer matches
+    real.write_bytes(bytes(data))
+    with pytest.raises(
+        InstallError,
+        match=r"is damaged \(horovod/__init__.py does not match its checksum\): `hpctrain install horovod --rebuild`",
+    ):
+        install(p, sys.executable)
+    (p.wheel_dir / "horovod-0.28.1-cp311-cp311-manylinux_x86_64.whl").write_bytes(b"two")
+    with pytest.raises(InstallError, match="holds 2 wheels of Horovod 0.28.1"):
+        p.wheel()
