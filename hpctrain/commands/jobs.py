@@ -135,7 +135,8 @@ def cancel(path: Path, console: Console, with_dependents: bool = False) -> int:
             f"already ended: {', '.join(f'{j.job_id} ({st.state})' for j, st in ended)}", highlight=False
         )
     found = orchestrate.dependents(jobs + [j for j, _ in ended])
-    ids = [i for group in found.values() for i in group]
+    waiting = [w for group in found.values() for w in group]
+    ids = [job_id for job_id, _ in waiting]
     if not ids:
         return 0
     if not with_dependents and sys.stdin.isatty():
@@ -145,11 +146,22 @@ def cancel(path: Path, console: Console, with_dependents: bool = False) -> int:
         orchestrate.cancel_dependents(found)
         console.print(f"cancelled {len(ids)} job(s) that waited on them: {' '.join(ids)}", highlight=False)
     else:
-        console.print(
-            f"{len(ids)} job(s) wait on these: {' '.join(ids)}; they can never start after a cancelled "
-            f"job (:ok): hpctrain cancel {path} --with-dependents",
-            highlight=False,
-        )
+        # afterok (hpctrain run --after DIR) never starts after a cancel; afterany (DIR:any),
+        # afternotok and after start once these have ended
+        never = [job_id for job_id, how in waiting if how in ("afterok", "aftercorr")]
+        start = [job_id for job_id, how in waiting if job_id not in never]
+        if never:
+            console.print(
+                f"{len(never)} job(s) wait on these: {' '.join(never)}; they can never start after a "
+                f"cancelled job (afterok): hpctrain cancel {path} --with-dependents",
+                highlight=False,
+            )
+        if start:
+            console.print(
+                f"{len(start)} job(s) wait on these to end: {' '.join(start)}; they start now that these "
+                f"have (afterany): hpctrain cancel {path} --with-dependents cancels them too",
+                highlight=False,
+            )
     return 0
 
 

@@ -222,9 +222,10 @@ class Launcher(ABC, Generic[P]):
     @abstractmethod
     def cancel(self, jobs: list[Job]) -> None: ...
 
-    def dependents(self, jobs: list[Job]) -> list[str]:
-        """Ids of this scheduler's jobs held until one of `jobs` ends (their dependency names it:
-        hpctrain run --after); none where jobs cannot wait for jobs (a local command waits itself)."""
+    def dependents(self, jobs: list[Job]) -> list[tuple[str, str]]:
+        """This scheduler's jobs held until one of `jobs` ends (their dependency names it: hpctrain
+        run --after), as (id, how: "afterok" starts only after a success, others once it ends);
+        none where jobs cannot wait for jobs (a local command waits itself)."""
         return []
 
     def cancel_ids(self, ids: list[str]) -> None:

@@ -92,12 +92,19 @@ def fixes(cfg: Config, accept: Callable[[Config], bool]) -> list[tuple[str, Conf
         found.append(
             (f"parallelism.tp.degree={2 * tp}", replace(cfg, parallelism=replace(cfg.parallelism, tp=wider)))
         )
-    per = cfg.train.batch_per_rank
+    per, whole = cfg.train.batch_per_rank, cfg.train.global_batch
     if per and per >= 2:
         found.append(
             (
                 f"train.batch_per_rank={per // 2}",
                 replace(cfg, train=replace(cfg.train, batch_per_rank=per // 2)),
+            )
+        )
+    elif per is None and whole and whole % 2 == 0:  # given as the global batch (as studies give it)
+        found.append(
+            (
+                f"train.global_batch={whole // 2}",
+                replace(cfg, train=replace(cfg.train, global_batch=whole // 2)),
             )
         )
     return [(text, c) for text, c in found if accept(c)]

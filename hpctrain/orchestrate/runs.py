@@ -422,12 +422,13 @@ def cancel(path: Path) -> tuple[list[Job], list[tuple[Job, JobStatus]]]:
     return active, ended
 
 
-def dependents(jobs: list[Job]) -> dict[str, list[str]]:
-    """The scheduler's jobs held until one of `jobs` ends (hpctrain run --after), by launcher."""
+def dependents(jobs: list[Job]) -> dict[str, list[tuple[str, str]]]:
+    """The scheduler's jobs held until one of `jobs` ends (hpctrain run --after), by launcher,
+    each with how it waits (launch.base.Launcher.dependents)."""
     found = {name: launcher_class(name)().dependents(group) for name, group in by_launcher(jobs).items()}
     return {name: ids for name, ids in found.items() if ids}
 
 
-def cancel_dependents(found: dict[str, list[str]]) -> None:
-    for name, ids in found.items():
-        launcher_class(name)().cancel_ids(ids)
+def cancel_dependents(found: dict[str, list[tuple[str, str]]]) -> None:
+    for name, waiting in found.items():
+        launcher_class(name)().cancel_ids([job_id for job_id, _ in waiting])

@@ -76,9 +76,16 @@ def test_cancel_names_the_jobs_that_wait_on_a_run_and_cancels_them_when_asked(tm
     )
     quick = _script(tmp_path, "quick.py", "print('after')\n")
     follower = start_run(tmp_path / "follower", *common, quick, "--after", str(tmp_path / "lead"))
+    anyway = start_run(tmp_path / "anyway", *common, quick, "--after", f"{tmp_path / 'lead'}:any")
     said = hpctrain("cancel", str(tmp_path / "lead")).stdout  # not interactive: named, not cancelled
-    assert f"cancelled 1 job(s): {lead}" in said and f"1 job(s) wait on these: {follower}" in said, said
+    assert (
+        f"cancelled 1 job(s): {lead}" in said
+        and f"1 job(s) wait on these: {follower}; they can never" in said
+    )
     assert "--with-dependents" in said
+    # issue 72 class 8: the :any one was told it could never start; it starts, as SLURM says
+    assert f"1 job(s) wait on these to end: {anyway}; they start now" in said, said
     said = hpctrain("cancel", str(tmp_path / "lead"), "--with-dependents").stdout
     assert f"cancelled 1 job(s) that waited on them: {follower}" in said, said
     assert wait_done(lead) == "CANCELLED" and wait_done(follower) == "CANCELLED"
+    assert wait_done(anyway) == "COMPLETED"

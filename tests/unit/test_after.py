@@ -77,4 +77,9 @@ def test_the_jobs_waiting_on_a_run_are_read_from_squeues_dependency_column() -> 
             "55|afterok:9:41(unfulfilled)",
         ]
     )
-    assert waiting_on(squeue, {"41", "42_3"}) == ["50", "51", "52", "55"]
+    assert waiting_on(squeue, {"41", "42_3"}) == [
+        ("50", "afterok"),
+        ("51", "afterany"),  # issue 72 class 8: was told it "can never start" after a cancel
+        ("52", "afterok"),
+        ("55", "afterok"),
+    ]

@@ -107,16 +107,15 @@ def test_the_changes_offered_for_a_point_that_does_not_fit_are_valid_configs() -
     from hpctrain.memory.predict import fixes
     from hpctrain.orchestrate.validate import problems
 
-    cfg = load_config(
-        [
-            "model=transformer",
-            "data=tokens",
-            "parallelism=data",
-            "parallelism.engine=ddp",
-            "cluster.ranks=4",
-            "train.batch_per_rank=8",
-        ]
-    )
+    cfg_overrides = [
+        "model=transformer",
+        "data=tokens",
+        "parallelism=data",
+        "parallelism.engine=ddp",
+        "cluster.ranks=4",
+        "train.batch_per_rank=8",
+    ]
+    cfg = load_config(cfg_overrides)
     offered = [text for text, _ in fixes(cfg, lambda c: not problems(c))]
     assert offered == [
         "model.activation_checkpointing=true",
@@ -124,6 +123,16 @@ def test_the_changes_offered_for_a_point_that_does_not_fit_are_valid_configs() -
         "parallelism.tp.degree=2",
         "train.batch_per_rank=4",
     ]
+    # issue 72 class 8: a batch given as the global batch (as every strong study gives it) had no
+    # halving offered, and the refusal said nothing would fit where half the batch would
+    whole = load_config(
+        [
+            *(o for o in cfg_overrides if not o.startswith("train.")),
+            "train.batch_per_rank=null",
+            "train.global_batch=32",
+        ]
+    )
+    assert [t for t, _ in fixes(whole, lambda c: not problems(c))][-1] == "train.global_batch=16"
     # horovod cannot split a model: tensor parallelism is not offered
     hvd = load_config(["model=transformer", "data=tokens", "parallelism.engine=horovod", "cluster.ranks=4"])
     assert "parallelism.tp.degree=2" not in [t for t, _ in fixes(hvd, lambda c: not problems(c))]

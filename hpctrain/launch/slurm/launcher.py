@@ -287,8 +287,9 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
     def cancel(self, jobs: list[Job]) -> None:
         self.cancel_ids([j.job_id for j in jobs])
 
-    def dependents(self, jobs: list[Job]) -> list[str]:
-        """Pending jobs whose --dependency names one of `jobs` (or the array it belongs to)."""
+    def dependents(self, jobs: list[Job]) -> list[tuple[str, str]]:
+        """Pending jobs whose --dependency names one of `jobs` (or the array it belongs to), with
+        how they wait on it (afterok: never after a cancel; afterany: once it ends)."""
         text = query(["squeue", "-h", "-t", State.PENDING.value, "-o", "%i|%E"])
         return waiting_on(text or "", {j.job_id for j in jobs})
 
@@ -357,17 +358,20 @@ def _hold_terms(cfg: Config, minutes: float) -> tuple[str, int]:
     return f"{cfg.run.name}-alloc", math.ceil(minutes) + c.time_min
 
 
-def waiting_on(squeue: str, ids: set[str]) -> list[str]:
+def waiting_on(squeue: str, ids: set[str]) -> list[tuple[str, str]]:
     """From `squeue -o "%i|%E"` lines (job id, dependency list such as
     afterok:123_0(unfulfilled),afterany:124(unfulfilled)): the jobs that wait on one of `ids` or on
-    the array one of them belongs to. Pure."""
+    the array one of them belongs to, each with how it waits (afterok, afterany, ...). Pure."""
     arrays = {i.split("_")[0] for i in ids}
     out = []
     for line in squeue.splitlines():
         job, _, deps = line.partition("|")
-        named = {
-            dep.split("(")[0] for item in deps.replace("?", ",").split(",") for dep in item.split(":")[1:]
-        }
-        if named & ids or named & arrays:
-            out.append(job.strip())
+        kinds = [
+            kind
+            for item in deps.replace("?", ",").split(",")
+            for kind, *named in [item.split(":")]
+            if {dep.split("(")[0] for dep in named} & (ids | arrays)
+        ]
+        if kinds:
+            out.append((job.strip(), kinds[0]))
     return out
