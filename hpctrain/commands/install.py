@@ -26,6 +26,9 @@ def cmd_install(args: argparse.Namespace, console: Console) -> int:
     for note in p.notes:
         console.print(f"[yellow]note:[/] {note}")
     switches = " ".join(f"{k}={v}" for k, v in p.env.items())
+    _, refused = p.cache_state()
+    if refused:  # a wheel is there, but not one hpctrain built for this plan: never installed
+        console.print(f"[yellow]note:[/] not installing the cached wheel: {refused}; it is built again")
     console.print(
         f"Horovod {hv.VERSION}: {'cached' if p.cached else 'to build'} in {p.wheel_dir} ({switches})"
     )

@@ -21,12 +21,12 @@ import sys
 import tarfile
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpctrain.errors import HpctrainError
+from hpctrain.install.wheel_cache import verified, write_manifest
 
 VERSION = "0.28.1"
 BUILD_TOOLS = ("setuptools", "wheel", "packaging")  # --no-build-isolation: the sdist has no pyproject
@@ -72,18 +72,14 @@ class Plan:
         return self.wheel() is not None
 
     def wheel(self) -> Path | None:
-        """The cached wheel of this version for this plan's Python, chosen by name, never by the
-        highest version: another file in the key's directory (a planted horovod-9.9.9, another
-        Python's) is never installed; two of this name, or a damaged one, are refused by name."""
-        if not self.wheel_dir.is_dir():
-            return None
-        found = sorted(self.wheel_dir.glob(f"horovod-{VERSION}-{self.python}-{self.python}-*.whl"))
-        if len(found) > 1:
-            raise InstallError(
-                f"{self.wheel_dir} holds {len(found)} wheels of Horovod {VERSION} ({', '.join(w.name for w in found)}), "
-                "where a build leaves one: `hpctrain install horovod --rebuild` builds it again"
-            )
-        return found[0] if found else None
+        """The cached wheel of this version for this plan's Python that its manifest vouches for
+        (wheel_cache.py): chosen by name, never by the highest version, so a planted horovod-9.9.9
+        or another Python's is never installed; None (build it) for anything else."""
+        return self.cache_state()[0]
+
+    def cache_state(self) -> tuple[Path | None, str]:
+        """wheel(), and why a wheel in the cache is not it ("" when there is none)."""
+        return verified(self.wheel_dir, f"horovod-{VERSION}-{self.python}-{self.python}-*.whl", self.env)
 
 
 # --- pure: patches -----------------------------------------------------------------------------
@@ -246,6 +242,8 @@ def build(p: Plan, python: str, say: Say, tick: Callable[[float, str], None]) ->
             _compile(
                 p, pip, src, staging, work / "build.log", say, lambda line: tick(time.monotonic() - t0, line)
             )
+            (wheel,) = staging.glob("horovod-*.whl")
+            write_manifest(staging, wheel, p.env)
             shutil.rmtree(p.wheel_dir, ignore_errors=True)
             staging.rename(p.wheel_dir)  # published whole: another build never sees half a wheel
         finally:
@@ -326,22 +324,14 @@ def ensure_pip(python: str) -> None:
 
 
 def install(p: Plan, python: str) -> None:
-    """The cached wheel into `python`'s environment; a damaged one is refused by name first."""
+    """The cached wheel its manifest vouches for into `python`'s environment; InstallError naming
+    the file and why for any other (nothing of it is run)."""
     ensure_pip(python)
-    wheel = p.wheel()
+    wheel, why = p.cache_state()
     if wheel is None:
         raise InstallError(
-            f"no wheel of Horovod {VERSION} for {p.python} in {p.wheel_dir}: `hpctrain install horovod` builds it"
-        )
-    damaged = f"the cached wheel {wheel} is damaged"
-    try:
-        with zipfile.ZipFile(wheel) as z:
-            bad = z.testzip()  # every member's CRC, read before pip unpacks anything
-    except (zipfile.BadZipFile, OSError) as e:
-        raise InstallError(f"{damaged} ({e}): `hpctrain install horovod --rebuild` builds it again") from None
-    if bad is not None:
-        raise InstallError(
-            f"{damaged} ({bad} does not match its checksum): `hpctrain install horovod --rebuild` builds it again"
+            f"no wheel of Horovod {VERSION} for {p.python} hpctrain can install in {p.wheel_dir}"
+            f"{f': {why}' if why else ''}; `hpctrain install horovod --rebuild` builds it"
         )
     pip = [python, "-m", "pip", "--disable-pip-version-check", "-q", "install"]
     _run([*pip, "--force-reinstall", "--no-deps", str(wheel)], "install")

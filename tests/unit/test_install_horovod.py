@@ -99,31 +99,43 @@ def test_nccl_for_a_cpu_torch_is_refused_and_a_cxx_with_flags_is_a_compiler() ->
     assert compiler({"CXX": "  "}) == compiler({})  # blank: as unset
 
 
-def test_a_planted_newer_or_damaged_cached_wheel_is_never_installed(tmp_path: Path) -> None:
-    """Issue 72 class 3: a planted horovod-9.9.9 wheel beside the real one was the one installed
-    (the highest name won); a damaged one ended in pip's error with no --rebuild hint."""
+def test_only_a_wheel_its_manifest_vouches_for_is_installed_from_the_cache(tmp_path: Path) -> None:
+    """Issue 72 class 3: a wheel planted under the expected name installed, and its code ran in
+    hpctrain's post-install check; a planted horovod-9.9.9 beside the real one was the one installed
+    (the highest name won); a Gloo-only plan installed the cached MPI wheel; a damaged one ended in
+    pip's error. Now only a wheel whose manifest (written with it, published with it) names it, its
+    sha256 and this plan's switches is installed; anything else is built again, and `install` of
+    it is refused naming the file before pip or its code runs."""
     import sys
     import zipfile
+
+    from hpctrain.install.wheel_cache import write_manifest
 
     cpu = Found("cp311", "2.13.0+cpu", None, "/usr/bin/g++", "/usr/bin/cmake", "/usr/bin/mpicxx", None, None)
     p = plan(cpu, "auto", tmp_path, env={})
     p.wheel_dir.mkdir(parents=True)
-    (p.wheel_dir / "horovod-9.9.9-cp311-cp311-linux_x86_64.whl").write_bytes(b"planted")
-    (p.wheel_dir / "horovod-0.28.1-cp312-cp312-linux_x86_64.whl").write_bytes(b"another python's")
-    assert not p.cached and p.wheel() is None  # neither is this plan's: it builds
     real = p.wheel_dir / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
     with zipfile.ZipFile(real, "w") as z:
-        z.writestr("horovod/__init__.py", "x = 1\n" * 1000)
-    assert p.wheel() == real
-    data = bytearray(real.read_bytes())
-    at = data.index(b"x = 1")
-    data[at : at + 5] = b"y = 2"  # stored uncompressed: its CRC no longer matches
-    real.write_bytes(bytes(data))
+        z.writestr("horovod/__init__.py", "open('/tmp/pwned', 'w')\n")
+    (p.wheel_dir / "horovod-9.9.9-cp311-cp311-linux_x86_64.whl").write_bytes(b"planted")
+    (p.wheel_dir / "horovod-0.28.1-cp312-cp312-linux_x86_64.whl").write_bytes(b"another python's")
+    assert p.cache_state() == (
+        None,
+        f"{real} has no manifest (manifest.json): hpctrain did not build it, or built it before manifests",
+    )
     with pytest.raises(
-        InstallError,
-        match=r"is damaged \(horovod/__init__.py does not match its checksum\): `hpctrain install horovod --rebuild`",
+        InstallError, match=r"has no manifest .* `hpctrain install horovod --rebuild` builds it"
     ):
-        install(p, sys.executable)
+        install(p, sys.executable)  # refused before pip: nothing of the wheel ran
+    write_manifest(p.wheel_dir, real, p.env)  # as a build leaves it
+    assert p.cached and p.wheel() == real  # by its name, not the highest version's
+    gloo_only = dataclasses.replace(p, env={**p.env, "HOROVOD_WITHOUT_MPI": "1"})
+    assert "was built with other switches" in gloo_only.cache_state()[1]
+    with real.open("r+b") as f:  # damaged (or replaced) after it was built
+        f.seek(40)
+        f.write(b"\0\0\0\0")
+    assert p.cache_state() == (None, f"{real} does not match its manifest's sha256 (damaged or replaced)")
+    (p.wheel_dir / "manifest.json").write_text("x" * 100_000)  # no manifest hpctrain writes is this long
+    assert "is larger than any manifest hpctrain writes" in p.cache_state()[1]
     (p.wheel_dir / "horovod-0.28.1-cp311-cp311-manylinux_x86_64.whl").write_bytes(b"two")
-    with pytest.raises(InstallError, match="holds 2 wheels of Horovod 0.28.1"):
-        p.wheel()
+    assert "holds 2 wheels" in p.cache_state()[1]

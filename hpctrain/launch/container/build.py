@@ -140,14 +140,28 @@ def read_apt_sources() -> dict[str, str]:
 
 
 def horovod_wheel() -> Path:
-    found = sorted((cache_dir() / "wheels").glob("horovod-*/horovod-*.whl"))
-    if not found:
-        raise LaunchError("no Horovod wheel in the cache: run scripts/setup.sh first (it builds one)")
+    """The wheel `hpctrain install horovod` built for the Horovod, torch and Python of this venv,
+    with MPI and CPU operations (the image's), chosen by its key and name: never another version's
+    or another build's, whichever sorts last (issue 72)."""
+    import importlib.metadata
+
     import torch  # the wheel must match the torch the image gets
 
-    tag = f"torch-{torch.__version__.replace('+', '_')}_cp{sys.version_info[0]}{sys.version_info[1]}"
-    match = [w for w in found if tag in w.parent.name]
-    return match[-1] if match else found[-1]
+    try:
+        version = importlib.metadata.version("horovod")
+    except importlib.metadata.PackageNotFoundError:
+        raise LaunchError(
+            "Horovod is not installed in this venv: run scripts/setup.sh first (it builds one)"
+        ) from None
+    py = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    key = cache_dir() / "wheels" / f"horovod-{version}_torch-{torch.__version__.replace('+', '_')}_{py}_cpu"
+    found = sorted(key.glob(f"horovod-{version}-{py}-{py}-*.whl"))
+    if len(found) != 1:
+        raise LaunchError(
+            f"{key} holds {len(found)} wheels of Horovod {version} for {py}, where the build leaves one: "
+            "hpctrain install horovod --rebuild"
+        )
+    return found[0]
 
 
 def gather_inputs() -> Inputs:
