@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,22 @@ def claim_fresh(base: Path) -> Path:
         except OSError as e:
             raise LaunchError(f"cannot create directory {path}: {e}") from e
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def undone_if_refused(dirs: Sequence[Path]) -> Iterator[list[Path]]:
+    """Those of `dirs` that do not exist yet, and those the block adds to the list it is given
+    (a directory it claimed), are removed again if the block is refused (LaunchError: sbatch
+    refused the first job, mpirun is missing) before a job was started in them: a refused command
+    leaves nothing behind. A directory holding a job.json is a started run's, and is kept."""
+    made = [d for d in dict.fromkeys(dirs) if not d.exists()]
+    try:
+        yield made
+    except LaunchError:
+        if not any(d.is_dir() and any(d.rglob(records.JOB)) for d in made):
+            for d in made:
+                shutil.rmtree(d, ignore_errors=True)
+        raise
 
 
 def write_run_files(run_dir: Path, cfg: Config, plan: Any) -> None:

@@ -21,7 +21,7 @@ from hpctrain.errors import ConfigError, RecordError
 from hpctrain.events import parse_event
 from hpctrain.launch.base import After, Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.registry import launcher_class, launcher_for, load_job
-from hpctrain.launch.rundir import claim_fresh
+from hpctrain.launch.rundir import claim_fresh, undone_if_refused
 from hpctrain.orchestrate.after import held, wait_for
 from hpctrain.orchestrate.started import by_launcher, jobs_in, launcher_of
 from hpctrain.orchestrate.sweep import expand
@@ -154,13 +154,15 @@ def start(
     p.launcher.admit(p.runs)
     if p.after:
         wait_for(p.after, timeout_s, say)
-    if p.dated:
-        home = p.group_dir or p.runs[0].run_dir
-        claimed = claim_fresh(home)
-        if claimed != home:
-            items = [(r.overrides, r.cfg) for r in p.runs]
-            p = placed(p.launcher, items, claimed, p.group_dir is not None, dated=True)
-    jobs = p.launcher.submit(p.runs, p.group_dir, detach=detach)
+    home = p.group_dir or p.runs[0].run_dir
+    with undone_if_refused([home, *(r.run_dir for r in p.runs)]) as made:
+        if p.dated:
+            claimed = claim_fresh(home)
+            if claimed != home:
+                made.append(claimed)
+                items = [(r.overrides, r.cfg) for r in p.runs]
+                p = placed(p.launcher, items, claimed, p.group_dir is not None, dated=True)
+        jobs = p.launcher.submit(p.runs, p.group_dir, detach=detach)
     if p.group_dir is not None:
         write_sweep(p.group_dir, p.launcher.name, p.runs, jobs)
     return jobs

@@ -85,6 +85,14 @@ def plan_study(
             for p, c in zip(points, configs)
         ],
     )
+    if memory:  # what the scheduler would refuse or never start, before the study's directory exists
+        planned = zip(manifest.runs, configs)
+        launcher.admit(
+            [
+                RunSpec(i, r.overrides, c, launcher.plan(c, Path(r.run_dir), study_dir))
+                for i, (r, c) in enumerate(planned)
+            ]
+        )
     return PlannedStudy(study_dir, manifest, base.run.dir is None, configs, launcher)
 
 

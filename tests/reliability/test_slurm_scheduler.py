@@ -159,3 +159,4 @@ def test_a_one_allocation_study_that_cannot_fit_is_refused_before_submitting(
     assert r.returncode == 2 and said in r.stderr, r.stdout + r.stderr
     after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout
     assert set(after.split()) <= set(before.split()), after  # nothing submitted
+    assert not any(tmp_path.iterdir()), list(tmp_path.iterdir())  # class 8: nor a study directory made

@@ -85,7 +85,7 @@ def test_cancel_names_the_jobs_that_wait_on_a_run_and_cancels_them_when_asked(tm
     assert "--with-dependents" in said
     # issue 72 class 8: the :any one was told it could never start; it starts, as SLURM says
     assert f"1 job(s) wait on these to end: {anyway}; they start now" in said, said
+    assert wait_done(anyway) == "COMPLETED"  # as it was told
     said = hpctrain("cancel", str(tmp_path / "lead"), "--with-dependents").stdout
     assert f"cancelled 1 job(s) that waited on them: {follower}" in said, said
     assert wait_done(lead) == "CANCELLED" and wait_done(follower) == "CANCELLED"
-    assert wait_done(anyway) == "COMPLETED"

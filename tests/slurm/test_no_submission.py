@@ -101,3 +101,4 @@ def test_unreachable_controller_is_a_clear_launch_error(tmp_path: Path) -> None:
     )
     assert r.returncode == 3, r.stderr
     assert "sbatch refused the job" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "r").exists()  # issue 72 class 8: the refused run's directory stayed

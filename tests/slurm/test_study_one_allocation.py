@@ -78,3 +78,22 @@ def test_a_study_in_one_allocation_runs_its_points_as_steps_on_the_same_nodes_an
     r = hpctrain("study", "strong", "study.one_allocation=true", f"run.output_root={tmp_path / 'local'}")
     assert r.returncode == 2 and "study.one_allocation: holds one scheduler allocation" in r.stderr, r.stderr
     assert not (tmp_path / "local").exists()
+
+
+def test_a_study_cancelled_in_its_allocation_ends_as_cancelled_not_as_srun_failing(tmp_path: Path) -> None:
+    """Issue 72 class 8: `hpctrain cancel` of a study running in one allocation made the study
+    exit 3 with srun's "Unable to create step" text; it was cancelled, and says so (exit 130)."""
+    from tests.conftest import start_hpctrain
+
+    study = [a for a in STUDY if a != "study.repetitions=2"]
+    proc = start_hpctrain(*study, "study.repetitions=1", "study.steps=30", f"run.output_root={tmp_path}")
+    try:
+        wait_for("the study's first step", lambda: list(tmp_path.rglob("n1-r0/job.json")) or proc.poll() is not None, timeout_s=240)  # fmt: skip
+        [home] = list(tmp_path.glob("*/*-oa-strong"))
+        r = hpctrain("cancel", str(home))
+        assert r.returncode == 0, r.stdout + r.stderr
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "srun" not in err and "Traceback" not in err, err

@@ -26,7 +26,7 @@ from typing import Any
 from submitit.core.utils import DelayedSubmission
 
 from hpctrain import records
-from hpctrain.errors import LaunchError
+from hpctrain.errors import LaunchError, RunCancelled
 from hpctrain.launch.base import Job, RunSpec
 from hpctrain.launch.rundir import prepare_run_dir, write_run_files
 from hpctrain.launch.slurm.job import TrainingJob
@@ -214,9 +214,14 @@ class Allocation:
             if found is not None:
                 return found
             if ended:
+                state = self.state()
+                if state == State.CANCELLED:  # hpctrain cancel, or scancel: the user's doing, not srun's
+                    raise RunCancelled(
+                        f"allocation {self.job_id} was cancelled; what it had not run yet was not started"
+                    )
                 said = (folder / STEP_ERR).read_text(errors="replace").strip()[-2000:]
                 raise LaunchError(
-                    f"srun could not start a step in allocation {self.job_id} ({self.state()}): "
+                    f"srun could not start a step in allocation {self.job_id} ({state}): "
                     f"{said or f'exit status {proc.returncode}'}"
                 )
             time.sleep(POLL_S / 4)
