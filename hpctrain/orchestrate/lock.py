@@ -19,7 +19,9 @@ LOCK = ".lock"  # in a study or tune directory: held by the hpctrain running it,
 def writer_lock(home: Path, what: str, resume: str) -> Iterator[None]:
     """Hold `home`'s lock while its runs are written; HpctrainError naming the holder's pid if
     another hpctrain holds it (`what`: study, tune; `resume`: the command to go on with)."""
-    fd = os.open(home / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    # close-on-exec (Python's default, said here): a step's srun never holds the lock after the
+    # driver dies, so the kernel frees it with the driver (tests/reliability/test_concurrency.py)
+    fd = os.open(home / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -138,3 +138,37 @@ def test_a_copied_study_resumes_where_it_now_is(tmp_path: Path) -> None:
     manifest = json.loads((copy / "study.json").read_text())
     assert [run["run_dir"] for run in manifest["runs"]] == [str(copy.resolve() / "n1-r0")]
     assert json.loads((copy / "n1-r0" / "plan.json").read_text())["run_dir"] == str(copy.resolve() / "n1-r0")
+
+
+def test_a_killed_drivers_lock_is_free_while_the_step_it_started_still_runs(tmp_path: Path) -> None:
+    """Issue 72 class 8: after a study's driver was SIGKILLed mid-step, `study resume` named the dead
+    driver's pid as "another hpctrain". The lock's descriptor is not inherited by what the driver
+    starts (a step's `bash -c … srun`, even by a library that keeps descriptors open: close_fds=False),
+    so the kernel frees it with the driver; the step runs on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from hpctrain.orchestrate.lock import writer_lock
+
+    driver = (
+        "import os, signal, subprocess, sys\n"
+        "from pathlib import Path\n"
+        "from hpctrain.orchestrate.lock import writer_lock\n"
+        "with writer_lock(Path(sys.argv[1]), 'study', 'resume'):\n"
+        "    step = subprocess.Popen(['bash', '-c', 'sleep 60'], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=False)\n"
+        "    print(step.pid, flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", driver, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    step = int(proc.stdout.split()[0])
+    try:
+        os.kill(step, 0)  # the step still runs
+        with writer_lock(tmp_path, "study", "resume"):
+            pass
+    finally:
+        os.kill(step, signal.SIGKILL)
