@@ -312,3 +312,32 @@ def test_a_thread_a_constructor_leaves_running_does_not_keep_the_command_alive(t
         "not waiting for 1 thread(s) that code it ran (a _target_, a plugin) started and left running (left-running)"
         in r.stderr
     )
+
+
+def test_an_unreadable_config_directory_is_named_by_help_run_and_doctor(tmp_path: Path) -> None:
+    """Class 6: for an unreadable directory on $HPCTRAIN_CONFIG_PATH, `run --help` printed a
+    traceback while `doctor` said "ok". Root reads everything, so the commands run as root without
+    the capabilities that bypass file permissions (setpriv), as a user would."""
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    (site / "model").mkdir(parents=True)
+    (site / "model" / "mine.yaml").write_text("name: mlp\n")
+    site.chmod(0)
+    no_bypass = [
+        "setpriv",
+        "--bounding-set=-dac_read_search,-dac_override",
+        "--inh-caps=-dac_read_search,-dac_override",
+    ]
+    no_bypass = no_bypass if os.geteuid() == 0 else []  # a user (the quick tier) has no such capabilities
+    env = {**os.environ, "HPCTRAIN_CONFIG_PATH": str(site), "COLUMNS": "300"}
+    said = f"{site} cannot be read (Permission denied)"
+    try:
+        for args, code in ((["run", "--help"], 0), (["run", "--dry-run"], 2), (["doctor"], None)):
+            r = subprocess.run([*no_bypass, sys.executable, "-m", "hpctrain.cli", *args], capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+            assert code is None or r.returncode == code, (args, r.stdout + r.stderr)
+            assert said in r.stdout + r.stderr and "Traceback" not in r.stderr, (args, r.stdout + r.stderr)
+    finally:
+        site.chmod(0o755)
