@@ -236,22 +236,28 @@ def build(p: Plan, python: str, say: Say, tick: Callable[[float, str], None]) ->
         unpack(sdist, work)
         src = work / f"horovod-{VERSION}"
         patch_tree(src)
-        staging = p.wheel_dir.with_name(p.wheel_dir.name + f".tmp{os.getpid()}")
-        staging.mkdir(parents=True, exist_ok=True)
-        try:  # Ctrl-C, SIGTERM, a failure: no staging directory is left in the cache
-            _compile(
-                p, pip, src, staging, work / "build.log", say, lambda line: tick(time.monotonic() - t0, line)
-            )
-            (wheel,) = staging.glob("horovod-*.whl")
-            write_manifest(staging, wheel, p.env)
-            shutil.rmtree(p.wheel_dir, ignore_errors=True)
-            staging.rename(p.wheel_dir)  # published whole: another build never sees half a wheel
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        log, heard = work / "build.log", lambda line: tick(time.monotonic() - t0, line)
+        staged(p, lambda staging: compile_wheel(p, pip, src, staging, log, say, heard))
     return time.monotonic() - t0
 
 
-def _compile(
+def staged(p: Plan, make: Callable[[Path], None]) -> None:
+    """`make` fills a staging directory beside the key's with one wheel; with its manifest it is
+    published whole (a rename: another build never sees half a wheel), or removed whatever ends
+    `make` (a failure, Ctrl-C, SIGTERM): nothing half-built is left in the cache."""
+    staging = p.wheel_dir.with_name(p.wheel_dir.name + f".tmp{os.getpid()}")
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        make(staging)
+        (wheel,) = staging.glob("horovod-*.whl")
+        write_manifest(staging, wheel, p.env)
+        shutil.rmtree(p.wheel_dir, ignore_errors=True)
+        staging.rename(p.wheel_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def compile_wheel(
     p: Plan, pip: list[str], src: Path, staging: Path, log: Path, say: Say, tick: Callable[[str], None]
 ) -> None:
     """pip wheel in `src` into `staging`, its output in `log`; an interrupt (a signal that reached
@@ -284,6 +290,7 @@ def _compile(
         raise KeyboardInterrupt  # the signal was the user's, as the CLI says
     if proc.returncode != 0:
         kept = p.wheel_dir.parent / f"horovod-{VERSION}-build-failed.log"
+        kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(log, kept)
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
         raise InstallError(f"Horovod's build failed; the end of its log ({kept}):\n{tail}")

@@ -139,3 +139,39 @@ def test_only_a_wheel_its_manifest_vouches_for_is_installed_from_the_cache(tmp_p
     assert "is larger than any manifest hpctrain writes" in p.cache_state()[1]
     (p.wheel_dir / "horovod-0.28.1-cp311-cp311-manylinux_x86_64.whl").write_bytes(b"two")
     assert "holds 2 wheels" in p.cache_state()[1]
+
+
+def test_an_interrupted_build_is_an_interrupt_and_leaves_nothing_in_the_cache(tmp_path: Path) -> None:
+    """Issue 72 class 8: Ctrl-C of a build was reported as "Horovod's build failed" (exit 3), and
+    SIGTERM left an empty staging directory in the cache. The build's process dying of a signal
+    (a real child, killed by SIGTERM as a terminal's Ctrl-C kills the compilers with it) is an
+    interrupt; a staged build that ends any way but whole leaves the cache as it was."""
+    import sys
+
+    from hpctrain.install.horovod import compile_wheel, staged
+
+    cpu = Found("cp311", "2.13.0+cpu", None, "/usr/bin/g++", "/usr/bin/cmake", "/usr/bin/mpicxx", None, None)
+    p = plan(cpu, "auto", tmp_path / "cache", env={})
+    src, log = tmp_path / "src", tmp_path / "build.log"
+    src.mkdir()
+    killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+    with pytest.raises(KeyboardInterrupt):
+        compile_wheel(p, killed, src, tmp_path, log, lambda _: None, lambda _: None)
+    failing = [sys.executable, "-c", "print('error: no compiler'); raise SystemExit(1)"]
+    with pytest.raises(
+        InstallError, match="Horovod's build failed; the end of its log .*\n.*error: no compiler"
+    ):
+        compile_wheel(p, failing, src, tmp_path, log, lambda _: None, lambda _: None)
+
+    def interrupted(staging: Path) -> None:
+        (staging / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        staged(p, interrupted)
+    assert list(p.wheel_dir.parent.iterdir()) == [p.wheel_dir.parent / "horovod-0.28.1-build-failed.log"]
+    staged(p, lambda staging: (staging / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").write_bytes(b"whole"))
+    assert p.cached and sorted(f.name for f in p.wheel_dir.iterdir()) == [
+        "horovod-0.28.1-cp311-cp311-linux_x86_64.whl",
+        "manifest.json",
+    ]
