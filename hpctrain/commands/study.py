@@ -36,7 +36,12 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
     elif args.estimate or args.estimate_from:
         return _estimate(args, console)
     else:
-        study_dir, manifest, dated = create_study(args.kind, args.overrides, args.config_dir)
+        study_dir, manifest, dated = create_study(
+            args.kind,
+            args.overrides,
+            args.config_dir,
+            say=lambda s: console.print(f"note: {s}", highlight=False),
+        )
         if args.dry_run:
             for r in manifest.runs:
                 print(f"{r.name}: {' '.join(r.overrides)}")

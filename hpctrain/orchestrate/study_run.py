@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,11 +43,16 @@ class PlannedStudy:
 
 
 def create_study(
-    kind: str, overrides: Sequence[str], config_dir: str | None = None, now: datetime | None = None
+    kind: str,
+    overrides: Sequence[str],
+    config_dir: str | None = None,
+    now: datetime | None = None,
+    say: Callable[[str], None] = lambda s: None,
 ) -> tuple[Path, records.StudyManifest, bool]:
     """The study's directory, its manifest (not yet written: see write_study), and whether the
-    directory is the dated default (run.dir unset), which may take a suffix when taken."""
-    s = plan_study(kind, overrides, config_dir, now)
+    directory is the dated default (run.dir unset), which may take a suffix when taken. `say`
+    hears what the checks note (a point whose memory could not be predicted)."""
+    s = plan_study(kind, overrides, config_dir, now, say=say)
     return s.study_dir, s.manifest, s.dated
 
 
@@ -57,6 +62,7 @@ def plan_study(
     config_dir: str | None = None,
     now: datetime | None = None,
     memory: bool = True,
+    say: Callable[[str], None] = lambda s: None,
 ) -> PlannedStudy:
     """create_study's figures and the configs and launcher it composed them from."""
     user = [*overrides, f"study={kind}"]
@@ -66,7 +72,7 @@ def plan_study(
     launcher = one_launcher(configs)
     validate_points(configs, [p.name for p in points], launcher.facts)  # all before the first starts
     if memory:  # --estimate shows the memory of every point instead
-        check_memory(launcher, configs, [p.name for p in points], lambda s: None)
+        check_memory(launcher, configs, [p.name for p in points], say)
     stem = default_run_dir(base, now or datetime.now())
     study_dir = (stem.parent / f"{stem.name}-{kind}").resolve()
     study = base.study

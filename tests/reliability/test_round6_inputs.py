@@ -341,3 +341,17 @@ def test_an_unreadable_config_directory_is_named_by_help_run_and_doctor(tmp_path
             assert said in r.stdout + r.stderr and "Traceback" not in r.stderr, (args, r.stdout + r.stderr)
     finally:
         site.chmod(0o755)
+
+
+def test_a_study_says_which_points_memory_could_not_be_predicted(tmp_path: Path) -> None:
+    """Class 6: a study with a memory limit left such a point unchecked without a word."""
+    (tmp_path / "round6_models.py").write_text(USER_MODELS)
+    r = hpctrain_here(
+        "study", "strong", "--dry-run", "model._target_=round6_models.Net", "data=digits", "study.ranks=[1,2]",
+        "cluster.memory_per_rank_gib=100", cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        "note: memory not predicted for n1-r0: fake tensors cannot follow the model in the forward of gate"
+        in r.stdout
+    ), r.stdout
