@@ -70,7 +70,7 @@ class ParallelismKind:
     @classmethod
     def memory_fixes(cls, cfg: Config, world: int) -> list[tuple[str, Config]]:
         """Changes of this parallelism that lower a rank's memory, each as the override a user
-        gives and the config it makes (memory/fit.py checks each by the same prediction)."""
+        gives and the config it makes (memory/predict.py's check_fits tries each by the same prediction)."""
         return []
 
     @classmethod
