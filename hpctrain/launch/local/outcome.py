@@ -102,7 +102,32 @@ def _rank_failure(
     if found is None:
         return None
     rank, cause = found
+    silent = _silent_rank(run_dir, rank) if "signal" not in cause else None
+    if silent is not None:  # mpirun saw the effect end first (a race): the cause said nothing
+        rank, cause = (
+            silent,
+            (
+                f"ended without an error of its own (killed from outside hpctrain, or out of memory, most "
+                f"likely); rank {rank}, which mpirun reported first ({cause}), only lost its peer"
+            ),
+        )
     return records.Failure(rank, cause, "\n".join(tails.get(rank, [])))
+
+
+def _silent_rank(run_dir: Path, reported: int | None) -> int | None:
+    """Where the rank mpirun reported only lost a peer (its error file says so), the one rank of
+    the run that wrote no error file: it ended first and without a word (SIGKILL writes nothing).
+    None where that is not so clear."""
+    errors = records.read_errors(run_dir)
+    said = errors.get(reported) if reported is not None else None
+    if said is None or not records.is_peer_loss(said):
+        return None
+    try:
+        world = int(records.read_json(run_dir / records.PLAN)["world_size"])
+    except (KeyError, TypeError, ValueError, OSError, records.RecordError):
+        return None
+    silent = [r for r in range(world) if r not in errors]
+    return silent[0] if len(silent) == 1 else None
 
 
 def _signame(num: int) -> str:
