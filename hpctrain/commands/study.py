@@ -41,6 +41,7 @@ def cmd_study(args: argparse.Namespace, console: Console) -> int:
             args.overrides,
             args.config_dir,
             say=lambda s: console.print(f"note: {s}", highlight=False),
+            admit=not args.dry_run,
         )
         if args.dry_run:
             for r in manifest.runs:

@@ -48,11 +48,22 @@ def create_study(
     config_dir: str | None = None,
     now: datetime | None = None,
     say: Callable[[str], None] = lambda s: None,
+    admit: bool = False,
 ) -> tuple[Path, records.StudyManifest, bool]:
     """The study's directory, its manifest (not yet written: see write_study), and whether the
     directory is the dated default (run.dir unset), which may take a suffix when taken. `say`
-    hears what the checks note (a point whose memory could not be predicted)."""
+    hears what the checks note (a point whose memory could not be predicted); `admit`: ask the
+    scheduler whether it takes the points (launch.base.Launcher.admit) before the study's
+    directory exists, as a study that is about to start does (a dry run plans only)."""
     s = plan_study(kind, overrides, config_dir, now, say=say)
+    if admit:
+        planned = zip(s.manifest.runs, s.configs)
+        s.launcher.admit(
+            [
+                RunSpec(i, r.overrides, c, s.launcher.plan(c, Path(r.run_dir), s.study_dir))
+                for i, (r, c) in enumerate(planned)
+            ]
+        )
     return s.study_dir, s.manifest, s.dated
 
 
@@ -91,14 +102,6 @@ def plan_study(
             for p, c in zip(points, configs)
         ],
     )
-    if memory:  # what the scheduler would refuse or never start, before the study's directory exists
-        planned = zip(manifest.runs, configs)
-        launcher.admit(
-            [
-                RunSpec(i, r.overrides, c, launcher.plan(c, Path(r.run_dir), study_dir))
-                for i, (r, c) in enumerate(planned)
-            ]
-        )
     return PlannedStudy(study_dir, manifest, base.run.dir is None, configs, launcher)
 
 
