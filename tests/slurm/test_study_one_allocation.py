@@ -86,7 +86,7 @@ def test_a_study_cancelled_in_its_allocation_ends_as_cancelled_not_as_srun_faili
     from tests.conftest import start_hpctrain
 
     study = [a for a in STUDY if a != "study.repetitions=2"]
-    proc = start_hpctrain(*study, "study.repetitions=1", "study.steps=30", f"run.output_root={tmp_path}")
+    proc = start_hpctrain(*study, "study.repetitions=1", "study.steps=200", f"run.output_root={tmp_path}")
     try:
         wait_for("the study's first step", lambda: list(tmp_path.rglob("n1-r0/job.json")) or proc.poll() is not None, timeout_s=240)  # fmt: skip
         [home] = list(tmp_path.glob("*/*-oa-strong"))

@@ -83,3 +83,17 @@ def test_the_jobs_waiting_on_a_run_are_read_from_squeues_dependency_column() -> 
         ("52", "afterok"),
         ("55", "afterok"),
     ]
+
+
+def test_a_job_that_ended_between_status_and_scancel_is_not_a_failed_cancel() -> None:
+    """A fresh-clone run: `hpctrain cancel` of a study in one allocation failed (exit 3) because a
+    step had finished a moment before scancel named it; scancel still cancelled the rest."""
+    from hpctrain.launch.slurm.launcher import ended_meanwhile
+
+    assert ended_meanwhile("scancel: error: Kill job error on job step id 1578: Invalid job id specified\n")
+    assert ended_meanwhile(
+        "scancel: error: Kill job error on job id 12: Job/step already completing or completed"
+    )
+    assert not ended_meanwhile("scancel: error: Kill job error on job id 12: Access/permission denied")
+    assert not ended_meanwhile("Invalid job id specified\nscancel: error: Unable to contact slurm controller")
+    assert not ended_meanwhile("")

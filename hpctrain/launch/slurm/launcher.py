@@ -299,7 +299,7 @@ class SlurmLauncher(Launcher[SlurmPlan], Excludes):
         answer = ask(["scancel", *ids], patience_s=60)
         if answer.code == MISSING:
             raise LaunchError("scancel not found: install slurm-client")
-        if not answer.ok:
+        if not answer.ok and not ended_meanwhile(answer.err):
             raise LaunchError(f"scancel failed: {answer.why()}")
 
     def accounted(self, job: Job, summary: records.RunSummary) -> records.RunSummary:
@@ -356,6 +356,18 @@ def _hold_terms(cfg: Config, minutes: float) -> tuple[str, int]:
     run started just before `minutes` are up may take that long)."""
     c: SlurmClusterConf = cfg.cluster
     return f"{cfg.run.name}-alloc", math.ceil(minutes) + c.time_min
+
+
+# scancel(1)'s words for a job or step that ended (and left the controller) between the status
+# hpctrain read and the cancel: a step of a study's allocation that finished a moment before
+GONE = ("Invalid job id specified", "Job/step already completing or completed", "Job has already finished")
+
+
+def ended_meanwhile(err: str) -> bool:
+    """Whether every error scancel printed says only that a job had already ended (it still
+    cancelled the others it was given). Pure."""
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    return bool(lines) and all(any(g in ln for g in GONE) for ln in lines)
 
 
 def waiting_on(squeue: str, ids: set[str]) -> list[tuple[str, str]]:
