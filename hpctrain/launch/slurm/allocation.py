@@ -214,7 +214,7 @@ class Allocation:
             if found is not None:
                 return found
             if ended:
-                state = self.state()
+                state = self._settled_state()
                 if state == State.CANCELLED:  # hpctrain cancel, or scancel: the user's doing, not srun's
                     raise RunCancelled(
                         f"allocation {self.job_id} was cancelled; what it had not run yet was not started"
@@ -229,6 +229,15 @@ class Allocation:
         raise LaunchError(
             f"the step {name} did not appear in allocation {self.job_id} within {timeout_s:g} s"
         )
+
+    def _settled_state(self, wait_s: float = 30) -> State:
+        """The allocation's state once it has left COMPLETING (a cancel shows as COMPLETING first,
+        and only then as CANCELLED), or as it is after `wait_s`."""
+        state, deadline = self.state(), time.monotonic() + wait_s
+        while state == State.COMPLETING and time.monotonic() < deadline:
+            time.sleep(POLL_S / 4)
+            state = self.state()
+        return state
 
     def release(self, wait_s: float = 30) -> None:
         """End the allocation: the release file, then scancel if it is still there after `wait_s`
