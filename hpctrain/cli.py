@@ -55,15 +55,13 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
     # "module:function", or "module:Class.method" (installed commands)
     handler: Callable[[argparse.Namespace, Console], int] = load(args.handler)
     plugin = getattr(args, "plugin", None)  # another package's command: its failure is its own
-    if plugin is None:
-        return int(handler(args, console))
     try:
         return int(handler(args, console))
     except (HpctrainError, KeyboardInterrupt, BrokenPipeError):
         raise
     except Exception as e:  # noqa: BLE001 - named as that package's, with its traceback on request
-        if os.environ.get("HPCTRAIN_DEBUG"):
-            raise
+        if plugin is None or os.environ.get("HPCTRAIN_DEBUG"):
+            raise  # hpctrain's own: main() names it as a bug
         raise PluginError(
             f"{plugin}, from another installed package, failed: {type(e).__name__}: {e}\n"
             "  report it to that package's authors (HPCTRAIN_DEBUG=1 shows the traceback)"

@@ -26,12 +26,10 @@ def cmd_install(args: argparse.Namespace, console: Console) -> int:
     for note in p.notes:
         console.print(f"[yellow]note:[/] {note}")
     switches = " ".join(f"{k}={v}" for k, v in p.env.items())
-    _, refused = p.cache_state()
+    cached, refused = p.cache_state()  # read once: each read hashes the wheel
     if refused:  # a wheel is there, but not one hpctrain built for this plan: never installed
         console.print(f"[yellow]note:[/] not installing the cached wheel: {refused}; it is built again")
-    console.print(
-        f"Horovod {hv.VERSION}: {'cached' if p.cached else 'to build'} in {p.wheel_dir} ({switches})"
-    )
+    console.print(f"Horovod {hv.VERSION}: {'cached' if cached else 'to build'} in {p.wheel_dir} ({switches})")
     if found.installed and not args.rebuild and found.installed.split()[0] == hv.VERSION:
         console.print(f"already installed: Horovod {found.installed} (--rebuild builds it again)")
         return 0
@@ -41,7 +39,7 @@ def cmd_install(args: argparse.Namespace, console: Console) -> int:
         )
         return 0
     t0 = time.monotonic()
-    if args.rebuild or not p.cached:
+    if args.rebuild or cached is None:
         p.buildable()
         with console.status("building Horovod") as status:
             took = hv.build(

@@ -126,6 +126,9 @@ def logs(run_dir: Path, rank: int, follow: bool, console: Console) -> int:
         time.sleep(1.0)
 
 
+NEVER_AFTER_CANCEL = ("afterok", "aftercorr")  # sbatch(1) --dependency kinds a cancel never satisfies
+
+
 def cancel(path: Path, console: Console, with_dependents: bool = False) -> int:
     jobs, ended = orchestrate.cancel(path)
     if jobs:
@@ -148,8 +151,8 @@ def cancel(path: Path, console: Console, with_dependents: bool = False) -> int:
     else:
         # afterok (hpctrain run --after DIR) never starts after a cancel; afterany (DIR:any),
         # afternotok and after start once these have ended
-        never = [job_id for job_id, how in waiting if how in ("afterok", "aftercorr")]
-        start = [job_id for job_id, how in waiting if job_id not in never]
+        never = [job_id for job_id, how in waiting if how in NEVER_AFTER_CANCEL]
+        start = [job_id for job_id, how in waiting if how not in NEVER_AFTER_CANCEL]
         if never:
             console.print(
                 f"{len(never)} job(s) wait on these: {' '.join(never)}; they can never start after a "
