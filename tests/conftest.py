@@ -291,7 +291,11 @@ def assert_same_weights(a: Path, b: Path, rtol: float, atol: float) -> None:
 
 
 def steps_of(run_dir: Path, rank: int) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()]
+    """A rank's step lines, each with its parts' figures also under their flat names (flat)."""
+    from hpctrain.records import StepRecord
+
+    lines = (run_dir / f"steps-rank{rank}.jsonl").read_text().splitlines()
+    return [flat(json.loads(line), StepRecord) for line in lines]
 
 
 @pytest.fixture(scope="session")
@@ -862,31 +866,36 @@ def make_user_project(tmp: Path) -> Path:
 
 
 def replace_summary(s: Any, **changes: Any) -> Any:
-    """dataclasses.replace for a RunSummary that also takes its parts' figures by the flat names
-    summaries had before parts existed (records/parts.py: each part's FLAT), e.g. stages=2."""
+    """dataclasses.replace for a record with parts (RunSummary, RankSummary, StepRecord) that also
+    takes its parts' figures by the flat names records had before parts existed (records/parts.py:
+    each part's FLAT at the record's level), e.g. stages=2 for a run, stage=1 for a rank."""
     import dataclasses
 
-    from hpctrain.records.parts import PART_TYPES, Parts, part
+    from hpctrain.records.parts import TYPES, part
 
-    if not hasattr(s, "parts"):  # a RankSummary: its figures stay flat
+    if not hasattr(s, "parts"):  # another record (analysis/stepmodel.py's Scale)
         return dataclasses.replace(s, **changes)
-    parts = Parts(s.parts)
-    for key, cls in PART_TYPES.items():
+    parts = type(s.parts)(s.parts)
+    for key, cls in TYPES[type(s.parts).LEVEL].items():
         mine = {cls.FLAT[k]: changes.pop(k) for k in list(changes) if k in cls.FLAT}
         if mine:
             parts[key] = dataclasses.replace(part(s, cls), **mine)
     return dataclasses.replace(s, parts=parts, **changes)
 
 
-def flat(summary: dict[str, Any]) -> dict[str, Any]:
-    """A summary.json as read, its parts' figures under the flat names summaries had before parts
-    existed (each part's defaults where the run had none): stages, tp_degree, bubble_s, ..."""
+def flat(record: dict[str, Any], cls: Any = None) -> dict[str, Any]:
+    """A record as read (summary.json by default; a rank's entry or a step line with its class),
+    its parts' figures under the flat names records had before parts existed (each part's defaults
+    where the record has none): stages, tp_degree, bubble_s, ...; a summary's ranks likewise."""
     from hpctrain import records
-    from hpctrain.records.parts import PART_TYPES, part
+    from hpctrain.records.parts import TYPES, part
 
-    s = records.from_dict(records.RunSummary, summary)
-    out = dict(summary)
-    for cls in PART_TYPES.values():
-        figures = part(s, cls)
-        out.update({old: getattr(figures, new) for old, new in cls.FLAT.items()})
+    cls = cls or records.RunSummary
+    r = records.from_dict(cls, record)
+    out = dict(record)
+    for part_cls in TYPES[type(r.parts).LEVEL].values():
+        figures = part(r, part_cls)
+        out.update({old: getattr(figures, new) for old, new in part_cls.FLAT.items()})
+    if cls is records.RunSummary:
+        out["per_rank"] = [flat(x, records.RankSummary) for x in record["per_rank"]]
     return out

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from hpctrain.analysis.metrics import pipeline_bubble
 from hpctrain.records import RunSummary
-from hpctrain.records.parts import PipelineFigures, part
+from hpctrain.records.parts import PipelineFigures, PipelineRank, part
 from hpctrain.records.schedules import SCHEDULES
 
 
@@ -55,7 +55,7 @@ def stage_compute(s: RunSummary) -> list[float]:
     f = pipe(s)
     out = []
     for k in range(f.stages):
-        ranks = [r for r in s.per_rank if r.stage == k and r.pipe_s > 0]
+        ranks = [f for f in (part(r, PipelineRank) for r in s.per_rank) if f.stage == k and f.pipe_s > 0]
         if not ranks:
             return []
         busy = [r.pipe_s - r.bubble_s - r.transfer_s - r.schedule_s for r in ranks]
@@ -195,7 +195,7 @@ def report_rows(s: RunSummary) -> list[tuple[str, str, str, str]]:
     bubble, with the schedule's theory), transfers (with the bytes and what the link predicts for
     them), the schedule's overhead; under peak memory, the peak of each stage."""
     f = pipe(s)
-    per_stage = [max(r.peak_memory_bytes for r in s.per_rank if r.stage == k) for k in range(f.stages)]
+    per_stage = s.peak_by_stage
     memory = ("memory", "  per stage", " / ".join(f"{b / 2**20:.0f}" for b in per_stage) + " MiB", "")
     bubble = (
         "step",

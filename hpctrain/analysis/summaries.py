@@ -15,9 +15,10 @@ from typing import Any
 
 from hpctrain import bounded, records
 from hpctrain.errors import RecordError
+from hpctrain.records.parts import PipelineRank, part
 
 CACHE = ".summaries-cache.json"
-VERSION = 2  # 2: pipeline transfer and schedule times
+VERSION = 3  # 2: pipeline transfer and schedule times; 3: the ranks' parts
 
 
 def stamp(st: os.stat_result) -> list[int]:
@@ -42,8 +43,19 @@ def compact(s: records.RunSummary) -> records.RunSummary:
     peak_by_stage agree with the full record's."""
     if not s.per_rank:
         return s
-    keep = kept(s.per_rank, lambda r: r.state_bytes, lambda r: r.peak_memory_bytes, lambda r: r.stage)
+    keep = kept(
+        s.per_rank,
+        lambda r: r.state_bytes,
+        lambda r: r.peak_memory_bytes,
+        lambda r: part(r, PipelineRank).stage,
+    )
     return dataclasses.replace(s, per_rank=[s.per_rank[i] for i in keep])
+
+
+def _stage(rank: dict[str, Any]) -> int:
+    """The pipeline stage of a rank as written: in its pipeline part, or flat in older records."""
+    pipeline = rank.get("parts", {}).get(PipelineRank.KEY, {})
+    return int(pipeline.get("stage", rank.get("stage", 0)))
 
 
 def read_compact(path: Path) -> records.RunSummary:
@@ -57,10 +69,10 @@ def read_compact(path: Path) -> records.RunSummary:
             ranks,
             lambda r: r["param_bytes"] + r["grad_bytes"] + r["optimizer_bytes"],
             lambda r: r["peak_memory_bytes"],
-            lambda r: r["stage"],
+            _stage,
         )
         data = {**data, "per_rank": [ranks[i] for i in keep]}
-    except (KeyError, TypeError, ValueError, IndexError):
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
         pass  # the typed read of the whole record says why
     try:
         return compact(records.from_dict(records.RunSummary, data))

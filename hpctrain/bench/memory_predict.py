@@ -128,8 +128,7 @@ def measured(case: Case, a: argparse.Namespace, run_dir: Path, user_dir: Path) -
     argv = hpctrain_run(run_dir, *overrides(case, a))
     run_checked(argv, timeout_s=1800, cwd=user_dir if case.user else None)
     s = records.read(run_dir / records.SUMMARY, records.RunSummary)
-    stages = sorted({r.stage for r in s.per_rank})
-    return [max(r.peak_memory_bytes for r in s.per_rank if r.stage == k) for k in stages]
+    return list(s.peak_by_stage)
 
 
 def run_memory_predict(args: argparse.Namespace, console: Console) -> int:

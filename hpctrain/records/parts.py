@@ -1,19 +1,25 @@
-"""What a dimension of the layout adds to a run's summary: a record of its own, nested under
-summary.json's "parts" by its key, so that RunSummary holds only what every run has.
+"""What a dimension of the layout adds to the records: a record of its own, nested under "parts"
+by its key, at each of three levels, so that RunSummary, RankSummary and StepRecord hold only what
+every run has.
 
-A part is declared once, as a frozen dataclass with a KEY, a `measured` constructor and (for the
-records written before parts existed) the flat summary keys it replaces; `register_part` makes the
-readers check it. The built-in parts: the pipeline's stages and schedule with their idle, transfer
-and overhead figures, tensor parallelism's degree and collectives, and the shard degree. A
-parallelism from another package declares and registers its own the same way
-(tests/parallelisms/counted.py); a part nobody registered is kept as read, a mapping.
+- step (StepRecord.parts): what one rank measured in one step, e.g. the pipeline's idle time;
+- rank (RankSummary.parts): one rank's figures, the means of its timed steps' step part (fields
+  of the same name) plus what its trainer measured once (`Trainer.figures()`: the link, the stage);
+- run (RunSummary.parts): what the parallelism declared at plan time with the ranks' figures
+  (`measured`).
+
+A part is declared once per level, as a frozen dataclass with a KEY, a LEVEL ("run" when absent)
+and, for the records written before parts existed, the flat keys it replaces (FLAT);
+`register_part` makes the readers check it. A parallelism from another package declares and
+registers its own the same way (tests/parallelisms/counted.py); a part nobody registered is kept
+as read, a mapping.
 
 Reading: `part(summary, PipelineFigures)`, the part or its defaults when the run had none."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from statistics import fmean
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -25,9 +31,12 @@ def share(part_s: float, step_s: float) -> float:
     return part_s / step_s if step_s > 0 else float("nan")
 
 
+LEVELS = ("run", "rank", "step")
+
+
 class Part(Protocol):
     KEY: ClassVar[str]
-    # records written before parts existed: flat summary key -> this part's field
+    # records written before parts existed: flat key -> this part's field
     FLAT: ClassVar[Mapping[str, str]]
 
     @classmethod
@@ -37,14 +46,54 @@ class Part(Protocol):
 
 
 P = TypeVar("P")
-PartT = TypeVar("PartT", bound=Part)
+T = TypeVar("T")
+
+
+# --- the pipeline --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PipelineStep:
+    """One pipeline step of one rank: idle waiting for a neighbouring stage to send (the bubble),
+    waiting for the bytes to move, the schedule's own overhead, bytes sent + received, and the
+    schedule's wall time (its compute, idle, transfers and overhead)."""
+
+    KEY: ClassVar[str] = "pipeline"
+    LEVEL: ClassVar[str] = "step"
+    FLAT: ClassVar[Mapping[str, str]] = {
+        k: k for k in "bubble_s transfer_s schedule_s p2p_bytes pipe_s".split()
+    }
+
+    bubble_s: float = 0.0
+    transfer_s: float = 0.0
+    schedule_s: float = 0.0
+    p2p_bytes: int = 0
+    pipe_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class PipelineRank:
+    """A pipeline rank: the stage it holds, its timed steps' means of PipelineStep, and the link
+    to its neighbouring stages (alpha + beta * bytes, train/p2p.py)."""
+
+    KEY: ClassVar[str] = "pipeline"
+    LEVEL: ClassVar[str] = "rank"
+    FLAT: ClassVar[Mapping[str, str]] = {
+        k: k
+        for k in "stage bubble_s transfer_s schedule_s p2p_bytes pipe_s p2p_alpha_s p2p_beta_s_per_byte".split()
+    }
+
+    stage: int = 0
+    bubble_s: float = 0.0
+    transfer_s: float = 0.0
+    schedule_s: float = 0.0
+    p2p_bytes: float = 0.0
+    pipe_s: float = 0.0
+    p2p_alpha_s: float = 0.0
+    p2p_beta_s_per_byte: float = 0.0
 
 
 @dataclass(frozen=True)
 class PipelineFigures:
-    """Pipeline stages: the schedule, and per step the means over ranks of idle waiting for a
-    neighbour (the bubble), moving activations and gradients, the schedule's own overhead, the
-    bytes a rank sends and receives, and the link between neighbouring stages (alpha + beta * bytes)."""
+    """Pipeline stages: the schedule, and per step the means over ranks of PipelineRank's figures."""
 
     KEY: ClassVar[str] = "pipeline"
     FLAT: ClassVar[Mapping[str, str]] = {
@@ -72,8 +121,10 @@ class PipelineFigures:
 
     @classmethod
     def measured(cls, declared: Mapping[str, Any], per_rank: Sequence[Any], step_s: float) -> PipelineFigures:
+        ranks = [part(r, PipelineRank) for r in per_rank]
+
         def avg(k: str) -> float:
-            return fmean(getattr(r, k) for r in per_rank)
+            return fmean(getattr(r, k) for r in ranks)
 
         bubble, transfer, schedule = avg("bubble_s"), avg("transfer_s"), avg("schedule_s")
         return cls(
@@ -97,6 +148,26 @@ class PipelineFigures:
         return self.bubble_s / self.pipe_s if self.pipe_s > 0 else self.bubble_share
 
 
+# --- tensor parallelism --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorRank:
+    """A tensor-parallel rank: its collectives per step and their bytes, as all-reduce bytes
+    (counted on the first warm-up step, train/tp_comm.py), and their seconds per step sent again
+    alone after training (all exposed, though the step's clock counts them as compute)."""
+
+    KEY: ClassVar[str] = "tensor"
+    LEVEL: ClassVar[str] = "rank"
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "tp_messages": "messages",
+        "tp_bytes": "bytes",
+        "tp_comm_s": "comm_s",
+    }
+
+    messages: int = 0
+    bytes: float = 0.0
+    comm_s: float = 0.0
+
+
 @dataclass(frozen=True)
 class TensorFigures:
     """Tensor parallelism: ranks per group, its collectives per step (rank 0's: every rank of a
@@ -117,14 +188,16 @@ class TensorFigures:
 
     @classmethod
     def measured(cls, declared: Mapping[str, Any], per_rank: Sequence[Any], step_s: float) -> TensorFigures:
+        first = part(per_rank[0], TensorRank)
         return cls(
             **declared,
-            messages=per_rank[0].tp_messages,
-            bytes=per_rank[0].tp_bytes,
-            comm_s=fmean(r.tp_comm_s for r in per_rank),
+            messages=first.messages,
+            bytes=first.bytes,
+            comm_s=fmean(part(r, TensorRank).comm_s for r in per_rank),
         )
 
 
+# --- sharding, memory ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ShardFigures:
     """Sharded data parallelism (fsdp/hsdp): ranks one shard group spans."""
@@ -167,32 +240,47 @@ class MemoryFigures:
         )
 
 
-# what a part's class has (PipelineFigures is one): a KEY, FLAT and `measured`
-PART_TYPES: dict[str, type[Part]] = {
-    c.KEY: c for c in (PipelineFigures, TensorFigures, ShardFigures, MemoryFigures)
-}
+# --- the registry, by level then key -------------------------------------------------------------
+TYPES: dict[str, dict[str, type[Any]]] = {level: {} for level in LEVELS}
+PART_TYPES: dict[str, type[Part]] = TYPES["run"]  # a run's parts (what summary.json holds)
 
 
-def register_part(cls: type[PartT]) -> type[PartT]:
-    """Make the summary's readers check this part (a class decorator)."""
-    PART_TYPES[cls.KEY] = cls
+def register_part(cls: type[T]) -> type[T]:
+    """Make the readers of the part's level (its LEVEL, "run" when absent) check it (a class
+    decorator)."""
+    TYPES[getattr(cls, "LEVEL", "run")][getattr(cls, "KEY")] = cls  # noqa: B009
     return cls
+
+
+for _cls in (
+    PipelineStep,
+    PipelineRank,
+    PipelineFigures,
+    TensorRank,
+    TensorFigures,
+    ShardFigures,
+    MemoryFigures,
+):
+    register_part(_cls)
 
 
 class Parts(dict[str, Any]):
     """RunSummary.parts: each registered part read as its record, any other kept as a mapping."""
 
-    @staticmethod
-    def check_record(value: Any, where: str) -> Parts:
+    LEVEL: ClassVar[str] = "run"
+
+    @classmethod
+    def check_record(cls, value: Any, where: str) -> Parts:
         from hpctrain.records.typed import from_dict
 
         if type(value) is not dict:
             raise RecordError(f"{where}: expected a mapping, found {type(value).__name__}")
-        out = Parts()
+        out = cls()
+        types = TYPES[cls.LEVEL]
         for key, v in value.items():
-            cls = PART_TYPES.get(key)
-            if cls is not None:
-                out[key] = from_dict(cls, v, f"{where}.{key}")
+            part_cls = types.get(key)
+            if part_cls is not None:
+                out[key] = from_dict(part_cls, v, f"{where}.{key}")
             elif type(v) is dict:
                 out[key] = v
             else:
@@ -200,8 +288,20 @@ class Parts(dict[str, Any]):
         return out
 
 
+class RankParts(Parts):
+    """RankSummary.parts."""
+
+    LEVEL: ClassVar[str] = "rank"
+
+
+class StepParts(Parts):
+    """StepRecord.parts."""
+
+    LEVEL: ClassVar[str] = "step"
+
+
 def part(record: Any, cls: type[P]) -> P:
-    """`record`'s part of type `cls` (its defaults when the run had none)."""
+    """`record`'s part of type `cls` (its defaults when the record has none)."""
     from hpctrain.records.typed import from_dict
 
     key: str = getattr(cls, "KEY")  # noqa: B009
@@ -213,39 +313,62 @@ def part(record: Any, cls: type[P]) -> P:
     return from_dict(cls, value, f"parts.{key}")  # read before its type was registered
 
 
+def rank_parts(timed: Sequence[Any], figures: Mapping[str, Mapping[str, Any]]) -> RankParts:
+    """A rank's parts: for each part its timed steps hold or its trainer measured (`figures`, by
+    key), the means over `timed` of the step part's fields of the same name (NaN without timed
+    steps), with the figures."""
+    keys = list(dict.fromkeys([k for r in timed[:1] for k in r.parts] + list(figures)))
+    out = RankParts()
+    for key in keys:
+        cls = TYPES["rank"].get(key)
+        if cls is None:
+            raise KeyError(f"rank part {key!r} is not registered (records.parts.register_part)")
+        step_cls = TYPES["step"].get(key)
+        names = {f.name for f in fields(cls)} & {f.name for f in fields(step_cls)} if step_cls else set()
+        steps = [part(r, step_cls) for r in timed] if step_cls else []
+        means = {n: fmean(getattr(s, n) for s in steps) if steps else float("nan") for n in names}
+        out[key] = cls(**{**means, **figures.get(key, {})})
+    return out
+
+
 def measured_parts(
     declared: Mapping[str, Mapping[str, Any]], per_rank: Sequence[Any], step_s: float
 ) -> Parts:
     """A new summary's parts: each declared part with what the ranks measured for it."""
     out = Parts()
-    for key, fields in declared.items():
+    for key, values in declared.items():
         cls = PART_TYPES.get(key)
         if cls is None:
             raise KeyError(f"summary part {key!r} is not registered (records.parts.register_part)")
-        out[key] = cls.measured(fields, per_rank, step_s)
+        out[key] = cls.measured(values, per_rank, step_s)
     return out
 
 
-def nest_flat(data: dict[str, Any]) -> dict[str, Any]:
-    """A summary written before parts existed, its flat keys moved into parts (the one migration);
-    a part left at its defaults (the figures of a dimension the run did not have) is dropped."""
-    if "parts" in data or not any(k in data for cls in PART_TYPES.values() for k in cls.FLAT):
+def nest_flat(level: str) -> Any:
+    """The migration of a record of `level` written before parts existed: its flat keys moved into
+    parts; a part left at its defaults (the figures of a dimension the run did not have) is dropped."""
+
+    def migrate(data: dict[str, Any]) -> dict[str, Any]:
+        types = TYPES[level]
+        if "parts" in data or not any(k in data for cls in types.values() for k in cls.FLAT):
+            return data
+        data = dict(data)
+        parts: dict[str, Any] = {}
+        for key, cls in types.items():
+            values = {field: data.pop(flat) for flat, field in cls.FLAT.items() if flat in data}
+            if values and from_dict_quiet(cls, values) != cls():
+                parts[key] = values
+        data["parts"] = parts
         return data
-    data = dict(data)
-    parts: dict[str, Any] = {}
-    for key, cls in PART_TYPES.items():
-        fields = {field: data.pop(flat) for flat, field in cls.FLAT.items() if flat in data}
-        if fields and from_dict_quiet(cls, fields) != cls():
-            parts[key] = fields
-    data["parts"] = parts
-    return data
+
+    return migrate
 
 
-def from_dict_quiet(cls: type[Any], fields: dict[str, Any]) -> Any:
+def from_dict_quiet(cls: type[Any], values: dict[str, Any]) -> Any:
     """The part, or None when its old fields do not read (the reader then says what is wrong)."""
     from hpctrain.records.typed import from_dict
 
     try:
-        return from_dict(cls, fields)
+        return from_dict(cls, values)
     except RecordError:
         return None

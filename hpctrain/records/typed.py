@@ -137,16 +137,21 @@ _CONDITIONS = {
 
 @functools.cache
 def _flat_reader(cls: type) -> Callable[[Any], Any] | None:
-    """For a record of scalar fields only (RankSummary: 10,000 runs x their ranks in a study), a
-    reader generated once that checks every field inline and builds the record, or returns None
-    when anything is off, for the general path to say what. None if `cls` is not flat."""
+    """For a record of scalar fields and parts only (RankSummary: 10,000 runs x their ranks in a
+    study; StepRecord: a line per step), a reader generated once that checks every scalar inline,
+    reads the parts and builds the record, or returns None when anything is off (an older form of
+    the record included), for the general path to say what. None if `cls` is not flat."""
     hints = typing.get_type_hints(cls)
     checks: list[str] = []
     nulls: list[str] = []
+    readers: dict[str, Check] = {}  # fields of a type that reads itself (parts): called as such
     if "format_version" in hints or hasattr(cls, "__post_init__"):  # the general path's checks
         return None
-    for name, required, _ in _fields(cls):
+    for name, required, check in _fields(cls):
         tp, optional = hints[name], False
+        if hasattr(tp, "check_record") and not required:
+            readers[name] = check
+            continue
         if typing.get_origin(tp) in (Union, types.UnionType):
             args = [a for a in typing.get_args(tp) if a is not type(None)]
             tp, optional = (args[0], True) if len(args) == 1 else (None, False)
@@ -166,6 +171,10 @@ def _flat_reader(cls: type) -> Callable[[Any], Any] | None:
         "    record.__dict__.update(d)\n"  # what CLS(**d) does, without a frozen __setattr__ per field
         "    for name in NULLS:\n"
         "        if record.__dict__[name] is None:\n            record.__dict__[name] = NAN\n"
+        "    for name, read in READERS.items():\n"
+        "        try:\n"
+        "            record.__dict__[name] = read(d[name], name) if name in d else FACTORIES[name]()\n"
+        "        except RecordError:\n            return None\n"
         "    return record\n"
     )
     scope: dict[str, Any] = {
@@ -176,6 +185,9 @@ def _flat_reader(cls: type) -> Callable[[Any], Any] | None:
         "NEW": object.__new__,
         "NULLS": tuple(nulls),
         "NAN": math.nan,
+        "READERS": readers,
+        "RecordError": RecordError,
+        "FACTORIES": {f.name: f.default_factory for f in dataclasses.fields(cls) if f.name in readers},
         "DEFAULTS": {
             f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc,operator]
             for f in dataclasses.fields(cls)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from hpctrain.records.layout import Layout
-from hpctrain.records.parts import Parts, nest_flat
+from hpctrain.records.parts import Parts, PipelineRank, RankParts, StepParts, nest_flat, part
 from hpctrain.records.typed import FORMAT_VERSION
 
 
@@ -26,13 +26,11 @@ class StepRecord:
     samples: int  # samples this rank processed in the step
     samples_per_s: float  # global samples per second of this step
     timed: bool  # False for warm-up steps, which timing statistics leave out
-    # pipelines (0 in data parallelism): idle waiting for a neighbouring stage to send (the
-    # bubble), waiting for the bytes to move, the schedule's own overhead, bytes sent + received
-    bubble_s: float = 0.0
-    transfer_s: float = 0.0
-    schedule_s: float = 0.0
-    p2p_bytes: int = 0
-    pipe_s: float = 0.0  # the schedule's wall time: its compute, idle, transfers and overhead
+    # what a dimension of the layout measured in the step (records/parts.py: a pipeline's idle,
+    # transfers and overhead); none in plain data parallelism
+    parts: StepParts = field(default_factory=StepParts)
+
+    migrate = staticmethod(nest_flat("step"))  # records written before parts existed
 
 
 @dataclass(frozen=True)
@@ -53,8 +51,6 @@ class RankSummary:
     last_loss: float
     peak_memory_bytes: int
     parameters: int
-    bubble_s: float = 0.0
-    stage: int = 0  # the pipeline stage this rank holds (0 in data parallelism)
     threads: int = 0  # torch threads of this rank (0: not recorded)
     # where SLURM's topology plugin places the node: its switches then the node, "s0.s1.n3"
     # (SLURM_TOPOLOGY_ADDR; "": not reported)
@@ -75,20 +71,11 @@ class RankSummary:
     param_bytes: int = 0
     grad_bytes: int = 0
     optimizer_bytes: int = 0
-    # pipelines: per timed step, as StepRecord; the link to the neighbouring stages (train/p2p.py)
-    transfer_s: float = 0.0
-    schedule_s: float = 0.0
-    p2p_bytes: float = 0.0
-    pipe_s: float = 0.0
-    p2p_alpha_s: float = 0.0
-    p2p_beta_s_per_byte: float = 0.0
-    # tensor parallelism: collectives per step on this rank and their bytes, as all-reduce bytes
-    # (train/tp_comm.py; counted on the first warm-up step, 0: none or not counted)
-    tp_messages: int = 0
-    tp_bytes: float = 0.0
-    # ... and their seconds per step, sent again alone after training (train/tp_comm.py: replay);
-    # all exposed (nothing runs beside them), though the step's clock counts them as compute
-    tp_comm_s: float = 0.0
+    # what a dimension of the layout adds for this rank (records/parts.py: a pipeline's stage,
+    # idle and link, tensor parallelism's collectives); none in plain data parallelism
+    parts: RankParts = field(default_factory=RankParts)
+
+    migrate = staticmethod(nest_flat("rank"))  # records written before parts existed
 
     @property
     def state_bytes(self) -> int:
@@ -176,7 +163,7 @@ class RunSummary:
     mfu: float | None = None
     flops_source: str = ""  # FlopCounterMode, or its count read from the cache
 
-    migrate = staticmethod(nest_flat)  # summaries written before parts existed
+    migrate = staticmethod(nest_flat("run"))  # summaries written before parts existed
 
     @property
     def grouping(self) -> str:
@@ -190,8 +177,9 @@ class RunSummary:
     @property
     def peak_by_stage(self) -> tuple[int, ...]:
         """Peak memory of the rank holding most, per pipeline stage (one entry without stages)."""
-        stages = sorted({r.stage for r in self.per_rank})
-        return tuple(max(r.peak_memory_bytes for r in self.per_rank if r.stage == k) for k in stages)
+        stage = [part(r, PipelineRank).stage for r in self.per_rank]
+        peaks = [r.peak_memory_bytes for r in self.per_rank]
+        return tuple(max(p for p, k in zip(peaks, stage) if k == st) for st in sorted(set(stage)))
 
     @property
     def grad_bytes_per_param(self) -> int:

@@ -22,6 +22,7 @@ from hpctrain.config.derived import Derived
 from hpctrain.config.schema import Config
 from hpctrain.engine.world import RankInfo
 from hpctrain.events import format_event
+from hpctrain.records.parts import StepParts
 from hpctrain.records.restarts import attempt
 from hpctrain.train import checkpoint
 from hpctrain.train.data import held_out, holds_out
@@ -112,14 +113,12 @@ def train(
         info.hostname,
         peak_bytes(t.device),
         t.parameters,
-        stage=t.stage,
         threads=torch.get_num_threads(),
         grad_tensors=t.grad_tensors(),
         probe=probe,
         wait_s=wait,
         held=t.held_bytes(),
-        link=t.link(),
-        tp=t.tp_traffic(),
+        figures=t.figures(),
         accuracy=accuracy,
         topology=os.environ.get("SLURM_TOPOLOGY_ADDR", ""),
     )
@@ -222,11 +221,7 @@ def _record(cfg: Config, at: Place, step: int, lr: float, r: StepResult, t_prev:
         samples=d.batch.per_rank,
         samples_per_s=d.batch.global_ / (r.end - t_prev),
         timed=step >= cfg.train.warmup_steps,
-        bubble_s=r.bubble_s,
-        transfer_s=r.transfer_s,
-        schedule_s=r.schedule_s,
-        p2p_bytes=r.p2p_bytes,
-        pipe_s=r.pipe_s,
+        parts=StepParts(r.parts),
     )
 
 

@@ -171,7 +171,6 @@ def mesh_pipeline_trainer(s: Setup) -> tuple[MeshPipelineTrainer, checkpoint.Res
         loader=loader,
         weights=held,
         held=held,
-        stage=layout.stage_of(rank),
         ties=spans,
         **s.common,
     )

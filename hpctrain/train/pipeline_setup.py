@@ -56,7 +56,6 @@ def pipeline_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
         scaler=None,
         loader=loader,
         weights=weights,
-        stage=stage,
         ties=ties,
         **s.common,
     )

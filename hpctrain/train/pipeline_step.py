@@ -16,19 +16,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from hpctrain.engine.ties import PipelineTies
+from hpctrain.records.parts import PipelineRank, PipelineStep
 from hpctrain.train import checkpoint
 from hpctrain.train.pipeline import Pipe, StageOptimizer, merge_states
 from hpctrain.train.precision import autocast
 from hpctrain.train.step import StepInput, StepResult, Trainer
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(kw_only=True)
@@ -78,16 +76,26 @@ class PipelineTrainer(Trainer):
             t_end,
             began,
             self._agreed(vote),
-            bubble_s=traffic.idle_s + drain,
-            transfer_s=traffic.transfer_s,
-            schedule_s=max(0.0, schedule - compute - traffic.wait_s),
-            p2p_bytes=traffic.bytes,
-            pipe_s=schedule + drain,
+            parts={
+                PipelineStep.KEY: PipelineStep(
+                    bubble_s=traffic.idle_s + drain,
+                    transfer_s=traffic.transfer_s,
+                    schedule_s=max(0.0, schedule - compute - traffic.wait_s),
+                    p2p_bytes=traffic.bytes,
+                    pipe_s=schedule + drain,
+                )
+            },
         )
 
-    def link(self) -> tuple[float, float]:
+    def figures(self) -> dict[str, dict[str, Any]]:
         link = self.pipe.meter.link
-        return (link.alpha_s, link.beta_s_per_byte)
+        return {
+            PipelineRank.KEY: {
+                "stage": self.pipe.stage,
+                "p2p_alpha_s": link.alpha_s,
+                "p2p_beta_s_per_byte": link.beta_s_per_byte,
+            }
+        }
 
     def grad_tensors(self) -> int:
         return 0  # a stage's replicas average its pieces; the roofline models data parallelism only

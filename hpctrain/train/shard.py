@@ -20,6 +20,7 @@ from hpctrain.engine.base import Sharding, TensorParallel
 from hpctrain.engine.ties import check_units
 from hpctrain.engine.tp_wrap import DIVIDE_HINT
 from hpctrain.engine.world import CommError
+from hpctrain.records.parts import TensorRank
 from hpctrain.train import checkpoint, shard_checkpoint
 from hpctrain.train.data import build_loader
 from hpctrain.train.parts import workload_label
@@ -56,9 +57,13 @@ class ShardedTrainer(DataParallelTrainer):
         self.traffic = log.traffic()
         return out
 
-    def tp_traffic(self) -> tuple[int, float, float]:
+    def figures(self) -> dict[str, dict[str, Any]]:
         t = self.traffic
-        return (t.messages, t.allreduce_bytes, self.tp_replay_s) if t is not None else (0, 0.0, 0.0)
+        if t is None:
+            return {}
+        return {
+            TensorRank.KEY: {"messages": t.messages, "bytes": t.allreduce_bytes, "comm_s": self.tp_replay_s}
+        }
 
     def after_training(
         self, out: list[StepRecord], world: int, rank: int

@@ -9,7 +9,7 @@ from typing import Any
 
 from hpctrain.analysis.peak import achieved_tflops, mfu
 from hpctrain.records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
-from hpctrain.records.parts import measured_parts, share
+from hpctrain.records.parts import measured_parts, rank_parts, share
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -41,18 +41,17 @@ def rank_stats(
     host: str,
     peak_memory_bytes: int,
     parameters: int,
-    stage: int = 0,
     threads: int = 0,
     grad_tensors: int = 0,
     probe: tuple[float, float] = (0.0, 0.0),
     wait_s: float = float("nan"),
     held: dict[str, int] | None = None,
-    link: tuple[float, float] = (0.0, 0.0),
-    tp: tuple[int, float, float] = (0, 0.0, 0.0),
+    figures: Mapping[str, Mapping[str, Any]] | None = None,
     accuracy: float | None = None,
     topology: str = "",
 ) -> RankSummary:
-    """One rank's aggregate over its timed steps (warm-up steps excluded)."""
+    """One rank's aggregate over its timed steps (warm-up steps excluded); `figures`: what its
+    trainer measured once, by part key (Trainer.figures)."""
     timed = [r for r in steps if r.timed]
 
     def mean(k: str) -> float:
@@ -77,17 +76,7 @@ def rank_stats(
         last_loss=statistics.fmean(r.loss for r in last) if last else float("nan"),
         peak_memory_bytes=int(peak_memory_bytes),
         parameters=parameters,
-        bubble_s=mean("bubble_s"),
-        transfer_s=mean("transfer_s"),
-        schedule_s=mean("schedule_s"),
-        p2p_bytes=mean("p2p_bytes"),
-        pipe_s=mean("pipe_s"),
-        p2p_alpha_s=link[0],
-        p2p_beta_s_per_byte=link[1],
-        tp_messages=tp[0],
-        tp_bytes=tp[1],
-        tp_comm_s=tp[2],
-        stage=stage,
+        parts=rank_parts(timed, figures or {}),
         threads=threads,
         grad_tensors=grad_tensors,
         probe_small_s=probe[0],

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,11 +59,9 @@ class StepResult:
     end: float  # perf_counter() when the step had ended on the device (the clock settled)
     began: float  # perf_counter() when the device had reached the step's start (its data arrived)
     stop: bool  # every rank agreed to stop after this step
-    bubble_s: float = 0.0  # pipelines: idle, waiting for a neighbouring stage to send
-    transfer_s: float = 0.0  # pipelines: waiting for activations and gradients to move
-    schedule_s: float = 0.0  # pipelines: the schedule's own overhead
-    pipe_s: float = 0.0  # pipelines: the schedule's wall time (its compute, idle, transfers, overhead)
-    p2p_bytes: int = 0  # pipelines: bytes this rank sent and received
+    # what a dimension of the layout measured in this step, by part key (records/parts.py's step
+    # parts: a pipeline's PipelineStep); empty in plain data parallelism
+    parts: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -83,7 +81,6 @@ class Trainer(ABC):
     watch: Watchdog  # told the phase of each step (stall detection)
     parameters: int  # of the whole model (a pipeline rank holds only its stage's)
     delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
-    stage: int = 0  # the pipeline stage this rank holds (0 in data parallelism)
 
     @abstractmethod
     def train_step(self, b: StepInput) -> StepResult:
@@ -102,14 +99,11 @@ class Trainer(ABC):
         module = w if isinstance(w, nn.Module) else nn.ModuleList(getattr(w, "pieces", []))
         return held_bytes(module, self.optimizer)
 
-    def link(self) -> tuple[float, float]:
-        """(alpha s, beta s/byte) of the link between pipeline stages; zeros without stages."""
-        return (0.0, 0.0)
-
-    def tp_traffic(self) -> tuple[int, float, float]:
-        """(tensor-parallel collectives per step, their all-reduce-equivalent bytes, their seconds
-        replayed alone); zeros without tensor parallelism or where they were not counted."""
-        return (0, 0.0, 0.0)
+    def figures(self) -> dict[str, dict[str, Any]]:
+        """What this rank's dimensions measured once, by part key (records/parts.py's rank parts:
+        a pipeline's stage and link, tensor parallelism's collectives); the means of the steps'
+        parts are added to them. Asked after training."""
+        return {}
 
     @abstractmethod
     def grad_tensors(self) -> int:

@@ -57,7 +57,7 @@ def test_two_stages_equal_one_rank(
         4,
         2,
     )
-    assert s["global_batch"] == 32 and [r["stage"] for r in s["per_rank"]] == [0, 1]
+    assert s["global_batch"] == 32 and [r["stage"] for r in flat(s)["per_rank"]] == [0, 1]
     assert flat(s)["bubble_s"] > 0 and 0 < flat(s)["bubble_share"] < 1
     # both stages log the loss the last stage computed: the one rank's, step by step
     ref = [r["loss"] for r in steps_of(one_rank, 0)]
@@ -82,7 +82,7 @@ def test_a_slow_stage_shows_as_its_neighbours_idle_time(tmp_path: Path) -> None:
     loaded fresh clone measured stage 0's own compute at 95 ms: the sleep must dominate.)"""
     delay = 4 * 0.15
     run, s = run_ok(tmp_path, "slow", *MLP, *PIPE, "train.steps=5", "debug.slow_rank=1", "debug.slow_s=0.15")
-    first, second = s["per_rank"]
+    first, second = flat(s)["per_rank"]
     assert second["compute_s"] >= delay, second
     assert first["bubble_s"] >= 0.8 * delay, first
     assert first["transfer_s"] + first["schedule_s"] < 0.25 * delay, first
@@ -108,7 +108,7 @@ def test_two_stages_by_two_replicas_equal_one_rank(
     )
     assert_same_weights(one_rank, run, rtol=1e-5, atol=1e-6)
     assert s["engine"] == engine and s["parallelism"] == "hybrid" and s["global_batch"] == 32
-    assert [r["stage"] for r in s["per_rank"]] == [0, 0, 1, 1]  # a stage's replicas are neighbours
+    assert [r["stage"] for r in flat(s)["per_rank"]] == [0, 0, 1, 1]  # a stage's replicas are neighbours
 
 
 def test_the_plan_shows_which_rank_holds_which_stage(tmp_path: Path) -> None:

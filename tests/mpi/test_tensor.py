@@ -12,7 +12,7 @@ import pytest
 
 from hpctrain.analysis.roofline import for_run, for_tensor_parallel
 from hpctrain.records import RunSummary, read
-from hpctrain.records.parts import TensorFigures, part
+from hpctrain.records.parts import TensorFigures, TensorRank, part
 from tests.conftest import MLP, TINY_LM, assert_same_weights, flat, hpctrain, run_ok
 
 pytestmark = pytest.mark.mpi
@@ -57,7 +57,9 @@ def test_a_tensor_parallel_mlp_equals_one_rank(
     # ... and timed: the three messages sent again alone after training, on every rank. A step holds
     # them, so a replay is about a step's time at most; on a loaded 2-core machine one replay
     # once took 9.2 ms against an 8.5 ms mean step, so the bound is a few steps, not one
-    assert all(0 < r.tp_comm_s < 3 * summary.step_s for r in summary.per_rank), summary.per_rank
+    assert all(0 < part(r, TensorRank).comm_s < 3 * summary.step_s for r in summary.per_rank), (
+        summary.per_rank
+    )
     assert tp.measured_s == figures.comm_s and "replayed alone" in tp.line()
 
 
@@ -82,7 +84,9 @@ def test_a_tensor_parallel_transformer_equals_one_rank(
     # fp32 values through all-reduces forward)
     b = 32 // (ranks // 2)
     assert flat(s)["tp_messages"] >= 4 and flat(s)["tp_bytes"] >= 4 * b * 16 * 32 * 4, s
-    assert all(r["tp_comm_s"] > 0 for r in s["per_rank"]), s  # all-gathers and reduce-scatters replay too
+    assert all(r["tp_comm_s"] > 0 for r in flat(s)["per_rank"]), (
+        s
+    )  # all-gathers and reduce-scatters replay too
 
 
 def test_checkpoints_move_across_tensor_parallel_degrees_and_world_sizes(

@@ -69,7 +69,7 @@ def test_tp_inside_nodes_x_pp_x_fsdp_across_4_nodes_matches_one_rank(tmp_path: P
         2,
         8,
     ), s
-    ranks = sorted(s["per_rank"], key=lambda r: r["rank"])
+    ranks = sorted(flat(s)["per_rank"], key=lambda r: r["rank"])
     hosts = [r["host"] for r in ranks]
     assert all(hosts[i] == hosts[i + 1] for i in range(0, 8, 2)) and len(set(hosts)) == 4, hosts
     assert [r["stage"] for r in ranks] == [0] * 4 + [1] * 4

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import MLP, assert_same_weights, hpctrain, signal_at_step, start_run, weights
+from tests.conftest import MLP, assert_same_weights, flat, hpctrain, signal_at_step, start_run, weights
 from tests.slurm.test_slurm_runs import _recorded_steps, _wait_done, run_ok
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
@@ -29,7 +29,7 @@ def test_hybrid_across_two_nodes_matches_one_local_rank(tmp_path: Path, mlp_one_
     )
     local, _ = mlp_one_rank
     assert_same_weights(slurm, local, rtol=1e-5, atol=1e-6)
-    hosts = [(r["host"], r["stage"]) for r in s["per_rank"]]
+    hosts = [(r["host"], r["stage"]) for r in flat(s)["per_rank"]]
     assert len({h for h, _ in hosts}) == 2
     # each node holds one stage's two replicas
     assert {h for h, st in hosts if st == 0}.isdisjoint({h for h, st in hosts if st == 1}), hosts

@@ -9,9 +9,11 @@ import dataclasses
 import pytest
 import torch.distributed as dist
 
+from hpctrain import records
 from hpctrain.analysis.pipeline import for_pipeline, pipe
 from hpctrain.engine.clock import HostClock
 from hpctrain.records import RankSummary, StepRecord
+from hpctrain.records.parts import PipelineRank, PipelineStep, TensorRank, part
 from hpctrain.train.p2p import Link, Meter, install
 from hpctrain.train.stats import rank_stats, summarize
 from tests.conftest import replace_summary
@@ -85,9 +87,13 @@ def test_the_schedules_wait_through_the_functions_the_meter_wraps() -> None:
         schedules._batch_p2p, schedules._wait_batch_p2p = before
 
 
-def _step(step: int, **kw: float) -> StepRecord:
+def _step(step: int, compute_s: float, step_s: float, **pipeline: float) -> StepRecord:
     base = dict(loss=1.0, lr=0.1, data_s=0.001, comm_s=0.0, samples=32, samples_per_s=1.0, timed=True)
-    return StepRecord(step=step, rank=0, **{**base, **kw})  # type: ignore[arg-type]
+    rec = StepRecord(step=step, rank=0, compute_s=compute_s, step_s=step_s, **base)  # type: ignore[arg-type]
+    return replace_summary(rec, **pipeline)  # type: ignore[no-any-return]
+
+
+LINK_FIGURES = {"pipeline": {"p2p_alpha_s": 1e-4, "p2p_beta_s_per_byte": 1e-9}}
 
 
 def _pipeline_summary(bubble: float, transfer: float, schedule: float, compute: float) -> object:
@@ -96,7 +102,8 @@ def _pipeline_summary(bubble: float, transfer: float, schedule: float, compute: 
         _step(2, compute_s=compute, step_s=0.1, bubble_s=bubble, transfer_s=transfer, schedule_s=schedule, p2p_bytes=8192),
     ]  # fmt: skip
     ranks = [
-        replace_summary(rank_stats(steps, 0, "h", 1, 10, link=(1e-4, 1e-9)), rank=r, stage=r) for r in (0, 1)
+        replace_summary(rank_stats(steps, 0, "h", 1, 10, figures=LINK_FIGURES), rank=r, stage=r)
+        for r in (0, 1)
     ]
     return summarize(
         ranks, 32, model="mlp", precision="fp32", backend="gloo", compression="none",
@@ -142,7 +149,31 @@ def test_rank_summary_defaults_keep_older_records_readable() -> None:
         rank=0, host="h", timed_steps=1, wall_s=1.0, step_s=1.0, step_p50_s=1.0, step_p95_s=1.0,
         data_s=0.0, compute_s=1.0, comm_s=0.0, first_loss=1.0, last_loss=1.0, peak_memory_bytes=1, parameters=1,
     )  # fmt: skip
-    assert (r.transfer_s, r.schedule_s, r.p2p_bytes) == (0.0, 0.0, 0.0)
+    assert r.parts == {} and part(r, PipelineRank) == PipelineRank()
+
+
+def test_an_older_pipeline_rank_and_step_read_into_their_parts() -> None:
+    """Records written before the ranks and steps had parts: their flat pipeline and tensor
+    figures move into the parts (the one migration); a data-parallel rank's zeros make none."""
+    rank = records.to_dict(_pipeline_summary(0.02, 0.005, 0.01, 0.05).per_rank[1])
+    old = {k: v for k, v in rank.items() if k != "parts"} | {
+        "stage": 1, "bubble_s": 0.02, "transfer_s": 0.005, "schedule_s": 0.01, "p2p_bytes": 8192.0,
+        "pipe_s": 0.09, "p2p_alpha_s": 1e-4, "p2p_beta_s_per_byte": 1e-9, "tp_messages": 3, "tp_bytes": 96.0,
+        "tp_comm_s": 0.0,
+    }  # fmt: skip
+    r = records.from_dict(RankSummary, old)
+    assert part(r, PipelineRank) == PipelineRank(1, 0.02, 0.005, 0.01, 8192.0, 0.09, 1e-4, 1e-9)
+    assert part(r, TensorRank) == TensorRank(messages=3, bytes=96.0)
+    data_parallel = {k: v for k, v in old.items() if not k.startswith(("tp_", "p2p_"))}
+    data_parallel |= {"stage": 0, "bubble_s": 0.0, "transfer_s": 0.0, "schedule_s": 0.0, "pipe_s": 0.0}
+    assert records.from_dict(RankSummary, data_parallel).parts == {}
+    step = records.to_dict(_step(1, 0.05, 0.1))
+    step = {k: v for k, v in step.items() if k != "parts"}
+    again = records.from_dict(StepRecord, step | {"bubble_s": 0.02, "p2p_bytes": 64, "pipe_s": 0.09})
+    assert again.parts == {"pipeline": PipelineStep(bubble_s=0.02, p2p_bytes=64, pipe_s=0.09)}
+    assert records.from_dict(StepRecord, step | {"bubble_s": 0.0, "pipe_s": 0.0}).parts == {}
+    with pytest.raises(records.RecordError, match=r"parts.pipeline.p2p_bytes: expected an integer"):
+        records.from_dict(StepRecord, step | {"p2p_bytes": "many"})
 
 
 def _staged(m: int, pipe: float, ranks: list[tuple[float, float, float, float]]) -> object:
