@@ -1,7 +1,7 @@
 """`hpctrain bench pipeline`: where a pipeline step's time goes at m = 1, 2, 4, 8 micro-batches,
 for each schedule, on real pipeline runs of a balanced MLP one after the other: compute, idle
 time waiting for a neighbour (the bubble proper, against the theory (p - 1)/(m + p - 1)),
-transfers and the schedule's own overhead (train/p2p.py), and throughput against m = 1.
+transfers and the schedule's own overhead (parallel/pipeline/p2p.py), and throughput against m = 1.
 
 The default workload is one where pipelining can pay: a micro-batch's compute well above what
 moving its activations and running the schedule costs (the bench prints that ratio)."""

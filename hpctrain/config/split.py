@@ -32,7 +32,7 @@ def declared_split_points(m: ModelConf) -> list[str]:
 def declared_chain(m: ModelConf) -> list[str]:
     """The modules a built-in model runs one after the other, each on the one before's output
     (empty: the model is not such a chain). A pipeline whose stages are sharded or split by
-    tensor parallelism is cut along it (train/mesh_pipeline.py): each piece holds real modules,
+    tensor parallelism is cut along it (parallel/pipeline/mesh.py): each piece holds real modules,
     which FSDP and tensor parallelism can take, where a traced piece holds a graph."""
     if m._target_:
         return []

@@ -113,7 +113,7 @@ def _pieces(
     model: [0] and the batch)."""
     if not layout.pipelined:
         return [whole], [0], [x]
-    from hpctrain.train.mesh_pipeline import ChainPiece
+    from hpctrain.train.modules import ChainPiece
 
     segments = _segments(cfg, layout)
     mine = layout.pieces_of(rank)
@@ -126,7 +126,7 @@ def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any])
     from hpctrain.engine.clock import HostClock
     from hpctrain.engine.fsdp_wrap import shard_model
     from hpctrain.engine.tp_wrap import split_model
-    from hpctrain.train.pipeline import checkpoint_blocks
+    from hpctrain.train.modules import checkpoint_blocks
 
     names = [n for n, _ in piece.named_modules() if n]
     if layout.tp > 1:

@@ -2,8 +2,12 @@
 with one class (base.ParallelismKind), registered by name in registry.py: data (every rank holds
 the whole model), pipeline (stages across ranks), hybrid (stages x data-parallel replicas), fsdp
 (every rank holds a shard) and hsdp (shard groups x replicas). Its layout (records.Layout: which
-rank holds what) is computed once at plan time and read by the ranks from plan.json. What runs on
-the ranks is in train/: pipeline.py and pipeline_step.py (stages, schedules), shard.py and
+rank holds what) is computed once at plan time and read by the ranks from plan.json.
+
+A dimension that owns its whole life is a package: pipeline/ (its plan-time rules, its parallelisms,
+its rank side: the cut, the schedule, the step and the link between stages). Where another
+parallelism composes with it on one device mesh (fsdp with stages), it asks mesh.py, the shared
+mesh, never the package's modules. What runs on the ranks of the others is in train/: shard.py and
 shard_checkpoint.py (FSDP2, sharded checkpoints)."""
 
 from __future__ import annotations

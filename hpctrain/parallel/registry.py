@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 # name -> "module:Class"; imported on first use
 PARALLELISMS: dict[str, str] = {
     "data": "hpctrain.parallel.data:Data",
-    "pipeline": "hpctrain.parallel.pipeline:Pipeline",
-    "hybrid": "hpctrain.parallel.pipeline:Hybrid",
+    "pipeline": "hpctrain.parallel.pipeline.kind:Pipeline",
+    "hybrid": "hpctrain.parallel.pipeline.kind:Hybrid",
     "fsdp": "hpctrain.parallel.sharded:Fsdp",
     "hsdp": "hpctrain.parallel.sharded:Hsdp",
 }

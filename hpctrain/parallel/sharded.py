@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, ClassVar
 from hpctrain.analysis.tune import Knob, divisors
 from hpctrain.config.layout import SCHEDULES, describe_mesh
 from hpctrain.config.schema import PipelineSettings, ShardHolder, TpHolder
-from hpctrain.config.split import shard_units, split_points
+from hpctrain.config.split import shard_units
 from hpctrain.engine.base import Sharding
 from hpctrain.errors import Problem
+from hpctrain.parallel import mesh
 from hpctrain.parallel.base import ParallelismKind, layout_parts
-from hpctrain.parallel.mesh_rules import mesh_stage_problems, whole_checkpoints_refused
-from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
 from hpctrain.parallel.registry import node_size
 from hpctrain.parallel.shard_rules import shard_problems
 from hpctrain.parallel.tensor import fused_unsharded, tp_degree, tp_note, tp_problems
@@ -71,7 +70,7 @@ class Fsdp(ParallelismKind):
             replicate=max(world // tp // stages // degree, 1),
             shard=degree,
             tp=tp,
-            virtual=pieces_per_rank(cfg) if piped else 1,
+            virtual=mesh.pieces(cfg) if piped else 1,
             v_shape=piped and SCHEDULES[str(cfg.parallelism.schedule)].pieces == "two",
         )
 
@@ -81,8 +80,8 @@ class Fsdp(ParallelismKind):
         p = tp_problems(cfg, world)
         dp = world // tp if not p else world  # the data-parallel ranks (of every stage) ...
         if par.stages != 1:  # ... which a pipeline's stages divide (3-D: PP x FSDP x TP)
-            piped = pipeline_problems(cfg, dp, one_replica=False)
-            p += piped + mesh_stage_problems(cfg, sharded=True)
+            piped, staged = mesh.stage_problems(cfg, dp)
+            p += piped + staged
             if piped:
                 return p  # the shard degree is judged once the stages fit
             dp //= par.stages
@@ -105,15 +104,7 @@ class Fsdp(ParallelismKind):
             + ("; parameters and optimizer state offloaded to host memory" if sh.cpu_offload else "")
         )
         tp = [tp_note(cfg)] if layout.tp > 1 else []
-        par = cfg.parallelism
-        pp = (
-            [
-                f"pipeline: {layout.stages} stages of that mesh, {par.microbatches} micro-batches, schedule "
-                f"{par.schedule}; the model is cut at {', '.join(split_points(cfg, layout.pieces))}"
-            ]
-            if layout.pipelined
-            else []
-        )
+        pp = [mesh.stage_note(cfg, layout)] if layout.pipelined else []
         return [head, *pp, *tp, *describe_mesh(layout, ranks_per_node)]
 
     @classmethod
@@ -134,7 +125,7 @@ class Fsdp(ParallelismKind):
 
     @classmethod
     def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
-        return whole_checkpoints_refused(cfg, sharded_only) if _stages(cfg) > 1 else []
+        return mesh.resume_problems(cfg, sharded_only) if _stages(cfg) > 1 else []
 
     @classmethod
     def engine_refusal(cls, engine: str, able: list[str]) -> Problem:
@@ -148,9 +139,7 @@ class Fsdp(ParallelismKind):
     @classmethod
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
         if setup.d.layout.pipelined:
-            from hpctrain.train.mesh_pipeline import mesh_pipeline_trainer
-
-            return mesh_pipeline_trainer(setup)
+            return mesh.staged_trainer(setup)
         from hpctrain.train.shard import sharded_trainer
 
         return sharded_trainer(setup)

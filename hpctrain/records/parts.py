@@ -72,7 +72,7 @@ class PipelineStep:
 @dataclass(frozen=True)
 class PipelineRank:
     """A pipeline rank: the stage it holds, its timed steps' means of PipelineStep, and the link
-    to its neighbouring stages (alpha + beta * bytes, train/p2p.py)."""
+    to its neighbouring stages (alpha + beta * bytes, parallel/pipeline/p2p.py)."""
 
     KEY: ClassVar[str] = "pipeline"
     LEVEL: ClassVar[str] = "rank"

@@ -37,7 +37,7 @@ WRAPPED = "_checkpoint_wrapped_module"  # activation checkpointing's wrapper hol
 
 class Weights(Protocol):
     """What a checkpoint saves and restores of a model: a torch module, or a pipeline rank's
-    pieces seen as the whole model (train/pipeline.py StageWeights)."""
+    pieces seen as the whole model (parallel/pipeline/pipe.py StageWeights)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 

@@ -1,7 +1,7 @@
 """What every rank builds before its parallelism takes the model: the device, the model (with the
 same initial weights everywhere), the loss, the dataset and the sampler, under the watchdog. The
 parallelism's `build` (parallel/*.py) then wraps, shards or cuts the model into its trainer; the
-data-parallel trainer is here, the pipeline's in pipeline_setup.py, the sharded one in shard.py."""
+data-parallel trainer is here, the pipeline's in parallel/pipeline/setup.py, the sharded one in shard.py."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from hpctrain.engine.world import RankInfo
 from hpctrain.train import checkpoint, optim
 from hpctrain.train.data import GlobalBatchSampler, build_loader
 from hpctrain.train.materialize import Deferred, defer, materialize, replayable
+from hpctrain.train.modules import checkpoint_blocks
 from hpctrain.train.objective import Objective
 from hpctrain.train.parts import make_dataset, make_model, make_objective, workload_label
-from hpctrain.train.pipeline import checkpoint_blocks
 from hpctrain.train.precision import make_scaler
 from hpctrain.train.step import DataParallelTrainer, Trainer
 from hpctrain.train.targets import probe

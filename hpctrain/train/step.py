@@ -3,7 +3,7 @@ it: data timing, resume, cooperative stop, checkpoints and records.
 
 Two trainers share the opening and closing of a step and differ in its middle: the data-parallel
 one runs forward and backward on the whole model (here), the pipeline one runs the schedule over
-this rank's stages (pipeline_step.py). A step is timed in two parts after its data has arrived:
+this rank's stages (parallel/pipeline/step.py). A step is timed in two parts after its data has arrived:
   compute  forward + backward (+ the optimizer update); allreduces overlap the backward pass
   comm     exposed communication: time the step waits for gradient communication after its
            backward computation is done (the engine says how it measures it: engine/*.py)

@@ -87,7 +87,7 @@ def _units(cfg: Config, model: Any) -> list[Problem]:
 
 def _blocks(cfg: Config, model: Any) -> list[Problem]:
     """model.checkpoint_blocks name modules of a user's model (wildcards over repeated blocks)."""
-    from hpctrain.train.pipeline import SplitError, resolve_blocks
+    from hpctrain.train.modules import SplitError, resolve_blocks
 
     if not cfg.model._target_ or not cfg.model.checkpoint_blocks:
         return []

@@ -3,7 +3,7 @@ shards x tensor parallelism) in any combination end on one rank's weights (the b
 transformer, fp32, the whole batch of 32): TorchTitan's 3-D PP x FSDP x TP on 8 ranks, then
 resumed from its sharded checkpoint at another layout and engine; TP with DDP-like replicas;
 PP x FSDP; PP x TP with sequence parallelism and activation checkpointing
-(train/mesh_pipeline.py)."""
+(parallel/pipeline/mesh.py)."""
 
 from __future__ import annotations
 

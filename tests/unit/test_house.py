@@ -136,3 +136,57 @@ def test_job_states_are_compared_as_states_never_as_bare_words() -> None:
         and (str(p.relative_to(PACKAGE)), node.value) not in allowed
     ]
     assert not found, "use records.State: " + ", ".join(found)
+
+
+# a dimension that is one package (issue 73), and the modules outside it that may import it: the
+# parallelism registry (by name) and the shared mesh, where another parallelism composes with it
+PACKAGES_WITH_DOORS = {"parallel/pipeline": ("parallel/registry.py", "parallel/mesh.py")}
+
+
+def _imported(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every import in a module, at any depth, and of every string that names a
+    module of hpctrain to be imported later ("hpctrain.x.y:Class", registry tables)."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("hpctrain.")
+        ):
+            out.append((node.lineno, node.value.partition(":")[0]))
+    return out
+
+
+def test_a_dimension_package_is_imported_only_through_its_doors() -> None:
+    """No module outside parallel/pipeline/ imports a module of it but the registry and the shared
+    mesh: the pipeline's plan, rank side and records live in one place (issue 73)."""
+    found = []
+    for package, doors in PACKAGES_WITH_DOORS.items():
+        dotted = "hpctrain." + package.replace("/", ".")
+        for p in modules():
+            rel = str(p.relative_to(PACKAGE))
+            if rel.startswith(package + "/") or rel in doors:
+                continue
+            for line, name in _imported(ast.parse(p.read_text())):
+                if name == dotted or name.startswith(dotted + "."):
+                    found.append(f"{rel}:{line} imports {name}")
+    assert not found, "ask the registry or parallel/mesh.py instead: " + "; ".join(found)
+
+
+def test_the_house_test_sees_each_way_of_importing_a_module() -> None:
+    seen = _imported(
+        ast.parse(
+            "import hpctrain.parallel.pipeline.pipe\n"
+            "def f():\n    from hpctrain.parallel.pipeline import step\n"
+            "T = {'p': 'hpctrain.parallel.pipeline.kind:Pipeline'}\n"
+        )
+    )
+    assert [name for _, name in seen] == [
+        "hpctrain.parallel.pipeline.pipe",
+        "hpctrain.parallel.pipeline.step",
+        "hpctrain.parallel.pipeline.kind",
+    ]

@@ -49,7 +49,7 @@ def test_the_3d_layout_is_stage_then_shard_then_tensor_rank() -> None:
 
 def test_the_chain_cut_at_the_split_points_computes_the_whole_model() -> None:
     from hpctrain.train.materialize import replayable
-    from hpctrain.train.mesh_pipeline import ChainPiece
+    from hpctrain.train.modules import ChainPiece
     from hpctrain.train.parts import make_model
 
     cfg = load_config([*LM, "data.seq_len=8", "data.vocab_size=32", "model.width=16", "model.heads=2"])

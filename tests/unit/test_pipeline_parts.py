@@ -12,9 +12,9 @@ import torch.distributed as dist
 from hpctrain import records
 from hpctrain.analysis.pipeline import for_pipeline, pipe
 from hpctrain.engine.clock import HostClock
+from hpctrain.parallel.pipeline.p2p import Link, Meter, install
 from hpctrain.records import RankSummary, StepRecord
 from hpctrain.records.parts import PipelineRank, PipelineStep, TensorRank, part
-from hpctrain.train.p2p import Link, Meter, install
 from hpctrain.train.stats import rank_stats, summarize
 from tests.conftest import replace_summary
 

@@ -20,8 +20,8 @@ from hpctrain.config.tp_plan import fused_chunks, is_style
 from hpctrain.engine.ties import TieError, check_units, retie, tied_groups
 from hpctrain.engine.tp_wrap import TensorParallelError, check_plan
 from hpctrain.orchestrate.validate import problems
+from hpctrain.train.modules import SplitError, resolve_blocks
 from hpctrain.train.objective import LossOutputError, ModelLoss, logits_of, loss_of
-from hpctrain.train.pipeline import SplitError, resolve_blocks
 
 PROJECT = Path(__file__).parents[1] / "user_project"
 

@@ -19,8 +19,8 @@ from hpctrain.engine.base import StageReplicas
 from hpctrain.engine.registry import engine_class, engine_names
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind, layout_parts
-from hpctrain.parallel.mesh_rules import mesh_stage_problems, whole_checkpoints_refused
-from hpctrain.parallel.pipeline_rules import pieces_per_rank, pipeline_problems
+from hpctrain.parallel.pipeline.mesh_rules import mesh_stage_problems, whole_checkpoints_refused
+from hpctrain.parallel.pipeline.rules import pieces_per_rank, pipeline_problems
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
 
@@ -135,10 +135,10 @@ class Pipeline(ParallelismKind):
     @classmethod
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
         if setup.d.layout.tp > 1:
-            from hpctrain.train.mesh_pipeline import mesh_pipeline_trainer
+            from hpctrain.parallel.pipeline.mesh import mesh_pipeline_trainer
 
             return mesh_pipeline_trainer(setup)
-        from hpctrain.train.pipeline_setup import pipeline_trainer
+        from hpctrain.parallel.pipeline.setup import pipeline_trainer
 
         return pipeline_trainer(setup)
 

@@ -3,7 +3,7 @@ the stage's replicas average their gradients (hybrid), the optimizer steps. It o
 as the data-parallel step (train/step.py) and is timed the same way, plus the bubble:
 
   compute   this rank's forward and backward chunks, and the optimizer update
-  bubble    idle: waiting for a neighbour that has not sent yet (train/p2p.py), and for the last
+  bubble    idle: waiting for a neighbour that has not sent yet (p2p.py), and for the last
             stage to finish (the drain, while the loss is broadcast)
   transfer  waiting for activations and gradients to move (the link's α–β for their bytes)
   schedule  the rest of the schedule's wall time: its own per-micro-batch overhead
@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 from hpctrain.engine.ties import PipelineTies
+from hpctrain.parallel.pipeline.pipe import Pipe, StageOptimizer, merge_states
 from hpctrain.records.parts import PipelineRank, PipelineStep
 from hpctrain.train import checkpoint
-from hpctrain.train.pipeline import Pipe, StageOptimizer, merge_states
 from hpctrain.train.precision import autocast
 from hpctrain.train.step import StepInput, StepResult, Trainer
 

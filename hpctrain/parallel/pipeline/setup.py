@@ -11,9 +11,7 @@ from torch import nn
 
 from hpctrain.engine.base import StageReplicas
 from hpctrain.engine.world import CommError
-from hpctrain.train import checkpoint
-from hpctrain.train.data import build_loader
-from hpctrain.train.pipeline import (
+from hpctrain.parallel.pipeline.pipe import (
     StageOptimizer,
     StageWeights,
     build_pipe,
@@ -21,7 +19,9 @@ from hpctrain.train.pipeline import (
     make_groups,
     pieces_for,
 )
-from hpctrain.train.pipeline_step import PipelineTrainer
+from hpctrain.parallel.pipeline.step import PipelineTrainer
+from hpctrain.train import checkpoint
+from hpctrain.train.data import build_loader
 from hpctrain.train.setup import Setup, make_optimizer
 from hpctrain.train.step import Trainer
 

@@ -7,7 +7,7 @@ ranks, shard it over its data-parallel ranks, then run the schedule over "pp"):
   parallelism=pipeline|hybrid parallelism.tp.degree=2 ...             PP x TP (x replicas)
 
 The model is cut along its chain of modules (config/split.py:declared_chain) into pieces that hold
-the real modules under their whole-model names, where train/pipeline.py's traced pieces hold a
+the real modules under their whole-model names, where pipe.py's traced pieces hold a
 graph that neither tensor parallelism nor FSDP can take. Every tensor-parallel rank of a stage has
 a pipeline of its own (records.Layout.pipeline_of); a stage's replicas and shards are averaged by
 FSDP2 (one shard: plain replicas), which torch.distributed.pipelining's stages drive (they hold
@@ -35,40 +35,13 @@ from hpctrain.config.tp_plan import plan_for, resolve
 from hpctrain.engine.base import Sharding, TensorParallel
 from hpctrain.engine.ties import check_units, pipeline_ties, tied_groups
 from hpctrain.engine.world import CommError
+from hpctrain.parallel.pipeline.pipe import build_pipe
+from hpctrain.parallel.pipeline.step import PipelineTrainer
 from hpctrain.train import checkpoint, shard_checkpoint
 from hpctrain.train.data import build_loader
-from hpctrain.train.pipeline import build_pipe, checkpoint_blocks
-from hpctrain.train.pipeline_step import PipelineTrainer
+from hpctrain.train.modules import ChainPiece, attach, checkpoint_blocks
 from hpctrain.train.setup import Setup, make_optimizer
 from hpctrain.train.shard import restore
-
-
-class ChainPiece(nn.Module):
-    """Consecutive modules of a chain, registered under their names in the whole model (so state
-    dicts, tensor-parallel plans and FSDP units name them as they name the whole model's), run one
-    after the other."""
-
-    def __init__(self, whole: nn.Module, names: list[str]) -> None:
-        super().__init__()
-        self.order = list(names)
-        for name in names:
-            attach(self, name, whole.get_submodule(name))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for name in self.order:  # looked up each time: checkpointing wraps modules in place
-            x = self.get_submodule(name)(x)
-        return x
-
-
-def attach(root: nn.Module, name: str, module: nn.Module) -> None:
-    """`module` at the dotted `name` under `root`, with bare containers on the way."""
-    *path, leaf = name.split(".")
-    at = root
-    for part in path:
-        if part not in at._modules:
-            at.add_module(part, nn.Module())
-        at = at.get_submodule(part)
-    at.add_module(leaf, module)
 
 
 def my_pieces(s: Setup) -> tuple[list[ChainPiece], list[set[str]]]:

@@ -6,7 +6,7 @@ engine (Horovod process sets, or DDP over the stage's process group).
 
 Timing: the stages' forward_one_chunk / backward_one_chunk calls are this rank's compute; the
 schedule's waits on its sends and receives are the transfers and the idle time (the bubble),
-split by the link's measured α–β (train/p2p.py); the rest of its wall time is its own overhead.
+split by the link's measured α–β (p2p.py); the rest of its wall time is its own overhead.
 """
 
 from __future__ import annotations
@@ -28,14 +28,9 @@ from hpctrain.engine.clock import Clock, Mark, clock_for
 from hpctrain.engine.device import init_process_group
 from hpctrain.engine.ties import PipelineTies, pipeline_ties, retie, tied_groups
 from hpctrain.engine.world import export_torch_env
-from hpctrain.errors import HpctrainError
+from hpctrain.parallel.pipeline.p2p import Meter, install, measure_link
+from hpctrain.train.modules import SplitError
 from hpctrain.train.objective import Objective
-from hpctrain.train.p2p import Meter, install, measure_link
-
-
-class SplitError(HpctrainError):
-    """The model cannot be cut where the config says."""
-
 
 # what the model is called with on one micro-batch: positional and keyword arguments
 Example = tuple[tuple[Any, ...], dict[str, Any]]
@@ -276,38 +271,6 @@ def pieces_for(
 
         mine = [checkpoint_wrapper(p) for p in mine]  # the piece keeps only its input per micro-batch
     return mine, spans
-
-
-def checkpoint_blocks(module: nn.Module, names: list[str]) -> None:
-    """Activation checkpointing of the named blocks (torch's checkpoint_wrapper, non-reentrant):
-    each keeps only its input and recomputes the rest in the backward pass. State dicts keep
-    their keys (the wrapper strips its own prefix). Names may hold wildcards (resolve_blocks)."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        apply_activation_checkpointing,
-    )
-
-    blocks = {id(m) for m in resolve_blocks(module, names)}
-    apply_activation_checkpointing(module, check_fn=lambda m: id(m) in blocks)
-
-
-def resolve_blocks(module: nn.Module, names: list[str]) -> list[nn.Module]:
-    """The modules the names match (fnmatch: `*` spans dots, transformer.h.* every block), the
-    outermost only: a block inside a matched block is recomputed with it. SplitError for a name
-    that matches nothing, listing the model's upper modules."""
-    import fnmatch
-
-    known = [(n, m) for n, m in module.named_modules() if n]
-    unknown = [p for p in names if not any(fnmatch.fnmatchcase(n, p) for n, _ in known)]
-    if unknown:
-        upper = [n for n, _ in known if n.count(".") < 3]
-        raise SplitError(
-            f"model.checkpoint_blocks: {unknown} name no module of the model; its modules include "
-            f"{', '.join(upper[:24])}{' ...' if len(upper) > 24 else ''}"
-        )
-    hits = sorted({n for n, _ in known for p in names if fnmatch.fnmatchcase(n, p)})
-    outer = [n for n in hits if not any(n.startswith(h + ".") for h in hits)]
-    by_name = dict(known)
-    return [by_name[n] for n in outer]
 
 
 class StageWeights:

@@ -20,7 +20,7 @@ def mesh_stages(cfg: Config, sharded: bool) -> bool:
 
 
 def mesh_stage_problems(cfg: Config, sharded: bool) -> list[Problem]:
-    """The rules such a pipeline adds to the pipeline's own (pipeline_rules.py)."""
+    """The rules such a pipeline adds to the pipeline's own (rules.py)."""
     if not mesh_stages(cfg, sharded):
         return []
     par, m = cfg.parallelism, cfg.model

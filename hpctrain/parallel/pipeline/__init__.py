@@ -1,0 +1,17 @@
+"""Pipeline parallelism, one package for its whole life (issue 73): nothing outside it imports its
+modules but the parallelism registry (by name: kind.py's classes) and the shared mesh
+(parallel/mesh.py, for a sharded layout with stages). Its modules, top to bottom (the import
+contract in pyproject.toml keeps this order):
+
+  kind.py        parallelism=pipeline | hybrid: layout, notes, summary parts, study and tune
+                 settings, and which trainer the ranks build (plan time)
+  setup.py       a rank's pipeline trainer over traced pieces (pipeline | hybrid)
+  mesh.py        ... over real modules on a device mesh, split by TP and sharded by FSDP2
+  step.py        one pipeline step: the schedule, the replicas' average, its figures
+  pipe.py        the cut, the process groups, the schedule's stages, the stages' state
+  p2p.py         the link between stages: its alpha-beta, and the waits split into transfer and idle
+  rules.py, mesh_rules.py
+                 the plan-time rules: stages, micro-batches, schedules, split points
+
+Its records (PipelineStep, PipelineRank, PipelineFigures) are in records/parts.py and its analysis
+in analysis/pipeline.py, until the study report is assembled from parts."""
