@@ -13,9 +13,9 @@ from pathlib import Path
 from hpctrain import records
 from hpctrain.analysis import metrics
 from hpctrain.analysis.model import CommModel, fit_comm_model
-from hpctrain.analysis.pipeline import study_lines as pipeline_study_lines
 from hpctrain.analysis.roofline import Roofline, roofline
 from hpctrain.analysis.stepmodel import Scale, StepModel, fit_step_model
+from hpctrain.analysis.study_parts import StudyPart, study_parts
 from hpctrain.analysis.summaries import summaries
 from hpctrain.analysis.uncertainty import Interval, positive_interval, ratio_interval
 from hpctrain.errors import RecordError
@@ -41,15 +41,15 @@ class Point:
     comm_share: float = float("nan")
     data_share: float = float("nan")
     model_step_s: float = float("nan")
-    bubble_share: float = float("nan")  # pipelines only
-    bubble_theory: float = float("nan")  # (p - 1) / (m + p - 1)
     peak_by_stage: tuple[float, ...] = ()  # bytes, mean over repetitions
     speedup_ci: Interval = NO_INTERVAL
     efficiency_ci: Interval = NO_INTERVAL
     threads: int = 0
-    bubble_s: float = 0.0
-    transfer_s: float = 0.0  # pipelines: moving activations and gradients between stages
-    schedule_s: float = 0.0  # pipelines: the schedule's own overhead
+    # what each part of the runs adds to the point (analysis/study_parts.py), by its key: a
+    # pipeline's bubble, transfers and overhead; and the idle time they sum to, which the step
+    # model carries over from scale to scale
+    parts: dict[str, dict[str, float]] = field(default_factory=dict)
+    idle_s: float = 0.0
     loo_step_s: float = float("nan")  # predicted from the other scales (leave-one-out)
     roofline: Roofline | None = None
     comm_reps: tuple[float, ...] = ()  # exposed communication of each repetition
@@ -115,7 +115,9 @@ class Analysis:
     allreduce: list[records.AllreduceRow] = field(default_factory=list)  # bench rows, all world sizes
     corrupt: list[str] = field(default_factory=list)  # "<file>: what is wrong", for unreadable records
     containers: list[str] = field(default_factory=list)  # the images the runs' ranks ran in
-    pipeline: list[str] = field(default_factory=list)  # the best micro-batch count, predicted per scale
+    # the study views of the parts its runs hold (analysis/study_parts.py), and each one's section
+    parts: dict[str, StudyPart] = field(default_factory=dict)
+    part_lines: list[tuple[StudyPart, list[str]]] = field(default_factory=list)
     placement: list[str] = field(default_factory=list)  # points whose repetitions ran on different nodes
 
     @property
@@ -149,6 +151,7 @@ def degenerate(run: records.RunSummary) -> str | None:
 
 
 def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
+    views = study_parts(runs)
     by_n: dict[int, list[records.RunSummary]] = defaultdict(list)
     for r in runs:
         by_n[r.world_size].append(r)
@@ -169,17 +172,12 @@ def aggregate(kind: str, runs: list[records.RunSummary]) -> list[Point]:
             avg("batch_per_rank"),
         )
         p.comm_share, p.data_share = share(p.comm_s, p.step_s), share(p.data_s, p.step_s)
-        pipes = [part(r, PipelineFigures) for r in rs]
-        pipe_avg = lambda k: statistics.fmean(getattr(f, k) for f in pipes)  # noqa: E731
-        p.threads, p.bubble_s = rs[0].threads_per_rank, pipe_avg("bubble_s")
+        p.threads = rs[0].threads_per_rank
         p.comm_reps, p.throughput_reps = tuple(r.comm_s for r in rs), tuple(values)
         p.imbalance_s, p.wait_reps = avg("imbalance_s"), tuple(r.imbalance_s for r in rs)
-        if pipes[0].stages > 1:
-            p.bubble_share = share(p.bubble_s, p.step_s)
-            p.transfer_s, p.schedule_s = pipe_avg("transfer_s"), pipe_avg("schedule_s")
-            p.bubble_theory = metrics.pipeline_bubble(
-                pipes[0].stages, pipes[0].microbatches, pipes[0].schedule, pipes[0].pieces_per_rank
-            )
+        for key, view in views.items():
+            p.parts[key] = view.figures(rs, p.step_s)
+            p.idle_s += p.parts[key].get(view.idle, 0.0) if view.idle else 0.0
         if all(math.isfinite(r.node_hours) for r in rs):
             p.node_hours = avg("node_hours")
         if all(r.nodes for r in rs):  # node-hours per 1,000 samples: nodes x seconds per sample
@@ -256,13 +254,13 @@ def analyze_series(
 def scale_of(p: Point) -> Scale:
     """The point as the step model sees it: the wait for the slowest rank, where measured, taken
     out of the exposed communication (it is load imbalance, not transfer)."""
-    other = p.step_s - p.compute_s - p.comm_s - p.bubble_s  # data wait and anything unnamed
+    other = p.step_s - p.compute_s - p.comm_s - p.idle_s  # data wait and anything unnamed
     comm, reps, wait = p.comm_s, p.comm_reps, 0.0
     if math.isfinite(p.imbalance_s):
         wait = p.imbalance_s
         comm = max(p.comm_s - wait, 0.0)
         reps = tuple(max(c - w, 0.0) for c, w in zip(p.comm_reps, p.wait_reps))
-    return Scale(p.n, p.batch_per_rank, p.threads, p.compute_s, comm, other, p.bubble_s, p.step_s, reps, wait)
+    return Scale(p.n, p.batch_per_rank, p.threads, p.compute_s, comm, other, p.idle_s, p.step_s, reps, wait)
 
 
 def analyze_runs(
@@ -293,7 +291,8 @@ def analyze_runs(
         series.append(s)
         places += placement_lines(s.label if len(keys) > 1 else "", mine)
     a = Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))
-    a.pipeline = pipeline_study_lines(runs)
+    a.parts = study_parts(runs)
+    a.part_lines = [(view, view.lines(runs)) for view in a.parts.values() if view.section]
     a.placement = places
     return a
 

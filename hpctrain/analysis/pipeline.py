@@ -4,11 +4,15 @@ the three bounds it, and the setting that would help. Pure, on the run summary."
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from statistics import fmean
 
 from hpctrain.analysis.metrics import pipeline_bubble
+from hpctrain.analysis.study_parts import StudyPart
 from hpctrain.records import RunSummary
-from hpctrain.records.parts import PipelineFigures, PipelineRank, part
+from hpctrain.records.parts import PipelineFigures, PipelineRank, part, share
 from hpctrain.records.schedules import SCHEDULES
 
 
@@ -155,7 +159,7 @@ def best_microbatches(s: RunSummary, candidates: list[int]) -> tuple[int, float]
     return None if not found else (min(found)[1], min(found)[0])
 
 
-def study_lines(runs: list[RunSummary]) -> list[str]:
+def study_lines(runs: Sequence[RunSummary]) -> list[str]:
     """For each scale of a study that ran GPipe or 1F1B at several micro-batch counts: the step
     model, fitted on the count in the middle, predicts the others (its error at each) and the best
     count among the measured ones and the powers of two that divide the batch."""
@@ -223,3 +227,57 @@ def report_rows(s: RunSummary) -> list[tuple[str, str, str, str]]:
         ),
         memory,
     ]
+
+
+# --- a study's report (analysis/study_parts.py) ---------------------------------------------------
+def point_figures(runs: Sequence[RunSummary], step_s: float) -> dict[str, float]:
+    """A point's pipeline figures, means over its repetitions: the bubble, and with stages its
+    share of the step, the transfers, the schedule's overhead and the schedule's theory."""
+    pipes = [part(r, PipelineFigures) for r in runs]
+
+    def avg(k: str) -> float:
+        return fmean(getattr(f, k) for f in pipes)
+
+    out = {"bubble_s": avg("bubble_s")}
+    first = pipes[0]
+    if first.stages > 1:
+        out.update(
+            bubble_share=share(out["bubble_s"], step_s),
+            transfer_s=avg("transfer_s"),
+            schedule_s=avg("schedule_s"),
+            bubble_theory=pipeline_bubble(
+                first.stages, first.microbatches, first.schedule, first.pieces_per_rank
+            ),
+        )
+    return out
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def point_cells(f: Mapping[str, float], step_s: float) -> list[str]:
+    nan = math.nan
+    transfer, schedule = f.get("transfer_s", 0.0), f.get("schedule_s", 0.0)
+    return [
+        _pct(f.get("bubble_share", nan)),
+        _pct(f.get("bubble_theory", nan)),
+        _pct(transfer / step_s if transfer else nan),
+        _pct(schedule / step_s if schedule else nan),
+    ]
+
+
+STUDY = StudyPart(
+    figures=point_figures,
+    columns=("bubble", "bubble theory", "transfer", "sched"),
+    cells=point_cells,
+    bars=(
+        ("pipeline bubble (idle)", "bubble_s"),
+        ("pipeline transfers", "transfer_s"),
+        ("pipeline schedule overhead", "schedule_s"),
+    ),
+    idle="bubble_s",
+    section="Pipeline micro-batches (the step model's pipeline terms)",
+    label="pipeline micro-batches",
+    lines=study_lines,
+)

@@ -191,10 +191,10 @@ def breakdown(a: Analysis, path: Path) -> Path:
         "exposed communication": [max(1e3 * p.comm_s - w, 0.0) for (*_, p), w in zip(bars, wait)],
         "waiting for the slowest rank": wait,
         "data wait": [1e3 * p.data_s for *_, p in bars],
-        "pipeline bubble (idle)": [1e3 * p.bubble_s for *_, p in bars],
-        "pipeline transfers": [1e3 * p.transfer_s for *_, p in bars],
-        "pipeline schedule overhead": [1e3 * p.schedule_s for *_, p in bars],
     }
+    for key, view in a.parts.items():  # each part's of the step (analysis/study_parts.py)
+        for label, figure in view.bars:
+            parts[label] = [1e3 * p.parts.get(key, {}).get(figure, 0.0) for *_, p in bars]
     bottom = [0.0] * len(bars)
     for name, values in parts.items():
         if any(values) or name in ("compute", "exposed communication"):

@@ -13,7 +13,9 @@ from rich.table import Table
 from hpctrain.analysis.analyze import Analysis, Prediction, Series, interval_note
 from hpctrain.analysis.plots import write_plots
 
-COLUMNS = (
+# the points table: these columns, each part's of the study's runs between (analysis/study_parts.py:
+# a pipeline's bubble, its theory, transfers and overhead), then AFTER
+BEFORE = (
     "series",
     "N",
     "reps",
@@ -26,10 +28,8 @@ COLUMNS = (
     "comm",
     "wait",
     "data",
-    "bubble",
-    "bubble theory",
-    "transfer",
-    "sched",
+)
+AFTER = (
     "peak MiB",
     "state MiB",
     "K–F e",
@@ -65,6 +65,11 @@ def memory_lines(a: Analysis) -> list[str]:
     ]
 
 
+def columns(a: Analysis) -> list[str]:
+    """The points table's columns, the parts' of the study's runs among them."""
+    return [*BEFORE, *(c for view in a.parts.values() for c in view.columns), *AFTER]
+
+
 def rows(a: Analysis) -> list[list[str]]:
     out = []
     for label, p in ((s.label, p) for s in a.series for p in s.points):
@@ -83,10 +88,7 @@ def rows(a: Analysis) -> list[list[str]]:
                 _f(100 * p.comm_share, ".1f") + "%",
                 _pct(p.imbalance_s / p.step_s if p.n > 1 else math.nan),
                 _f(100 * p.data_share, ".1f") + "%",
-                _pct(p.bubble_share),
-                _pct(p.bubble_theory),
-                _pct(p.transfer_s / p.step_s if p.transfer_s else math.nan),
-                _pct(p.schedule_s / p.step_s if p.schedule_s else math.nan),
+                *(c for key, view in a.parts.items() for c in view.cells(p.parts.get(key, {}), p.step_s)),
                 _f(max(p.peak_by_stage) / 2**20 if p.peak_by_stage else float("nan"), ".0f"),
                 _f(p.state_bytes / 2**20, ".1f"),
                 _f(p.karp_flatt, ".3f"),
@@ -103,9 +105,9 @@ def rows(a: Analysis) -> list[list[str]]:
 
 def shown(a: Analysis) -> tuple[list[str], list[list[str]]]:
     """The columns with something in them (a data-parallel study has no bubble or stage memory)."""
-    table = rows(a)
-    keep = [i for i, c in enumerate(COLUMNS) if any(r[i] not in ("-", "-%") for r in table) or not table]
-    return [COLUMNS[i] for i in keep], [[r[i] for i in keep] for r in table]
+    table, head = rows(a), columns(a)
+    keep = [i for i, c in enumerate(head) if any(r[i] not in ("-", "-%") for r in table) or not table]
+    return [head[i] for i in keep], [[r[i] for i in keep] for r in table]
 
 
 # the terminal keeps its table narrow enough for a wide terminal: these have lines of their own
@@ -284,7 +286,7 @@ def sections(a: Analysis) -> list[tuple[str, list[str]]]:
         ("Cost per result (node-hours)", cost_lines(a)),
         ("Communication roofline (gradients on the measured allreduce curve)", roofline_lines(a)),
         ("Peak memory per pipeline stage", memory_lines(a)),
-        ("Pipeline micro-batches (the step model's pipeline terms)", a.pipeline),
+        *((view.section, lines) for view, lines in a.part_lines),
         ("Containers the ranks ran in", a.containers),
         ("Placement: allocations and nodes", a.placement),
         (f"Missing or failed runs ({len(a.missing)})", [f"`{m}`" for m in a.missing]),
@@ -355,7 +357,7 @@ def write_report(a: Analysis, out: Path) -> dict[str, Path]:
     images = write_plots(a, out)
     with open(out / "points.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(COLUMNS)
+        w.writerow(columns(a))
         w.writerows(rows(a))
     md = markdown(a, images)
     (out / "report.md").write_text(md)

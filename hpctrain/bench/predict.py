@@ -110,6 +110,7 @@ def run_predict(args: argparse.Namespace, console: Console) -> int:
             )
         for line in model_lines(a):
             console.print(f"  {line}", highlight=False)
-        for line in a.pipeline:  # a pipeline study at several micro-batch counts: the best one
-            console.print(f"  pipeline micro-batches: {line}", highlight=False)
+        for view, lines in a.part_lines:  # e.g. a pipeline study at several micro-batch counts: the best one
+            for line in lines:
+                console.print(f"  {view.label}: {line}", highlight=False)
     return 0

@@ -8,7 +8,7 @@ import pytest
 
 from hpctrain import records
 from hpctrain.analysis.analyze import analyze_dir, analyze_runs
-from hpctrain.analysis.report import COLUMNS, write_report
+from hpctrain.analysis.report import columns, write_report
 from hpctrain.bench.analyze import synthetic_summary
 from tests.conftest import replace_summary
 
@@ -245,16 +245,19 @@ def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage
     ]
     a = analyze_runs("strong", runs, [])
     [p] = a.points
-    assert p.bubble_share == pytest.approx(0.011 / 0.050) and p.bubble_theory == pytest.approx(0.2)
+    pipe = p.parts["pipeline"]
+    assert pipe["bubble_share"] == pytest.approx(0.011 / 0.050) and pipe["bubble_theory"] == pytest.approx(
+        0.2
+    )
     assert p.peak_by_stage == pytest.approx((300 * 2**20, 450 * 2**20))
     [row] = rows(a)
-    named = dict(zip(COLUMNS, row))
+    named = dict(zip(columns(a), row))
     # bubble, theory, peak MiB of the fullest stage
     assert [named[c] for c in ("bubble", "bubble theory", "peak MiB")] == ["22.0%", "20.0%", "450"]
     assert memory_lines(a) == ["horovod N=2: stage 0 300 MiB, stage 1 450 MiB"]
-    # data parallelism has no bubble to compare
-    plain = dict(zip(COLUMNS, rows(analyze_runs("strong", [_run(1, 100, 64)], []))[0]))
-    assert (plain["bubble"], plain["bubble theory"]) == ("-", "-")
+    # data parallelism has no bubble to compare: its runs hold no pipeline part, so no column
+    plain = analyze_runs("strong", [_run(1, 100, 64)], [])
+    assert "bubble" not in columns(plain) and len(columns(plain)) == len(rows(plain)[0])
 
 
 def test_micro_batch_counts_are_series_of_their_own() -> None:
@@ -416,9 +419,10 @@ def test_a_studys_mfu_is_the_mean_of_its_runs_and_absent_when_one_lacks_it() -> 
     runs = [replace_summary(_run(1, 100, 64), mfu=m) for m in (0.30, 0.40)]
     [p] = analyze_runs("strong", runs, []).series[0].points
     assert p.mfu == pytest.approx(0.35)
-    assert dict(zip(COLUMNS, rows(analyze_runs("strong", runs, []))[0]))["MFU"] == "35.0%"
+    a = analyze_runs("strong", runs, [])
+    assert dict(zip(columns(a), rows(a)[0]))["MFU"] == "35.0%"
     older = analyze_runs("strong", [runs[0], _run(1, 100, 64)], [])  # a record from before MFU
-    assert dict(zip(COLUMNS, rows(older)[0]))["MFU"] == "-"
+    assert dict(zip(columns(older), rows(older)[0]))["MFU"] == "-"
 
 
 def test_mfu_has_its_own_line_in_the_terminal_and_a_column_in_the_report(tmp_path: Path) -> None:
