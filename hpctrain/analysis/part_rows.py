@@ -4,7 +4,8 @@ parallelism's collectives inside the compute. The table (commands/ui.py) asks ea
 summary for its rows and never asks which parts there are.
 
 A row is (place, metric, value, share of step); the places are where in the table it goes:
-"compute" (under the compute row), "step" (after the step's parts), "memory" (under peak memory).
+"compute" (under the compute row), "step" (after the step's parts), "memory" (under peak memory),
+"advice" (prose below the table: the metric is the sentence, the other cells empty).
 A part from another package registers its rows with `register_rows` beside `register_part`."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from hpctrain.registry import load
 
 Row = tuple[str, str, str, str]
 RowsOf = Callable[[RunSummary], list[Row]]
-PLACES = ("compute", "step", "memory")
+PLACES = ("compute", "step", "memory", "advice")
 
 # built-in parts' rows, imported on first use: "module:function"
 _TARGETS: dict[str, str] = {

@@ -211,6 +211,7 @@ def report_rows(s: RunSummary) -> list[tuple[str, str, str, str]]:
     roof = for_pipeline(s)
     if roof is None:
         return [bubble, memory]
+    advice = ("advice", f"pipeline {roof.bound}-bound: {roof.knob}", "", "")
     return [
         bubble,
         (
@@ -226,6 +227,7 @@ def report_rows(s: RunSummary) -> list[tuple[str, str, str, str]]:
             f"{100 * f.schedule_share:.1f}% ({1e3 * roof.overhead_per_microbatch_s:.2f} ms per micro-batch)",
         ),
         memory,
+        advice,
     ]
 
 

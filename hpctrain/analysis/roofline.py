@@ -305,5 +305,6 @@ def tp_report_rows(s: RunSummary) -> list[tuple[str, str, str, str]]:
             "    of which TP collectives (exposed)",
             value,
             share + f"({tp.messages} collectives, {tp.allreduce_bytes / 2**20:.2f} MiB)",
-        )
+        ),
+        ("advice", tp.line(), "", ""),
     ]

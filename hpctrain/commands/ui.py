@@ -20,7 +20,7 @@ from rich.progress import (
 from rich.table import Table
 
 from hpctrain.analysis.part_rows import rows_of
-from hpctrain.analysis.roofline import for_run, for_tensor_parallel
+from hpctrain.analysis.roofline import for_run
 from hpctrain.records import RunSummary
 from hpctrain.records.parts import PipelineFigures, ShardFigures, TensorFigures, part
 
@@ -208,15 +208,9 @@ def summary_table(s: RunSummary) -> Table:
 def summary_advice(s: RunSummary) -> list[str]:
     """What the run summary advises, as prose for below the table (a table cell would make the
     table as wide as the advice in a log file)."""
-    from hpctrain.analysis.pipeline import for_pipeline
-
-    roof, pipe, tp = for_run(s), for_pipeline(s), for_tensor_parallel(s)
+    roof = for_run(s)
     out = [] if roof is None else [f"to communicate faster: {roof.knob}"]
-    if tp is not None:
-        out.append(tp.line())
-    if pipe is not None:
-        out.append(f"pipeline {pipe.bound}-bound: {pipe.knob}")
-    return out
+    return out + [metric for metric, _, _ in rows_of(s)["advice"]]  # each part's (part_rows.py)
 
 
 def print_summary(console: Console, s: RunSummary) -> None:
