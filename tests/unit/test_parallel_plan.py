@@ -29,6 +29,23 @@ def test_a_stages_replicas_are_consecutive_ranks_on_one_node() -> None:
     ]
 
 
+def test_a_dimension_a_package_adds_sits_between_the_shards_and_the_tensor_ranks() -> None:
+    """A named dimension (context parallelism's "cp") in TorchTitan's order pp, replicate, shard,
+    cp, tp: 2 stages x 2 shards x cp 2 x tp 2 = 16 ranks, rank r = ((stage*2 + shard)*2 + cp)*2 + tp.
+    The ranks along cp read the same samples, run their own pipelines and average gradients with
+    the stage's shards."""
+    lay = Layout(stages=2, shard=2, tp=2, dims={"cp": 2})
+    assert lay.world_size == 16 and lay.inner == 2
+    assert [d for d, _ in lay.mesh_dims] == ["pp", "replicate", "shard", "cp", "tp"]
+    # rank 13 = ((1*2 + 1)*2 + 0)*2 + 1: stage 1, shard 1, cp 0, tp 1
+    assert (lay.stage_of(13), lay.shard_of(13), lay.dim_of("cp", 13), lay.tp_of(13)) == (1, 1, 0, 1)
+    assert lay.replica_of(13) == lay.replica_of(15) == 1 and lay.dim_of("cp", 15) == 1  # same samples
+    assert lay.pipeline_of(13) == [5, 13] and lay.pipeline_of(15) == [7, 15]
+    assert lay.replica_ranks(1) == [8, 10, 12, 14]  # tp rank 0 of each shard and cp position
+    assert {hash(lay), hash(Layout(stages=2, shard=2, tp=2, dims={"cp": 2}))} == {hash(lay)}
+    assert Layout() == Layout(dims={}) and Layout().inner == 1
+
+
 def test_interleaved_pieces_loop_over_the_stages() -> None:
     lay = Layout(stages=2, virtual=2)
     assert lay.pieces == 4 and lay.pieces_of(0) == [0, 2] and lay.pieces_of(1) == [1, 3]
