@@ -165,8 +165,11 @@ def recompute_blocks(s: Setup) -> None:
         checkpoint_blocks(s.module, declared_checkpoint_blocks(s.cfg.model))
 
 
-def data_parallel_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
-    """The whole model on every rank, wrapped by the engine to average its gradients."""
+def data_parallel_trainer(
+    s: Setup, trainer: type[DataParallelTrainer] = DataParallelTrainer
+) -> tuple[Trainer, checkpoint.Restored]:
+    """The whole model on every rank, wrapped by the engine to average its gradients; `trainer`:
+    the step (a parallelism from another package may add its own figures to it)."""
     cfg, engine = s.cfg, s.engine
     s.materialize(s.module)
     recompute_blocks(s)
@@ -179,7 +182,5 @@ def data_parallel_trainer(s: Setup) -> tuple[Trainer, checkpoint.Restored]:
     if restored.path is None:  # with a checkpoint, every rank read the same file: no broadcast
         engine.broadcast_initial(s.module)
     loader = build_loader(cfg.data, s.dataset, s.sampler(start_step=restored.step))
-    t = DataParallelTrainer(
-        model=model, optimizer=optimizer, scaler=scaler, loader=loader, weights=s.module, **s.common
-    )
+    t = trainer(model=model, optimizer=optimizer, scaler=scaler, loader=loader, weights=s.module, **s.common)
     return t, restored

@@ -113,14 +113,15 @@ def test_a_parallelism_from_another_installed_package_is_found_by_its_entry_poin
 
 def test_a_parallelism_with_a_setting_a_measurement_and_a_report_row(counted: str, tmp_path: Path) -> None:
     """tests/parallelisms/counted.py: its option is checked by type and by its own rule, refused
-    by the built-in parallelisms; one rank trains 5 steps (1 warm-up) with it, and the summary
-    holds its part (4 timed steps, one in 2 counted) and the table shows its row."""
+    by the built-in parallelisms; one rank trains 5 steps (1 warm-up) with it: each step record
+    holds its step part (steps 0, 2, 4 counted), the rank its share of the timed steps 1-4 (2 of
+    4) and `every`, the summary its part (2 counted), the table its row and a study its column."""
     import io
 
     from hpctrain import records
     from hpctrain.commands.ui import make_console, print_summary
     from hpctrain.rank import train_builtin
-    from tests.parallelisms.counted import CountedFigures
+    from tests.parallelisms.counted import CountedFigures, CountedRank, CountedStep
 
     def problems(*overrides: str) -> str:
         with pytest.raises(ConfigError) as e:
@@ -145,8 +146,16 @@ def test_a_parallelism_with_a_setting_a_measurement_and_a_report_row(counted: st
         assert train_builtin(cfg, records.from_dict(records.PlanRecord, plan.to_dict()), tmp_path, None)
     finally:
         engines.ENGINES.pop("solo")
+    steps = records.read_steps(tmp_path / records.steps_file(0))
+    assert [records.parts.part(r, CountedStep).counted for r in steps] == [1, 0, 1, 0, 1]
     summary = records.read(tmp_path / records.SUMMARY, records.RunSummary)
+    assert records.parts.part(summary.per_rank[0], CountedRank) == CountedRank(every=2, counted=0.5)
     assert records.parts.part(summary, CountedFigures) == CountedFigures(every=2, counted=2)
+    from hpctrain.analysis.analyze import analyze_runs
+    from hpctrain.analysis.report import shown
+
+    columns, table = shown(analyze_runs("strong", [summary], []))
+    assert dict(zip(columns, table[0]))["counted"] == "2.0"
     out = io.StringIO()
     print_summary(make_console(out), summary)
     assert re.search(r"counted steps \(one in 2\)\s*\S\s+2\s", out.getvalue()), out.getvalue()
