@@ -72,7 +72,8 @@ def test_a_rank_hung_in_python_is_named_with_its_stack(tmp_path: Path, starter: 
     # its Python stack, where it hangs: written by the rank itself, or (if its watchdog thread is
     # too slow to answer on a loaded machine) read from outside by py-spy, in py-spy's format
     assert re.search(
-        r'train/(step|pipeline)\.py", line \d+, in \w+|\w+ \(\S*train/(step|pipeline)\.py:\d+\)', r.stderr
+        r'(train/step|pipeline/pipe)\.py", line \d+, in \w+|\w+ \(\S*(train/step|pipeline/pipe)\.py:\d+\)',
+        r.stderr,
     )
     stall = json.loads((run_dir / "stall.json").read_text())
     assert [s["rank"] for s in stall["stalled"]] == [1]  # only
