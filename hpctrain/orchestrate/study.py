@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from hpctrain.config.schema import Config, PipelineSettings, StudyConf
 from hpctrain.engine.registry import engine_names, unknown_engine
 from hpctrain.errors import ConfigError, Problem
+from hpctrain.parallel.dimensions import dimensions
 from hpctrain.parallel.registry import kind_of, parallelism_class, parallelism_names
 
 
@@ -155,9 +156,6 @@ def _world(cfg: Config, scale: str, n: int) -> int:
     return int(dataclasses.replace(cfg.cluster, **{scale: n}).world_size)
 
 
-DEGREE = re.compile(r"(pp|tp)([0-9]+)")
-
-
 def split_layout(entry: str) -> tuple[str, dict[str, int]]:
     """A study.parallelisms entry: a parallelism group, then optionally its pipeline stages and
     tensor-parallel degree (`fsdp/tp2`: 2-D; `fsdp/pp2/tp2`: 3-D, parallelism=fsdp with
@@ -165,8 +163,9 @@ def split_layout(entry: str) -> tuple[str, dict[str, int]]:
     suffix that is not pp<N> or tp<N>, or one given twice, is a degree of 0."""
     group, *suffixes = entry.split("/")
     degrees: dict[str, int] = {}
+    shorthand = re.compile(f"({'|'.join(map(re.escape, dimensions()))})([0-9]+)")  # pp2, tp2
     for suffix in suffixes:
-        m = DEGREE.fullmatch(suffix)
+        m = shorthand.fullmatch(suffix)
         kind = m.group(1) if m else suffix
         degrees[kind] = int(m.group(2)) if m and kind not in degrees else 0
     return group, degrees
@@ -174,7 +173,7 @@ def split_layout(entry: str) -> tuple[str, dict[str, int]]:
 
 def layout_overrides(entry: str) -> list[str]:
     group, degrees = split_layout(entry)
-    keys = {"pp": "parallelism.stages", "tp": "parallelism.tp.degree"}
+    keys = {name: dim.degree_key for name, dim in dimensions().items()}
     return [f"parallelism={group}", *(f"{keys[k]}={n}" for k, n in degrees.items() if k in keys and n > 1)]
 
 
@@ -198,7 +197,7 @@ def _parallelisms_problems(s: StudyConf) -> list[Problem]:
             f"or {group} alone",
         )
         for i, x, group, degrees in parsed
-        if group in names and any(k not in ("pp", "tp") or n < 2 for k, n in degrees.items())
+        if group in names and any(k not in dimensions() or n < 2 for k, n in degrees.items())
     ]
     if not given or len(set(given)) != len(given):
         p.append(

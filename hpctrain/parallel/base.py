@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpctrain.analysis.tune import Knob
 from hpctrain.errors import Problem
-from hpctrain.records.parts import PipelineFigures, TensorFigures
 
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
@@ -122,18 +121,9 @@ class ParallelismKind:
 
 
 def layout_parts(cfg: Config, layout: Layout) -> dict[str, dict[str, object]]:
-    """The summary's parts (records/parts.py) a layout's pipeline and tensor dimensions declare: the
-    stages, micro-batches, schedule and model pieces per rank; the tensor-parallel degree. The
-    ranks' figures are added to each when the summary is written."""
-    par = cfg.parallelism
-    out: dict[str, dict[str, object]] = {}
-    if layout.stages > 1:
-        out[PipelineFigures.KEY] = {
-            "stages": layout.stages,
-            "microbatches": par.microbatches,
-            "schedule": str(par.schedule),
-            "pieces_per_rank": layout.virtual,
-        }
-    if layout.tp > 1:
-        out[TensorFigures.KEY] = {"degree": layout.tp}
-    return out
+    """The summary's parts (records/parts.py) the layout's dimensions declare (parallel/dimensions.py):
+    a pipeline's stages, micro-batches, schedule and pieces per rank; the tensor-parallel degree.
+    The ranks' figures are added to each when the summary is written."""
+    from hpctrain.parallel.dimensions import declared_parts
+
+    return dict(declared_parts(cfg, layout))

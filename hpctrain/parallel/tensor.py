@@ -6,11 +6,16 @@ config/tp_plan.py (engine/tp_wrap.py)."""
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from hpctrain.config.schema import Config
 from hpctrain.config.tp_plan import FUSED, SEAMS, STYLES, declared_tp_plan, fused_chunks, is_style, plan_for
 from hpctrain.engine.base import TensorParallel
 from hpctrain.engine.registry import engines_with, lacks
 from hpctrain.errors import Problem
+from hpctrain.parallel.dimensions import Dimension
+from hpctrain.records import Layout
+from hpctrain.records.parts import TensorFigures
 
 
 def tp_degree(cfg: Config) -> int:
@@ -190,3 +195,18 @@ def tp_note(cfg: Config) -> str:
     shown = ", ".join(f"{k}: {v}" for k, v in list(plan.items())[:8]) + (" ..." if len(plan) > 8 else "")
     sp = "; sequence parallel between the split regions" if tp.sequence_parallel else ""
     return f"tensor parallel: groups of {tp_degree(cfg)} consecutive ranks split {shown}{sp}"
+
+
+class TensorDimension(Dimension):
+    """Tensor parallelism as a dimension of the layout (parallel/dimensions.py): "tp" on the mesh,
+    parallelism.tp.degree, and its summary part (the degree; the ranks add their collectives)."""
+
+    degree_key: ClassVar[str] = "parallelism.tp.degree"
+
+    @classmethod
+    def degree(cls, layout: Layout) -> int:
+        return layout.tp
+
+    @classmethod
+    def declared_part(cls, cfg: Config, layout: Layout) -> tuple[str, dict[str, Any]]:
+        return TensorFigures.KEY, {"degree": layout.tp}

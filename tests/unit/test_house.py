@@ -139,8 +139,11 @@ def test_job_states_are_compared_as_states_never_as_bare_words() -> None:
 
 
 # a dimension that is one package (issue 73), and the modules outside it that may import it: the
-# parallelism registry (by name) and the shared mesh, where another parallelism composes with it
-PACKAGES_WITH_DOORS = {"parallel/pipeline": ("parallel/registry.py", "parallel/mesh.py")}
+# parallelism and dimension registries (by name) and the shared mesh, where another parallelism
+# composes with it
+PACKAGES_WITH_DOORS = {
+    "parallel/pipeline": ("parallel/registry.py", "parallel/dimensions.py", "parallel/mesh.py")
+}
 
 
 def _imported(tree: ast.AST) -> list[tuple[int, str]]:
@@ -190,3 +193,31 @@ def test_the_house_test_sees_each_way_of_importing_a_module() -> None:
         "hpctrain.parallel.pipeline.step",
         "hpctrain.parallel.pipeline.kind",
     ]
+
+
+# where a dimension's name ("pp", "tp") or its part's key ("pipeline", "tensor") may be compared:
+# its own package or module, the dimensions' registry, and the parts' records
+DIMENSION_NAMED_IN = (
+    "parallel/pipeline/",
+    "parallel/tensor.py",
+    "parallel/dimensions.py",
+    "records/parts.py",
+)
+
+
+def test_no_code_branches_on_a_dimensions_name() -> None:
+    """A dimension is asked (parallel/dimensions.py), never named: a comparison with its mesh
+    name or its part's key outside its package is a branch that a new dimension would miss (issue 73)."""
+    from hpctrain.parallel.dimensions import DIMENSIONS
+    from hpctrain.records.parts import PipelineFigures, TensorFigures
+
+    names, found = set(DIMENSIONS) | {PipelineFigures.KEY, TensorFigures.KEY}, []
+    for p in modules():
+        if str(p.relative_to(PACKAGE)).startswith(DIMENSION_NAMED_IN):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Compare) and any(
+                _names_a_parallelism(o, names) for o in [node.left, *node.comparators]
+            ):
+                found.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {ast.unparse(node)}")
+    assert not found, "ask the dimension instead of naming it: " + "; ".join(found)

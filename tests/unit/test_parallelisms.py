@@ -159,3 +159,44 @@ def test_a_parallelism_with_a_setting_a_measurement_and_a_report_row(counted: st
     out = io.StringIO()
     print_summary(make_console(out), summary)
     assert re.search(r"counted steps \(one in 2\)\s*\S\s+2\s", out.getvalue()), out.getvalue()
+
+
+def test_a_dimension_from_another_package_is_asked_not_named() -> None:
+    """A dimension registered in one line (parallel/dimensions.py) gives a study its shorthand
+    (data/xp3 sets its degree's key) and a layout that has it its summary part; the built-in ones
+    are still asked the same way (pp, tp)."""
+    from typing import Any, ClassVar
+
+    from hpctrain.orchestrate.study import layout_overrides
+    from hpctrain.parallel import dimensions
+
+    class Xp(dimensions.Dimension):
+        degree_key: ClassVar[str] = "parallelism.microbatches"
+
+        @classmethod
+        def degree(cls, layout: Layout) -> int:
+            return layout.dims.get("xp", 1)
+
+        @classmethod
+        def declared_part(cls, cfg: Any, layout: Layout) -> tuple[str, dict[str, Any]]:
+            return "xp", {"degree": layout.dims["xp"]}
+
+    import sys
+    import types
+
+    module = types.ModuleType("xp_dimension")
+    module.Xp = Xp  # type: ignore[attr-defined]
+    sys.modules["xp_dimension"] = module
+    dimensions.DIMENSIONS["xp"] = "xp_dimension:Xp"
+    try:
+        assert layout_overrides("data/xp3/tp2") == [
+            "parallelism=data",
+            "parallelism.microbatches=3",
+            "parallelism.tp.degree=2",
+        ]
+        cfg = load_config([])
+        assert dimensions.declared_parts(cfg, Layout(dims={"xp": 2})) == {"xp": {"degree": 2}}
+        assert dimensions.declared_parts(cfg, Layout(tp=2, dims={"xp": 1})) == {"tensor": {"degree": 2}}
+    finally:
+        dimensions.DIMENSIONS.pop("xp")
+        sys.modules.pop("xp_dimension")

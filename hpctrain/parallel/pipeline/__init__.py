@@ -1,6 +1,6 @@
 """Pipeline parallelism, one package for its whole life (issue 73): nothing outside it imports its
-modules but the parallelism registry (by name: kind.py's classes) and the shared mesh
-(parallel/mesh.py, for a sharded layout with stages). Its modules, top to bottom (the import
+modules but the parallelism and dimension registries (by name: kind.py's classes, dimension.py's)
+and the shared mesh (parallel/mesh.py, for a sharded layout with stages). Its modules, top to bottom (the import
 contract in pyproject.toml keeps this order):
 
   kind.py        parallelism=pipeline | hybrid: layout, notes, summary parts, study and tune
@@ -12,6 +12,7 @@ contract in pyproject.toml keeps this order):
   p2p.py         the link between stages: its alpha-beta, and the waits split into transfer and idle
   rules.py, mesh_rules.py
                  the plan-time rules: stages, micro-batches, schedules, split points
+  dimension.py   the stages as a dimension of any layout: "pp", its setting, its summary part
 
 Its records (PipelineStep, PipelineRank, PipelineFigures) are in records/parts.py and its analysis
 in analysis/pipeline.py, until the study report is assembled from parts."""
