@@ -93,16 +93,22 @@ def test_no_code_branches_on_an_engines_or_a_schedules_name() -> None:
     from hpctrain.engine.registry import engine_names
     from hpctrain.records.schedules import SCHEDULES
 
-    names, found = set(engine_names()) | set(SCHEDULES), []
+    found = _comparisons_with(set(engine_names()) | set(SCHEDULES), NAMED_IN)
+    assert not found, "ask the engine or the schedule instead of naming it: " + "; ".join(found)
+
+
+def _comparisons_with(names: set[str], allowed: tuple[str, ...]) -> list[str]:
+    """Every comparison with one of `names` as a literal, in modules outside `allowed`."""
+    found = []
     for p in modules():
-        if str(p.relative_to(PACKAGE)).startswith(NAMED_IN):
+        if str(p.relative_to(PACKAGE)).startswith(allowed):
             continue
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.Compare) and any(
                 _names_a_parallelism(o, names) for o in [node.left, *node.comparators]
             ):
                 found.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {ast.unparse(node)}")
-    assert not found, "ask the engine or the schedule instead of naming it: " + "; ".join(found)
+    return found
 
 
 def test_the_launchers_have_no_type_ignore() -> None:
@@ -211,13 +217,5 @@ def test_no_code_branches_on_a_dimensions_name() -> None:
     from hpctrain.parallel.dimensions import DIMENSIONS
     from hpctrain.records.parts import PipelineFigures, TensorFigures
 
-    names, found = set(DIMENSIONS) | {PipelineFigures.KEY, TensorFigures.KEY}, []
-    for p in modules():
-        if str(p.relative_to(PACKAGE)).startswith(DIMENSION_NAMED_IN):
-            continue
-        for node in ast.walk(ast.parse(p.read_text())):
-            if isinstance(node, ast.Compare) and any(
-                _names_a_parallelism(o, names) for o in [node.left, *node.comparators]
-            ):
-                found.append(f"{p.relative_to(PACKAGE)}:{node.lineno} {ast.unparse(node)}")
+    found = _comparisons_with(set(DIMENSIONS) | {PipelineFigures.KEY, TensorFigures.KEY}, DIMENSION_NAMED_IN)
     assert not found, "ask the dimension instead of naming it: " + "; ".join(found)
