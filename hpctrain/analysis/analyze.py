@@ -15,11 +15,11 @@ from hpctrain.analysis import metrics
 from hpctrain.analysis.model import CommModel, fit_comm_model
 from hpctrain.analysis.roofline import Roofline, roofline
 from hpctrain.analysis.stepmodel import Scale, StepModel, fit_step_model
-from hpctrain.analysis.study_parts import StudyPart, study_parts
+from hpctrain.analysis.study_parts import StudyPart, series_key, study_parts
 from hpctrain.analysis.summaries import summaries
 from hpctrain.analysis.uncertainty import Interval, positive_interval, ratio_interval
 from hpctrain.errors import RecordError
-from hpctrain.records.parts import PipelineFigures, ShardFigures, TensorFigures, part, share
+from hpctrain.records.parts import share
 
 NO_INTERVAL = Interval(float("nan"), float("nan"), "none (one run)")
 
@@ -270,24 +270,18 @@ def analyze_runs(
     allreduce: Sequence[records.AllreduceRow] = (),
     corrupt: list[str] | None = None,
 ) -> Analysis:
-    """One series per layout (parallelism, the stages of sharded ones, tensor-parallel degree),
-    engine and micro-batch count, in the order they first appear. A plain pipeline's stages grow
-    with the scale: one series."""
-
-    def key(r: records.RunSummary) -> tuple[str, str, int]:
-        pipe, tp = part(r, PipelineFigures), part(r, TensorFigures).degree
-        pp = f" pp={pipe.stages}" if pipe.stages > 1 and ShardFigures.KEY in r.parts else ""
-        layout = r.parallelism + pp + (f" tp={tp}" if tp > 1 else "")
-        return layout, r.engine, pipe.microbatches
-
-    keys = list(dict.fromkeys(key(r) for r in runs))
-    several_m = len({m for _, _, m in keys}) > 1
+    """One series per layout (the parallelism and what each part adds: the stages of sharded
+    ones, the tensor-parallel degree), engine and variant (the micro-batch count), in the order
+    they first appear (analysis/study_parts.py: series_key). A plain pipeline's stages grow with
+    the scale: one series."""
+    keys = list(dict.fromkeys(series_key(r) for r in runs))
+    several_v = len({v for _, _, v in keys}) > 1
     several_p = len({p for p, _, _ in keys}) > 1
     series, places = [], []
-    for par, engine, m in keys:
-        mine = [r for r in runs if key(r) == (par, engine, m)]
+    for par, engine, variant in keys:
+        mine = [r for r in runs if series_key(r) == (par, engine, variant)]
         s = analyze_series(kind, mine, allreduce)
-        s.label = (f"{par} " if several_p else "") + (f"{engine} m={m}" if several_m else engine)
+        s.label = (f"{par} " if several_p else "") + (f"{engine} {variant}" if several_v else engine)
         series.append(s)
         places += placement_lines(s.label if len(keys) > 1 else "", mine)
     a = Analysis(kind, series, missing, list(allreduce or []), list(corrupt or []))

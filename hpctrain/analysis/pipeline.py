@@ -12,7 +12,7 @@ from statistics import fmean
 from hpctrain.analysis.metrics import pipeline_bubble
 from hpctrain.analysis.study_parts import StudyPart
 from hpctrain.records import RunSummary
-from hpctrain.records.parts import PipelineFigures, PipelineRank, part, share
+from hpctrain.records.parts import PipelineFigures, PipelineRank, ShardFigures, part, share
 from hpctrain.records.schedules import SCHEDULES
 
 
@@ -282,4 +282,7 @@ STUDY = StudyPart(
     section="Pipeline micro-batches (the step model's pipeline terms)",
     label="pipeline micro-batches",
     lines=study_lines,
+    # a sharded layout's stages name its series (a plain pipeline's grow with the scale: one series)
+    layout=lambda r: f" pp={pipe(r).stages}" if pipe(r).stages > 1 and ShardFigures.KEY in r.parts else "",
+    variant=lambda r: f"m={pipe(r).microbatches}",
 )

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from hpctrain.analysis.model import CommModel, from_probe
+from hpctrain.analysis.study_parts import StudyPart
 from hpctrain.records import RunSummary, wire_bytes_per_param
 from hpctrain.records.parts import TensorFigures, part
 
@@ -308,3 +309,11 @@ def tp_report_rows(s: RunSummary) -> list[tuple[str, str, str, str]]:
         ),
         ("advice", tp.line(), "", ""),
     ]
+
+
+def _tp_layout(r: RunSummary) -> str:
+    degree = part(r, TensorFigures).degree
+    return f" tp={degree}" if degree > 1 else ""
+
+
+TENSOR_STUDY = StudyPart(layout=_tp_layout)  # a study's view of the part (analysis/study_parts.py)

@@ -30,6 +30,10 @@ def _no_lines(runs: Sequence[RunSummary]) -> list[str]:
     return []
 
 
+def _nothing(run: RunSummary) -> str:
+    return ""
+
+
 @dataclass(frozen=True)
 class StudyPart:
     """A part's view of a study. `figures(runs, step_s)`: a point's figures from its repetitions
@@ -38,7 +42,9 @@ class StudyPart:
     `bars`: its bars of the step breakdown plot (label, figure in seconds); `idle`: the figure the
     step model carries over as the layout's idle term (""; none); `section`: a headed list of
     the report, `label` what its lines are called alone, and `lines` how they are made from all
-    the study's runs."""
+    the study's runs. A run's series: `layout(run)`, what the part adds to its layout's name
+    (" tp=2"), and `variant(run)`, a setting its series differ by ("m=4", shown where it varies).
+    Every built-in view is asked for these of every run, whether the run holds its part or not."""
 
     figures: Callable[[Sequence[RunSummary], float], dict[str, float]] = _no_figures
     columns: tuple[str, ...] = ()
@@ -48,10 +54,15 @@ class StudyPart:
     section: str = ""
     label: str = ""
     lines: Callable[[Sequence[RunSummary]], list[str]] = _no_lines
+    layout: Callable[[RunSummary], str] = _nothing
+    variant: Callable[[RunSummary], str] = _nothing
 
 
 # built-in parts' study views, imported on first use: "module:attribute"
-BUILTIN: dict[str, str] = {"pipeline": "hpctrain.analysis.pipeline:STUDY"}
+BUILTIN: dict[str, str] = {
+    "pipeline": "hpctrain.analysis.pipeline:STUDY",
+    "tensor": "hpctrain.analysis.roofline:TENSOR_STUDY",
+}
 _LOADED: dict[str, StudyPart] = {}
 
 
@@ -64,6 +75,14 @@ def study_part(key: str) -> StudyPart | None:
     if key not in _LOADED and key in BUILTIN:
         _LOADED[key] = load(BUILTIN[key])
     return _LOADED.get(key)
+
+
+def series_key(run: RunSummary) -> tuple[str, str, str]:
+    """(its layout: the parallelism and what each part adds, its engine, its variants): the runs of
+    one series share it."""
+    views = [v for key in dict.fromkeys([*BUILTIN, *run.parts]) if (v := study_part(key)) is not None]
+    layout = run.parallelism + "".join(v.layout(run) for v in views)
+    return layout, run.engine, " ".join(x for v in views if (x := v.variant(run)))
 
 
 def study_parts(runs: Sequence[RunSummary]) -> dict[str, StudyPart]:

@@ -22,7 +22,7 @@ from rich.table import Table
 from hpctrain.analysis.part_rows import rows_of
 from hpctrain.analysis.roofline import for_run
 from hpctrain.records import RunSummary
-from hpctrain.records.parts import PipelineFigures, ShardFigures, TensorFigures, part
+from hpctrain.records.parts import ShardFigures, part
 
 NOT_A_TERMINAL_WIDTH = 100_000  # pipes, SLURM log files, CI: never cut a table or wrap a line
 PROSE_WIDTH = 100  # advice below a table is wrapped here, on a terminal and in a log file alike
@@ -112,17 +112,16 @@ def energy_text(joules: float | None) -> str:
 
 
 def mesh_text(s: RunSummary) -> str:
-    """The layout's degrees, outermost first (pipeline stages x replicas x tensor parallelism);
-    nothing for plain data parallelism."""
-    stages, tp = max(part(s, PipelineFigures).stages, 1), max(part(s, TensorFigures).degree, 1)
-    if stages == 1 and tp == 1:
+    """The layout's degrees, outermost first (pipeline stages x replicas x tensor parallelism), as
+    each part of the summary names its own (its mesh_dim); nothing for plain data parallelism."""
+    dims = [d for v in s.parts.values() if (d := getattr(v, "mesh_dim", lambda: None)()) is not None]
+    if not dims:
         return ""
-    dp = s.world_size // stages // tp
+    dp = s.world_size // math.prod(n for _, n, _ in dims)
     shard = part(s, ShardFigures).degree
-    shards = f" ({shard} shards)" if shard > 1 else ""
-    parts = [f"{stages} stages"] if stages > 1 else []
-    parts += [f"{dp} replica(s){shards}"] + ([f"tp {tp}"] if tp > 1 else [])
-    return " · " + " x ".join(parts)
+    replicas = f"{dp} replica(s)" + (f" ({shard} shards)" if shard > 1 else "")
+    texts = [t for outer, _, t in dims if outer] + [replicas] + [t for outer, _, t in dims if not outer]
+    return " · " + " x ".join(texts)
 
 
 def summary_table(s: RunSummary) -> Table:

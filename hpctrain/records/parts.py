@@ -9,7 +9,8 @@ every run has.
   (`measured`).
 
 A part is declared once per level, as a frozen dataclass with a KEY, a LEVEL ("run" when absent)
-and, for the records written before parts existed, the flat keys it replaces (FLAT);
+and, for the records written before parts existed, the flat keys it replaces (FLAT); a run part
+of a dimension of the mesh names it for a run's title (`mesh_dim`: PipelineFigures, TensorFigures);
 `register_part` makes the readers check it. A parallelism from another package declares and
 registers its own the same way (tests/parallelisms/counted.py); a part nobody registered is kept
 as read, a mapping.
@@ -141,6 +142,10 @@ class PipelineFigures:
             p2p_beta_s_per_byte=avg("p2p_beta_s_per_byte"),
         )
 
+    def mesh_dim(self) -> tuple[bool, int, str] | None:
+        """(outside the replicas, ranks along it, its name in a run's title); None: no stages."""
+        return (True, self.stages, f"{self.stages} stages") if self.stages > 1 else None
+
     @property
     def bubble_of_schedule(self) -> float:
         """Idle share of the schedule's wall time, what a schedule's theory predicts (the step's
@@ -185,6 +190,10 @@ class TensorFigures:
     messages: int = 0
     bytes: float = 0.0
     comm_s: float = 0.0
+
+    def mesh_dim(self) -> tuple[bool, int, str] | None:
+        """(outside the replicas, ranks along it, its name in a run's title); None: no TP."""
+        return (False, self.degree, f"tp {self.degree}") if self.degree > 1 else None
 
     @classmethod
     def measured(cls, declared: Mapping[str, Any], per_rank: Sequence[Any], step_s: float) -> TensorFigures:
