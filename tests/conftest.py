@@ -871,12 +871,12 @@ def replace_summary(s: Any, **changes: Any) -> Any:
     each part's FLAT at the record's level), e.g. stages=2 for a run, stage=1 for a rank."""
     import dataclasses
 
-    from hpctrain.records.parts import TYPES, part
+    from hpctrain.records.parts import part, types
 
     if not hasattr(s, "parts"):  # another record (analysis/stepmodel.py's Scale)
         return dataclasses.replace(s, **changes)
     parts = type(s.parts)(s.parts)
-    for key, cls in TYPES[type(s.parts).LEVEL].items():
+    for key, cls in types(type(s.parts).LEVEL).items():
         mine = {cls.FLAT[k]: changes.pop(k) for k in list(changes) if k in cls.FLAT}
         if mine:
             parts[key] = dataclasses.replace(part(s, cls), **mine)
@@ -888,12 +888,12 @@ def flat(record: dict[str, Any], cls: Any = None) -> dict[str, Any]:
     its parts' figures under the flat names records had before parts existed (each part's defaults
     where the record has none): stages, tp_degree, bubble_s, ...; a summary's ranks likewise."""
     from hpctrain import records
-    from hpctrain.records.parts import TYPES, part
+    from hpctrain.records.parts import part, types
 
     cls = cls or records.RunSummary
     r = records.from_dict(cls, record)
     out = dict(record)
-    for part_cls in TYPES[type(r.parts).LEVEL].values():
+    for part_cls in types(type(r.parts).LEVEL).values():
         figures = part(r, part_cls)
         out.update({old: getattr(figures, new) for old, new in part_cls.FLAT.items()})
     if cls is records.RunSummary:

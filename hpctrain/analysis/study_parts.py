@@ -60,7 +60,7 @@ class StudyPart:
 
 # built-in parts' study views, imported on first use: "module:attribute"
 BUILTIN: dict[str, str] = {
-    "pipeline": "hpctrain.analysis.pipeline:STUDY",
+    "pipeline": "hpctrain.parallel.pipeline.report:STUDY",
     "tensor": "hpctrain.analysis.roofline:TENSOR_STUDY",
 }
 _LOADED: dict[str, StudyPart] = {}

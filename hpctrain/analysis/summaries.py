@@ -15,7 +15,7 @@ from typing import Any
 
 from hpctrain import bounded, records
 from hpctrain.errors import RecordError
-from hpctrain.records.parts import PipelineRank, part
+from hpctrain.records.parts import stage_of
 
 CACHE = ".summaries-cache.json"
 VERSION = 3  # 2: pipeline transfer and schedule times; 3: the ranks' parts
@@ -43,19 +43,8 @@ def compact(s: records.RunSummary) -> records.RunSummary:
     peak_by_stage agree with the full record's."""
     if not s.per_rank:
         return s
-    keep = kept(
-        s.per_rank,
-        lambda r: r.state_bytes,
-        lambda r: r.peak_memory_bytes,
-        lambda r: part(r, PipelineRank).stage,
-    )
+    keep = kept(s.per_rank, lambda r: r.state_bytes, lambda r: r.peak_memory_bytes, stage_of)
     return dataclasses.replace(s, per_rank=[s.per_rank[i] for i in keep])
-
-
-def _stage(rank: dict[str, Any]) -> int:
-    """The pipeline stage of a rank as written: in its pipeline part, or flat in older records."""
-    pipeline = rank.get("parts", {}).get(PipelineRank.KEY, {})
-    return int(pipeline.get("stage", rank.get("stage", 0)))
 
 
 def read_compact(path: Path) -> records.RunSummary:
@@ -69,7 +58,7 @@ def read_compact(path: Path) -> records.RunSummary:
             ranks,
             lambda r: r["param_bytes"] + r["grad_bytes"] + r["optimizer_bytes"],
             lambda r: r["peak_memory_bytes"],
-            _stage,
+            stage_of,
         )
         data = {**data, "per_rank": [ranks[i] for i in keep]}
     except (KeyError, TypeError, ValueError, IndexError, AttributeError):

@@ -18,7 +18,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from hpctrain import records
-from hpctrain.analysis.pipeline import (
+from hpctrain.bench import hpctrain_run, run_checked
+from hpctrain.parallel.pipeline.report import (
     best_microbatches,
     pipe,
     predict_step,
@@ -26,7 +27,6 @@ from hpctrain.analysis.pipeline import (
     theory,
     theory_measured,
 )
-from hpctrain.bench import hpctrain_run, run_checked
 
 MICROBATCHES = (1, 2, 4, 8)
 SCHEDULES = ("gpipe", "1f1b")

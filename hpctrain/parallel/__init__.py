@@ -12,17 +12,28 @@ shard_checkpoint.py (FSDP2, sharded checkpoints)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from hpctrain.parallel.registry import derive, kind_of, layout_of, resolve_batch
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
+    from hpctrain.parallel.registry import derive, kind_of, layout_of, resolve_batch
     from hpctrain.records import Layout
 
 __all__ = ["derive", "kind_of", "layout_of", "parallel_notes", "resolve_batch"]
 
 
+def __getattr__(name: str) -> Any:
+    """The registry's functions, imported on first use: reading a record imports a dimension's
+    figures (records/parts.py) without the configuration this package's planning needs (PEP 562)."""
+    if name in ("derive", "kind_of", "layout_of", "resolve_batch"):
+        from hpctrain.parallel import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'hpctrain.parallel' has no attribute {name!r}")
+
+
 def parallel_notes(cfg: Config, layout: Layout, ranks_per_node: int) -> list[str]:
     """The plan's (and --dry-run's) account of which rank holds what on which node."""
+    from hpctrain.parallel.registry import kind_of
+
     return kind_of(cfg).notes(cfg, layout, ranks_per_node)

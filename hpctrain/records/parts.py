@@ -50,109 +50,6 @@ P = TypeVar("P")
 T = TypeVar("T")
 
 
-# --- the pipeline --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PipelineStep:
-    """One pipeline step of one rank: idle waiting for a neighbouring stage to send (the bubble),
-    waiting for the bytes to move, the schedule's own overhead, bytes sent + received, and the
-    schedule's wall time (its compute, idle, transfers and overhead)."""
-
-    KEY: ClassVar[str] = "pipeline"
-    LEVEL: ClassVar[str] = "step"
-    FLAT: ClassVar[Mapping[str, str]] = {
-        k: k for k in "bubble_s transfer_s schedule_s p2p_bytes pipe_s".split()
-    }
-
-    bubble_s: float = 0.0
-    transfer_s: float = 0.0
-    schedule_s: float = 0.0
-    p2p_bytes: int = 0
-    pipe_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class PipelineRank:
-    """A pipeline rank: the stage it holds, its timed steps' means of PipelineStep, and the link
-    to its neighbouring stages (alpha + beta * bytes, parallel/pipeline/p2p.py)."""
-
-    KEY: ClassVar[str] = "pipeline"
-    LEVEL: ClassVar[str] = "rank"
-    FLAT: ClassVar[Mapping[str, str]] = {
-        k: k
-        for k in "stage bubble_s transfer_s schedule_s p2p_bytes pipe_s p2p_alpha_s p2p_beta_s_per_byte".split()
-    }
-
-    stage: int = 0
-    bubble_s: float = 0.0
-    transfer_s: float = 0.0
-    schedule_s: float = 0.0
-    p2p_bytes: float = 0.0
-    pipe_s: float = 0.0
-    p2p_alpha_s: float = 0.0
-    p2p_beta_s_per_byte: float = 0.0
-
-
-@dataclass(frozen=True)
-class PipelineFigures:
-    """Pipeline stages: the schedule, and per step the means over ranks of PipelineRank's figures."""
-
-    KEY: ClassVar[str] = "pipeline"
-    FLAT: ClassVar[Mapping[str, str]] = {
-        k: k
-        for k in (
-            "stages microbatches schedule pieces_per_rank bubble_s bubble_share transfer_s transfer_share "
-            "schedule_s schedule_share p2p_bytes pipe_s p2p_alpha_s p2p_beta_s_per_byte"
-        ).split()
-    }
-
-    stages: int = 1
-    microbatches: int = 1
-    schedule: str = ""
-    pieces_per_rank: int = 1  # model pieces a rank holds (interleaved schedules, zbv)
-    bubble_s: float = 0.0
-    bubble_share: float = 0.0
-    transfer_s: float = 0.0
-    transfer_share: float = 0.0
-    schedule_s: float = 0.0
-    schedule_share: float = 0.0
-    p2p_bytes: float = 0.0
-    pipe_s: float = 0.0  # the schedule's wall time: what a schedule's theoretical bubble is a share of
-    p2p_alpha_s: float = 0.0
-    p2p_beta_s_per_byte: float = 0.0
-
-    @classmethod
-    def measured(cls, declared: Mapping[str, Any], per_rank: Sequence[Any], step_s: float) -> PipelineFigures:
-        ranks = [part(r, PipelineRank) for r in per_rank]
-
-        def avg(k: str) -> float:
-            return fmean(getattr(r, k) for r in ranks)
-
-        bubble, transfer, schedule = avg("bubble_s"), avg("transfer_s"), avg("schedule_s")
-        return cls(
-            **declared,
-            bubble_s=bubble,
-            bubble_share=share(bubble, step_s),
-            transfer_s=transfer,
-            transfer_share=share(transfer, step_s),
-            schedule_s=schedule,
-            schedule_share=share(schedule, step_s),
-            p2p_bytes=avg("p2p_bytes"),
-            pipe_s=avg("pipe_s"),
-            p2p_alpha_s=avg("p2p_alpha_s"),
-            p2p_beta_s_per_byte=avg("p2p_beta_s_per_byte"),
-        )
-
-    def mesh_dim(self) -> tuple[bool, int, str] | None:
-        """(outside the replicas, ranks along it, its name in a run's title); None: no stages."""
-        return (True, self.stages, f"{self.stages} stages") if self.stages > 1 else None
-
-    @property
-    def bubble_of_schedule(self) -> float:
-        """Idle share of the schedule's wall time, what a schedule's theory predicts (the step's
-        share without the update, data and loss; older records: the step's share)."""
-        return self.bubble_s / self.pipe_s if self.pipe_s > 0 else self.bubble_share
-
-
 # --- tensor parallelism --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TensorRank:
@@ -252,6 +149,26 @@ class MemoryFigures:
 # --- the registry, by level then key -------------------------------------------------------------
 TYPES: dict[str, dict[str, type[Any]]] = {level: {} for level in LEVELS}
 PART_TYPES: dict[str, type[Part]] = TYPES["run"]  # a run's parts (what summary.json holds)
+# the parts a dimension's own package declares (parallel/pipeline/figures.py), imported on first use
+# of the registry: "module:Class" by level and key, in the order readers list them
+LAZY: dict[tuple[str, str], str] = {
+    (level, "pipeline"): f"hpctrain.parallel.pipeline.figures:{name}"
+    for level, name in (("step", "PipelineStep"), ("rank", "PipelineRank"), ("run", "PipelineFigures"))
+}
+
+
+def types(level: str) -> dict[str, type[Any]]:
+    """The registered parts of `level`, the dimensions' packages' included, by key."""
+    if LAZY:
+        from hpctrain.registry import load
+
+        pending = dict(LAZY)
+        LAZY.clear()
+        for (lvl, key), target in pending.items():  # first, in place (PART_TYPES is TYPES["run"])
+            rest = [(k, c) for k, c in TYPES[lvl].items() if k != key]
+            TYPES[lvl].clear()
+            TYPES[lvl].update([(key, load(target)), *rest])
+    return TYPES[level]
 
 
 def register_part(cls: type[T]) -> type[T]:
@@ -262,9 +179,6 @@ def register_part(cls: type[T]) -> type[T]:
 
 
 for _cls in (
-    PipelineStep,
-    PipelineRank,
-    PipelineFigures,
     TensorRank,
     TensorFigures,
     ShardFigures,
@@ -285,9 +199,9 @@ class Parts(dict[str, Any]):
         if type(value) is not dict:
             raise RecordError(f"{where}: expected a mapping, found {type(value).__name__}")
         out = cls()
-        types = TYPES[cls.LEVEL]
+        known = types(cls.LEVEL)
         for key, v in value.items():
-            part_cls = types.get(key)
+            part_cls = known.get(key)
             if part_cls is not None:
                 out[key] = from_dict(part_cls, v, f"{where}.{key}")
             elif type(v) is dict:
@@ -322,6 +236,18 @@ def part(record: Any, cls: type[P]) -> P:
     return from_dict(cls, value, f"parts.{key}")  # read before its type was registered
 
 
+def stage_of(rank: Any) -> int:
+    """The piece of the model a rank holds, as a part of its record names it (`stage`: a
+    pipeline's); 0 where the rank holds the whole model. `rank`: a RankSummary, or its mapping as
+    written (the parts under "parts", or flat in records written before parts existed)."""
+    written = isinstance(rank, Mapping)
+    for value in (rank.get("parts", {}) if written else rank.parts).values():
+        stage = value.get("stage") if isinstance(value, Mapping) else getattr(value, "stage", None)
+        if stage is not None:
+            return int(stage)
+    return int(rank.get("stage", 0)) if written else 0
+
+
 def rank_parts(timed: Sequence[Any], figures: Mapping[str, Mapping[str, Any]]) -> RankParts:
     """A rank's parts: for each part its timed steps hold or its trainer measured (`figures`, by
     key), the means over `timed` of the step part's fields of the same name (NaN without timed
@@ -329,10 +255,10 @@ def rank_parts(timed: Sequence[Any], figures: Mapping[str, Mapping[str, Any]]) -
     keys = list(dict.fromkeys([k for r in timed[:1] for k in r.parts] + list(figures)))
     out = RankParts()
     for key in keys:
-        cls = TYPES["rank"].get(key)
+        cls = types("rank").get(key)
         if cls is None:
             raise KeyError(f"rank part {key!r} is not registered (records.parts.register_part)")
-        step_cls = TYPES["step"].get(key)
+        step_cls = types("step").get(key)
         names = {f.name for f in fields(cls)} & {f.name for f in fields(step_cls)} if step_cls else set()
         steps = [part(r, step_cls) for r in timed] if step_cls else []
         means = {n: fmean(getattr(s, n) for s in steps) if steps else float("nan") for n in names}
@@ -346,7 +272,7 @@ def measured_parts(
     """A new summary's parts: each declared part with what the ranks measured for it."""
     out = Parts()
     for key, values in declared.items():
-        cls = PART_TYPES.get(key)
+        cls = types("run").get(key)
         if cls is None:
             raise KeyError(f"summary part {key!r} is not registered (records.parts.register_part)")
         out[key] = cls.measured(values, per_rank, step_s)
@@ -358,12 +284,12 @@ def nest_flat(level: str) -> Any:
     parts; a part left at its defaults (the figures of a dimension the run did not have) is dropped."""
 
     def migrate(data: dict[str, Any]) -> dict[str, Any]:
-        types = TYPES[level]
-        if "parts" in data or not any(k in data for cls in types.values() for k in cls.FLAT):
+        known = types(level)
+        if "parts" in data or not any(k in data for cls in known.values() for k in cls.FLAT):
             return data
         data = dict(data)
         parts: dict[str, Any] = {}
-        for key, cls in types.items():
+        for key, cls in known.items():
             values = {field: data.pop(flat) for flat, field in cls.FLAT.items() if flat in data}
             if values and from_dict_quiet(cls, values) != cls():
                 parts[key] = values

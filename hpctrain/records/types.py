@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from hpctrain.records.layout import Layout
-from hpctrain.records.parts import Parts, PipelineRank, RankParts, StepParts, nest_flat, part
+from hpctrain.records.parts import Parts, RankParts, StepParts, nest_flat, stage_of
 from hpctrain.records.typed import FORMAT_VERSION
 
 
@@ -177,7 +177,7 @@ class RunSummary:
     @property
     def peak_by_stage(self) -> tuple[int, ...]:
         """Peak memory of the rank holding most, per pipeline stage (one entry without stages)."""
-        stage = [part(r, PipelineRank).stage for r in self.per_rank]
+        stage = [stage_of(r) for r in self.per_rank]
         peaks = [r.peak_memory_bytes for r in self.per_rank]
         return tuple(max(p for p, k in zip(peaks, stage) if k == st) for st in sorted(set(stage)))
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from hpctrain import records
-from hpctrain.records.parts import PipelineFigures, ShardFigures, TensorFigures, part
+from hpctrain.parallel.pipeline.figures import PipelineFigures
+from hpctrain.records.parts import ShardFigures, TensorFigures, part
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "runs" / "digits-2ranks" / "summary.json"
 

@@ -10,11 +10,12 @@ import pytest
 import torch.distributed as dist
 
 from hpctrain import records
-from hpctrain.analysis.pipeline import for_pipeline, pipe
 from hpctrain.engine.clock import HostClock
+from hpctrain.parallel.pipeline.figures import PipelineRank, PipelineStep
 from hpctrain.parallel.pipeline.p2p import Link, Meter, install
+from hpctrain.parallel.pipeline.report import for_pipeline, pipe
 from hpctrain.records import RankSummary, StepRecord
-from hpctrain.records.parts import PipelineRank, PipelineStep, TensorRank, part
+from hpctrain.records.parts import TensorRank, part
 from hpctrain.train.stats import rank_stats, summarize
 from tests.conftest import replace_summary
 
@@ -192,7 +193,7 @@ def _staged(m: int, pipe: float, ranks: list[tuple[float, float, float, float]])
 
 
 def test_the_theory_with_the_stages_as_measured() -> None:
-    from hpctrain.analysis.pipeline import stage_compute, theory_measured
+    from hpctrain.parallel.pipeline.report import stage_compute, theory_measured
 
     # m = 4; stage 0 computes 40 ms per step (10 per micro-batch), stage 1 80 ms (20):
     # T = 10 + 20 + 3 x 20 = 90 ms; idle 90 - 40 = 50 and 90 - 80 = 10: mean 30 / 90 = 1/3
@@ -205,7 +206,7 @@ def test_the_theory_with_the_stages_as_measured() -> None:
 
 
 def test_the_step_predicted_at_other_micro_batch_counts() -> None:
-    from hpctrain.analysis.pipeline import best_microbatches, predict_step
+    from hpctrain.parallel.pipeline.report import best_microbatches, predict_step
 
     # from m = 4: stages 10 and 20 ms per micro-batch (40 and 80 ms per step), overhead 3 ms per
     # step (0.75 per micro-batch), link 100 us per message and no per-byte cost (2 a micro-batch),
@@ -223,7 +224,7 @@ def test_the_step_predicted_at_other_micro_batch_counts() -> None:
 
 
 def test_a_study_at_several_micro_batch_counts_gets_the_predicted_best() -> None:
-    from hpctrain.analysis.pipeline import predict_step, study_lines
+    from hpctrain.parallel.pipeline.report import predict_step, study_lines
 
     four = _staged(4, 0.1, [(0.1, 0.055, 0.002, 0.003), (0.1, 0.015, 0.002, 0.003)])
     eight = replace_summary(four, microbatches=8, step_s=0.2)

@@ -14,5 +14,11 @@ contract in pyproject.toml keeps this order):
                  the plan-time rules: stages, micro-batches, schedules, split points
   dimension.py   the stages as a dimension of any layout: "pp", its setting, its summary part
 
-Its records (PipelineStep, PipelineRank, PipelineFigures) are in records/parts.py and its analysis
-in analysis/pipeline.py, until the study report is assembled from parts."""
+  report.py      its analysis: the summary table's rows and advice, the pipeline roofline, the
+                 theory with the stages as measured, the step at other micro-batch counts, and its
+                 view of a study (columns, bars, idle term, section: analysis/study_parts.py)
+  figures.py     its records: PipelineStep, PipelineRank, PipelineFigures (records/parts.py reads
+                 them by name)
+
+The pipeline's benchmark (bench/pipeline.py, `hpctrain bench pipeline`) is a command, above this
+package's layer: it reads report.py, the one door left open (tests/unit/test_house.py)."""

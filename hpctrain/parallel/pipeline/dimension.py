@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hpctrain.parallel.dimensions import Dimension
-from hpctrain.records.parts import PipelineFigures
+from hpctrain.parallel.pipeline.figures import PipelineFigures
 
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config

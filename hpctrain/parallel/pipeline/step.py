@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 
 from hpctrain.engine.ties import PipelineTies
+from hpctrain.parallel.pipeline.figures import PipelineRank, PipelineStep
 from hpctrain.parallel.pipeline.pipe import Pipe, StageOptimizer, merge_states
-from hpctrain.records.parts import PipelineRank, PipelineStep
 from hpctrain.train import checkpoint
 from hpctrain.train.precision import autocast
 from hpctrain.train.step import StepInput, StepResult, Trainer

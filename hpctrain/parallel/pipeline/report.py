@@ -11,8 +11,9 @@ from statistics import fmean
 
 from hpctrain.analysis.metrics import pipeline_bubble
 from hpctrain.analysis.study_parts import StudyPart
+from hpctrain.parallel.pipeline.figures import PipelineFigures, PipelineRank
 from hpctrain.records import RunSummary
-from hpctrain.records.parts import PipelineFigures, PipelineRank, ShardFigures, part, share
+from hpctrain.records.parts import ShardFigures, part, share
 from hpctrain.records.schedules import SCHEDULES
 
 
