@@ -148,7 +148,6 @@ class MemoryFigures:
 
 # --- the registry, by level then key -------------------------------------------------------------
 TYPES: dict[str, dict[str, type[Any]]] = {level: {} for level in LEVELS}
-PART_TYPES: dict[str, type[Part]] = TYPES["run"]  # a run's parts (what summary.json holds)
 # the parts a dimension's own package declares (parallel/pipeline/figures.py), imported on first use
 # of the registry: "module:Class" by level and key, in the order readers list them
 LAZY: dict[tuple[str, str], str] = {
@@ -164,7 +163,7 @@ def types(level: str) -> dict[str, type[Any]]:
 
         pending = dict(LAZY)
         LAZY.clear()
-        for (lvl, key), target in pending.items():  # first, in place (PART_TYPES is TYPES["run"])
+        for (lvl, key), target in pending.items():  # first in each level's order, in place
             rest = [(k, c) for k, c in TYPES[lvl].items() if k != key]
             TYPES[lvl].clear()
             TYPES[lvl].update([(key, load(target)), *rest])
