@@ -78,6 +78,11 @@ def split_points(cfg: Config, pieces: int) -> list[str]:
     return given if given else evenly(declared_split_points(cfg.model), pieces)
 
 
+def units_within(m: ModelConf, given: list[str], names: set[str]) -> list[str]:
+    """The shard units (shard_units) among `names`: those of one pipeline piece."""
+    return [u for u in shard_units(m, given) if u in names]
+
+
 def shard_units(m: ModelConf, given: list[str]) -> list[str]:
     """What FSDP shards as units (each all-gathered on its own): parallelism.shard.modules as
     given (module or class names), else a built-in model's blocks, the ones activation

@@ -112,6 +112,14 @@ def split_model(
     return model
 
 
+def piece_plan(plan: dict[str, str], divide: list[str], piece: nn.Module) -> tuple[dict[str, str], list[str]]:
+    """The part of the tensor-parallel plan (patterns, resolved to module names) and of the
+    `divide` attributes that falls within `piece` of a model cut into pipeline pieces (the plan
+    was checked against the whole model at plan time)."""
+    mine, _ = resolve(plan, [n for n, _ in piece.named_modules() if n])
+    return mine, [a for a in divide if divided(piece, [a])]
+
+
 def divided(model: nn.Module, divide: list[str]) -> list[tuple[nn.Module, str]]:
     """The (module, attribute) pairs the `divide` patterns name in `model` (a pattern naming no
     module here names one in another pipeline piece)."""

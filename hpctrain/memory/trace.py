@@ -25,10 +25,10 @@ from hpctrain.config.split import (
     chain_pieces,
     declared_chain,
     declared_checkpoint_blocks,
-    shard_units,
     split_points,
+    units_within,
 )
-from hpctrain.config.tp_plan import plan_for, resolve
+from hpctrain.config.tp_plan import plan_for
 from hpctrain.errors import ConfigError, HpctrainError
 from hpctrain.memory.follow import cannot_follow, following, unfollowed
 from hpctrain.records import Layout
@@ -125,23 +125,21 @@ def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any])
     """What the rank's build does to a piece: split it (TP), recompute its blocks, shard it."""
     from hpctrain.engine.clock import HostClock
     from hpctrain.engine.fsdp_wrap import shard_model
-    from hpctrain.engine.tp_wrap import split_model
+    from hpctrain.engine.tp_wrap import piece_plan, split_model
     from hpctrain.train.modules import checkpoint_blocks
 
     names = [n for n, _ in piece.named_modules() if n]
     if layout.tp > 1:
         tp = cfg.parallelism.tp
-        mine, _ = resolve(plan_for(cfg.model, dict(tp.plan), tp.sequence_parallel), names)
+        plan = plan_for(cfg.model, dict(tp.plan), tp.sequence_parallel)
+        mine, divide = piece_plan(plan, [str(a) for a in tp.divide], piece)
         if mine:
-            from hpctrain.engine.tp_wrap import divided
-
-            divide = [str(a) for a in tp.divide if divided(piece, [str(a)])]
             split_model(piece, meshes["tp"], mine, tp.sequence_parallel, divide)
     if cfg.model.activation_checkpointing:  # the blocks (or patterns: transformer.h.*) this piece holds
         blocks = declared_checkpoint_blocks(cfg.model)
         checkpoint_blocks(piece, [b for b in blocks if any(fnmatch.fnmatchcase(n, b) for n in names)])
     if layout.shard > 1:
-        units = [u for u in shard_units(cfg.model, list(cfg.parallelism.shard.modules)) if u in names]
+        units = units_within(cfg.model, list(cfg.parallelism.shard.modules), set(names))
         shard_model(cfg.parallelism.shard, cfg.precision.name, piece, meshes["dp"], units, HostClock())
 
 

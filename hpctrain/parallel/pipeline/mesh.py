@@ -28,12 +28,13 @@ from hpctrain.config.split import (
     chain_pieces,
     declared_chain,
     declared_checkpoint_blocks,
-    shard_units,
     split_points,
+    units_within,
 )
-from hpctrain.config.tp_plan import plan_for, resolve
+from hpctrain.config.tp_plan import plan_for
 from hpctrain.engine.base import Sharding, TensorParallel
 from hpctrain.engine.ties import check_units, pipeline_ties, tied_groups
+from hpctrain.engine.tp_wrap import piece_plan
 from hpctrain.engine.world import CommError
 from hpctrain.parallel.pipeline.pipe import build_pipe
 from hpctrain.parallel.pipeline.step import PipelineTrainer
@@ -65,11 +66,8 @@ def split_piece(s: Setup, piece: nn.Module, tp_mesh: Any) -> None:
     the whole model at plan time and on the meta model)."""
     tp = s.cfg.parallelism.tp
     plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
-    mine, _ = resolve(plan, [n for n, _ in piece.named_modules() if n])
+    mine, divide = piece_plan(plan, [str(a) for a in tp.divide], piece)
     if mine:
-        from hpctrain.engine.tp_wrap import divided
-
-        divide = [str(a) for a in tp.divide if divided(piece, [str(a)])]  # those of this piece
         _engine(s).split(piece, tp_mesh, mine, divide)
 
 
@@ -77,7 +75,7 @@ def shard_piece(s: Setup, piece: nn.Module, dp_mesh: Any) -> None:
     """`piece` sharded (or replicated: one shard) over its stage's data-parallel ranks, the
     declared units within it one by one."""
     names = {n for n, _ in piece.named_modules()}
-    units = [u for u in shard_units(s.cfg.model, list(s.cfg.parallelism.shard.modules)) if u in names]
+    units = units_within(s.cfg.model, list(s.cfg.parallelism.shard.modules), names)
     check_units(piece, units)
     _engine(s).shard(piece, s.d.layout, units, dp_mesh)
 
