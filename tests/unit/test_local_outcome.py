@@ -61,3 +61,15 @@ def test_a_rank_mpirun_reports_with_an_error_of_its_own_stays_the_cause(tmp_path
     # two ranks without a word (4 ranks, 2 lost their peer): not clear which; mpirun's report stands
     f = failure_of(_run(four, {1: PEER_LOST, 3: PEER_LOST}, 4), 1, tails, MPIRUN)
     assert f.rank == 1 and f.cause == "exited with status 1", f
+
+
+def test_a_runs_elapsed_time_reads_as_squeues_and_a_damaged_one_as_unknown() -> None:
+    from hpctrain.launch.local.launcher import elapsed_text
+
+    assert [elapsed_text(x) for x in (0.0, 3725.9, 90061.0, -5.0)] == [
+        "00:00:00",
+        "01:02:05",
+        "1-01:01:01",
+        "00:00:00",
+    ]
+    assert elapsed_text(1e308) == elapsed_text(float("nan")) == elapsed_text(float("inf")) == "-"

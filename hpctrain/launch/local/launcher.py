@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -196,7 +197,7 @@ class LocalLauncher(Launcher[JobPlan]):
             elapsed = "-"
             if st is not None and st.started is not None:
                 end = st.updated if state not in (State.PENDING, State.RUNNING) else time.time()
-                elapsed = time.strftime("%H:%M:%S", time.gmtime(max(0.0, end - st.started)))
+                elapsed = elapsed_text(end - st.started)
             out[job.job_id] = JobStatus(job.job_id, state, nodes=1, elapsed=elapsed, reason=reason)
         return out
 
@@ -272,3 +273,14 @@ def _mtimes(*paths: Path) -> list[float]:
         except OSError:
             continue
     return out
+
+
+def elapsed_text(seconds: float) -> str:
+    """A run's time as squeue shows a job's ([D-]HH:MM:SS, a clock skew clamped to 0); "-" for
+    one no run can have taken (a damaged state.json: not finite, or over a century)."""
+    if not math.isfinite(seconds) or seconds > 100 * 365 * 86400:
+        return "-"
+    minutes, secs = divmod(int(max(seconds, 0.0)), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return (f"{days}-" if days else "") + f"{hours:02d}:{minutes:02d}:{secs:02d}"
