@@ -274,12 +274,13 @@ def analyze_runs(
     ones, the tensor-parallel degree), engine and variant (the micro-batch count), in the order
     they first appear (analysis/study_parts.py: series_key). A plain pipeline's stages grow with
     the scale: one series."""
-    keys = list(dict.fromkeys(series_key(r) for r in runs))
+    keyed = [(series_key(r), r) for r in runs]  # once per run: each asks every part's view
+    keys = list(dict.fromkeys(k for k, _ in keyed))
     several_v = len({v for _, _, v in keys}) > 1
     several_p = len({p for p, _, _ in keys}) > 1
     series, places = [], []
     for par, engine, variant in keys:
-        mine = [r for r in runs if series_key(r) == (par, engine, variant)]
+        mine = [r for k, r in keyed if k == (par, engine, variant)]
         s = analyze_series(kind, mine, allreduce)
         s.label = (f"{par} " if several_p else "") + (f"{engine} {variant}" if several_v else engine)
         series.append(s)

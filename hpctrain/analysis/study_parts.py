@@ -88,11 +88,6 @@ def series_key(run: RunSummary) -> tuple[str, str, str]:
 def study_parts(runs: Sequence[RunSummary]) -> dict[str, StudyPart]:
     """The study views of the parts the runs hold, in the order they first appear (the built-in
     ones first, in their table's order, so that a report does not depend on which run was read first)."""
-    keys = list(dict.fromkeys([k for k in BUILTIN] + [k for r in runs for k in r.parts]))
     held = {k for r in runs for k in r.parts}
-    out = {}
-    for key in keys:
-        view = study_part(key) if key in held else None
-        if view is not None:
-            out[key] = view
-    return out
+    keys = [k for k in dict.fromkeys([*BUILTIN, *(k for r in runs for k in r.parts)]) if k in held]
+    return {key: view for key in keys if (view := study_part(key)) is not None}

@@ -197,7 +197,7 @@ def _parallelisms_problems(s: StudyConf) -> list[Problem]:
             f"or {group} alone",
         )
         for i, x, group, degrees in parsed
-        if group in names and any(k not in dimensions() or n < 2 for k, n in degrees.items())
+        if group in names and any(n < 2 for n in degrees.values())  # split_layout: 0 for a non-dimension
     ]
     if not given or len(set(given)) != len(given):
         p.append(

@@ -126,4 +126,4 @@ def layout_parts(cfg: Config, layout: Layout) -> dict[str, dict[str, object]]:
     The ranks' figures are added to each when the summary is written."""
     from hpctrain.parallel.dimensions import declared_parts
 
-    return dict(declared_parts(cfg, layout))
+    return declared_parts(cfg, layout)
