@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -34,6 +35,7 @@ from hpctrain.engine.world import finalize_mpi, launcher_rank
 from hpctrain.events import format_event
 from hpctrain.lifeline import die_with_parent
 from hpctrain.parallel import kind_of
+from hpctrain.parallel.dimensions import declared_parts, with_dimensions
 
 
 def base_environment() -> dict[str, Any]:
@@ -162,7 +164,10 @@ def parallelism_about(cfg: Config, plan: records.PlanRecord, engine: type[Engine
         "grad_grouping": engine.grouping,
         "collective": engine.collective,
     }
-    return kind_of(cfg).about(cfg, plan.layout, grads)
+    about = kind_of(cfg).about(cfg, plan.layout, grads)
+    held = about.get("parts")
+    parts = {**declared_parts(cfg, plan.layout), **(held if isinstance(held, dict) else {})}
+    return {**about, "parts": parts} if parts else about
 
 
 FLIGHT_RECORDS = 2000  # collectives torch.distributed's flight recorder keeps per rank (a ring)
@@ -196,7 +201,8 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
         engine.shutdown()
         return True
     started = time.time()
-    stats = train(cfg, engine, info, derived, run_dir, kind_of(cfg).build, control=control)
+    build = partial(with_dimensions, kind_of(cfg).build)  # the layout's named dimensions wrap first
+    stats = train(cfg, engine, info, derived, run_dir, build, control=control)
     if stats is None:
         return False
     everyone = engine.allgather_object(stats)

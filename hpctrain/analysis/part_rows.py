@@ -39,6 +39,10 @@ def register_rows(key: str) -> Callable[[RowsOf], RowsOf]:
 
 
 def _rows_fn(key: str) -> RowsOf | None:
+    if key not in _LOADED and key not in _TARGETS:
+        from hpctrain.dimension_packages import by_part
+
+        _TARGETS.update(by_part("report", "report_rows"))  # the dimensions' packages'
     if key not in _LOADED and key in _TARGETS:
         _LOADED[key] = load(_TARGETS[key])
     return _LOADED.get(key)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from hpctrain.dimension_packages import by_part
 from hpctrain.records import RunSummary
 from hpctrain.registry import load
 
@@ -62,6 +63,7 @@ class StudyPart:
 BUILTIN: dict[str, str] = {
     "pipeline": "hpctrain.parallel.pipeline.report:STUDY",
     "tensor": "hpctrain.analysis.roofline:TENSOR_STUDY",
+    **by_part("report", "STUDY"),  # the dimensions' packages' (dimension_packages.py)
 }
 _LOADED: dict[str, StudyPart] = {}
 

@@ -7,7 +7,7 @@ Units are in key names (`_mb`, `_ms`, `_min`), as in Hydra's submitit launcher.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional
 
 from omegaconf import MISSING
 
@@ -235,6 +235,24 @@ class ParallelismConf(
     """How the work is spread: the parallelism and the engine, and each one's own settings. The
     keys stay flat (parallelism.<key>); an engine or a parallelism reads only its own group of them
     and refuses another's before anything starts (engine.base.Engine.settings)."""
+
+
+def with_dimension_settings(base: type[Any]) -> type[Any]:
+    """`base` with the settings of the dimensions that are packages of their own (their
+    parallelism.<name>.* keys: <package>.settings:HOLDER, hpctrain/dimension_packages.py), as one
+    dataclass of the same name: the schema's unknown keys stay errors, and theirs are known."""
+    from hpctrain.dimension_packages import modules
+    from hpctrain.registry import load
+
+    holders = tuple(load(t) for t in modules("settings", "HOLDER").values())
+    if not holders:
+        return base
+    ns = {"__doc__": base.__doc__, "__module__": base.__module__, "__qualname__": base.__qualname__}
+    return dataclass(type(base.__name__, (*holders, base), ns))
+
+
+if not TYPE_CHECKING:  # the type checker sees the built-in groups; the dimensions' read their own
+    ParallelismConf = with_dimension_settings(ParallelismConf)
 
 
 @dataclass

@@ -68,3 +68,16 @@ def init_process_group(
         dist.init_process_group("nccl", timeout=timeout, device_id=device, **world)
     else:
         dist.init_process_group("gloo", timeout=timeout, **world)
+
+
+def ensure_process_group(device: torch.device, rendezvous_s: float = 0.0) -> None:
+    """torch.distributed's default group, made now where the engine made none (Horovod has none;
+    a pipeline's transfers, a mesh's groups and context parallelism's exchanges go over it
+    whatever the engine); the ranks meet within `rendezvous_s` (engine/rendezvous.py)."""
+    import torch.distributed as dist
+
+    from hpctrain.engine.world import export_torch_env
+
+    if not dist.is_initialized():
+        export_torch_env()
+        init_process_group(device, rendezvous_s)

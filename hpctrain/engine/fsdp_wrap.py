@@ -24,6 +24,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, Offlo
 from hpctrain.config.schema import ShardSettings
 from hpctrain.engine.clock import Clock, Mark
 from hpctrain.errors import HpctrainError
+from hpctrain.records import Layout
 
 LOW = {"bf16": torch.bfloat16, "fp16": torch.float16}
 WRAPPED = "_checkpoint_wrapped_module"  # activation checkpointing's wrapper holds the block here
@@ -103,3 +104,17 @@ def shard_model(
         unit.register_full_backward_hook(stamp.hook)
     fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload)
     return stamp
+
+
+def data_parallel_mesh(mesh: Any, layout: Layout, two_d: bool = False) -> Any:
+    """The part of the layout's device mesh (Layout.mesh_dims) that FSDP shards over and averages
+    gradients across: the shards together with the named dimensions' ranks, which read the same
+    samples and hold the same parameters (TorchTitan's dp_shard_cp), flattened into one dimension;
+    with the replica groups outside it (HSDP; `two_d`: even one group, as a pipeline's pieces
+    are sharded)."""
+    inner = ("shard", *layout.dims)
+    name = "shard"
+    if len(inner) > 1:
+        name = "shard_" + "_".join(layout.dims)
+        mesh[inner]._flatten(name)
+    return mesh[name] if layout.replicate == 1 and not two_d else mesh["replicate", name]

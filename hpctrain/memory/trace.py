@@ -31,7 +31,9 @@ from hpctrain.config.split import (
 from hpctrain.config.tp_plan import plan_for
 from hpctrain.errors import ConfigError, HpctrainError
 from hpctrain.memory.follow import cannot_follow, following, unfollowed
+from hpctrain.parallel.dimensions import rank_sides
 from hpctrain.records import Layout
+from hpctrain.train.dims import RankDimension, targets, within
 from hpctrain.train.memory import local_bytes
 from hpctrain.train.objective import Objective
 
@@ -89,10 +91,11 @@ def _meshes(layout: Layout) -> dict[str, Any]:
     slicing computes coordinates from a real tensor."""
     from torch.distributed.device_mesh import init_device_mesh
 
+    from hpctrain.engine.fsdp_wrap import data_parallel_mesh
+
     dims = layout.mesh_dims
     mesh = init_device_mesh("cpu", tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims))
-    dp = ("replicate", "shard") if layout.replicate > 1 else ("shard",)
-    return {"tp": mesh["tp"], "dp": mesh[dp]}
+    return {"tp": mesh["tp"], "dp": data_parallel_mesh(mesh, layout)}
 
 
 def _segments(cfg: Config, layout: Layout) -> list[list[str]]:
@@ -138,7 +141,7 @@ def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any])
     if cfg.model.activation_checkpointing:  # the blocks (or patterns: transformer.h.*) this piece holds
         blocks = declared_checkpoint_blocks(cfg.model)
         checkpoint_blocks(piece, [b for b in blocks if any(fnmatch.fnmatchcase(n, b) for n in names)])
-    if layout.shard > 1:
+    if layout.shard * layout.inner > 1:
         units = units_within(cfg.model, list(cfg.parallelism.shard.modules), set(names))
         shard_model(cfg.parallelism.shard, cfg.precision.name, piece, meshes["dp"], units, HostClock())
 
@@ -173,6 +176,9 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
             if cfg.user_code:
                 fits(cfg, whole, x, y)
         try:
+            dims = rank_sides(cfg, layout, rank)  # as the ranks' build: before the pieces are cut
+            for side in dims:
+                side.wrap(whole)
             with fake:
                 pieces, at, inputs = _pieces(cfg, layout, whole, x, rank)
             for piece in pieces:
@@ -182,7 +188,7 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
                     fits(cfg, pieces[0], x, y, "parallelism.tp.plan")
             with fake:
                 optimizer = make_optimizer(cfg, nn.ModuleList(pieces), d.lr)
-                step = Step(pieces, at, inputs, y, make_objective(cfg))
+                step = Step(pieces, at, inputs, targets(dims, y), make_objective(cfg), dims)
                 parts = _track(cfg, layout, optimizer, step, layout.stage_of(rank))
                 trainable = sum(
                     local_bytes(q) for piece in pieces for q in piece.parameters() if q.requires_grad
@@ -274,6 +280,7 @@ class Step:
     inputs: list[torch.Tensor]
     y: torch.Tensor
     objective: Objective  # the loss after the head (train/objective.py)
+    dims: tuple[RankDimension, ...] = ()  # the layout's named dimensions' rank sides (train/dims.py)
 
 
 def _piece_inputs(
@@ -307,7 +314,7 @@ class _Forwards(nn.Module):
         outs = []
         for _ in range(self.flight):
             for k, piece, x in zip(self.step.at, self.pieces, self.step.inputs):
-                with autocast(self.precision, "cpu"):
+                with autocast(self.precision, "cpu"), within(self.step.dims):
                     if k == self.last:  # the head's piece: called as a step calls the model
                         args, kwargs = self.step.objective.inputs(x, self.step.y)
                         out = self.step.objective.stage_loss(_whole(piece(*args, **kwargs)), self.step.y)
@@ -335,7 +342,8 @@ def _track(cfg: Config, layout: Layout, optimizer: Any, step: Step, stage: int) 
     with tracker:
         for _ in range(2):  # the second step has the optimizer's state
             for out in forwards():
-                out.backward(torch.ones_like(out) if out.dim() else None)
+                with within(step.dims):
+                    out.backward(torch.ones_like(out) if out.dim() else None)
             optimizer.step()
             optimizer.zero_grad()
             tracker.reset_mod_stats()

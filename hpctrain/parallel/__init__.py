@@ -34,6 +34,7 @@ def __getattr__(name: str) -> Any:
 
 def parallel_notes(cfg: Config, layout: Layout, ranks_per_node: int) -> list[str]:
     """The plan's (and --dry-run's) account of which rank holds what on which node."""
+    from hpctrain.parallel.dimensions import dimension_notes
     from hpctrain.parallel.registry import kind_of
 
-    return kind_of(cfg).notes(cfg, layout, ranks_per_node)
+    return kind_of(cfg).notes(cfg, layout, ranks_per_node) + dimension_notes(cfg, layout)

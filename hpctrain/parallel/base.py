@@ -37,6 +37,9 @@ class ParallelismKind:
     # a parallelism from another package: the dataclass of its own settings, given as
     # parallelism.options.<key> (read with `read_options`); None: it takes none
     options: ClassVar[type[Any] | None] = None
+    # it takes the layout's named dimensions (parallel/dimensions.py: context parallelism), which
+    # divide its data-parallel ranks; a parallelism that does not refuses their settings
+    takes_dims: ClassVar[bool] = False
 
     # --- plan time ---------------------------------------------------------------------------
     @classmethod

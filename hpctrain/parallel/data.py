@@ -6,6 +6,7 @@ replicas; one replica when tp.degree is the world: pure tensor parallelism)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,7 @@ from hpctrain.config.layout import describe_mesh
 from hpctrain.config.schema import TpHolder
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind, layout_parts
+from hpctrain.parallel.dimensions import inner_dims
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
 
@@ -26,11 +28,12 @@ if TYPE_CHECKING:
 
 class Data(ParallelismKind):
     settings = (TpHolder,)
+    takes_dims = True
 
     @classmethod
     def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
-        tp = tp_degree(cfg)
-        return Layout(replicate=max(world // tp, 1), tp=tp)
+        tp, dims = tp_degree(cfg), inner_dims(cfg)
+        return Layout(replicate=max(world // tp // math.prod(dims.values()), 1), tp=tp, dims=dims)
 
     @classmethod
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
@@ -78,7 +81,10 @@ class Data(ParallelismKind):
         from hpctrain.train.setup import data_parallel_trainer
         from hpctrain.train.shard import sharded_trainer, tensor_parallel_trainer
 
-        if setup.d.layout.tp > 1:
-            # replicas of a split model: the mesh's replicate dimension, averaged as HSDP's is
-            return sharded_trainer(setup) if setup.d.layout.replicas > 1 else tensor_parallel_trainer(setup)
+        layout = setup.d.layout
+        if layout.tp > 1:
+            # replicas of a split model (or ranks along a named dimension, which average their
+            # gradients as replicas do): the mesh's data-parallel dimensions, averaged as HSDP's are
+            many = layout.replicas * layout.inner > 1
+            return sharded_trainer(setup) if many else tensor_parallel_trainer(setup)
         return data_parallel_trainer(setup)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpctrain.engine.registry import engine_class
+from hpctrain.parallel.dimensions import needs_torch_store as dims_need_store
 from hpctrain.parallel.registry import kind_of
 
 if TYPE_CHECKING:
@@ -19,5 +20,6 @@ def needs_torch_store(cfg: Config) -> bool:
         bool(cfg.script.path)
         or cfg.bench.allreduce
         or kind_of(cfg).torch_store
+        or dims_need_store(cfg)
         or engine_class(str(cfg.parallelism.engine)).needs_torch_store(cfg)
     )

@@ -18,6 +18,7 @@ from hpctrain.engine.registry import engines_with, lacks
 from hpctrain.errors import ConfigError, Problem
 from hpctrain.facts import HostFacts
 from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.dimensions import dimension_problems
 from hpctrain.parallel.registry import (
     layout_of,
     parallelism_class,
@@ -48,7 +49,8 @@ def parallelism_problems(cfg: Config, world: int, facts: HostFacts | None = None
     found = resume_checkpoints(cfg)  # a parallelism may not read every checkpoint format
     if found:
         p += kind.resume_problems(cfg, sharded_only=all(f.suffix == ".dcp" for f in found))
-    return p + kind.problems(cfg, world, facts) + batch_problems(cfg)
+    dims = dimension_problems(cfg, world, name, kind.takes_dims)
+    return p + dims + kind.problems(cfg, world, facts) + batch_problems(cfg)
 
 
 def options_problems(cfg: Config, kind: type[ParallelismKind]) -> list[Problem]:

@@ -19,6 +19,7 @@ from hpctrain.engine.base import Sharding
 from hpctrain.errors import Problem
 from hpctrain.parallel import mesh
 from hpctrain.parallel.base import ParallelismKind, layout_parts
+from hpctrain.parallel.dimensions import inner_dims, inner_ranks
 from hpctrain.parallel.registry import node_size
 from hpctrain.parallel.shard_rules import shard_problems
 from hpctrain.parallel.tensor import fused_unsharded, tp_degree, tp_note, tp_problems
@@ -41,6 +42,7 @@ class Fsdp(ParallelismKind):
     torch_store = True  # the mesh's process groups
     builtin_only = True
     whole_world: ClassVar[bool] = True
+    takes_dims = True
 
     @classmethod
     def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
@@ -58,18 +60,19 @@ class Fsdp(ParallelismKind):
         given, tp = cfg.parallelism.shard.degree, tp_degree(cfg)
         if given is not None:
             return int(given)
-        dp = max(world // tp // _stages(cfg), 1)
+        dp = max(world // tp // _stages(cfg) // inner_ranks(cfg), 1)
         return dp if cls.whole_world else min(max(ranks_per_node // tp, 1), dp)
 
     @classmethod
     def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
         degree, tp, stages = max(cls.degree(cfg, world, ranks_per_node), 1), tp_degree(cfg), _stages(cfg)
-        piped = stages > 1
+        piped, dims = stages > 1, inner_dims(cfg)
         return Layout(
             stages=stages,
-            replicate=max(world // tp // stages // degree, 1),
+            replicate=max(world // tp // stages // degree // inner_ranks(cfg), 1),
             shard=degree,
             tp=tp,
+            dims=dims,
             virtual=mesh.pieces(cfg) if piped else 1,
             v_shape=piped and SCHEDULES[str(cfg.parallelism.schedule)].pieces == "two",
         )
@@ -77,8 +80,10 @@ class Fsdp(ParallelismKind):
     @classmethod
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
         node, tp, par = node_size(cfg), tp_degree(cfg), cfg.parallelism
-        p = tp_problems(cfg, world)
-        dp = world // tp if not p else world  # the data-parallel ranks (of every stage) ...
+        p, inner = tp_problems(cfg, world), inner_ranks(cfg)
+        # the data-parallel ranks (of every stage, and of each position along the named dimensions,
+        # whose own rules judge whether they divide the world) ...
+        dp = world // tp // inner if not p and world % (tp * inner) == 0 else world
         if par.stages != 1:  # ... which a pipeline's stages divide (3-D: PP x FSDP x TP)
             piped, staged = mesh.stage_problems(cfg, dp)
             p += piped + staged

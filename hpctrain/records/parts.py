@@ -156,6 +156,9 @@ LAZY: dict[tuple[str, str], str] = {
 }
 
 
+_PACKAGES_READ: list[bool] = []
+
+
 def types(level: str) -> dict[str, type[Any]]:
     """The registered parts of `level`, the dimensions' packages' included, by key."""
     if LAZY:
@@ -167,6 +170,14 @@ def types(level: str) -> dict[str, type[Any]]:
             rest = [(k, c) for k, c in TYPES[lvl].items() if k != key]
             TYPES[lvl].clear()
             TYPES[lvl].update([(key, load(target)), *rest])
+    if not _PACKAGES_READ:  # the packages' parts (dimension_packages.py: <package>.figures:PARTS)
+        from hpctrain.dimension_packages import modules
+        from hpctrain.registry import load
+
+        _PACKAGES_READ.append(True)
+        for target in modules("figures", "PARTS").values():
+            for cls in load(target):
+                register_part(cls)
     return TYPES[level]
 
 

@@ -33,6 +33,7 @@ from hpctrain.train.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from hpctrain.engine.base import Engine
+    from hpctrain.train.dims import RankDimension
 
 
 class Common(TypedDict):
@@ -46,6 +47,7 @@ class Common(TypedDict):
     watch: Watchdog
     parameters: int
     delay_s: float
+    dims: tuple[RankDimension, ...]  # the rank sides of the layout's named dimensions (train/dims.py)
 
 
 @dataclass
@@ -114,6 +116,7 @@ def prepare(cfg: Config, engine: Engine, info: RankInfo, d: Derived, run_dir: Pa
         delay_s=cfg.debug.slow_s
         if info.rank == cfg.debug.slow_rank or info.hostname == cfg.debug.slow_node
         else 0.0,
+        dims=(),  # given by the layout's dimensions before the parallelism builds (parallel/dimensions.py)
     )
     sampler = partial(
         GlobalBatchSampler,

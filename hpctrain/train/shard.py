@@ -17,6 +17,7 @@ from torch import nn
 from hpctrain.config.split import shard_units
 from hpctrain.config.tp_plan import plan_for
 from hpctrain.engine.base import Sharding, TensorParallel
+from hpctrain.engine.fsdp_wrap import data_parallel_mesh
 from hpctrain.engine.ties import check_units
 from hpctrain.engine.tp_wrap import DIVIDE_HINT
 from hpctrain.engine.world import CommError
@@ -58,11 +59,12 @@ class ShardedTrainer(DataParallelTrainer):
         return out
 
     def figures(self) -> dict[str, dict[str, Any]]:
-        t = self.traffic
+        t, out = self.traffic, super().figures()
         if t is None:
-            return {}
+            return out
         return {
-            TensorRank.KEY: {"messages": t.messages, "bytes": t.allreduce_bytes, "comm_s": self.tp_replay_s}
+            **out,
+            TensorRank.KEY: {"messages": t.messages, "bytes": t.allreduce_bytes, "comm_s": self.tp_replay_s},
         }
 
     def after_training(
@@ -100,10 +102,11 @@ def sharded_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
         raise CommError(f"engine {engine.name} cannot shard a model")
     s.common["watch"].phase("comm", 0)  # sharding creates the mesh's process groups: every rank must arrive
     model, dp_mesh, tp_mesh = s.module, None, None
-    if layout.tp > 1:
+    if layout.tp > 1 or layout.inner > 1:  # the whole mesh; else the engine's replicate x shard
         mesh = device_mesh(s)
+        dp_mesh = data_parallel_mesh(mesh, layout)
+    if layout.tp > 1:
         model, tp_mesh = split(s, mesh["tp"]), mesh["tp"]
-        dp_mesh = mesh["shard"] if layout.replicate == 1 else mesh["replicate", "shard"]
     recompute_blocks(s)
     units = shard_units(cfg.model, list(cfg.parallelism.shard.modules))
     check_units(model, units)

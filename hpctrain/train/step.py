@@ -25,6 +25,7 @@ from torch import nn
 from hpctrain.config.schema import Config
 from hpctrain.engine.clock import Clock, Mark
 from hpctrain.train import checkpoint
+from hpctrain.train import dims as rank_dims
 from hpctrain.train.checkpoint import Weights
 from hpctrain.train.comm_probe import probe_allreduce
 from hpctrain.train.memory import held_bytes
@@ -36,6 +37,7 @@ from hpctrain.train.watchdog import Watchdog
 if TYPE_CHECKING:
     from hpctrain.engine.base import Engine
     from hpctrain.records import StepRecord
+    from hpctrain.train.dims import RankDimension
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class Trainer(ABC):
     watch: Watchdog  # told the phase of each step (stall detection)
     parameters: int  # of the whole model (a pipeline rank holds only its stage's)
     delay_s: float = 0.0  # debug.slow_rank: sleep before each backward pass (a straggler, for tests)
+    # the rank sides of the layout's named dimensions (train/dims.py): each step runs inside them
+    dims: tuple[RankDimension, ...] = ()
 
     @abstractmethod
     def train_step(self, b: StepInput) -> StepResult:
@@ -102,8 +106,9 @@ class Trainer(ABC):
     def figures(self) -> dict[str, dict[str, Any]]:
         """What this rank's dimensions measured once, by part key (records/parts.py's rank parts:
         a pipeline's stage and link, tensor parallelism's collectives); the means of the steps'
-        parts are added to them. Asked after training."""
-        return {}
+        parts are added to them. Asked after training, on every rank (a dimension's figures may
+        need its group)."""
+        return rank_dims.figures(self.dims)
 
     @abstractmethod
     def grad_tensors(self) -> int:
@@ -189,12 +194,13 @@ class DataParallelTrainer(Trainer):
         # small model on a GPU waits for the host (hpctrain bench overhead --device cuda).
         for i, (xs, ys) in enumerate(zip(b.x.chunk(acc), b.y.chunk(acc))):
             with engine.micro_batch(self.model, last=i == acc - 1):
-                with autocast(cfg.precision.name, self.device.type):
-                    loss = self.objective(self.model, xs, ys)
+                with autocast(cfg.precision.name, self.device.type), rank_dims.within(self.dims):
+                    loss = self.objective(self.model, xs, rank_dims.targets(self.dims, ys))
                     loss = loss / acc if acc > 1 else loss
                 if self.delay_s:
                     time.sleep(self.delay_s)
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
+                with rank_dims.within(self.dims):
+                    (self.scaler.scale(loss) if self.scaler else loss).backward()
             losses.append(loss.detach())
         loss_sum = losses[0] if acc == 1 else torch.stack(losses).sum()
         clock = self.clock

@@ -33,6 +33,7 @@ from hpctrain.config.split import (
 )
 from hpctrain.config.tp_plan import plan_for
 from hpctrain.engine.base import Sharding, TensorParallel
+from hpctrain.engine.fsdp_wrap import data_parallel_mesh
 from hpctrain.engine.ties import check_units, pipeline_ties, tied_groups
 from hpctrain.engine.tp_wrap import piece_plan
 from hpctrain.engine.world import CommError
@@ -111,13 +112,14 @@ def mesh_pipeline_trainer(s: Setup) -> tuple[MeshPipelineTrainer, checkpoint.Res
     mesh = _engine(s).device_mesh(layout)
     ties = tied_groups(s.module)  # before the pieces are split or sharded: then still one tensor
     pieces, piece_names = my_pieces(s)
+    dp_mesh = data_parallel_mesh(mesh, layout, two_d=True) if layout.replicas * layout.inner > 1 else None
     for piece in pieces:
         if layout.tp > 1:
             split_piece(s, piece, mesh["tp"])
         if cfg.model.activation_checkpointing:
             checkpoint_blocks(piece, [n for n in declared_checkpoint_blocks(cfg.model) if n in piece.order])
-        if layout.replicas > 1:
-            shard_piece(s, piece, mesh["replicate", "shard"])
+        if dp_mesh is not None:
+            shard_piece(s, piece, dp_mesh)
     held = _whole_named(pieces)
     s.materialize(held)
     spans = pipeline_ties(ties, piece_names, dict(zip(layout.pieces_of(rank), pieces)), layout, rank)

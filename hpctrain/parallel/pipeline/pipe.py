@@ -25,9 +25,7 @@ from hpctrain.config.layout import SCHEDULES, Layout
 from hpctrain.config.schema import Config
 from hpctrain.config.split import split_points
 from hpctrain.engine.clock import Clock, Mark, clock_for
-from hpctrain.engine.device import init_process_group
 from hpctrain.engine.ties import PipelineTies, pipeline_ties, retie, tied_groups
-from hpctrain.engine.world import export_torch_env
 from hpctrain.parallel.pipeline.p2p import Meter, install, measure_link
 from hpctrain.train.modules import SplitError
 from hpctrain.train.objective import Objective
@@ -82,14 +80,6 @@ class Pipe:
     @property
     def last(self) -> bool:
         return self.rank == self.last_rank
-
-
-def ensure_process_group(device: torch.device, rendezvous_s: float = 0.0) -> None:
-    """Point-to-point transfers go over torch.distributed whatever the engine (Horovod has none);
-    the ranks meet within `rendezvous_s` (engine/rendezvous.py; 0: torch's own wait)."""
-    if not dist.is_initialized():
-        export_torch_env()
-        init_process_group(device, rendezvous_s)
 
 
 def make_groups(layout: Layout, rank: int) -> tuple[Any, Any]:

@@ -10,12 +10,12 @@ import torch
 from torch import nn
 
 from hpctrain.engine.base import StageReplicas
+from hpctrain.engine.device import ensure_process_group
 from hpctrain.engine.world import CommError
 from hpctrain.parallel.pipeline.pipe import (
     StageOptimizer,
     StageWeights,
     build_pipe,
-    ensure_process_group,
     make_groups,
     pieces_for,
 )

@@ -25,6 +25,7 @@ from hpctrain.engine.ties import PipelineTies
 from hpctrain.parallel.pipeline.figures import PipelineRank, PipelineStep
 from hpctrain.parallel.pipeline.pipe import Pipe, StageOptimizer, merge_states
 from hpctrain.train import checkpoint
+from hpctrain.train import dims as rank_dims
 from hpctrain.train.precision import autocast
 from hpctrain.train.step import StepInput, StepResult, Trainer
 
@@ -45,9 +46,10 @@ class PipelineTrainer(Trainer):
         # the first stage takes the batch, the last the targets (its loss's; with loss=model the
         # model's forward takes them too, as a keyword to the piece that computes the loss)
         args = (b.x,) if pipe.first else ()
-        kwargs = {pipe.targets_kw: b.y} if pipe.targets_kw else {}
-        target = b.y if pipe.last else None
-        with autocast(cfg.precision.name, self.device.type):
+        y = rank_dims.targets(self.dims, b.y)  # this rank's share of them (context parallelism's)
+        kwargs = {pipe.targets_kw: y} if pipe.targets_kw else {}
+        target = y if pipe.last else None
+        with autocast(cfg.precision.name, self.device.type), rank_dims.within(self.dims):
             pipe.schedule.step(*args, target=target, losses=losses, return_outputs=False, **kwargs)
         sched = clock.mark()
         # every rank of the pipeline logs the loss its last stage computed (micro-batch losses
@@ -90,11 +92,12 @@ class PipelineTrainer(Trainer):
     def figures(self) -> dict[str, dict[str, Any]]:
         link = self.pipe.meter.link
         return {
+            **super().figures(),
             PipelineRank.KEY: {
                 "stage": self.pipe.stage,
                 "p2p_alpha_s": link.alpha_s,
                 "p2p_beta_s_per_byte": link.beta_s_per_byte,
-            }
+            },
         }
 
     def grad_tensors(self) -> int:
