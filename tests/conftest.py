@@ -281,6 +281,20 @@ def weights(run_dir: Path) -> dict[str, Any]:
     return torch.load(run_dir / "model.pt", map_location="cpu")
 
 
+def assert_resumes_on_one_rank(tmp: Path, saved: Path, reference: Path, *model: str) -> str:
+    """`saved` (a checkpoint at step 4) resumed on one rank under Horovod with the whole batch of
+    32 ends on `reference`'s weights; what the run printed."""
+    one = tmp / "one"
+    r = hpctrain(
+        "run", "--no-progress", f"run.dir={one}", *model, "cluster.ranks=1", "train.batch_per_rank=32",
+        "parallelism.engine=horovod", f"train.resume_from={saved}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "at step 4" in r.stdout, r.stdout
+    assert_same_weights(reference, one, rtol=1e-5, atol=1e-6)
+    return r.stdout
+
+
 def assert_same_weights(a: Path, b: Path, rtol: float, atol: float) -> None:
     import torch
 

@@ -66,8 +66,8 @@ def describe(layout: Layout, ranks_per_node: int) -> list[str]:
 
 
 def describe_mesh(layout: Layout, ranks_per_node: int) -> list[str]:
-    """The plan's lines: per node, which rank holds which shard (and tensor-parallel slice) of
-    which replica group."""
+    """The plan's lines: per node, which rank holds which shard (and position along the named
+    dimensions, and tensor-parallel slice) of which replica group."""
     lines, world = [], layout.world_size
     for node in range((world + ranks_per_node - 1) // ranks_per_node):
         ranks = range(node * ranks_per_node, min((node + 1) * ranks_per_node, world))
@@ -77,6 +77,9 @@ def describe_mesh(layout: Layout, ranks_per_node: int) -> list[str]:
 
 def _held(layout: Layout, r: int) -> str:
     parts = [f"tp {layout.tp_of(r)}/{layout.tp}"] if layout.tp > 1 else []
+    parts += [
+        f"{name} {layout.dim_of(name, r)}/{n}" for name, n in reversed(layout.dims.items())
+    ]  # innermost first
     if layout.shard > 1 or not parts:
         parts.append(f"shard {layout.shard_of(r)}/{layout.shard}")
     group = f" of group {layout.group_of(r)}" if layout.replicate > 1 else ""

@@ -160,7 +160,12 @@ def pipeline_ties(
     import torch.distributed as dist
 
     out = PipelineTies()
-    pipelines = [layout.pipeline_ranks(r, t) for r in range(layout.replicas) for t in range(layout.tp)]
+    pipelines = [  # one per replica, position along the named dimensions and tensor-parallel rank
+        layout.pipeline_ranks(r, t, i)
+        for r in range(layout.replicas)
+        for i in range(layout.inner)
+        for t in range(layout.tp)
+    ]
     for tie in ties:
         pieces = [k for k, names in enumerate(piece_names) if names & set(tie)]
         if len(pieces) < 2:

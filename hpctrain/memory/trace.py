@@ -141,7 +141,7 @@ def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any])
     if cfg.model.activation_checkpointing:  # the blocks (or patterns: transformer.h.*) this piece holds
         blocks = declared_checkpoint_blocks(cfg.model)
         checkpoint_blocks(piece, [b for b in blocks if any(fnmatch.fnmatchcase(n, b) for n in names)])
-    if layout.shard * layout.inner > 1:
+    if layout.shard > 1:
         units = units_within(cfg.model, list(cfg.parallelism.shard.modules), set(names))
         shard_model(cfg.parallelism.shard, cfg.precision.name, piece, meshes["dp"], units, HostClock())
 

@@ -107,6 +107,12 @@ class Fsdp(ParallelismKind):
             f"{cls.name}: mesh {layout.replicate} replica group(s) x {layout.shard} shards; shards "
             f"{what}; reshard_after_forward={sh.reshard_after_forward}"
             + ("; parameters and optimizer state offloaded to host memory" if sh.cpu_offload else "")
+            + (
+                f"; sharded over each shard's {layout.inner} ranks along {' x '.join(layout.dims)} too "
+                f"({layout.shard * layout.inner} ranks a group)"
+                if layout.inner > 1
+                else ""
+            )
         )
         tp = [tp_note(cfg)] if layout.tp > 1 else []
         pp = [mesh.stage_note(cfg, layout)] if layout.pipelined else []

@@ -1,7 +1,8 @@
 """A dimension's rank side (parallel/dimensions.py: Dimension.rank_side): what a rank does for a
 dimension of the layout that the parallelism does not know of (context parallelism). It wraps the
 whole model before the parallelism splits, shards or cuts it, and every step's forward and backward
-run inside it, with its targets; its figures join the rank's summary (records/parts.py)."""
+run inside it, with its targets; what it measures joins the step's and the rank's records
+(records/parts.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
+import torch
 from torch import nn
 
 
@@ -22,13 +24,26 @@ class RankDimension(Protocol):
     def targets(self, y: Any) -> Any:
         """The targets of this rank's share of the batch (the whole batch's as given)."""
 
+    def loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The step's loss as the whole batch's, from this rank's (its share's mean)."""
+
+    def step_part(self) -> dict[str, Any]:
+        """What it measured in the step just ended, by step part key (records/parts.py)."""
+
     def figures(self) -> dict[str, dict[str, Any]]:
-        """What it measured, by rank part key (collective: every rank asks, after training)."""
+        """What it measured once, by rank part key (collective: every rank asks, after training)."""
+
+
+_NOTHING = contextlib.nullcontext()  # reusable: a step without named dimensions builds nothing
+
+
+def within(dims: Sequence[RankDimension]) -> contextlib.AbstractContextManager[Any]:
+    """Inside every dimension's `within`, the first outermost."""
+    return _within(dims) if dims else _NOTHING
 
 
 @contextlib.contextmanager
-def within(dims: Sequence[RankDimension]) -> Iterator[None]:
-    """Inside every dimension's `within`, the first outermost."""
+def _within(dims: Sequence[RankDimension]) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         for d in dims:
             stack.enter_context(d.within())
@@ -36,9 +51,23 @@ def within(dims: Sequence[RankDimension]) -> Iterator[None]:
 
 
 def targets(dims: Sequence[RankDimension], y: Any) -> Any:
+    """This rank's share of the targets (each dimension's in turn)."""
     for d in dims:
         y = d.targets(y)
     return y
+
+
+def loss(dims: Sequence[RankDimension], value: torch.Tensor) -> torch.Tensor:
+    for d in dims:
+        value = d.loss(value)
+    return value
+
+
+def step_parts(dims: Sequence[RankDimension]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for d in dims:
+        out.update(d.step_part())
+    return out
 
 
 def figures(dims: Sequence[RankDimension]) -> dict[str, dict[str, Any]]:

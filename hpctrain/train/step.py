@@ -212,7 +212,9 @@ class DataParallelTrainer(Trainer):
         waited = self._waited(ready, backward)
         compute = clock.seconds(b.start, backward) - waited + clock.seconds(comm, end)
         comm_s = waited + clock.seconds(backward, comm)
-        return StepResult(float(loss_sum), compute, comm_s, t_end, began, self._agreed(vote))
+        parts = rank_dims.step_parts(self.dims)
+        loss_sum = rank_dims.loss(self.dims, loss_sum) if self.dims else loss_sum
+        return StepResult(float(loss_sum), compute, comm_s, t_end, began, self._agreed(vote), parts)
 
     def train_mode(self) -> None:
         self.model.train()

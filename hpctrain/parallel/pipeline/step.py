@@ -71,6 +71,7 @@ class PipelineTrainer(Trainer):
         compute = pipe.tally.compute_s()
         waited = self._waited(ready, pipe.tally.backward_end or b.start)  # DDP waits in the last chunk
         drain, schedule = clock.seconds(averaged, comm), clock.seconds(b.start, sched)
+        loss = rank_dims.loss(self.dims, loss) if self.dims else loss
         return StepResult(
             float(loss),
             compute - waited + clock.seconds(comm, end),
@@ -85,7 +86,8 @@ class PipelineTrainer(Trainer):
                     schedule_s=max(0.0, schedule - compute - traffic.wait_s),
                     p2p_bytes=traffic.bytes,
                     pipe_s=schedule + drain,
-                )
+                ),
+                **rank_dims.step_parts(self.dims),
             },
         )
 
