@@ -12,7 +12,9 @@ Each entry is (the package, the key of its parts in the records)."""
 
 from __future__ import annotations
 
-PACKAGES: dict[str, tuple[str, str]] = {}
+PACKAGES: dict[str, tuple[str, str]] = {
+    "cp": ("hpctrain.parallel.context", "context"),
+}
 
 
 def modules(module: str, attr: str) -> dict[str, str]:

@@ -118,6 +118,8 @@ CELLS = {
     # Horovod's own hybrid (its process sets) runs on the MLP in tests/mpi/test_pipeline.py;
     # here the tie's sum after DDP's stage replicas averaged (Horovod spins a core per rank meanwhile)
     "hybrid": ("gpt-sgd", [*GPT, *SGD, *DDP, "parallelism=hybrid", "parallelism.split_at=[transformer.h.1]"], 4),
+    # context parallelism: the sequence split at the first block; AdamW, the tie and the model's own loss
+    "cp2-horovod": ("gpt-adamw", [*GPT, *ADAMW, "parallelism.engine=horovod", "parallelism.cp.degree=2", "parallelism.cp.split_at=transformer.h.0"], 2),
 }  # fmt: skip
 
 

@@ -117,7 +117,10 @@ def test_unknown_top_level_key() -> None:
     ("override", "said"),
     [
         ("engine=ddp", "did you mean parallelism.engine=...?"),
-        ("degree=2", "did you mean parallelism.shard.degree=... or parallelism.tp.degree=...?"),
+        (
+            "degree=2",
+            "did you mean parallelism.shard.degree=... or parallelism.tp.degree=... or parallelism.cp.degree=...?",
+        ),
         ("partition=gpu", "did you mean cluster.partition=...?"),  # a cluster schema's key
         ("+ranks=4", "cluster.ranks=..."),  # forced in with +: the same hint
         ("model.steps=3", "did you mean train.steps=... or study.steps=... or profile.steps=...?"),

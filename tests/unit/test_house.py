@@ -156,7 +156,9 @@ PACKAGES_WITH_DOORS = {
         "analysis/study_parts.py",  # the study views' registry: its report by name
         "analysis/part_rows.py",  # the summary rows' registry: its report by name
         "bench/pipeline.py",  # its benchmark: a command, above the package's layer
-    )
+    ),
+    # registered by one line, and found by every layer through it (docs/contributing.md)
+    "parallel/context": ("dimension_packages.py",),
 }
 
 
@@ -180,7 +182,8 @@ def _imported(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_a_dimension_package_is_imported_only_through_its_doors() -> None:
     """No module outside parallel/pipeline/ imports a module of it but the registry and the shared
-    mesh: the pipeline's plan, rank side and records live in one place (issue 73)."""
+    mesh: the pipeline's plan, rank side and records live in one place (issue 73); context
+    parallelism's package is named by its registration line alone."""
     found = []
     for package, doors in PACKAGES_WITH_DOORS.items():
         dotted = "hpctrain." + package.replace("/", ".")
@@ -213,6 +216,7 @@ def test_the_house_test_sees_each_way_of_importing_a_module() -> None:
 # its own package or module, the dimensions' registry, and the parts' records
 DIMENSION_NAMED_IN = (
     "parallel/pipeline/",
+    "parallel/context/",
     "parallel/tensor.py",
     "parallel/dimensions.py",
     "records/parts.py",
@@ -222,9 +226,11 @@ DIMENSION_NAMED_IN = (
 def test_no_code_branches_on_a_dimensions_name() -> None:
     """A dimension is asked (parallel/dimensions.py), never named: a comparison with its mesh
     name or its part's key outside its package is a branch that a new dimension would miss (issue 73)."""
+    from hpctrain.dimension_packages import PACKAGES
     from hpctrain.parallel.dimensions import DIMENSIONS
     from hpctrain.parallel.pipeline.figures import PipelineFigures
     from hpctrain.records.parts import TensorFigures
 
-    found = _comparisons_with(set(DIMENSIONS) | {PipelineFigures.KEY, TensorFigures.KEY}, DIMENSION_NAMED_IN)
+    keys = {PipelineFigures.KEY, TensorFigures.KEY} | {key for _, key in PACKAGES.values()}
+    found = _comparisons_with(set(DIMENSIONS) | keys, DIMENSION_NAMED_IN)
     assert not found, "ask the dimension instead of naming it: " + "; ".join(found)

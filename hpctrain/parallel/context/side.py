@@ -1,0 +1,161 @@
+"""Context parallelism on a rank (train/dims.py's RankDimension): the sequence split at the input
+of the module the settings name, attention through the group's exchange in every step, the
+exchange counted, and sent again alone after training to time it."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hpctrain.engine.device import current_device, ensure_process_group
+from hpctrain.parallel.context.attention import (
+    ContextError,
+    GatheredAttention,
+    ring_attention,
+    ring_available,
+)
+from hpctrain.parallel.context.figures import KEY, ContextStep
+from hpctrain.parallel.context.rules import split_at
+from hpctrain.parallel.context.zigzag import take
+
+if TYPE_CHECKING:
+    from hpctrain.config.schema import Config
+    from hpctrain.records import Layout
+
+REFUSED = (nn.MultiheadAttention,)  # attention that does not go through F.scaled_dot_product_attention
+
+
+def group_ranks(layout: Layout, rank: int) -> list[int]:
+    """The ranks along "cp" with `rank`: all its other coordinates the same."""
+    names = list(layout.dims)
+    stride = layout.tp * math.prod(layout.dims[n] for n in names[names.index("cp") + 1 :])
+    base = rank - layout.dim_of("cp", rank) * stride
+    return [base + k * stride for k in range(layout.dims["cp"])]
+
+
+class ContextSide:
+    def __init__(self, cfg: Config, layout: Layout, rank: int) -> None:
+        self.cfg, self.layout, self.rank = cfg, layout, rank
+        self.n, self.index = layout.dims["cp"], layout.dim_of("cp", rank)
+        self.split = split_at(cfg)
+        self.group: Any = None
+        self.exchanges, self.kv_bytes, self.sizes = 0, 0.0, list[tuple[tuple[int, ...], torch.dtype]]()
+        self.last: list[tuple[tuple[int, ...], torch.dtype]] = []
+        self.steps = 0
+
+    # --- the model ----------------------------------------------------------------------------
+    def wrap(self, module: nn.Module) -> None:
+        refused = [n or "the model" for n, m in module.named_modules() if isinstance(m, REFUSED)]
+        if refused:
+            raise ContextError(
+                f"parallelism.cp.degree: {', '.join(refused)} compute attention without "
+                "F.scaled_dot_product_attention, which context parallelism splits; call it in your "
+                "attention module (torch.nn.functional.scaled_dot_product_attention), or drop parallelism.cp"
+            )
+        try:
+            target = module.get_submodule(self.split)
+        except AttributeError:
+            names = [n for n, _ in module.named_modules() if n and n.count(".") < 3]
+            raise ContextError(
+                f"parallelism.cp.split_at: the model has no module {self.split!r}; name the one whose "
+                f"input is (batch, sequence, ...), e.g. its first block; its modules: {', '.join(names[:24])}"
+            ) from None
+        target.register_forward_pre_hook(self._split_input, with_kwargs=True)
+        self._make_group()
+
+    def _make_group(self) -> None:
+        """Every rank creates every cp group, in the same order (torch.distributed's rule)."""
+        ensure_process_group(current_device(str(self.cfg.train.device)), self.cfg.train.stall_timeout_s)
+        for r in range(self.layout.world_size):
+            if self.layout.dim_of("cp", r) == 0:
+                ranks = group_ranks(self.layout, r)
+                g = dist.new_group(ranks)
+                if self.rank in ranks:
+                    self.group = g
+
+    def _split_input(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[1] % (2 * self.n):
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ContextError(
+                f"parallelism.cp.split_at: the input of {self.split!r} is {shape}, not (batch, sequence, "
+                f"...) with a sequence of a multiple of {2 * self.n} tokens; name the module whose input is"
+            )
+        return (take(x, self.n, self.index, 1), *args[1:]), kwargs
+
+    # --- every step ---------------------------------------------------------------------------
+    def within(self) -> contextlib.AbstractContextManager[None]:
+        if current_device(str(self.cfg.train.device)).type == "cuda" and ring_available():
+            from torch.distributed.device_mesh import DeviceMesh
+
+            return ring_attention(DeviceMesh.from_group(self.group, "cuda"), self._log)
+        return GatheredAttention(self.group, self.n, self.index, self._log)
+
+    def targets(self, y: Any) -> Any:
+        if not isinstance(y, torch.Tensor) or y.dim() < 2 or y.shape[1] % (2 * self.n):
+            shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+            raise ContextError(
+                f"parallelism.cp.degree: the targets are {shape}, not (batch, sequence) with a sequence of "
+                f"a multiple of {2 * self.n}: context parallelism splits them as it splits the sequence"
+            )
+        return take(y, self.n, self.index, 1)
+
+    def loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The mean of the group's (each the mean of an equal share of the sequence's tokens)."""
+        whole = loss.detach().clone()
+        dist.all_reduce(whole, group=self.group)
+        return whole / self.n
+
+    def _log(self, t: torch.Tensor) -> None:
+        """K or V of one attention call: received from the n-1 others forward, its gradient's
+        shares sent back to them backward."""
+        self.exchanges += 1
+        self.kv_bytes += 2 * (self.n - 1) * t.numel() * t.element_size()
+        self.sizes.append((tuple(t.shape), t.dtype))
+
+    def step_part(self) -> dict[str, Any]:
+        if self.steps == 0 and self.exchanges == 0 and not self.layout.pipelined:
+            raise ContextError(
+                f"parallelism.cp.degree: nothing after {self.split!r} called F.scaled_dot_product_attention, "
+                "so attention would see only this rank's share of the sequence; call it in your attention "
+                "module, or name in parallelism.cp.split_at a module before it"
+            )
+        out = {KEY: ContextStep(exchanges=self.exchanges, kv_bytes=self.kv_bytes)}
+        self.steps += 1
+        self.last, self.sizes, self.exchanges, self.kv_bytes = self.sizes, [], 0, 0.0
+        return out
+
+    def figures(self) -> dict[str, dict[str, Any]]:
+        """The last step's exchanges sent again alone: an all-gather and a reduce-scatter of each
+        K and V (collective over the group: every rank asks after training)."""
+        return {
+            KEY: {"comm_s": replay(self.last, self.n, self.group, current_device(str(self.cfg.train.device)))}
+        }
+
+
+def replay(
+    sizes: list[tuple[tuple[int, ...], torch.dtype]], n: int, group: Any, device: torch.device
+) -> float:
+    """Seconds one step's exchanges take alone (the best of three, after one to warm up)."""
+    if not sizes:
+        return 0.0
+    tensors = [torch.zeros(s, dtype=d, device=device).movedim(2, 0).contiguous() for s, d in sizes]
+    whole = [t.new_empty((n * t.shape[0], *t.shape[1:])) for t in tensors]
+    best = float("inf")
+    for i in range(4):
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        for t, w in zip(tensors, whole):
+            dist.all_gather_single(w, t, group=group)
+            dist.reduce_scatter_single(t, w, group=group)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i:
+            best = min(best, time.perf_counter() - start)
+    return best
