@@ -179,7 +179,7 @@ def test_the_summary_row_says_what_the_exchange_costs_of_the_step() -> None:
         "step",
         "context-parallel K/V exchange (alone)",
         "3.00 ms",
-        "30.0% (4 per step, 1.00 MiB)",
+        "30.0% (4 collectives per step, 1.00 MiB)",
     )
     assert rows[1][0] == "advice" and "costs 30% of the step" in rows[1][1]
     calm = dataclasses.replace(s, parts=Parts(context=ContextFigures(degree=2, comm_s=0.001, share=0.1)))

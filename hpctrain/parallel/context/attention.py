@@ -31,7 +31,9 @@ class ContextError(HpctrainError):
     quiet = True  # the message names the module, the key and the fix; a rank's stack would not help
 
 
-Log = Callable[[torch.Tensor], None]  # told of each K or V this rank exchanges
+# told of each collective of K or V (or their gradients): "gather" forward, "scatter" backward,
+# and this rank's share's shape and dtype
+Log = Callable[[str, torch.Size, torch.dtype], None]
 # torch's own function, kept before ring attention's monkey patch replaces F's attribute
 SDPA = F.scaled_dot_product_attention
 
@@ -41,36 +43,60 @@ class _Gather(torch.autograd.Function):
     sequence; its gradient reduce-scattered back to each share's rank."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, group: Any, n: int) -> torch.Tensor:
-        ctx.group, ctx.n = group, n
+    def forward(ctx: Any, x: torch.Tensor, group: Any, n: int, log: Log) -> torch.Tensor:
+        ctx.group, ctx.n, ctx.log = group, n, log
+        log("gather", x.shape, x.dtype)
         local = x.movedim(2, 0).contiguous()  # the collective concatenates along dim 0
         out = local.new_empty((n * local.shape[0], *local.shape[1:]))
         dist.all_gather_single(out, local, group=group)
         return out.movedim(0, 2)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         whole = grad.movedim(2, 0).contiguous()
         out = whole.new_empty((whole.shape[0] // ctx.n, *whole.shape[1:]))
         dist.reduce_scatter_single(out, whole, group=ctx.group)
-        return out.movedim(0, 2), None, None
+        mine = out.movedim(0, 2)
+        ctx.log("scatter", mine.shape, mine.dtype)
+        return mine, None, None, None
 
 
-def gather(x: torch.Tensor, group: Any, n: int) -> torch.Tensor:
-    return _Gather.apply(x, group, n)
+def gather(x: torch.Tensor, group: Any, n: int, log: Log) -> torch.Tensor:
+    return _Gather.apply(x, group, n, log)
 
 
 class GatheredAttention(TorchFunctionMode):
-    """F.scaled_dot_product_attention over the group's gathered K and V (what a step's forward
-    runs inside on CPUs); every other function as it is."""
+    """F.scaled_dot_product_attention over the group's gathered K and V (what a step's forward and
+    backward run inside on CPUs); every other function as it is. Two ways in, as one: F's
+    attribute is replaced for the duration, which is what a block recomputed in the backward pass
+    calls (torch function modes are not in force there, and a recomputation that attended
+    differently would fail torch's checkpoint check), and the mode catches a call of torch's own
+    function bound before (from torch.nn.functional import scaled_dot_product_attention)."""
 
     def __init__(self, group: Any, n: int, index: int, log: Log) -> None:
         super().__init__()
         self.group, self.n, self.index, self.log = group, n, index, log
+        self.inside = 0  # in `attend` through F's attribute: the mode lets its inner call pass
+
+    def __enter__(self) -> GatheredAttention:
+        F.scaled_dot_product_attention = self.patched
+        super().__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        F.scaled_dot_product_attention = SDPA
+        super().__exit__(*exc)
+
+    def patched(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        self.inside += 1
+        try:
+            return self.attend(*args, **kwargs)
+        finally:
+            self.inside -= 1
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func is not SDPA:
+        if func is not SDPA or self.inside:
             return func(*args, **kwargs)
         return self.attend(*args, **kwargs)
 
@@ -89,9 +115,7 @@ class GatheredAttention(TorchFunctionMode):
                 "context parallelism splits the sequence; an attention mask of the whole sequence "
                 "cannot be split with it (is_causal=True, or no mask, can)"
             )
-        self.log(k)
-        self.log(v)
-        keys, values = gather(k, self.group, self.n), gather(v, self.group, self.n)
+        keys, values = gather(k, self.group, self.n, self.log), gather(v, self.group, self.n, self.log)
         mask = None
         if is_causal:  # each query sees the keys at its position or before it
             mask = causal_mask(q.shape[-2] * self.n, self.n, self.index).to(q.device)
@@ -99,7 +123,9 @@ class GatheredAttention(TorchFunctionMode):
 
 
 class _Counted(TorchFunctionMode):
-    """Tells `log` of the K and V each attention call passes around the ring (CUDA)."""
+    """Tells `log` of the K and V each attention call passes around the ring (CUDA), as the
+    gathers and scatters they equal: each rank receives the others' shares forward, and their
+    gradients go back backward (torch's ring moves K and V, and dK and dV, n-1 times)."""
 
     def __init__(self, log: Log) -> None:
         super().__init__()
@@ -109,7 +135,9 @@ class _Counted(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is SDPA and len(args) >= 3:
             for t in args[1:3]:
-                self.log(t.to_local() if hasattr(t, "to_local") else t)
+                local = t.to_local() if hasattr(t, "to_local") else t
+                self.log("gather", local.shape, local.dtype)
+                self.log("scatter", local.shape, local.dtype)
         return func(*args, **kwargs)
 
 

@@ -15,8 +15,9 @@ KEY = "context"
 
 @dataclass(frozen=True)
 class ContextStep:
-    """One step's exchanges of K and V (each attention call's all-gather forward and its
-    reduce-scatter backward; a ring's passes on CUDA), and the bytes this rank received of them."""
+    """One step's collectives of K and V: each attention call's all-gather of them forward (again
+    where its block is recomputed) and the reduce-scatter of their gradients backward (on CUDA, a
+    ring's passes counted as these), and the bytes this rank received and sent in them."""
 
     KEY: ClassVar[str] = KEY
     LEVEL: ClassVar[str] = "step"

@@ -23,7 +23,7 @@ def report_rows(s: RunSummary) -> list[tuple[str, str, str, str]]:
             "step",
             "context-parallel K/V exchange (alone)",
             f"{1e3 * f.comm_s:.2f} ms",
-            share + f"({f.exchanges:.0f} per step, {f.kv_bytes / 2**20:.2f} MiB)",
+            share + f"({f.exchanges:.0f} collectives per step, {f.kv_bytes / 2**20:.2f} MiB)",
         )
     ]
     if f.share > ADVISE_ABOVE:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from hpctrain.records import Layout
 
 REFUSED = (nn.MultiheadAttention,)  # attention that does not go through F.scaled_dot_product_attention
+Size = tuple[str, tuple[int, ...], torch.dtype]  # ("gather" | "scatter", a share's shape, dtype)
 
 
 def group_ranks(layout: Layout, rank: int) -> list[int]:
@@ -45,8 +47,11 @@ class ContextSide:
         self.n, self.index = layout.dims["cp"], layout.dim_of("cp", rank)
         self.split = split_at(cfg)
         self.group: Any = None
-        self.exchanges, self.kv_bytes, self.sizes = 0, 0.0, list[tuple[tuple[int, ...], torch.dtype]]()
-        self.last: list[tuple[tuple[int, ...], torch.dtype]] = []
+        self.mesh: Any = None  # the group as a 1-D device mesh (torch's ring attention takes one)
+        self.device: torch.device | None = None
+        self.exchanges, self.kv_bytes = 0, 0.0
+        self.sizes: list[Size] = []  # this step's exchanged K and V
+        self.last: list[Size] = []  # the last whole step's: what figures() sends again
         self.steps = 0
 
     # --- the model ----------------------------------------------------------------------------
@@ -71,7 +76,9 @@ class ContextSide:
 
     def _make_group(self) -> None:
         """Every rank creates every cp group, in the same order (torch.distributed's rule)."""
-        ensure_process_group(current_device(str(self.cfg.train.device)), self.cfg.train.stall_timeout_s)
+        self.device = current_device(str(self.cfg.train.device)) if not dist.is_initialized() else None
+        if self.device is not None:  # Horovod made none (the memory trace's fake world is one)
+            ensure_process_group(self.device, self.cfg.train.stall_timeout_s)
         for r in range(self.layout.world_size):
             if self.layout.dim_of("cp", r) == 0:
                 ranks = group_ranks(self.layout, r)
@@ -91,11 +98,26 @@ class ContextSide:
 
     # --- every step ---------------------------------------------------------------------------
     def within(self) -> contextlib.AbstractContextManager[None]:
-        if current_device(str(self.cfg.train.device)).type == "cuda" and ring_available():
-            from torch.distributed.device_mesh import DeviceMesh
+        if self._ring():
+            return ring_attention(self.mesh, self._log)
+        return _gathered(GatheredAttention(self.group, self.n, self.index, self._log))
 
-            return ring_attention(DeviceMesh.from_group(self.group, "cuda"), self._log)
-        return GatheredAttention(self.group, self.n, self.index, self._log)
+    def _ring(self) -> bool:
+        """torch's ring attention: on CUDA, where this torch has it (asked once)."""
+        if self.mesh is None:
+            cuda = self._device().type == "cuda" and ring_available()
+            if cuda:
+                from torch.distributed.device_mesh import DeviceMesh
+
+                self.mesh = DeviceMesh.from_group(self.group, "cuda")
+            else:
+                self.mesh = False
+        return self.mesh is not False
+
+    def _device(self) -> torch.device:
+        if self.device is None:
+            self.device = current_device(str(self.cfg.train.device))
+        return self.device
 
     def targets(self, y: Any) -> Any:
         if not isinstance(y, torch.Tensor) or y.dim() < 2 or y.shape[1] % (2 * self.n):
@@ -112,12 +134,12 @@ class ContextSide:
         dist.all_reduce(whole, group=self.group)
         return whole / self.n
 
-    def _log(self, t: torch.Tensor) -> None:
-        """K or V of one attention call: received from the n-1 others forward, its gradient's
-        shares sent back to them backward."""
+    def _log(self, op: str, shape: torch.Size, dtype: torch.dtype) -> None:
+        """One collective of K or V (or their gradients): this rank receives the n-1 others'
+        shares (a gather) or sends them theirs (a scatter)."""
         self.exchanges += 1
-        self.kv_bytes += 2 * (self.n - 1) * t.numel() * t.element_size()
-        self.sizes.append((tuple(t.shape), t.dtype))
+        self.kv_bytes += (self.n - 1) * math.prod(shape) * dtype.itemsize
+        self.sizes.append((op, tuple(shape), dtype))
 
     def step_part(self) -> dict[str, Any]:
         if self.steps == 0 and self.exchanges == 0 and not self.layout.pipelined:
@@ -134,26 +156,31 @@ class ContextSide:
     def figures(self) -> dict[str, dict[str, Any]]:
         """The last step's exchanges sent again alone: an all-gather and a reduce-scatter of each
         K and V (collective over the group: every rank asks after training)."""
-        return {
-            KEY: {"comm_s": replay(self.last, self.n, self.group, current_device(str(self.cfg.train.device)))}
-        }
+        return {KEY: {"comm_s": replay(self.last, self.n, self.group, self._device())}}
 
 
-def replay(
-    sizes: list[tuple[tuple[int, ...], torch.dtype]], n: int, group: Any, device: torch.device
-) -> float:
-    """Seconds one step's exchanges take alone (the best of three, after one to warm up)."""
+@contextlib.contextmanager
+def _gathered(mode: GatheredAttention) -> Iterator[None]:
+    with mode:
+        yield
+
+
+def replay(sizes: list[Size], n: int, group: Any, device: torch.device) -> float:
+    """Seconds one step's collectives take alone, each as it ran (the best of three, after one to
+    warm up)."""
     if not sizes:
         return 0.0
-    tensors = [torch.zeros(s, dtype=d, device=device).movedim(2, 0).contiguous() for s, d in sizes]
-    whole = [t.new_empty((n * t.shape[0], *t.shape[1:])) for t in tensors]
+    mine = [(op, torch.zeros(s, dtype=d, device=device).movedim(2, 0).contiguous()) for op, s, d in sizes]
+    work = [(op, t, t.new_empty((n * t.shape[0], *t.shape[1:]))) for op, t in mine]
     best = float("inf")
     for i in range(4):
         dist.barrier(group=group)
         start = time.perf_counter()
-        for t, w in zip(tensors, whole):
-            dist.all_gather_single(w, t, group=group)
-            dist.reduce_scatter_single(t, w, group=group)
+        for op, t, whole in work:
+            if op == "gather":
+                dist.all_gather_single(whole, t, group=group)
+            else:
+                dist.reduce_scatter_single(t, whole, group=group)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         if i:
