@@ -185,3 +185,11 @@ def test_the_summary_row_says_what_the_exchange_costs_of_the_step() -> None:
     calm = dataclasses.replace(s, parts=Parts(context=ContextFigures(degree=2, comm_s=0.001, share=0.1)))
     assert report_rows(calm)[1:] == []  # no advice below a quarter of the step
     assert f.mesh_dim() == (False, 2, "cp 2")
+
+
+def test_a_studys_points_table_has_the_exchanges_share_of_the_step() -> None:
+    from hpctrain.parallel.context.report import STUDY
+
+    assert STUDY.columns == ("K/V exch.",)
+    assert STUDY.cells({"kv_s": 0.002}, 0.010) == ["20.0%"]
+    assert STUDY.cells({}, 0.010) == ["-"]  # a point without context parallelism

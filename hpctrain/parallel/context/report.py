@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from statistics import fmean
 
 from hpctrain.analysis.study_parts import StudyPart
 from hpctrain.parallel.context.figures import ContextFigures
@@ -39,9 +41,21 @@ def report_rows(s: RunSummary) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def point_figures(runs: Sequence[RunSummary], step_s: float) -> dict[str, float]:
+    """A point's K/V exchange per step (alone), the mean over its repetitions."""
+    figures = [part(r, ContextFigures) for r in runs]
+    return {"kv_s": fmean(f.comm_s for f in figures)} if figures and figures[0].degree > 1 else {}
+
+
+def point_cells(f: Mapping[str, float], step_s: float) -> list[str]:
+    kv = f.get("kv_s")
+    return [f"{100 * kv / step_s:.1f}%" if kv is not None and step_s > 0 else "-"]
+
+
 def _layout(r: RunSummary) -> str:
     n = part(r, ContextFigures).degree
     return f" cp={n}" if n > 1 else ""
 
 
-STUDY = StudyPart(layout=_layout)
+# a study's view (analysis/study_parts.py): the exchange's share of the step, a column of the points
+STUDY = StudyPart(figures=point_figures, columns=("K/V exch.",), cells=point_cells, layout=_layout)
