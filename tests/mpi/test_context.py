@@ -86,7 +86,7 @@ class Lm(nn.Module):
     [
         # attention inside nn.MultiheadAttention: named when the rank wraps the model
         (["model._target_=mha_lm.Lm", "parallelism.cp.split_at=attn"],
-         "attn compute attention without F.scaled_dot_product_attention"),
+         "attn computes attention without F.scaled_dot_product_attention"),
         # Hugging Face-style, with no attention at all: named after its first step
         (["model._target_=mypkg.gpt.CausalLM", "+model.vocab_size=64", "loss=model", "loss.targets_as=labels",
           "parallelism.cp.split_at=proj"], "nothing after 'proj' called F.scaled_dot_product_attention"),

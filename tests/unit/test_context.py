@@ -129,7 +129,7 @@ def test_the_rank_refuses_attention_inside_multihead_attention_and_an_unknown_sp
             self.blocks = nn.Sequential(nn.MultiheadAttention(8, 2))
 
     with pytest.raises(
-        ContextError, match=r"blocks\.0 compute attention without F\.scaled_dot_product_attention"
+        ContextError, match=r"blocks\.0 computes attention without F\.scaled_dot_product_attention"
     ):
         side.wrap(Mha())
     with pytest.raises(ContextError, match="the model has no module 'blocks.layers.0'"):

@@ -59,7 +59,7 @@ class ContextSide:
         refused = [n or "the model" for n, m in module.named_modules() if isinstance(m, REFUSED)]
         if refused:
             raise ContextError(
-                f"parallelism.cp.degree: {', '.join(refused)} compute attention without "
+                f"parallelism.cp.degree: {', '.join(refused)} compute{'s' if len(refused) == 1 else ''} attention without "
                 "F.scaled_dot_product_attention, which context parallelism splits; call it in your "
                 "attention module (torch.nn.functional.scaled_dot_product_attention), or drop parallelism.cp"
             )
@@ -92,7 +92,8 @@ class ContextSide:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ContextError(
                 f"parallelism.cp.split_at: the input of {self.split!r} is {shape}, not (batch, sequence, "
-                f"...) with a sequence of a multiple of {2 * self.n} tokens; name the module whose input is"
+                f"...) with a sequence of a multiple of {2 * self.n} tokens; name the module whose input that "
+                "is (after the embeddings: the first block)"
             )
         return (take(x, self.n, self.index, 1), *args[1:]), kwargs
 
