@@ -142,6 +142,12 @@ def with_dimensions(build: Build, setup: Setup) -> Any:
     dims = rank_sides(setup.cfg, setup.d.layout, setup.info.rank)
     for d in dims:
         d.wrap(setup.module)
+    if dims and not any(p.is_meta for p in setup.module.parameters()):  # a deferred model: built-in
+        from hpctrain.train.targets import one_sample
+
+        sample = one_sample(setup.dataset, setup.common["device"])
+        for d in dims:
+            d.check(setup.module, setup.common["objective"], sample)
     setup.common["dims"] = dims
     return build(setup)
 

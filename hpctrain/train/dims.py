@@ -18,6 +18,11 @@ class RankDimension(Protocol):
     def wrap(self, module: nn.Module) -> None:
         """Hooks on the whole model (its modules keep them when split, sharded or cut)."""
 
+    def check(self, module: nn.Module, objective: Any, sample: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """One sample (batch of 1, on the device) through the wrapped model against the model
+        whole, before training: a model it cannot take is refused by name instead of training
+        something else than one rank would (collective: every rank checks; nothing changes)."""
+
     def within(self) -> contextlib.AbstractContextManager[None]:
         """What a step's forward and backward run inside (and the memory trace's)."""
 

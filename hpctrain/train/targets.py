@@ -242,14 +242,21 @@ def check_dataset(dataset: Any, target: str, global_batch: int) -> None:
         )
 
 
+def one_sample(dataset: Any, device: Any) -> tuple[Any, Any]:
+    """The dataset's first sample as a batch of one on the device: (inputs, targets)."""
+    import torch
+
+    x, y = dataset[0]
+    return torch.as_tensor(x).unsqueeze(0).to(device), torch.as_tensor(y).unsqueeze(0).to(device)
+
+
 def probe(model: Any, objective: Any, dataset: Any, device: Any, what: str, hint: str = "") -> None:
     """One sample through the model and the loss (eval mode, no gradients: nothing changes), so a
     model and data that do not fit fail with the shapes named, not deep inside the first step;
     `objective` (train/objective.py) makes the loss as a step does."""
     import torch
 
-    x, y = dataset[0]
-    x, y = torch.as_tensor(x).unsqueeze(0).to(device), torch.as_tensor(y).unsqueeze(0).to(device)
+    x, y = one_sample(dataset, device)
     was_training = model.training
     model.eval()
     try:
