@@ -78,6 +78,33 @@ class Lm(nn.Module):
     def forward(self, x):
         h = self.embed(x)
         return self.head(self.attn(h, h, h, need_weights=False)[0])
+
+
+class LateBlock(nn.Module):
+    # positions added inside the block, from the length of what it is given: with the sequence
+    # split at it, each rank's tokens would get positions 0.. of its share
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(16, 16))
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, h):
+        h = h + self.pos[: h.shape[1]]
+        q, k, v = self.qkv(h).unflatten(-1, (3, 2, 8)).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return a.transpose(1, 2).flatten(2)
+
+
+class LatePositions(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(64, 16)
+        self.block = LateBlock()
+        self.head = nn.Linear(16, 64)
+
+    def forward(self, x):
+        return self.head(self.block(self.embed(x)))
 """
 
 
@@ -87,11 +114,14 @@ class Lm(nn.Module):
         # attention inside nn.MultiheadAttention: named when the rank wraps the model
         (["model._target_=mha_lm.Lm", "parallelism.cp.split_at=attn"],
          "attn computes attention without F.scaled_dot_product_attention"),
-        # Hugging Face-style, with no attention at all: named after its first step
+        # Hugging Face-style, with no attention at all: named before the first step
         (["model._target_=mypkg.gpt.CausalLM", "+model.vocab_size=64", "loss=model", "loss.targets_as=labels",
           "parallelism.cp.split_at=proj"], "nothing after 'proj' called F.scaled_dot_product_attention"),
+        # positions from the local length: one sample's loss split is not the whole model's
+        (["model._target_=mha_lm.LatePositions", "parallelism.cp.split_at=block"],
+         "split over 2 ranks at 'block': something after it sees only this rank's share of the sequence"),
     ],
-    ids=["multihead-attention", "no-sdpa"],
+    ids=["multihead-attention", "no-sdpa", "positions-after-the-split"],
 )  # fmt: skip
 def test_a_model_whose_attention_is_not_sdpa_is_refused_naming_the_module(
     tmp_path: Path, model: list[str], said: str

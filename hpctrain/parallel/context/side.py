@@ -52,7 +52,7 @@ class ContextSide:
         self.exchanges, self.kv_bytes = 0, 0.0
         self.sizes: list[Size] = []  # this step's exchanged K and V
         self.last: list[Size] = []  # the last whole step's: what figures() sends again
-        self.steps = 0
+        self.split_off = False  # the check's pass of the model whole
 
     # --- the model ----------------------------------------------------------------------------
     def wrap(self, module: nn.Module) -> None:
@@ -86,7 +86,43 @@ class ContextSide:
                 if self.rank in ranks:
                     self.group = g
 
+    def check(self, module: nn.Module, objective: Any, sample: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """One sample's loss with its sequence split over the group against the model whole: the
+        same (the group's mean of equal shares' means) unless something after `split_at` sees
+        only this rank's share, or nothing there calls F.scaled_dot_product_attention."""
+        x, y = sample
+        was = module.training
+        module.eval()  # dropout would differ between the two passes
+        try:
+            with torch.no_grad():
+                self.split_off = True
+                whole = float(objective(module, x, y))
+                self.split_off = False
+                with self.within():
+                    mine = objective(module, x, self.targets(y))
+                split = float(self.loss(mine.float()))
+        finally:
+            module.train(was)
+            self.split_off = False
+        calls, self.exchanges, self.kv_bytes, self.sizes = self.exchanges, 0, 0.0, []
+        if calls == 0:
+            raise ContextError(
+                f"parallelism.cp.degree: nothing after {self.split!r} called F.scaled_dot_product_attention, "
+                "so attention would see only this rank's share of the sequence; call it in your attention "
+                "module, or name in parallelism.cp.split_at a module before it"
+            )
+        if not math.isclose(split, whole, rel_tol=1e-4, abs_tol=1e-6):
+            raise ContextError(
+                f"parallelism.cp.degree: one sample's loss is {whole:.6g} with the model whole and {split:.6g} "
+                f"with its sequence split over {self.n} ranks at {self.split!r}: something after it sees "
+                "only this rank's share of the sequence (positions computed from its length, a mask, a "
+                "layer other than F.scaled_dot_product_attention that mixes tokens); compute positions "
+                "before that module (a learned table, rotary frequencies given to the blocks), or drop parallelism.cp"
+            )
+
     def _split_input(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self.split_off:
+            return None  # the inputs as they are
         x = args[0] if args else None
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or x.shape[1] % (2 * self.n):
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -143,14 +179,7 @@ class ContextSide:
         self.sizes.append((op, tuple(shape), dtype))
 
     def step_part(self) -> dict[str, Any]:
-        if self.steps == 0 and self.exchanges == 0 and not self.layout.pipelined:
-            raise ContextError(
-                f"parallelism.cp.degree: nothing after {self.split!r} called F.scaled_dot_product_attention, "
-                "so attention would see only this rank's share of the sequence; call it in your attention "
-                "module, or name in parallelism.cp.split_at a module before it"
-            )
         out = {KEY: ContextStep(exchanges=self.exchanges, kv_bytes=self.kv_bytes)}
-        self.steps += 1
         self.last, self.sizes, self.exchanges, self.kv_bytes = self.sizes, [], 0, 0.0
         return out
 
