@@ -104,6 +104,7 @@ def _mesh(layout: records.Layout) -> str:
     if layout.replicate > 1:
         parts.append(f"{layout.replicate} {'groups' if layout.shard > 1 else 'replicas'}")
     parts += [f"{layout.shard} shards"] if layout.shard > 1 else []
+    parts += [f"{name} {n}" for name, n in layout.dims.items()]  # context parallelism's cp
     parts += [f"tp {layout.tp}"] if layout.tp > 1 else []
     return " × ".join(parts)
 
@@ -118,7 +119,7 @@ def test_every_layout_in_the_layouts_table_is_valid_and_has_the_mesh_it_says() -
         (DOCS / "howto" / "layouts.md").read_text(),
         re.M,
     )
-    assert len(rows) == 7, rows
+    assert len(rows) == 9, rows
     for args, mesh in rows:
         cfg = load_config(args.split())
         validate(cfg)  # ConfigError: the page shows a layout that is refused
