@@ -21,7 +21,6 @@ PLACES = ("compute", "step", "memory", "advice")
 
 # built-in parts' rows, imported on first use: "module:function"
 _TARGETS: dict[str, str] = {
-    "pipeline": "hpctrain.parallel.pipeline.report:report_rows",
     "tensor": "hpctrain.analysis.roofline:tp_report_rows",
     "memory": "hpctrain.analysis.memory:report_rows",
 }

@@ -61,9 +61,8 @@ class StudyPart:
 
 # built-in parts' study views, imported on first use: "module:attribute"
 BUILTIN: dict[str, str] = {
-    "pipeline": "hpctrain.parallel.pipeline.report:STUDY",
+    **by_part("report", "STUDY"),  # the dimensions' packages' (dimension_packages.py), first
     "tensor": "hpctrain.analysis.roofline:TENSOR_STUDY",
-    **by_part("report", "STUDY"),  # the dimensions' packages' (dimension_packages.py)
 }
 _LOADED: dict[str, StudyPart] = {}
 

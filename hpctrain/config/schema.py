@@ -241,10 +241,10 @@ def with_dimension_settings(base: type[Any]) -> type[Any]:
     """`base` with the settings of the dimensions that are packages of their own (their
     parallelism.<name>.* keys: <package>.settings:HOLDER, hpctrain/dimension_packages.py), as one
     dataclass of the same name: the schema's unknown keys stay errors, and theirs are known."""
-    from hpctrain.dimension_packages import modules
+    from hpctrain.dimension_packages import with_settings
     from hpctrain.registry import load
 
-    holders = tuple(load(t) for t in modules("settings", "HOLDER").values())
+    holders = tuple(load(t) for t in with_settings().values())
     if not holders:
         return base
     ns = {"__doc__": base.__doc__, "__module__": base.__module__, "__qualname__": base.__qualname__}

@@ -69,10 +69,9 @@ class Dimension:
 
 # name -> "module:Class"; imported on first use
 DIMENSIONS: dict[str, str] = {
-    "pp": "hpctrain.parallel.pipeline.dimension:Stages",
+    **modules("dimension", "DIMENSION"),  # the packages' (dimension_packages.py) first, in its order
     "tp": "hpctrain.parallel.tensor:TensorDimension",
 }
-DIMENSIONS.update(modules("dimension", "DIMENSION"))  # the packages' (dimension_packages.py)
 _REGISTRY: Registry[Dimension] = Registry(
     "dimension", DIMENSIONS, "hpctrain.dimensions", base="hpctrain.parallel.dimensions:Dimension"
 )

@@ -148,36 +148,23 @@ class MemoryFigures:
 
 # --- the registry, by level then key -------------------------------------------------------------
 TYPES: dict[str, dict[str, type[Any]]] = {level: {} for level in LEVELS}
-# the parts a dimension's own package declares (parallel/pipeline/figures.py), imported on first use
-# of the registry: "module:Class" by level and key, in the order readers list them
-LAZY: dict[tuple[str, str], str] = {
-    (level, "pipeline"): f"hpctrain.parallel.pipeline.figures:{name}"
-    for level, name in (("step", "PipelineStep"), ("rank", "PipelineRank"), ("run", "PipelineFigures"))
-}
-
-
 _PACKAGES_READ: list[bool] = []
 
 
 def types(level: str) -> dict[str, type[Any]]:
-    """The registered parts of `level`, the dimensions' packages' included, by key."""
-    if LAZY:
-        from hpctrain.registry import load
-
-        pending = dict(LAZY)
-        LAZY.clear()
-        for (lvl, key), target in pending.items():  # first in each level's order, in place
-            rest = [(k, c) for k, c in TYPES[lvl].items() if k != key]
-            TYPES[lvl].clear()
-            TYPES[lvl].update([(key, load(target)), *rest])
-    if not _PACKAGES_READ:  # the packages' parts (dimension_packages.py: <package>.figures:PARTS)
+    """The registered parts of `level`, the dimensions' packages' included (imported on first use:
+    <package>.figures:PARTS, hpctrain/dimension_packages.py), first in each level's order, by key."""
+    if not _PACKAGES_READ:
         from hpctrain.dimension_packages import modules
         from hpctrain.registry import load
 
         _PACKAGES_READ.append(True)
-        for target in modules("figures", "PARTS").values():
-            for cls in load(target):
-                register_part(cls)
+        packaged = [cls for target in modules("figures", "PARTS").values() for cls in load(target)]
+        for lvl in LEVELS:
+            mine = [(c.KEY, c) for c in packaged if getattr(c, "LEVEL", "run") == lvl]
+            rest = [(k, c) for k, c in TYPES[lvl].items() if k not in dict(mine)]
+            TYPES[lvl].clear()
+            TYPES[lvl].update([*mine, *rest])
     return TYPES[level]
 
 

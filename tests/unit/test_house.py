@@ -149,12 +149,9 @@ def test_job_states_are_compared_as_states_never_as_bare_words() -> None:
 # composes with it
 PACKAGES_WITH_DOORS = {
     "parallel/pipeline": (
-        "parallel/registry.py",
-        "parallel/dimensions.py",
-        "parallel/mesh.py",
-        "records/parts.py",  # the records' registry: its figures by name
-        "analysis/study_parts.py",  # the study views' registry: its report by name
-        "analysis/part_rows.py",  # the summary rows' registry: its report by name
+        "dimension_packages.py",  # its line: the records, rows, study view and dimension by name
+        "parallel/registry.py",  # its parallelisms (pipeline, hybrid) by name
+        "parallel/mesh.py",  # where fsdp takes stages
         "bench/pipeline.py",  # its benchmark: a command, above the package's layer
     ),
     # registered by one line, and found by every layer through it (docs/contributing.md)

@@ -30,3 +30,6 @@ class Stages(Dimension):
             "schedule": str(par.schedule),
             "pieces_per_rank": layout.virtual,
         }
+
+
+DIMENSION = Stages

@@ -1,6 +1,7 @@
 """The pipeline's records (hpctrain/records/parts.py): what one rank measured in one step
 (PipelineStep), one rank's figures (PipelineRank) and the run's (PipelineFigures), each under the
-part key "pipeline". records/parts.py's readers import this module on first use (its LAZY table)."""
+part key "pipeline". records/parts.py's readers import this module on first use (PARTS, named by
+hpctrain/dimension_packages.py)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,6 @@ class PipelineFigures:
         """Idle share of the schedule's wall time, what a schedule's theory predicts (the step's
         share without the update, data and loss; older records: the step's share)."""
         return self.bubble_s / self.pipe_s if self.pipe_s > 0 else self.bubble_share
+
+
+PARTS = (PipelineStep, PipelineRank, PipelineFigures)  # what records/parts.py registers, by level
