@@ -166,6 +166,7 @@ def parallelism_about(cfg: Config, plan: records.PlanRecord, engine: type[Engine
     }
     about = kind_of(cfg).about(cfg, plan.layout, grads)
     held = about.get("parts")
+    # the parts its dimensions declare first (the summary lists them in this order), then its own
     parts = {**declared_parts(cfg, plan.layout), **(held if isinstance(held, dict) else {})}
     return {**about, "parts": parts} if parts else about
 

@@ -60,7 +60,9 @@ class ParallelismKind:
 
     @classmethod
     def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
-        """The summary's fields for this parallelism, given the engine's account of gradients."""
+        """The summary's fields for this parallelism, given the engine's account of gradients; the
+        parts its layout's dimensions declare are added by the rank (parallel/dimensions.py),
+        before any of its own ("parts")."""
         return grads
 
     @classmethod
@@ -121,12 +123,3 @@ class ParallelismKind:
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
         """This rank's trainer, restored from the newest usable checkpoint if there is one."""
         raise NotImplementedError
-
-
-def layout_parts(cfg: Config, layout: Layout) -> dict[str, dict[str, object]]:
-    """The summary's parts (records/parts.py) the layout's dimensions declare (parallel/dimensions.py):
-    a pipeline's stages, micro-batches, schedule and pieces per rank; the tensor-parallel degree.
-    The ranks' figures are added to each when the summary is written."""
-    from hpctrain.parallel.dimensions import declared_parts
-
-    return declared_parts(cfg, layout)

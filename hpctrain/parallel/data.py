@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from hpctrain.config.layout import describe_mesh
 from hpctrain.config.schema import TpHolder
 from hpctrain.errors import Problem
-from hpctrain.parallel.base import ParallelismKind, layout_parts
+from hpctrain.parallel.base import ParallelismKind
 from hpctrain.parallel.dimensions import inner_dims
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
@@ -69,12 +69,7 @@ class Data(ParallelismKind):
         if layout.tp == 1:
             return grads
         grouping = "shards" if layout.replicas > 1 else "none"  # FSDP2's units average the replicas
-        return {
-            **grads,
-            "parts": layout_parts(cfg, layout),
-            "grad_grouping": grouping,
-            "grad_bucket_bytes": 0,
-        }
+        return {**grads, "grad_grouping": grouping, "grad_bucket_bytes": 0}
 
     @classmethod
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:

@@ -37,8 +37,8 @@ class Dimension:
 
     @classmethod
     def degree(cls, layout: Layout) -> int:
-        """Ranks along this dimension in the layout (1: the layout does not have it)."""
-        return layout.dims.get(cls.name, 1)
+        """Ranks along this dimension in the layout: its mesh dimension's size (1: not on the mesh)."""
+        return dict(layout.mesh_dims).get(cls.name, 1)
 
     @classmethod
     def configured(cls, cfg: Config) -> int:

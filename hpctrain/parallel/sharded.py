@@ -9,6 +9,7 @@ block stay on the node, and only the replicas' gradient all-reduce crosses nodes
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, ClassVar
 
 from hpctrain.analysis.tune import Knob, divisors
@@ -18,7 +19,7 @@ from hpctrain.config.split import shard_units
 from hpctrain.engine.base import Sharding
 from hpctrain.errors import Problem
 from hpctrain.parallel import mesh
-from hpctrain.parallel.base import ParallelismKind, layout_parts
+from hpctrain.parallel.base import ParallelismKind
 from hpctrain.parallel.dimensions import inner_dims, inner_ranks
 from hpctrain.parallel.registry import node_size
 from hpctrain.parallel.shard_rules import shard_problems
@@ -69,7 +70,7 @@ class Fsdp(ParallelismKind):
         piped, dims = stages > 1, inner_dims(cfg)
         return Layout(
             stages=stages,
-            replicate=max(world // tp // stages // degree // inner_ranks(cfg), 1),
+            replicate=max(world // tp // stages // degree // math.prod(dims.values()), 1),
             shard=degree,
             tp=tp,
             dims=dims,
@@ -121,7 +122,7 @@ class Fsdp(ParallelismKind):
     @classmethod
     def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
         """FSDP's units group the gradients (grad_tensors counts them), not the engine's buckets."""
-        parts = {**layout_parts(cfg, layout), ShardFigures.KEY: {"degree": layout.shard}}
+        parts = {ShardFigures.KEY: {"degree": layout.shard}}  # after the dimensions' (rank.py)
         return {**grads, "parts": parts, "grad_grouping": "shards", "grad_bucket_bytes": 0}
 
     @classmethod

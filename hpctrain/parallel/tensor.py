@@ -204,9 +204,5 @@ class TensorDimension(Dimension):
     degree_key: ClassVar[str] = "parallelism.tp.degree"
 
     @classmethod
-    def degree(cls, layout: Layout) -> int:
-        return layout.tp
-
-    @classmethod
     def declared_part(cls, cfg: Config, layout: Layout) -> tuple[str, dict[str, Any]]:
         return TensorFigures.KEY, {"degree": layout.tp}

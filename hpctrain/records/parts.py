@@ -161,10 +161,10 @@ def types(level: str) -> dict[str, type[Any]]:
         _PACKAGES_READ.append(True)
         packaged = [cls for target in modules("figures", "PARTS").values() for cls in load(target)]
         for lvl in LEVELS:
-            mine = [(c.KEY, c) for c in packaged if getattr(c, "LEVEL", "run") == lvl]
-            rest = [(k, c) for k, c in TYPES[lvl].items() if k not in dict(mine)]
+            mine = {c.KEY: c for c in packaged if getattr(c, "LEVEL", "run") == lvl}
+            rest = [(k, c) for k, c in TYPES[lvl].items() if k not in mine]
             TYPES[lvl].clear()
-            TYPES[lvl].update([*mine, *rest])
+            TYPES[lvl].update([*mine.items(), *rest])
     return TYPES[level]
 
 

@@ -213,7 +213,7 @@ class DataParallelTrainer(Trainer):
         compute = clock.seconds(b.start, backward) - waited + clock.seconds(comm, end)
         comm_s = waited + clock.seconds(backward, comm)
         parts = rank_dims.step_parts(self.dims)
-        loss_sum = rank_dims.loss(self.dims, loss_sum) if self.dims else loss_sum
+        loss_sum = rank_dims.loss(self.dims, loss_sum)
         return StepResult(float(loss_sum), compute, comm_s, t_end, began, self._agreed(vote), parts)
 
     def train_mode(self) -> None:

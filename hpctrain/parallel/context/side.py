@@ -49,8 +49,7 @@ class ContextSide:
         self.group: Any = None
         self.mesh: Any = None  # the group as a 1-D device mesh (torch's ring attention takes one)
         self.device: torch.device | None = None
-        self.exchanges, self.kv_bytes = 0, 0.0
-        self.sizes: list[Size] = []  # this step's exchanged K and V
+        self.sizes: list[Size] = []  # this step's collectives of K and V
         self.last: list[Size] = []  # the last whole step's: what figures() sends again
         self.split_off = False  # the check's pass of the model whole
 
@@ -104,7 +103,7 @@ class ContextSide:
         finally:
             module.train(was)
             self.split_off = False
-        calls, self.exchanges, self.kv_bytes, self.sizes = self.exchanges, 0, 0.0, []
+        calls, self.sizes = len(self.sizes), []
         if calls == 0:
             raise ContextError(
                 f"parallelism.cp.degree: nothing after {self.split!r} called F.scaled_dot_product_attention, "
@@ -174,18 +173,17 @@ class ContextSide:
     def _log(self, op: str, shape: torch.Size, dtype: torch.dtype) -> None:
         """One collective of K or V (or their gradients): this rank receives the n-1 others'
         shares (a gather) or sends them theirs (a scatter)."""
-        self.exchanges += 1
-        self.kv_bytes += (self.n - 1) * math.prod(shape) * dtype.itemsize
         self.sizes.append((op, tuple(shape), dtype))
 
     def step_part(self) -> dict[str, Any]:
-        out = {KEY: ContextStep(exchanges=self.exchanges, kv_bytes=self.kv_bytes)}
-        self.last, self.sizes, self.exchanges, self.kv_bytes = self.sizes, [], 0, 0.0
+        moved = sum((self.n - 1) * math.prod(shape) * dtype.itemsize for _, shape, dtype in self.sizes)
+        out = {KEY: ContextStep(exchanges=len(self.sizes), kv_bytes=moved)}
+        self.last, self.sizes = self.sizes, []
         return out
 
     def figures(self) -> dict[str, dict[str, Any]]:
-        """The last step's exchanges sent again alone: an all-gather and a reduce-scatter of each
-        K and V (collective over the group: every rank asks after training)."""
+        """The last step's collectives run again alone, each as it ran (collective over the group:
+        every rank asks after training)."""
         return {KEY: {"comm_s": replay(self.last, self.n, self.group, self._device())}}
 
 

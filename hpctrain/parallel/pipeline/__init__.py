@@ -1,6 +1,7 @@
 """Pipeline parallelism, one package for its whole life (issue 73): nothing outside it imports its
-modules but the parallelism and dimension registries (by name: kind.py's classes, dimension.py's)
-and the shared mesh (parallel/mesh.py, for a sharded layout with stages). Its modules, top to bottom (the import
+modules but the parallelism registry (by name: kind.py's classes), its line in
+hpctrain/dimension_packages.py (its dimension, records, rows and study view, by module name),
+the shared mesh (parallel/mesh.py, for a sharded layout with stages) and its benchmark. Its modules, top to bottom (the import
 contract in pyproject.toml keeps this order):
 
   kind.py        parallelism=pipeline | hybrid: layout, notes, summary parts, study and tune

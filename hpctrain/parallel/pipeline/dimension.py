@@ -17,10 +17,6 @@ class Stages(Dimension):
     degree_key: ClassVar[str] = "parallelism.stages"
 
     @classmethod
-    def degree(cls, layout: Layout) -> int:
-        return layout.stages
-
-    @classmethod
     def declared_part(cls, cfg: Config, layout: Layout) -> tuple[str, dict[str, Any]]:
         """The stages, micro-batches, schedule and model pieces per rank."""
         par = cfg.parallelism

@@ -18,7 +18,7 @@ from hpctrain.config.split import split_points
 from hpctrain.engine.base import StageReplicas
 from hpctrain.engine.registry import engine_class, engine_names
 from hpctrain.errors import Problem
-from hpctrain.parallel.base import ParallelismKind, layout_parts
+from hpctrain.parallel.base import ParallelismKind
 from hpctrain.parallel.pipeline.mesh_rules import mesh_stage_problems, whole_checkpoints_refused
 from hpctrain.parallel.pipeline.rules import pieces_per_rank, pipeline_problems
 from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
@@ -75,10 +75,6 @@ class Pipeline(ParallelismKind):
         if layout.tp > 1:
             return [head, tp_note(cfg), *describe_mesh(layout, ranks_per_node)]
         return [head, *describe(layout, ranks_per_node)]
-
-    @classmethod
-    def about(cls, cfg: Config, layout: Layout, grads: dict[str, object]) -> dict[str, object]:
-        return {**grads, "parts": layout_parts(cfg, layout)}
 
     @classmethod
     def batch_cuts(cls, cfg: Config) -> int:

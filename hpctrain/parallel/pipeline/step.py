@@ -71,7 +71,7 @@ class PipelineTrainer(Trainer):
         compute = pipe.tally.compute_s()
         waited = self._waited(ready, pipe.tally.backward_end or b.start)  # DDP waits in the last chunk
         drain, schedule = clock.seconds(averaged, comm), clock.seconds(b.start, sched)
-        loss = rank_dims.loss(self.dims, loss) if self.dims else loss
+        loss = rank_dims.loss(self.dims, loss)
         return StepResult(
             float(loss),
             compute - waited + clock.seconds(comm, end),
