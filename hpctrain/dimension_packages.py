@@ -3,7 +3,7 @@ of their mesh dimension: one line here registers one. Each layer of the house fi
 in the package by a module's name, imported on first use, never by importing it:
 
   <package>.settings:HOLDER      its parallelism.<name>.* keys (config/schema.py adds them), if it
-                                 has a settings module (the pipeline's keys predate the table)
+                                 has a settings module (the pipeline's and tensor parallelism's keys predate the table)
   <package>.dimension:DIMENSION  its plan-time rules, layout, notes and rank side (parallel/dimensions.py)
   <package>.figures:PARTS        its record parts, one per level (records/parts.py)
   <package>.report:report_rows   its rows of a run's summary (analysis/part_rows.py)
@@ -16,6 +16,7 @@ from __future__ import annotations
 PACKAGES: dict[str, tuple[str, str]] = {
     "pp": ("hpctrain.parallel.pipeline", "pipeline"),
     "cp": ("hpctrain.parallel.context", "context"),
+    "tp": ("hpctrain.parallel.tensor", "tensor"),
 }
 
 

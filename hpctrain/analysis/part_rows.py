@@ -21,7 +21,6 @@ PLACES = ("compute", "step", "memory", "advice")
 
 # built-in parts' rows, imported on first use: "module:function"
 _TARGETS: dict[str, str] = {
-    "tensor": "hpctrain.analysis.roofline:tp_report_rows",
     "memory": "hpctrain.analysis.memory:report_rows",
 }
 _LOADED: dict[str, RowsOf] = {}

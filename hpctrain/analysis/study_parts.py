@@ -62,7 +62,6 @@ class StudyPart:
 # built-in parts' study views, imported on first use: "module:attribute"
 BUILTIN: dict[str, str] = {
     **by_part("report", "STUDY"),  # the dimensions' packages' (dimension_packages.py), first
-    "tensor": "hpctrain.analysis.roofline:TENSOR_STUDY",
 }
 _LOADED: dict[str, StudyPart] = {}
 

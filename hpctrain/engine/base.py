@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -44,7 +45,6 @@ class EngineRun:
     precision: str  # precision.name: fsdp's low-precision parameters
     accumulate: int  # parallelism.backward_passes_per_step
     microbatches: int  # parallelism.microbatches: a pipeline stage's backward passes per step
-    sequence_parallel: bool  # parallelism.tp.sequence_parallel
     shard: ShardSettings  # parallelism.shard
     rendezvous_s: float = 0.0  # train.stall_timeout_s: how long the ranks may take to meet (0: torch's)
 
@@ -58,7 +58,6 @@ class EngineRun:
             precision=str(cfg.precision.name),
             accumulate=par.backward_passes_per_step,
             microbatches=par.microbatches,
-            sequence_parallel=par.tp.sequence_parallel,
             shard=par.shard,
             rendezvous_s=cfg.train.stall_timeout_s,
         )
@@ -210,7 +209,7 @@ class Sharding(ABC):
 
 class TensorParallel(ABC):
     """The capability tensor parallelism needs: a torch.distributed device mesh over the layout's
-    dimensions, and a model split over its "tp" dimension by a plan (config/tp_plan.py)."""
+    dimensions, and a model split over one of them (by the dimension's own code, parallel/tensor/)."""
 
     @abstractmethod
     def device_mesh(self, layout: Layout) -> Any:
@@ -218,11 +217,10 @@ class TensorParallel(ABC):
         has pipeline stages), on this rank's device."""
 
     @abstractmethod
-    def split(
-        self, model: nn.Module, tp_mesh: Any, plan: dict[str, str], divide: list[str] | None = None
-    ) -> nn.Module:
-        """`model`, split in place: the plan's modules hold this rank's slice (DTensors), and the
-        `divide` attributes (module.attribute patterns: head counts, widths) are this rank's."""
+    def split(self, model: nn.Module, how: Callable[[nn.Module], nn.Module]) -> nn.Module:
+        """`model`, split in place by `how` (its modules then hold this rank's slice, DTensors):
+        what the engine must know of a model whose layers' collectives run inside forward and
+        backward, not in its own gradient sync."""
 
 
 class Timeline(ABC):

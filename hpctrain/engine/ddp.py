@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -143,16 +144,13 @@ class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
             self.device_type, tuple(n for _, n in dims), mesh_dim_names=tuple(d for d, _ in dims)
         )
 
-    def split(
-        self, model: nn.Module, tp_mesh: Any, plan: dict[str, str], divide: list[str] | None = None
-    ) -> nn.Module:
+    def split(self, model: nn.Module, how: Callable[[nn.Module], nn.Module]) -> nn.Module:
         from hpctrain.engine.ddp_wrap import Stamp
-        from hpctrain.engine.tp_wrap import split_model
 
         # no data-parallel wrapper (yet): nothing syncs gradients between replicas, and the
         # tensor-parallel collectives run inside forward and backward
         self.stamp = Stamp("none", self.clock)
-        return split_model(model, tp_mesh, plan, self.run.sequence_parallel, divide)
+        return how(model)
 
     def broadcast_initial(self, model: nn.Module) -> None:
         pass  # DistributedDataParallel broadcast rank 0's parameters and buffers when it wrapped them

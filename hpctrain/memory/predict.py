@@ -25,11 +25,11 @@ from hpctrain.analysis.memory import (
 )
 from hpctrain.config.schema import Config
 from hpctrain.config.split import declared_checkpoint_blocks
-from hpctrain.config.tp_plan import declared_tp_plan
 from hpctrain.engine.registry import engine_class
 from hpctrain.errors import ConfigError, Problem
 from hpctrain.memory.fixed import fixed_cost
 from hpctrain.memory.trace import trace_rank
+from hpctrain.parallel.dimensions import memory_fixes as dimension_fixes
 from hpctrain.parallel.registry import derive, kind_of
 
 
@@ -86,12 +86,7 @@ def fixes(cfg: Config, accept: Callable[[Config], bool]) -> list[tuple[str, Conf
             )
         )
     found += kind_of(cfg).memory_fixes(cfg, world)
-    tp = cfg.parallelism.tp.degree
-    if world % (2 * tp) == 0 and (cfg.parallelism.tp.plan or declared_tp_plan(cfg.model)):
-        wider = replace(cfg.parallelism.tp, degree=2 * tp)
-        found.append(
-            (f"parallelism.tp.degree={2 * tp}", replace(cfg, parallelism=replace(cfg.parallelism, tp=wider)))
-        )
+    found += dimension_fixes(cfg, world)
     per, whole = cfg.train.batch_per_rank, cfg.train.global_batch
     if per and per >= 2:
         found.append(

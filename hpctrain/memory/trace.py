@@ -1,5 +1,5 @@
 """One rank's memory over a training step, traced without allocating anything: the model is built
-under FakeTensorMode, split and sharded by the same wrappers the ranks use (engine/tp_wrap.py,
+under FakeTensorMode, split and sharded by the same wrappers the ranks use (parallel/tensor/split.py,
 engine/fsdp_wrap.py) over a fake process group of the run's world size (torch's FakeStore, as
 TorchTitan's memory estimation does), and two steps run under torch's memory tracker (MemTracker;
 FSDPMemTracker where FSDP shards); the peak is the tracker's, by category. A pipeline stage runs
@@ -28,12 +28,11 @@ from hpctrain.config.split import (
     split_points,
     units_within,
 )
-from hpctrain.config.tp_plan import plan_for
 from hpctrain.errors import ConfigError, HpctrainError
 from hpctrain.memory.follow import cannot_follow, following, unfollowed
-from hpctrain.parallel.dimensions import rank_sides
+from hpctrain.parallel.dimensions import layer_split, rank_sides
 from hpctrain.records import Layout
-from hpctrain.train.dims import RankDimension, targets, within
+from hpctrain.train.dims import LayerSplit, RankDimension, targets, within
 from hpctrain.train.memory import local_bytes
 from hpctrain.train.objective import Objective
 
@@ -128,16 +127,12 @@ def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any])
     """What the rank's build does to a piece: split it (TP), recompute its blocks, shard it."""
     from hpctrain.engine.clock import HostClock
     from hpctrain.engine.fsdp_wrap import shard_model
-    from hpctrain.engine.tp_wrap import piece_plan, split_model
     from hpctrain.train.modules import checkpoint_blocks
 
     names = [n for n, _ in piece.named_modules() if n]
-    if layout.tp > 1:
-        tp = cfg.parallelism.tp
-        plan = plan_for(cfg.model, dict(tp.plan), tp.sequence_parallel)
-        mine, divide = piece_plan(plan, [str(a) for a in tp.divide], piece)
-        if mine:
-            split_model(piece, meshes["tp"], mine, tp.sequence_parallel, divide)
+    how = layer_split(cfg, layout)
+    if how is not None:
+        how.split(piece, meshes, whole=False)
     if cfg.model.activation_checkpointing:  # the blocks (or patterns: transformer.h.*) this piece holds
         blocks = declared_checkpoint_blocks(cfg.model)
         checkpoint_blocks(piece, [b for b in blocks if any(fnmatch.fnmatchcase(n, b) for n in names)])
@@ -183,9 +178,10 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
                 pieces, at, inputs = _pieces(cfg, layout, whole, x, rank)
             for piece in pieces:
                 _wrap(cfg, layout, piece, meshes)
-            if cfg.user_code and layout.tp > 1 and not layout.pipelined:  # as the ranks check it
+            how = layer_split(cfg, layout)
+            if cfg.user_code and how is not None and not layout.pipelined:  # as the ranks check it
                 with fake:
-                    fits(cfg, pieces[0], x, y, "parallelism.tp.plan")
+                    fits(cfg, pieces[0], x, y, how)
             with fake:
                 optimizer = make_optimizer(cfg, nn.ModuleList(pieces), d.lr)
                 step = Step(pieces, at, inputs, targets(dims, y), make_objective(cfg), dims)
@@ -214,17 +210,18 @@ def _built(cfg: Config, micro: int) -> tuple[nn.Module, torch.Tensor, torch.Tens
     return (whole, *_batch(cfg, micro))
 
 
-def fits(cfg: Config, model: nn.Module, x: torch.Tensor, y: torch.Tensor, split: str = "") -> None:
+def fits(
+    cfg: Config, model: nn.Module, x: torch.Tensor, y: torch.Tensor, split: LayerSplit | None = None
+) -> None:
     """One sample of the user's data through the user's model and loss, on fake tensors: where
     they do not fit, the problem the ranks would report after the start (train/targets.py:probe)
-    is refused now, as a ConfigError (exit 2); `split`: the key that split the model (the
-    tensor-parallel plan), checked once split as the ranks check it. What fake tensors cannot
+    is refused now, as a ConfigError (exit 2); `split`: what split the model (tensor
+    parallelism), checked once split as the ranks check it. What fake tensors cannot
     follow (a value read in forward) only leaves the memory unpredicted."""
-    from hpctrain.engine.tp_wrap import DIVIDE_HINT
     from hpctrain.train.parts import make_objective, workload_label
     from hpctrain.train.targets import WorkloadError, probe
 
-    what = f"{workload_label(cfg)} split by {split}" if split else workload_label(cfg)
+    what = f"{workload_label(cfg)} split by {split.key}" if split else workload_label(cfg)
     try:
         with following(model) as where:
             probe(
@@ -233,14 +230,14 @@ def fits(cfg: Config, model: nn.Module, x: torch.Tensor, y: torch.Tensor, split:
                 [(x[0], y[0])],
                 torch.device("cpu"),
                 what,
-                DIVIDE_HINT if split else "",
+                split.hint if split else "",
             )
     except WorkloadError as e:
         if cannot_follow(e):  # a value read in forward, NumPy, storage: the ranks run it
             raise TraceError(unfollowed(e, where)) from e
         sections = [s for s in ("model", "loss", "data") if getattr(cfg, s)._target_]
         raise ConfigError.one(
-            split or f"{sections[0] if sections else 'model'}._target_",
+            split.key if split else f"{sections[0] if sections else 'model'}._target_",
             str(e),
             "make the model, its data and the loss fit (docs: tutorials/own-code, the model's contract); "
             "a model that computes its own loss trains with loss=model",

@@ -14,8 +14,7 @@ from hpctrain.config.layout import describe_mesh
 from hpctrain.config.schema import TpHolder
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind
-from hpctrain.parallel.dimensions import inner_dims
-from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
+from hpctrain.parallel.dimensions import inner_dims, split_degree, split_notes, split_problems
 from hpctrain.records import Layout
 
 if TYPE_CHECKING:
@@ -32,13 +31,13 @@ class Data(ParallelismKind):
 
     @classmethod
     def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
-        tp, dims = tp_degree(cfg), inner_dims(cfg)
+        tp, dims = split_degree(cfg), inner_dims(cfg)
         return Layout(replicate=max(world // tp // math.prod(dims.values()), 1), tp=tp, dims=dims)
 
     @classmethod
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
-        tp = tp_degree(cfg)
-        p = tp_problems(cfg, world)
+        tp = split_degree(cfg)
+        p = split_problems(cfg, world)
         if tp > 1 and cfg.script.path:
             p.append(
                 Problem(
@@ -51,11 +50,11 @@ class Data(ParallelismKind):
 
     @classmethod
     def notes(cls, cfg: Config, layout: Layout, ranks_per_node: int) -> list[str]:
-        return [tp_note(cfg), *describe_mesh(layout, ranks_per_node)] if layout.tp > 1 else []
+        return [*split_notes(cfg, layout), *describe_mesh(layout, ranks_per_node)] if layout.tp > 1 else []
 
     @classmethod
     def memory_probe(cls, cfg: Config) -> tuple[str, ...]:
-        return (f"parallelism={cls.name}", *(("parallelism.tp.degree=2",) if tp_degree(cfg) > 1 else ()))
+        return (f"parallelism={cls.name}", *(("parallelism.tp.degree=2",) if split_degree(cfg) > 1 else ()))
 
     @classmethod
     def memory_fixes(cls, cfg: Config, world: int) -> list[tuple[str, Config]]:

@@ -23,7 +23,7 @@ from hpctrain.registry import Registry
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
     from hpctrain.records import Layout
-    from hpctrain.train.dims import RankDimension
+    from hpctrain.train.dims import LayerSplit, RankDimension
     from hpctrain.train.setup import Build, Setup
 
 
@@ -34,6 +34,9 @@ class Dimension:
     # parallelism that takes such dimensions (ParallelismKind.takes_dims) divides its ranks by it
     inner: ClassVar[bool] = False
     torch_store: ClassVar[bool] = False  # its ranks meet over torch.distributed whatever the engine
+    # it splits each layer over its ranks (tensor parallelism): the parallelisms that take it
+    # (TpHolder in their settings) divide their ranks by it and ask its rules, note and rank side
+    splits_layers: ClassVar[bool] = False
 
     @classmethod
     def degree(cls, layout: Layout) -> int:
@@ -66,11 +69,35 @@ class Dimension:
         """(its part's key, what the plan declares of it) for a layout that has the dimension."""
         return None
 
+    @classmethod
+    def shard_problems(cls, cfg: Config) -> list[Problem]:
+        """What of it cannot be sharded as well (fsdp/hsdp over more than one shard)."""
+        return []
+
+    @classmethod
+    def memory_fixes(cls, cfg: Config, world: int) -> list[tuple[str, Config]]:
+        """(override, config) it offers a model that does not fit in memory."""
+        return []
+
+    @classmethod
+    def checks_model(cls, cfg: Config) -> bool:
+        """Whether its settings name the model's modules (checked on the meta model)."""
+        return False
+
+    @classmethod
+    def model_problems(cls, cfg: Config, model: Any) -> list[Problem]:
+        """Its settings checked against the model built on the meta device."""
+        return []
+
+    @classmethod
+    def layer_split(cls, cfg: Config) -> LayerSplit | None:
+        """A dimension that splits layers: what a rank does for it (train/dims.py)."""
+        return None
+
 
 # name -> "module:Class"; imported on first use
 DIMENSIONS: dict[str, str] = {
-    **modules("dimension", "DIMENSION"),  # the packages' (dimension_packages.py) first, in its order
-    "tp": "hpctrain.parallel.tensor:TensorDimension",
+    **modules("dimension", "DIMENSION"),  # the packages' (dimension_packages.py), in its order
 }
 _REGISTRY: Registry[Dimension] = Registry(
     "dimension", DIMENSIONS, "hpctrain.dimensions", base="hpctrain.parallel.dimensions:Dimension"
@@ -127,7 +154,12 @@ def dimension_problems(cfg: Config, world: int, parallelism: str, takes: bool) -
 
 
 def dimension_notes(cfg: Config, layout: Layout) -> list[str]:
-    return [n for c in dimensions().values() if c.degree(layout) > 1 and (n := c.note(cfg, layout))]
+    """The named dimensions' lines of the plan (a layer split's the parallelism places: split_notes)."""
+    return [
+        n
+        for c in dimensions().values()
+        if not c.splits_layers and c.degree(layout) > 1 and (n := c.note(cfg, layout))
+    ]
 
 
 def needs_torch_store(cfg: Config) -> bool:
@@ -148,6 +180,7 @@ def with_dimensions(build: Build, setup: Setup) -> Any:
         for d in dims:
             d.check(setup.module, setup.common["objective"], sample)
     setup.common["dims"] = dims
+    setup.layer_split = layer_split(setup.cfg, setup.d.layout)
     return build(setup)
 
 
@@ -155,3 +188,44 @@ def rank_sides(cfg: Config, layout: Layout, rank: int) -> tuple[RankDimension, .
     """The rank sides of the layout's dimensions, in the registry's order."""
     sides = [c.rank_side(cfg, layout, rank) for c in dimensions().values() if c.degree(layout) > 1]
     return tuple(d for d in sides if d is not None)
+
+
+# --- the dimensions that split each layer (tensor parallelism), asked by the parallelisms that
+# take them (data, fsdp/hsdp, the pipelines), the model's rules and the memory prediction
+def _splitting() -> list[type[Dimension]]:
+    return [c for c in dimensions().values() if c.splits_layers]
+
+
+def split_degree(cfg: Config) -> int:
+    """Ranks each layer is split over, as the settings give them (1: none)."""
+    return math.prod(c.configured(cfg) for c in _splitting())
+
+
+def split_problems(cfg: Config, world: int) -> list[Problem]:
+    return [p for c in _splitting() for p in c.problems(cfg, world)]
+
+
+def split_shard_problems(cfg: Config) -> list[Problem]:
+    """What of a layer split cannot be sharded as well."""
+    return [p for c in _splitting() if c.configured(cfg) > 1 for p in c.shard_problems(cfg)]
+
+
+def split_notes(cfg: Config, layout: Layout) -> list[str]:
+    return [n for c in _splitting() if c.degree(layout) > 1 and (n := c.note(cfg, layout))]
+
+
+def layer_split(cfg: Config, layout: Layout) -> LayerSplit | None:
+    """What the ranks do for the layout's layer split (None: the layout splits no layer)."""
+    return next((s for c in _splitting() if c.degree(layout) > 1 and (s := c.layer_split(cfg))), None)
+
+
+def memory_fixes(cfg: Config, world: int) -> list[tuple[str, Config]]:
+    return [f for c in dimensions().values() for f in c.memory_fixes(cfg, world)]
+
+
+def checks_model(cfg: Config) -> bool:
+    return any(c.checks_model(cfg) for c in dimensions().values())
+
+
+def model_problems(cfg: Config, model: Any) -> list[Problem]:
+    return [p for c in dimensions().values() if c.checks_model(cfg) for p in c.model_problems(cfg, model)]

@@ -20,10 +20,16 @@ from hpctrain.engine.base import Sharding
 from hpctrain.errors import Problem
 from hpctrain.parallel import mesh
 from hpctrain.parallel.base import ParallelismKind
-from hpctrain.parallel.dimensions import inner_dims, inner_ranks
+from hpctrain.parallel.dimensions import (
+    inner_dims,
+    inner_ranks,
+    split_degree,
+    split_notes,
+    split_problems,
+    split_shard_problems,
+)
 from hpctrain.parallel.registry import node_size
 from hpctrain.parallel.shard_rules import shard_problems
-from hpctrain.parallel.tensor import fused_unsharded, tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
 from hpctrain.records.parts import ShardFigures
 
@@ -58,7 +64,7 @@ class Fsdp(ParallelismKind):
     def degree(cls, cfg: Config, world: int, ranks_per_node: int) -> int:
         """parallelism.shard.degree as given; null: every data-parallel rank (fsdp) or one node's
         (hsdp). With tensor parallelism the data-parallel ranks are the world / tp.degree."""
-        given, tp = cfg.parallelism.shard.degree, tp_degree(cfg)
+        given, tp = cfg.parallelism.shard.degree, split_degree(cfg)
         if given is not None:
             return int(given)
         dp = max(world // tp // _stages(cfg) // inner_ranks(cfg), 1)
@@ -66,7 +72,7 @@ class Fsdp(ParallelismKind):
 
     @classmethod
     def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
-        degree, tp, stages = max(cls.degree(cfg, world, ranks_per_node), 1), tp_degree(cfg), _stages(cfg)
+        degree, tp, stages = max(cls.degree(cfg, world, ranks_per_node), 1), split_degree(cfg), _stages(cfg)
         piped, dims = stages > 1, inner_dims(cfg)
         return Layout(
             stages=stages,
@@ -80,8 +86,8 @@ class Fsdp(ParallelismKind):
 
     @classmethod
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
-        node, tp, par = node_size(cfg), tp_degree(cfg), cfg.parallelism
-        p, inner = tp_problems(cfg, world), inner_ranks(cfg)
+        node, tp, par = node_size(cfg), split_degree(cfg), cfg.parallelism
+        p, inner = split_problems(cfg, world), inner_ranks(cfg)
         # the data-parallel ranks (of every stage, and of each position along the named dimensions,
         # whose own rules judge whether they divide the world) ...
         dp = world // tp // inner if not p and world % (tp * inner) == 0 else world
@@ -92,7 +98,7 @@ class Fsdp(ParallelismKind):
                 return p  # the shard degree is judged once the stages fit
             dp //= par.stages
         degree = cls.degree(cfg, world, node)
-        fused = fused_unsharded(cfg) if degree > 1 and tp > 1 else []
+        fused = split_shard_problems(cfg) if degree > 1 and tp > 1 else []
         return p + fused + shard_problems(cfg, dp, degree, cls.whole_world, facts)
 
     @classmethod
@@ -115,7 +121,7 @@ class Fsdp(ParallelismKind):
                 else ""
             )
         )
-        tp = [tp_note(cfg)] if layout.tp > 1 else []
+        tp = split_notes(cfg, layout)
         pp = [mesh.stage_note(cfg, layout)] if layout.pipelined else []
         return [head, *pp, *tp, *describe_mesh(layout, ranks_per_node)]
 

@@ -10,7 +10,7 @@ every run has.
 
 A part is declared once per level, as a frozen dataclass with a KEY, a LEVEL ("run" when absent)
 and, for the records written before parts existed, the flat keys it replaces (FLAT); a run part
-of a dimension of the mesh names it for a run's title (`mesh_dim`: PipelineFigures, TensorFigures);
+of a dimension of the mesh names it for a run's title (`mesh_dim`: the pipeline's and tensor parallelism's);
 `register_part` makes the readers check it. A parallelism from another package declares and
 registers its own the same way (tests/parallelisms/counted.py); a part nobody registered is kept
 as read, a mapping.
@@ -48,59 +48,6 @@ class Part(Protocol):
 
 P = TypeVar("P")
 T = TypeVar("T")
-
-
-# --- tensor parallelism --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TensorRank:
-    """A tensor-parallel rank: its collectives per step and their bytes, as all-reduce bytes
-    (counted on the first warm-up step, train/tp_comm.py), and their seconds per step sent again
-    alone after training (all exposed, though the step's clock counts them as compute)."""
-
-    KEY: ClassVar[str] = "tensor"
-    LEVEL: ClassVar[str] = "rank"
-    FLAT: ClassVar[Mapping[str, str]] = {
-        "tp_messages": "messages",
-        "tp_bytes": "bytes",
-        "tp_comm_s": "comm_s",
-    }
-
-    messages: int = 0
-    bytes: float = 0.0
-    comm_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class TensorFigures:
-    """Tensor parallelism: ranks per group, its collectives per step (rank 0's: every rank of a
-    group sends the same) as all-reduce bytes, and their seconds replayed alone (mean over ranks)."""
-
-    KEY: ClassVar[str] = "tensor"
-    FLAT: ClassVar[Mapping[str, str]] = {
-        "tp_degree": "degree",
-        "tp_messages": "messages",
-        "tp_bytes": "bytes",
-        "tp_comm_s": "comm_s",
-    }
-
-    degree: int = 1
-    messages: int = 0
-    bytes: float = 0.0
-    comm_s: float = 0.0
-
-    def mesh_dim(self) -> tuple[bool, int, str] | None:
-        """(outside the replicas, ranks along it, its name in a run's title); None: no TP."""
-        return (False, self.degree, f"tp {self.degree}") if self.degree > 1 else None
-
-    @classmethod
-    def measured(cls, declared: Mapping[str, Any], per_rank: Sequence[Any], step_s: float) -> TensorFigures:
-        first = part(per_rank[0], TensorRank)
-        return cls(
-            **declared,
-            messages=first.messages,
-            bytes=first.bytes,
-            comm_s=fmean(part(r, TensorRank).comm_s for r in per_rank),
-        )
 
 
 # --- sharding, memory ----------------------------------------------------------------------------
@@ -176,8 +123,6 @@ def register_part(cls: type[T]) -> type[T]:
 
 
 for _cls in (
-    TensorRank,
-    TensorFigures,
     ShardFigures,
     MemoryFigures,
 ):
@@ -231,6 +176,16 @@ def part(record: Any, cls: type[P]) -> P:
     if value is None:
         return cls()
     return from_dict(cls, value, f"parts.{key}")  # read before its type was registered
+
+
+def split_degree(record: Any) -> int:
+    """Ranks each layer of a run is split over (1: none): the degree of each run part whose
+    dimension splits layers (SPLITS_LAYERS: tensor parallelism's), multiplied."""
+    n = 1
+    for cls in types("run").values():
+        if getattr(cls, "SPLITS_LAYERS", False):
+            n *= max(int(getattr(part(record, cls), "degree", 1)), 1)
+    return n
 
 
 def stage_of(rank: Any) -> int:

@@ -39,6 +39,30 @@ class RankDimension(Protocol):
         """What it measured once, by rank part key (collective: every rank asks, after training)."""
 
 
+class LayerSplit(Protocol):
+    """What a rank does for a dimension that splits each layer over its ranks (tensor
+    parallelism's, parallel/tensor/side.py): it splits the model the parallelism then shards or
+    replicates (or each pipeline piece), counts the collectives of one warm-up step, and times them
+    again alone after training. Asked by the trainers that build on a device mesh (train/shard.py,
+    the pipeline's mesh) and the memory trace; given by the dimension (Setup.layer_split)."""
+
+    key: str  # the setting that split the model (a one-sample check's message names it)
+    hint: str  # what a user's forward that fails once split most often lacks
+
+    def split(self, module: nn.Module, mesh: Any, whole: bool) -> nn.Module:
+        """`module` split in place over its dimension of `mesh` (a device mesh, or the memory
+        trace's meshes by name): the whole model, or a pipeline's piece (the plan's part in it)."""
+
+    def counting(self) -> contextlib.AbstractContextManager[None]:
+        """What one warm-up step runs inside, forward and backward, to count the collectives."""
+
+    def after_training(self, device: torch.device) -> None:
+        """The counted collectives replayed alone and timed (collective: every rank)."""
+
+    def figures(self) -> dict[str, dict[str, Any]]:
+        """What it measured, by rank part key (nothing where it counted nothing)."""
+
+
 _NOTHING = contextlib.nullcontext()  # reusable: a step without named dimensions builds nothing
 
 

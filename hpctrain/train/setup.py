@@ -33,7 +33,7 @@ from hpctrain.train.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from hpctrain.engine.base import Engine
-    from hpctrain.train.dims import RankDimension
+    from hpctrain.train.dims import LayerSplit, RankDimension
 
 
 class Common(TypedDict):
@@ -66,6 +66,8 @@ class Setup:
     common: Common
     deferred: Deferred | None = None  # `module` is on the meta device until materialize()
     notes: list[str] = field(default_factory=list)  # what rank 0 tells the user before training
+    # the layout's dimension that splits each layer (tensor parallelism's), where it has one
+    layer_split: LayerSplit | None = None
 
     def materialize(self, model: nn.Module) -> nn.Module:
         """`model` (the module, split or sharded) on this rank's device with the one-rank initial

@@ -7,7 +7,6 @@ the last micro-batch of an accumulation."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,13 +14,10 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from hpctrain.config.split import shard_units
-from hpctrain.config.tp_plan import plan_for
 from hpctrain.engine.base import Sharding, TensorParallel
 from hpctrain.engine.fsdp_wrap import data_parallel_mesh
 from hpctrain.engine.ties import check_units
-from hpctrain.engine.tp_wrap import DIVIDE_HINT
 from hpctrain.engine.world import CommError
-from hpctrain.records.parts import TensorRank
 from hpctrain.train import checkpoint, shard_checkpoint
 from hpctrain.train.data import build_loader
 from hpctrain.train.parts import workload_label
@@ -31,50 +27,36 @@ from hpctrain.train.targets import probe
 
 if TYPE_CHECKING:
     from hpctrain.records import StepRecord
-    from hpctrain.train.tp_comm import TpTraffic
+    from hpctrain.train.dims import LayerSplit
 
 
 @dataclass(kw_only=True)
 class ShardedTrainer(DataParallelTrainer):
-    """Every rank holds a shard of the model (model and weights: the sharded module). Split by
-    tensor parallelism (tp_mesh), its first warm-up step counts the TP collectives and the run
-    replays them after training (tp_comm.py)."""
+    """Every rank holds a shard of the model (model and weights: the sharded module). Split by a
+    layer split (tensor parallelism), its first warm-up step counts the split's collectives and the
+    run replays them after training (train/dims.py: LayerSplit)."""
 
-    tp_mesh: Any = None  # the tensor-parallel part of the device mesh (None: no TP)
-    traffic: TpTraffic | None = None
-    tp_replay_s: float = 0.0  # the counted collectives of one step, replayed alone (tp_comm.replay)
+    layer_split: LayerSplit | None = None
+    counted: bool = False
 
     def train_step(self, b: StepInput) -> StepResult:
-        if self.tp_mesh is None or self.traffic is not None or b.step >= self.cfg.train.warmup_steps:
+        if self.layer_split is None or self.counted or b.step >= self.cfg.train.warmup_steps:
             return super().train_step(b)  # a timed step is never slowed by the counting
-        from hpctrain.train.tp_comm import CollectiveLog  # DTensor's debug mode: only where TP runs
-
-        with warnings.catch_warnings(), CollectiveLog() as log:
-            # the debug mode's module tracker hooks the first block, whose input needs no gradient
-            warnings.filterwarnings(
-                "ignore", message="Full backward hook is firing when gradients are computed"
-            )
+        with self.layer_split.counting():
             out = super().train_step(b)
-        self.traffic = log.traffic()
+        self.counted = True
         return out
 
     def figures(self) -> dict[str, dict[str, Any]]:
-        t, out = self.traffic, super().figures()
-        if t is None:
-            return out
-        return {
-            **out,
-            TensorRank.KEY: {"messages": t.messages, "bytes": t.allreduce_bytes, "comm_s": self.tp_replay_s},
-        }
+        out = super().figures()
+        return {**out, **self.layer_split.figures()} if self.layer_split is not None else out
 
     def after_training(
         self, out: list[StepRecord], world: int, rank: int
     ) -> tuple[tuple[float, float], float]:
         done = super().after_training(out, world, rank)
-        if self.traffic is not None and self.tp_mesh is not None:  # the same on every rank
-            from hpctrain.train.tp_comm import replay
-
-            self.tp_replay_s = replay(self.traffic, self.tp_mesh.get_group(), self.device)
+        if self.layer_split is not None:
+            self.layer_split.after_training(self.device)
         return done
 
     def whole_model_state(self) -> dict[str, Any]:
@@ -101,24 +83,22 @@ def sharded_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
     if not isinstance(engine, Sharding):
         raise CommError(f"engine {engine.name} cannot shard a model")
     s.common["watch"].phase("comm", 0)  # sharding creates the mesh's process groups: every rank must arrive
-    model, dp_mesh, tp_mesh = s.module, None, None
-    if layout.tp > 1 or layout.inner > 1:  # the whole mesh; else the engine's replicate x shard
+    model, dp_mesh = s.module, None
+    if s.layer_split is not None or layout.inner > 1:  # the whole mesh; else the engine's replicate x shard
         mesh = device_mesh(s)
         dp_mesh = data_parallel_mesh(mesh, layout)
-    if layout.tp > 1:
-        model, tp_mesh = split(s, mesh["tp"]), mesh["tp"]
+        if s.layer_split is not None:
+            model = split(s, mesh)
     recompute_blocks(s)
     units = shard_units(cfg.model, list(cfg.parallelism.shard.modules))
     check_units(model, units)
     model = s.materialize(engine.shard(model, layout, units, dp_mesh))
-    return dcp_trainer(s, model, tp_mesh)
+    return dcp_trainer(s, model)
 
 
-def dcp_trainer(
-    s: Setup, model: nn.Module, tp_mesh: Any = None
-) -> tuple[ShardedTrainer, checkpoint.Restored]:
+def dcp_trainer(s: Setup, model: nn.Module) -> tuple[ShardedTrainer, checkpoint.Restored]:
     """The optimizer on the model's shards (each rank's state is its shards'), restored from the
-    newest usable checkpoint, sharded or whole; `tp_mesh`: the tensor-parallel group's, if split."""
+    newest usable checkpoint, sharded or whole."""
     cfg = s.cfg
     optimizer = make_optimizer(cfg, model, cfg.optim.lr)
     restored = restore(s.run_dir, model, optimizer, cfg.train.resume_from)
@@ -129,19 +109,18 @@ def dcp_trainer(
         scaler=None,
         loader=loader,
         weights=model,
-        tp_mesh=tp_mesh,
+        layer_split=s.layer_split,
         **s.common,
     )
     return t, restored
 
 
 def tensor_parallel_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
-    """parallelism=data with parallelism.tp.degree = the world: one replica, split over the ranks."""
+    """One replica, its layers split over the ranks (parallelism=data, tp.degree = the world)."""
     s.common["watch"].phase("comm", 0)  # the mesh's process groups: every rank must arrive
-    tp_mesh = device_mesh(s)["tp"]
-    model = s.materialize(split(s, tp_mesh))
+    model = s.materialize(split(s, device_mesh(s)))
     recompute_blocks(s)
-    return dcp_trainer(s, model, tp_mesh)
+    return dcp_trainer(s, model)
 
 
 def _tp_engine(s: Setup) -> TensorParallel:
@@ -155,19 +134,20 @@ def device_mesh(s: Setup) -> Any:
     return _tp_engine(s).device_mesh(s.d.layout)
 
 
-def split(s: Setup, tp_mesh: Any) -> nn.Module:
-    """The model split by the plan in force (the user's, or the built-in model's own)."""
-    tp = s.cfg.parallelism.tp
-    plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
-    model = _tp_engine(s).split(s.module, tp_mesh, plan, [str(a) for a in tp.divide])
+def split(s: Setup, mesh: Any) -> nn.Module:
+    """The whole model split by the layout's layer split over its dimension of `mesh`."""
+    how = s.layer_split
+    if how is None:
+        return s.module
+    model = _tp_engine(s).split(s.module, lambda m: how.split(m, mesh, whole=True))
     if s.cfg.user_code:  # one sample through the split model (every rank of the group: collectives)
         probe(
             model,
             s.common["objective"],
             s.dataset,
             s.common["device"],
-            f"{workload_label(s.cfg)} split by parallelism.tp.plan",
-            DIVIDE_HINT,
+            f"{workload_label(s.cfg)} split by {how.key}",
+            how.hint,
         )
     return model
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from hpctrain.config.schema import Config
-from hpctrain.config.tp_plan import is_style, plan_for
 from hpctrain.errors import Problem
+from hpctrain.parallel.dimensions import checks_model
+from hpctrain.parallel.dimensions import model_problems as dimension_problems
 
 NAMES_FIX = "name modules as model.named_modules() does (wildcards: *)"
 
@@ -21,10 +22,8 @@ NAMES_FIX = "name modules as model.named_modules() does (wildcards: *)"
 def model_problems(cfg: Config) -> list[Problem]:
     par, m = cfg.parallelism, cfg.model
     tp = par.tp
-    wants_tp = (
-        bool(tp.plan or tp.divide) and tp.degree >= 2 and all(is_style(str(v)) for v in tp.plan.values())
-    )
-    if not (par.shard.modules or wants_tp or (m._target_ and m.checkpoint_blocks)):
+    named = checks_model(cfg)  # the dimensions' settings that name the model's modules
+    if not (par.shard.modules or named or (m._target_ and m.checkpoint_blocks)):
         return []
     key = (
         repr(m),
@@ -37,19 +36,19 @@ def model_problems(cfg: Config) -> list[Problem]:
     if key not in _JUDGED:
         if len(_JUDGED) > 64:  # bounded: a sweep over model sizes
             _JUDGED.clear()
-        _JUDGED[key] = _judge(cfg, wants_tp)
+        _JUDGED[key] = _judge(cfg, named)
     return list(_JUDGED[key])
 
 
 _JUDGED: dict[tuple[str, ...], list[Problem]] = {}
 
 
-def _judge(cfg: Config, wants_tp: bool) -> list[Problem]:
+def _judge(cfg: Config, named: bool) -> list[Problem]:
     model = _meta_model(cfg)
     if model is None:
         return []
     p = _units(cfg, model) + _blocks(cfg, model)
-    return p + (_tp_plan(cfg, model) if wants_tp else [])
+    return p + (dimension_problems(cfg, model) if named else [])
 
 
 def _meta_model(cfg: Config) -> Any:
@@ -96,25 +95,4 @@ def _blocks(cfg: Config, model: Any) -> list[Problem]:
     except SplitError as e:
         key, _, why = str(e).partition(": ")
         return [Problem(key, why, NAMES_FIX + ", e.g. model.checkpoint_blocks=[transformer.h.*]")]
-    return []
-
-
-def _tp_plan(cfg: Config, model: Any) -> list[Problem]:
-    """A plan that matches nothing, splits a module it cannot, a dimension that does not divide
-    over the degree, a divide attribute that is not a count the degree divides, or a tied
-    parameter split two ways."""
-    from hpctrain.engine.tp_wrap import TensorParallelError, check_plan
-
-    tp = cfg.parallelism.tp
-    plan = plan_for(cfg.model, dict(tp.plan), tp.sequence_parallel)
-    try:
-        check_plan(model, plan, int(tp.degree), [str(a) for a in tp.divide])
-    except TensorParallelError as e:
-        key, _, why = str(e).partition(": ")
-        fix = (
-            "name each module (wildcards: *) and the whole-number attribute its forward reads, e.g. h.*.attn.n_head"
-            if key == "parallelism.tp.divide"
-            else "name Linear or Embedding modules as model.named_modules() does (wildcards: *)"
-        )
-        return [Problem(key, why, fix)]
     return []

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.analysis.roofline import for_run, for_tensor_parallel
+from hpctrain.analysis.roofline import for_run
+from hpctrain.parallel.tensor.figures import TensorFigures, TensorRank
+from hpctrain.parallel.tensor.report import for_tensor_parallel
 from hpctrain.records import RunSummary, read
-from hpctrain.records.parts import TensorFigures, TensorRank, part
+from hpctrain.records.parts import part
 from tests.conftest import MLP, TINY_LM, assert_same_weights, flat, hpctrain, run_ok
 
 pytestmark = pytest.mark.mpi

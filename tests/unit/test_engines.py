@@ -89,7 +89,6 @@ def test_an_engine_is_built_with_its_own_settings_and_the_run_s_wiring_only() ->
         precision="bf16",
         accumulate=1,
         microbatches=1,
-        sequence_parallel=False,
         shard=ShardSettings(cpu_offload=True),
         rendezvous_s=300.0,  # train.stall_timeout_s: the ranks meet within it (engine/rendezvous.py)
     )

@@ -156,6 +156,8 @@ PACKAGES_WITH_DOORS = {
     ),
     # registered by one line, and found by every layer through it (docs/contributing.md)
     "parallel/context": ("dimension_packages.py",),
+    # the same; the parallelisms that take it ask parallel/dimensions.py (split_degree, ...)
+    "parallel/tensor": ("dimension_packages.py",),
 }
 
 
@@ -214,7 +216,7 @@ def test_the_house_test_sees_each_way_of_importing_a_module() -> None:
 DIMENSION_NAMED_IN = (
     "parallel/pipeline/",
     "parallel/context/",
-    "parallel/tensor.py",
+    "parallel/tensor/",
     "parallel/dimensions.py",
     "records/parts.py",
 )
@@ -226,7 +228,7 @@ def test_no_code_branches_on_a_dimensions_name() -> None:
     from hpctrain.dimension_packages import PACKAGES
     from hpctrain.parallel.dimensions import DIMENSIONS
     from hpctrain.parallel.pipeline.figures import PipelineFigures
-    from hpctrain.records.parts import TensorFigures
+    from hpctrain.parallel.tensor.figures import TensorFigures
 
     keys = {PipelineFigures.KEY, TensorFigures.KEY} | {key for _, key in PACKAGES.values()}
     found = _comparisons_with(set(DIMENSIONS) | keys, DIMENSION_NAMED_IN)

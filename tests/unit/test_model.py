@@ -245,8 +245,8 @@ def test_the_tensor_parallel_roofline_by_hand() -> None:
     collective, beta = 2 ms / (2 * 3/4 * 4 MiB). TP 2 with 10 collectives and 1 MiB of all-reduce
     bytes: latency 10 * 1 ms, bandwidth 2 * 1/2 * 1 MiB * beta = 1/3 ms."""
 
-    from hpctrain.analysis.roofline import for_tensor_parallel
     from hpctrain.bench.analyze import synthetic_summary
+    from hpctrain.parallel.tensor.report import for_tensor_parallel
 
     s = synthetic_summary(4, 64, step=0.05, compute=0.04, comm=0.005, data=0.005, parameters=MIB)
     s = replace_summary(s, probe_small_s=1e-3, probe_full_s=3e-3, tp_degree=2, tp_messages=10, tp_bytes=MIB)

@@ -11,7 +11,8 @@ import pytest
 
 from hpctrain import records
 from hpctrain.parallel.pipeline.figures import PipelineFigures
-from hpctrain.records.parts import ShardFigures, TensorFigures, part
+from hpctrain.parallel.tensor.figures import TensorFigures
+from hpctrain.records.parts import ShardFigures, part
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "runs" / "digits-2ranks" / "summary.json"
 

@@ -14,8 +14,9 @@ from hpctrain.engine.clock import HostClock
 from hpctrain.parallel.pipeline.figures import PipelineRank, PipelineStep
 from hpctrain.parallel.pipeline.p2p import Link, Meter, install
 from hpctrain.parallel.pipeline.report import for_pipeline, pipe
+from hpctrain.parallel.tensor.figures import TensorRank
 from hpctrain.records import RankSummary, StepRecord
-from hpctrain.records.parts import TensorRank, part
+from hpctrain.records.parts import part
 from hpctrain.train.stats import rank_stats, summarize
 from tests.conftest import replace_summary
 

@@ -9,12 +9,12 @@ from torch import nn
 
 from hpctrain.config import load_config
 from hpctrain.config.layout import describe_mesh
-from hpctrain.config.tp_plan import declared_tp_plan, resolve
-from hpctrain.engine.tp_wrap import TensorParallelError, check_plan
 from hpctrain.errors import ConfigError
 from hpctrain.facts import HostFacts
 from hpctrain.orchestrate.validate import validate
 from hpctrain.parallel import layout_of, parallel_notes, resolve_batch
+from hpctrain.parallel.tensor.plan import declared_tp_plan, resolve
+from hpctrain.parallel.tensor.split import TensorParallelError, check_plan
 from hpctrain.records import Layout
 from tests.unit.test_parallel_plan import (
     test_invalid_layouts_are_refused_before_anything_starts as assert_refused,

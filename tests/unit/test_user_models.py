@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 from hpctrain.config import load_config
-from hpctrain.config.tp_plan import fused_chunks, is_style
 from hpctrain.engine.ties import TieError, check_units, retie, tied_groups
-from hpctrain.engine.tp_wrap import TensorParallelError, check_plan
 from hpctrain.orchestrate.validate import problems
+from hpctrain.parallel.tensor.plan import fused_chunks, is_style
+from hpctrain.parallel.tensor.split import TensorParallelError, check_plan
 from hpctrain.train.modules import SplitError, resolve_blocks
 from hpctrain.train.objective import LossOutputError, ModelLoss, logits_of, loss_of
 

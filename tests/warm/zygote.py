@@ -35,10 +35,10 @@ def preload() -> None:
     import hpctrain.engine.ddp_wrap  # noqa: F401
     import hpctrain.engine.device  # noqa: F401
     import hpctrain.engine.fsdp_wrap  # noqa: F401  (torch.distributed.fsdp, torch._dynamo: 1-3 s)
-    import hpctrain.engine.tp_wrap  # noqa: F401
     import hpctrain.launch.slurm.job  # noqa: F401
     import hpctrain.parallel.pipeline.kind  # noqa: F401
     import hpctrain.parallel.sharded  # noqa: F401
+    import hpctrain.parallel.tensor.split  # noqa: F401
     import hpctrain.records  # noqa: F401
     import hpctrain.train.loop  # noqa: F401
     from hpctrain.config.load import schema_node

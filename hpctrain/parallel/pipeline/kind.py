@@ -19,9 +19,9 @@ from hpctrain.engine.base import StageReplicas
 from hpctrain.engine.registry import engine_class, engine_names
 from hpctrain.errors import Problem
 from hpctrain.parallel.base import ParallelismKind
+from hpctrain.parallel.dimensions import split_degree, split_notes, split_problems
 from hpctrain.parallel.pipeline.mesh_rules import mesh_stage_problems, whole_checkpoints_refused
 from hpctrain.parallel.pipeline.rules import pieces_per_rank, pipeline_problems
-from hpctrain.parallel.tensor import tp_degree, tp_note, tp_problems
 from hpctrain.records import Layout
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ class Pipeline(ParallelismKind):
 
     @classmethod
     def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
-        stages, tp = max(cfg.parallelism.stages, 1), tp_degree(cfg)
+        stages, tp = max(cfg.parallelism.stages, 1), split_degree(cfg)
         return Layout(
             stages=stages,
             replicate=max(world // tp // stages, 1),
@@ -59,8 +59,8 @@ class Pipeline(ParallelismKind):
     def problems(cls, cfg: Config, world: int, facts: HostFacts | None) -> list[Problem]:
         """With parallelism.tp.degree, each stage split over a tensor-parallel group (the world is
         stages x replicas x tp)."""
-        p = tp_problems(cfg, world) if cfg.parallelism.tp.degree != 1 else []
-        tp = tp_degree(cfg)
+        p = split_problems(cfg, world) if cfg.parallelism.tp.degree != 1 else []
+        tp = split_degree(cfg)
         dp = world // tp if world % tp == 0 else world
         return p + pipeline_problems(cfg, dp, one_replica=cls.one_replica) + mesh_stage_problems(cfg, False)
 
@@ -73,7 +73,7 @@ class Pipeline(ParallelismKind):
             f"{', '.join(split_points(cfg, layout.pieces))}"
         )
         if layout.tp > 1:
-            return [head, tp_note(cfg), *describe_mesh(layout, ranks_per_node)]
+            return [head, *split_notes(cfg, layout), *describe_mesh(layout, ranks_per_node)]
         return [head, *describe(layout, ranks_per_node)]
 
     @classmethod
@@ -101,7 +101,7 @@ class Pipeline(ParallelismKind):
     @classmethod
     def study_overrides(cls, cfg: Config, world: int) -> tuple[str, ...]:
         # one replica: its stages grow with the scale (each split over its tensor-parallel group)
-        return (f"parallelism.stages={world // tp_degree(cfg)}",)
+        return (f"parallelism.stages={world // split_degree(cfg)}",)
 
     @classmethod
     def tune_knobs(cls, cfg: Config, engine: list[Knob]) -> list[Knob]:
@@ -115,7 +115,7 @@ class Pipeline(ParallelismKind):
     def resume_problems(cls, cfg: Config, sharded_only: bool) -> list[Problem]:
         """A pipeline's stages load whole tensors with the optimizer state by index; sharded
         checkpoints (.dcp) hold it by parameter name, resharded only into a data layout."""
-        if tp_degree(cfg) > 1:  # tensor-parallel stages read sharded checkpoints (by name) only
+        if split_degree(cfg) > 1:  # tensor-parallel stages read sharded checkpoints (by name) only
             return whole_checkpoints_refused(cfg, sharded_only)
         if not sharded_only:
             return []

@@ -31,11 +31,9 @@ from hpctrain.config.split import (
     split_points,
     units_within,
 )
-from hpctrain.config.tp_plan import plan_for
 from hpctrain.engine.base import Sharding, TensorParallel
 from hpctrain.engine.fsdp_wrap import data_parallel_mesh
 from hpctrain.engine.ties import check_units, pipeline_ties, tied_groups
-from hpctrain.engine.tp_wrap import piece_plan
 from hpctrain.engine.world import CommError
 from hpctrain.parallel.pipeline.pipe import build_pipe
 from hpctrain.parallel.pipeline.step import PipelineTrainer
@@ -62,14 +60,12 @@ def _engine(s: Setup) -> Any:
     return s.engine
 
 
-def split_piece(s: Setup, piece: nn.Module, tp_mesh: Any) -> None:
-    """The plan's modules within `piece` split over the "tp" ranks (the plan was checked against
-    the whole model at plan time and on the meta model)."""
-    tp = s.cfg.parallelism.tp
-    plan = plan_for(s.cfg.model, dict(tp.plan), tp.sequence_parallel)
-    mine, divide = piece_plan(plan, [str(a) for a in tp.divide], piece)
-    if mine:
-        _engine(s).split(piece, tp_mesh, mine, divide)
+def split_piece(s: Setup, piece: nn.Module, mesh: Any) -> None:
+    """The layer split's modules within `piece` split over its ranks of `mesh` (its plan was
+    checked against the whole model at plan time and on the meta model)."""
+    how = s.layer_split
+    if how is not None:
+        _engine(s).split(piece, lambda m: how.split(m, mesh, whole=False))
 
 
 def shard_piece(s: Setup, piece: nn.Module, dp_mesh: Any) -> None:
@@ -114,8 +110,7 @@ def mesh_pipeline_trainer(s: Setup) -> tuple[MeshPipelineTrainer, checkpoint.Res
     pieces, piece_names = my_pieces(s)
     dp_mesh = data_parallel_mesh(mesh, layout, two_d=True) if layout.replicas * layout.inner > 1 else None
     for piece in pieces:
-        if layout.tp > 1:
-            split_piece(s, piece, mesh["tp"])
+        split_piece(s, piece, mesh)
         if cfg.model.activation_checkpointing:
             checkpoint_blocks(piece, [n for n in declared_checkpoint_blocks(cfg.model) if n in piece.order])
         if dp_mesh is not None:

@@ -1,21 +1,24 @@
-"""Tensor parallelism at plan time (parallelism.tp): its rules and its line in the plan. It is a
-dimension of the layout, not a parallelism of its own: data (one replica: pure TP) and fsdp/hsdp
-(2-D: TP inside a group of consecutive ranks x sharding across the groups) take it, through
-TpHolder in their settings; the others refuse its keys. The ranks split the model by the plan in
-config/tp_plan.py (engine/tp_wrap.py)."""
+"""Tensor parallelism at plan time (parallelism.tp): its rules, each naming the key, the rule and
+the fix, its line in the plan, and the fix it offers a model that does not fit. The ranks split
+the model by the plan in plan.py (split.py)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import replace
 
 from hpctrain.config.schema import Config
-from hpctrain.config.tp_plan import FUSED, SEAMS, STYLES, declared_tp_plan, fused_chunks, is_style, plan_for
 from hpctrain.engine.base import TensorParallel
 from hpctrain.engine.registry import engines_with, lacks
 from hpctrain.errors import Problem
-from hpctrain.parallel.dimensions import Dimension
-from hpctrain.records import Layout
-from hpctrain.records.parts import TensorFigures
+from hpctrain.parallel.tensor.plan import (
+    FUSED,
+    SEAMS,
+    STYLES,
+    declared_tp_plan,
+    fused_chunks,
+    is_style,
+    plan_for,
+)
 
 
 def tp_degree(cfg: Config) -> int:
@@ -197,12 +200,10 @@ def tp_note(cfg: Config) -> str:
     return f"tensor parallel: groups of {tp_degree(cfg)} consecutive ranks split {shown}{sp}"
 
 
-class TensorDimension(Dimension):
-    """Tensor parallelism as a dimension of the layout (parallel/dimensions.py): "tp" on the mesh,
-    parallelism.tp.degree, and its summary part (the degree; the ranks add their collectives)."""
-
-    degree_key: ClassVar[str] = "parallelism.tp.degree"
-
-    @classmethod
-    def declared_part(cls, cfg: Config, layout: Layout) -> tuple[str, dict[str, Any]]:
-        return TensorFigures.KEY, {"degree": layout.tp}
+def wider(cfg: Config, world: int) -> list[tuple[str, Config]]:
+    """A model that does not fit: each layer split over twice the ranks, where the world allows."""
+    tp = cfg.parallelism.tp.degree
+    if world % (2 * tp) or not (cfg.parallelism.tp.plan or declared_tp_plan(cfg.model)):
+        return []
+    more = replace(cfg.parallelism.tp, degree=2 * tp)
+    return [(f"parallelism.tp.degree={2 * tp}", replace(cfg, parallelism=replace(cfg.parallelism, tp=more)))]

@@ -2,7 +2,7 @@
 al. 2019, section 3): a column-wise Linear splits its output features (each rank a slice, no
 communication), the row-wise Linear after it splits its input features and all-reduces its
 output, so a pair costs one all-reduce forward and one backward. Pure: names only; the ranks
-apply the plan with torch.distributed.tensor.parallel (train/tensor.py).
+apply the plan with torch.distributed.tensor.parallel (split.py).
 
 Styles, as parallelism.tp.plan spells them:
   colwise         Linear: output features split (or Embedding: embedding dimension split)

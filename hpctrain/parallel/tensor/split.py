@@ -1,4 +1,4 @@
-"""Tensor parallelism on the ranks: a plan (config/tp_plan.py: module name -> style) applied to
+"""Tensor parallelism on the ranks: a plan (plan.py: module name -> style) applied to
 the model with torch.distributed.tensor.parallel over the mesh's "tp" dimension. Each split
 module's parameters become DTensors holding this rank's slice; the rest stay whole on every rank
 of the group, where their gradients come out the same because their inputs are the same.
@@ -25,8 +25,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from hpctrain.config.tp_plan import fused_chunks, resolve, splits
 from hpctrain.engine.ties import retie, tied_groups
+from hpctrain.parallel.tensor.plan import fused_chunks, resolve, splits
 
 
 class TensorParallelError(RuntimeError):
@@ -75,7 +75,7 @@ class FusedColwiseParallel(ColwiseParallel):
 
 
 def style_for(style: str, module: nn.Module, sequence: bool) -> ParallelStyle:
-    """torch's ParallelStyle for one module of the plan (config/tp_plan.py names them)."""
+    """torch's ParallelStyle for one module of the plan (plan.py names them)."""
     seq = Shard(1)  # activations are [batch, sequence, features]
     chunks = fused_chunks(style)
     if chunks is not None:
