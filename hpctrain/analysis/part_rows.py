@@ -40,7 +40,7 @@ def _rows_fn(key: str) -> RowsOf | None:
     if key not in _LOADED and key not in _TARGETS:
         from hpctrain.dimension_packages import by_part
 
-        _TARGETS.update(by_part("report", "report_rows"))  # the dimensions' packages'
+        _TARGETS.update(by_part("report", "report_rows"))  # the packages' (dimension_packages.py)
     if key not in _LOADED and key in _TARGETS:
         _LOADED[key] = load(_TARGETS[key])
     return _LOADED.get(key)

@@ -59,10 +59,9 @@ class StudyPart:
     variant: Callable[[RunSummary], str] = _nothing
 
 
-# built-in parts' study views, imported on first use: "module:attribute"
-BUILTIN: dict[str, str] = {
-    **by_part("report", "STUDY"),  # the dimensions' packages' (dimension_packages.py), first
-}
+# built-in parts' study views, imported on first use: "module:attribute" of the packages'
+# (dimension_packages.py), in their order
+BUILTIN: dict[str, str] = by_part("report", "STUDY")
 _LOADED: dict[str, StudyPart] = {}
 
 

@@ -22,7 +22,7 @@ from rich.table import Table
 from hpctrain.analysis.part_rows import rows_of
 from hpctrain.analysis.roofline import for_run
 from hpctrain.records import RunSummary
-from hpctrain.records.parts import ShardFigures, part
+from hpctrain.records.parts import shard_degree
 
 NOT_A_TERMINAL_WIDTH = 100_000  # pipes, SLURM log files, CI: never cut a table or wrap a line
 PROSE_WIDTH = 100  # advice below a table is wrapped here, on a terminal and in a log file alike
@@ -118,7 +118,7 @@ def mesh_text(s: RunSummary) -> str:
     if not dims:
         return ""
     dp = s.world_size // math.prod(n for _, n, _ in dims)
-    shard = part(s, ShardFigures).degree
+    shard = shard_degree(s)
     replicas = f"{dp} replica(s)" + (f" ({shard} shards)" if shard > 1 else "")
     texts = [t for outer, _, t in dims if outer] + [replicas] + [t for outer, _, t in dims if not outer]
     return " · " + " x ".join(texts)

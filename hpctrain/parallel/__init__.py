@@ -1,14 +1,16 @@
-"""The parallelism axis: how the model is spread over the ranks. Each parallelism is one module
-with one class (base.ParallelismKind), registered by name in registry.py: data (every rank holds
+"""The parallelism axis: how the model is spread over the ranks. Each parallelism is a class
+(base.ParallelismKind) in its package, registered by name in registry.py: data (every rank holds
 the whole model), pipeline (stages across ranks), hybrid (stages x data-parallel replicas), fsdp
 (every rank holds a shard) and hsdp (shard groups x replicas). Its layout (records.Layout: which
 rank holds what) is computed once at plan time and read by the ranks from plan.json.
 
-A dimension that owns its whole life is a package: pipeline/ (its plan-time rules, its parallelisms,
-its rank side: the cut, the schedule, the step and the link between stages). Where another
-parallelism composes with it on one device mesh (fsdp with stages), it asks mesh.py, the shared
-mesh, never the package's modules. What runs on the ranks of the others is in train/: shard.py and
-shard_checkpoint.py (FSDP2, sharded checkpoints)."""
+Each concept owns its whole life in a package: data/, sharded/ (fsdp, hsdp), and the dimensions
+pipeline/ (its plan-time rules, its parallelisms, its rank side: the cut, the schedule, the step
+and the link between stages), tensor/ and context/, registered by one line each
+(hpctrain/dimension_packages.py). The parallelisms ask the dimensions through dimensions.py, never
+by name; where fsdp takes a pipeline's stages on one device mesh, it asks mesh.py, the shared mesh.
+The trainer over a device mesh that they share is train/mesh_trainer.py (with
+shard_checkpoint.py: sharded checkpoints)."""
 
 from __future__ import annotations
 

@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 
 # name -> "module:Class"; imported on first use
 PARALLELISMS: dict[str, str] = {
-    "data": "hpctrain.parallel.data:Data",
+    "data": "hpctrain.parallel.data.kind:Data",
     "pipeline": "hpctrain.parallel.pipeline.kind:Pipeline",
     "hybrid": "hpctrain.parallel.pipeline.kind:Hybrid",
-    "fsdp": "hpctrain.parallel.sharded:Fsdp",
-    "hsdp": "hpctrain.parallel.sharded:Hsdp",
+    "fsdp": "hpctrain.parallel.sharded.kind:Fsdp",
+    "hsdp": "hpctrain.parallel.sharded.kind:Hsdp",
 }
 _REGISTRY: Registry[ParallelismKind] = Registry(
     "parallelism", PARALLELISMS, "hpctrain.parallelisms", base="hpctrain.parallel.base:ParallelismKind"

@@ -50,21 +50,7 @@ P = TypeVar("P")
 T = TypeVar("T")
 
 
-# --- sharding, memory ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ShardFigures:
-    """Sharded data parallelism (fsdp/hsdp): ranks one shard group spans."""
-
-    KEY: ClassVar[str] = "shards"
-    FLAT: ClassVar[Mapping[str, str]] = {"shard_degree": "degree"}
-
-    degree: int = 0
-
-    @classmethod
-    def measured(cls, declared: Mapping[str, Any], per_rank: Sequence[Any], step_s: float) -> ShardFigures:
-        return cls(**declared)
-
-
+# --- memory ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class MemoryFigures:
     """A run that passed a memory check before it started (plan.json's memory): the prediction it
@@ -102,11 +88,11 @@ def types(level: str) -> dict[str, type[Any]]:
     """The registered parts of `level`, the dimensions' packages' included (imported on first use:
     <package>.figures:PARTS, hpctrain/dimension_packages.py), first in each level's order, by key."""
     if not _PACKAGES_READ:
-        from hpctrain.dimension_packages import modules
+        from hpctrain.dimension_packages import by_part
         from hpctrain.registry import load
 
         _PACKAGES_READ.append(True)
-        packaged = [cls for target in modules("figures", "PARTS").values() for cls in load(target)]
+        packaged = [cls for target in by_part("figures", "PARTS").values() for cls in load(target)]
         for lvl in LEVELS:
             mine = {c.KEY: c for c in packaged if getattr(c, "LEVEL", "run") == lvl}
             rest = [(k, c) for k, c in TYPES[lvl].items() if k not in mine]
@@ -122,11 +108,7 @@ def register_part(cls: type[T]) -> type[T]:
     return cls
 
 
-for _cls in (
-    ShardFigures,
-    MemoryFigures,
-):
-    register_part(_cls)
+register_part(MemoryFigures)
 
 
 class Parts(dict[str, Any]):
@@ -186,6 +168,15 @@ def split_degree(record: Any) -> int:
         if getattr(cls, "SPLITS_LAYERS", False):
             n *= max(int(getattr(part(record, cls), "degree", 1)), 1)
     return n
+
+
+def shard_degree(record: Any) -> int:
+    """Ranks one shard group of a run spans (0: its data-parallel ranks hold the whole model): the
+    degree of its run part that shards them (SHARDS_REPLICAS: fsdp/hsdp's)."""
+    for cls in types("run").values():
+        if getattr(cls, "SHARDS_REPLICAS", False) and cls.KEY in record.parts:
+            return int(getattr(part(record, cls), "degree", 0))
+    return 0
 
 
 def stage_of(rank: Any) -> int:

@@ -43,7 +43,7 @@ class LayerSplit(Protocol):
     """What a rank does for a dimension that splits each layer over its ranks (tensor
     parallelism's, parallel/tensor/side.py): it splits the model the parallelism then shards or
     replicates (or each pipeline piece), counts the collectives of one warm-up step, and times them
-    again alone after training. Asked by the trainers that build on a device mesh (train/shard.py,
+    again alone after training. Asked by the trainers that build on a device mesh (train/mesh_trainer.py,
     the pipeline's mesh) and the memory trace; given by the dimension (Setup.layer_split)."""
 
     key: str  # the setting that split the model (a one-sample check's message names it)

@@ -1,7 +1,7 @@
 """What every rank builds before its parallelism takes the model: the device, the model (with the
 same initial weights everywhere), the loss, the dataset and the sampler, under the watchdog. The
 parallelism's `build` (parallel/*.py) then wraps, shards or cuts the model into its trainer; the
-data-parallel trainer is here, the pipeline's in parallel/pipeline/setup.py, the sharded one in shard.py."""
+data-parallel trainer is here, the pipeline's in parallel/pipeline/setup.py, the one over a device mesh in mesh_trainer.py."""
 
 from __future__ import annotations
 

@@ -158,6 +158,9 @@ PACKAGES_WITH_DOORS = {
     "parallel/context": ("dimension_packages.py",),
     # the same; the parallelisms that take it ask parallel/dimensions.py (split_degree, ...)
     "parallel/tensor": ("dimension_packages.py",),
+    # the parallelisms: by name in the registry (and the sharded one's records in the table)
+    "parallel/sharded": ("dimension_packages.py", "parallel/registry.py"),
+    "parallel/data": ("parallel/registry.py",),
 }
 
 

@@ -11,8 +11,9 @@ import pytest
 
 from hpctrain import records
 from hpctrain.parallel.pipeline.figures import PipelineFigures
+from hpctrain.parallel.sharded.figures import ShardFigures
 from hpctrain.parallel.tensor.figures import TensorFigures
-from hpctrain.records.parts import ShardFigures, part
+from hpctrain.records.parts import part
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "runs" / "digits-2ranks" / "summary.json"
 

@@ -37,7 +37,7 @@ def preload() -> None:
     import hpctrain.engine.fsdp_wrap  # noqa: F401  (torch.distributed.fsdp, torch._dynamo: 1-3 s)
     import hpctrain.launch.slurm.job  # noqa: F401
     import hpctrain.parallel.pipeline.kind  # noqa: F401
-    import hpctrain.parallel.sharded  # noqa: F401
+    import hpctrain.parallel.sharded.kind  # noqa: F401
     import hpctrain.parallel.tensor.split  # noqa: F401
     import hpctrain.records  # noqa: F401
     import hpctrain.train.loop  # noqa: F401

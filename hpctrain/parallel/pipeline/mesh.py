@@ -39,9 +39,9 @@ from hpctrain.parallel.pipeline.pipe import build_pipe
 from hpctrain.parallel.pipeline.step import PipelineTrainer
 from hpctrain.train import checkpoint, shard_checkpoint
 from hpctrain.train.data import build_loader
+from hpctrain.train.mesh_trainer import restore
 from hpctrain.train.modules import ChainPiece, attach, checkpoint_blocks
 from hpctrain.train.setup import Setup, make_optimizer
-from hpctrain.train.shard import restore
 
 
 def my_pieces(s: Setup) -> tuple[list[ChainPiece], list[set[str]]]:

@@ -13,7 +13,7 @@ from hpctrain.analysis.metrics import pipeline_bubble
 from hpctrain.analysis.study_parts import StudyPart
 from hpctrain.parallel.pipeline.figures import PipelineFigures, PipelineRank
 from hpctrain.records import RunSummary
-from hpctrain.records.parts import ShardFigures, part, share
+from hpctrain.records.parts import part, shard_degree, share
 from hpctrain.records.schedules import SCHEDULES
 
 
@@ -284,6 +284,6 @@ STUDY = StudyPart(
     label="pipeline micro-batches",
     lines=study_lines,
     # a sharded layout's stages name its series (a plain pipeline's grow with the scale: one series)
-    layout=lambda r: f" pp={pipe(r).stages}" if pipe(r).stages > 1 and ShardFigures.KEY in r.parts else "",
+    layout=lambda r: f" pp={pipe(r).stages}" if pipe(r).stages > 1 and shard_degree(r) > 0 else "",
     variant=lambda r: f"m={pipe(r).microbatches}",
 )

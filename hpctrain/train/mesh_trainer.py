@@ -1,6 +1,7 @@
-"""Sharded models on the ranks: data parallelism sharded by the engine (parallelism=fsdp | hsdp,
-FSDP2's fully_shard over the mesh of the plan's layout), tensor parallelism (each layer split
-over a group of ranks, torch.distributed.tensor.parallel), or both (2-D). The optimizer is built
+"""The trainer over a device mesh, shared by the parallelisms that build on one: data parallelism
+sharded by the engine (parallelism=fsdp | hsdp, FSDP2's fully_shard over the mesh of the plan's
+layout), a model split by the layout's layer split (tensor parallelism: Setup.layer_split), or
+both (2-D), with the named dimensions' ranks flattened into the data-parallel ones. The optimizer is built
 on the shards, and checkpoints are sharded (shard_checkpoint.py). A step is the data-parallel one:
 each rank a slice of the global batch; the engine's micro_batch holds the gradient sync back until
 the last micro-batch of an accumulation."""

@@ -29,9 +29,9 @@ from hpctrain.parallel.dimensions import (
     split_shard_problems,
 )
 from hpctrain.parallel.registry import node_size
-from hpctrain.parallel.shard_rules import shard_problems
+from hpctrain.parallel.sharded.figures import ShardFigures
+from hpctrain.parallel.sharded.rules import shard_problems
 from hpctrain.records import Layout
-from hpctrain.records.parts import ShardFigures
 
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
@@ -158,7 +158,7 @@ class Fsdp(ParallelismKind):
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
         if setup.d.layout.pipelined:
             return mesh.staged_trainer(setup)
-        from hpctrain.train.shard import sharded_trainer
+        from hpctrain.train.mesh_trainer import sharded_trainer
 
         return sharded_trainer(setup)
 

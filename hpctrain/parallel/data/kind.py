@@ -72,8 +72,8 @@ class Data(ParallelismKind):
 
     @classmethod
     def build(cls, setup: Setup) -> tuple[Trainer, Restored]:
+        from hpctrain.train.mesh_trainer import sharded_trainer, tensor_parallel_trainer
         from hpctrain.train.setup import data_parallel_trainer
-        from hpctrain.train.shard import sharded_trainer, tensor_parallel_trainer
 
         layout = setup.d.layout
         if layout.tp > 1:
