@@ -177,7 +177,7 @@ FLIGHT_RECORDS = 2000  # collectives torch.distributed's flight recorder keeps p
 def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control: StopControl | None) -> bool:
     """The built-in trainer (on built-in or user models and data) under the configured engine."""
     from hpctrain.engine.device import bind_device
-    from hpctrain.engine.registry import engine_for
+    from hpctrain.engine.registry import engine_on_ranks
     from hpctrain.train.loop import start_fault, train
     from hpctrain.train.stats import summarize
 
@@ -185,7 +185,7 @@ def train_builtin(cfg: Config, plan: records.PlanRecord, run_dir: Path, control:
     derived = Derived(plan.world_size, plan.batch, plan.lr, plan.layout)
     if cfg.train.stall_timeout_s > 0:  # a stall report shows torch.distributed's last collectives
         os.environ.setdefault("TORCH_FR_BUFFER_SIZE", str(FLIGHT_RECORDS))
-    engine = engine_for(cfg)
+    engine = engine_on_ranks(cfg, plan.layout)
     start_fault(cfg, launcher_rank(os.environ))  # debug.fail_mode=start_segfault
     bind_device(cfg.train.device, os.environ)  # before the first collective (engine/device.py)
     info = engine.init(plan.layout)

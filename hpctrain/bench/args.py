@@ -150,15 +150,18 @@ def _add_overhead(bsub: Subparsers) -> None:
     ov.set_defaults(handler="hpctrain.bench.overhead:run_overhead")
     ov.add_argument("--ranks", type=positive_int, default=2, help="ranks of each run")
     ov.add_argument("--repeats", type=positive_int, default=3, help="interleaved runs of each (default 3)")
-    ov.add_argument("--steps", type=positive_int, help="per run, a tenth warm-up (default: cpu 60, cuda 400)")
-    ov.add_argument("--batch", type=positive_int, default=64, help="per-rank batch")
+    ov.add_argument(
+        "--steps", type=positive_int, help="per run, a tenth warm-up (default: cpu 60, cuda 400; tiny: 1000)"
+    )
+    ov.add_argument("--batch", type=positive_int, help="per-rank batch (default 64; tiny: 1)")
     ov.add_argument("--out", default="outputs/bench", help="where the runs' directories go")
     ov.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per rank")
     ov.add_argument(
         "--model",
-        choices=("cnn", "mlp"),
+        choices=("cnn", "mlp", "tiny"),
         default="cnn",
-        help="cnn: compute-bound; mlp: 2 hidden layers of 2048 (42 MB of gradients: communication-bound)",
+        help="cnn: compute-bound; mlp: 2 hidden layers of 2048 (42 MB of gradients: communication-bound); "
+        "tiny: one hidden layer of 16 at batch 1 (the host's work per step shows)",
     )
     ov.add_argument(
         "--engines",

@@ -59,8 +59,9 @@ def mlp(width: int = 2048, depth: int = 2, fan_in: int = 3 * 32 * 32, classes: i
 def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--engine", choices=("horovod", "ddp", "fsdp", "none"), default="horovod")
-    ap.add_argument("--model", choices=("cnn", "mlp"), default="cnn")
+    ap.add_argument("--model", choices=("cnn", "mlp", "tiny"), default="cnn")
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--samples", type=int, default=4096)
@@ -89,7 +90,8 @@ def main() -> None:
         data, num_replicas=size, rank=rank, seed=0
     )
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler, drop_last=True)
-    model: nn.Module = (Net() if args.model == "cnn" else mlp()).to(device)
+    built = {"cnn": Net, "mlp": mlp, "tiny": lambda: mlp(width=16, depth=1)}
+    model: nn.Module = built[args.model]().to(device)
     if args.engine == "fsdp":  # sharded before the optimizer takes the parameters
         import torch.distributed as dist
         from torch.distributed.fsdp import fully_shard
@@ -99,7 +101,7 @@ def main() -> None:
             if isinstance(block, nn.Sequential):
                 fully_shard(block)
         fully_shard(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     if args.engine == "horovod":
         import horovod.torch as hvd
 

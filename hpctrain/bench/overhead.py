@@ -31,8 +31,15 @@ TARGET_CEILING = 0.95  # hpctrain's faster engine against the no-communication c
 # steps per run: a CPU step of the CNN takes about 10 ms, a GPU step about 2 (host-bound: the GPU
 # computes for under 1 ms of it), so 60 GPU steps time ~0.1 s and the contenders' runs spread by 25%
 DEFAULT_STEPS = {"cpu": 60, "cuda": 400}
+TINY_STEPS, TINY_BATCH, BATCH = 1000, 1, 64  # tiny: a step of about a millisecond
 ENGINES = ("horovod", "ddp")  # the default pairs; fsdp on request (--engines)
-MODELS = {"cnn": ("model=cnn",), "mlp": ("model=mlp", "model.width=2048", "model.depth=2")}
+MODELS = {
+    "cnn": ("model=cnn",),
+    "mlp": ("model=mlp", "model.width=2048", "model.depth=2"),
+    # one hidden layer of 16: a step of microseconds of compute, so the host's work per step shows
+    "tiny": ("model=mlp", "model.width=16", "model.depth=1"),
+}
+LR = {"tiny": 0.005}  # batch 1 on random labels: 0.05 diverges within 300 steps (else the default)
 # how hpctrain runs each contender's way of averaging gradients
 HPCTRAIN_WAY = {
     "horovod": ("parallelism.engine=horovod",),
@@ -66,7 +73,7 @@ def _minimal_argv(engine: str, s: Setup) -> list[str]:
         argv += ["-x", var]
     argv += ["--"] if s.starter == "spawn" else []
     argv += [sys.executable, "-m", "hpctrain.bench.minimal", "--engine", engine, "--device", s.device]
-    argv += ["--model", s.model]
+    argv += ["--model", s.model, "--lr", str(LR.get(s.model, 0.05))]
     return argv + ["--batch", str(s.batch), "--steps", str(s.steps), "--warmup", str(s.warmup)]
 
 
@@ -74,6 +81,7 @@ def hpctrain_argv(engine: str, run_dir: Path, s: Setup) -> list[str]:
     return hpctrain_run(
         run_dir,
         *MODELS[s.model],
+        f"optim.lr={LR.get(s.model, 0.05)}",
         "data=synthetic",
         "data.num_samples=4096",
         f"cluster.ranks={s.ranks}",
@@ -112,6 +120,12 @@ def _measure(who: str, i: int, out: Path, s: Setup) -> float:
     return throughput(run_checked(_minimal_argv(engine, s)), s.batch, s.steps, s.warmup)
 
 
+def added_us(mine: float, minimal: float, s: Setup) -> float:
+    """Microseconds a step takes beyond the minimal loop's, from two throughputs (global samples/s
+    of a global batch of ranks x batch): a step is the global batch over the throughput."""
+    return 1e6 * s.ranks * s.batch * (1 / mine - 1 / minimal)
+
+
 def _horovod() -> tuple[bool, bool]:
     """(installed, built with NCCL), asked in a subprocess: importing it here would start nothing,
     but a benchmark should not hold Horovod's library in its own process."""
@@ -121,14 +135,16 @@ def _horovod() -> tuple[bool, bool]:
 
 
 def run_overhead(args: argparse.Namespace, console: Console) -> int:
-    steps = args.steps or DEFAULT_STEPS[args.device]
+    tiny = args.model == "tiny"
+    steps = args.steps or (TINY_STEPS if tiny else DEFAULT_STEPS[args.device])
+    batch = args.batch or (TINY_BATCH if tiny else BATCH)
     if steps < 2:  # one warm-up step and at least one timed step
         raise ConfigError.one("--steps", f"must be at least 2 (got {steps})", "e.g. --steps 60")
     cores = len(os.sched_getaffinity(0))
     s = Setup(
         args.ranks,
         max(1, cores // args.ranks),
-        args.batch,
+        batch,
         steps,
         max(1, steps // 10),
         args.device,
@@ -153,12 +169,14 @@ def run_overhead(args: argparse.Namespace, console: Console) -> int:
         f"({s.starter}), {s.steps} steps ({s.warmup} warm-up), {s.threads} thread(s)/rank, "
         f"{args.repeats} repeats"
     )
-    for col in ("contender", "samples/s (median)", "runs", "/ ceiling", "/ own minimal"):
+    for col in ("contender", "samples/s (median)", "runs", "/ ceiling", "/ own minimal", "added µs/step"):
         table.add_column(col, justify="right")
     for c in who:
-        own = f"{med[c] / med['minimal ' + c.split()[1]]:.3f}" if c.startswith("hpctrain") else ""
+        mine = med.get("minimal " + c.split()[-1])
+        own = f"{med[c] / mine:.3f}" if c.startswith("hpctrain") and mine else ""
+        added = f"{added_us(med[c], mine, s):.0f}" if c.startswith("hpctrain") and mine else ""
         runs = " ".join(f"{v:.0f}" for v in got[c])
-        table.add_row(c, f"{med[c]:.1f}", runs, f"{med[c] / med['ceiling']:.3f}", own)
+        table.add_row(c, f"{med[c]:.1f}", runs, f"{med[c] / med['ceiling']:.3f}", own, added)
     console.print(table)
     if left_out:
         console.print(left_out, highlight=False)

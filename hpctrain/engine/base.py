@@ -80,6 +80,9 @@ class Engine(ABC, Generic[S]):
     # averages in hooks on the gradients' accumulation (DDP), which a backward split into input
     # and weight gradients (zero-bubble pipeline schedules) never calls
     reduces_in_hooks: ClassVar[bool] = False
+    # its ranks meet over torch.distributed's default process group, which a layout with nothing
+    # to average starts anyway (registry.engine_on_ranks)
+    torch_group: ClassVar[bool] = False
 
     # --- plan time ---------------------------------------------------------------------------
     @classmethod

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 
 class DdpEngine(Engine[DdpSettings], StageReplicas, Sharding, TensorParallel):
+    torch_group = True
     settings = DdpSettings
     collective = "torch_s"
     grouping = "buckets"

@@ -16,6 +16,7 @@ from hpctrain.registry import Registry
 if TYPE_CHECKING:
     from hpctrain.config.schema import Config
     from hpctrain.engine.base import Engine
+    from hpctrain.records import Layout
 
 # name -> "module:Class"; imported on first use, so planning one engine never loads another
 ENGINES: dict[str, str] = {
@@ -61,6 +62,21 @@ def engine_for(cfg: Config) -> Engine[Any]:
 
     engine = engine_class(str(cfg.parallelism.engine))
     return engine(EngineRun.of(cfg), own_settings(engine, cfg))
+
+
+def engine_on_ranks(cfg: Config, layout: Layout) -> Engine[Any]:
+    """The engine the ranks start: the configured one, except where the layout leaves it nothing to
+    average (one replica, one shard, no named dimension: a pure pipeline), where the ranks only
+    coordinate (agree to stop, gather their records) over torch.distributed, which such a layout
+    starts for itself, and no engine of its own starts: Horovod's background thread spins in MPI
+    with nothing to send (29-36% of a core per rank, issue 74)."""
+    from hpctrain.engine.base import EngineRun, own_settings
+
+    configured = engine_class(str(cfg.parallelism.engine))
+    if configured.torch_group or layout.world_size == 1 or layout.replicas * layout.shard * layout.inner > 1:
+        return engine_for(cfg)
+    coordinator = next(c for n in engine_names() if (c := engine_class(n)).torch_group)
+    return coordinator(EngineRun.of(cfg), own_settings(coordinator, cfg))
 
 
 def engine_problems(cfg: Config) -> list[Problem]:

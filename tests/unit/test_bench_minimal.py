@@ -44,7 +44,7 @@ def test_horovods_contenders_are_left_out_where_it_cannot_run() -> None:
     )
 
 
-@pytest.mark.parametrize(("engine", "model"), [("ddp", "cnn"), ("fsdp", "mlp")])
+@pytest.mark.parametrize(("engine", "model"), [("ddp", "cnn"), ("fsdp", "mlp"), ("ddp", "tiny")])
 def test_the_hand_written_loops_run_spawned_and_both_sides_take_the_device(engine: str, model: str) -> None:
     import sys
 
@@ -62,6 +62,17 @@ def test_the_hand_written_loops_run_spawned_and_both_sides_take_the_device(engin
     ours = hpctrain_argv(engine, Path("/r"), s)
     assert ("parallelism=fsdp" in ours) == (engine == "fsdp") and "parallelism.engine=ddp" in ours
     assert ("model.width=2048" in ours) == (model == "mlp")
+    assert ("model.width=16" in ours) == (model == "tiny")  # one hidden layer of 16: host-bound
+    lr = argv[argv.index("--lr") + 1]
+    assert f"optim.lr={lr}" in ours and (lr == "0.005") == (model == "tiny")  # both sides alike
     gpu = hpctrain_argv("ddp", Path("/r"), Setup(1, 1, 16, 4, 1, device="cuda", starter="spawn"))
     assert "train.device=cuda" in gpu and "cluster.starter=spawn" in gpu
     assert "--device" in _minimal_argv("ddp", Setup(1, 1, 16, 4, 1, device="cuda"))
+
+
+def test_the_added_microseconds_are_a_steps_time_beyond_the_minimal_loops() -> None:
+    from hpctrain.bench.overhead import Setup, added_us
+
+    # 2 ranks x batch 1: a step of 2 samples; 2 samples at 1,000/s take 2 ms, at 2,000/s 1 ms
+    assert added_us(1000.0, 2000.0, Setup(2, 1, 1, 100, 10)) == pytest.approx(1000.0)
+    assert added_us(2000.0, 2000.0, Setup(2, 1, 1, 100, 10)) == 0.0

@@ -95,3 +95,21 @@ def test_an_engine_is_built_with_its_own_settings_and_the_run_s_wiring_only() ->
     hvd = registry.engine_for(load_config(["parallelism.fusion_threshold_mb=8", "parallelism.backend=gloo"]))
     assert hvd.own == HorovodSettings(fusion_threshold_mb=8.0, cycle_time_ms=None)
     assert hvd.run.backend == "gloo"
+
+
+@pytest.mark.parametrize(
+    ("layout", "started"),
+    [
+        (Layout(stages=2), "ddp"),  # a pure pipeline: nothing to average, Horovod's thread would spin
+        (Layout(stages=2, replicate=2), "horovod"),  # hybrid: the replicas average through Horovod
+        (Layout(replicate=2), "horovod"),
+        (Layout(), "horovod"),  # one rank: the engine as configured
+    ],
+)
+def test_the_ranks_start_the_configured_engine_only_where_it_has_something_to_average(
+    layout: Layout, started: str
+) -> None:
+    cfg = load_config(["parallelism.engine=horovod"])
+    assert registry.engine_on_ranks(cfg, layout).name == started  # built, not started: no init
+    ddp = load_config(["parallelism.engine=ddp"])
+    assert registry.engine_on_ranks(ddp, layout).name == "ddp"
