@@ -16,6 +16,7 @@ def add_bench(sub: Subparsers) -> None:
     bench = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     _add_overhead(bsub)
+    _add_compile(bsub)
     ar = bsub.add_parser(
         "allreduce", help="Horovod allreduce vs plain MPI, 1 KiB..256 MiB, busbw, alpha-beta fit"
     )
@@ -177,3 +178,21 @@ def _add_overhead(bsub: Subparsers) -> None:
         default="mpirun",
         help="spawn: without MPI (cluster.starter)",
     )
+
+
+def _add_compile(bsub: Subparsers) -> None:
+    co = bsub.add_parser(
+        "compile", help="the transformer eager and compiled (train.compile): step time and compile time"
+    )
+    co.set_defaults(handler="hpctrain.bench.compile:run_compile_bench")
+    co.add_argument("--ranks", type=positive_int, default=1, help="ranks of each run")
+    co.add_argument("--repeats", type=positive_int, default=2, help="interleaved runs of each (default 2)")
+    co.add_argument("--steps", type=positive_int, default=40, help="steps of each run (a fifth warm-up)")
+    co.add_argument("--batch", type=positive_int, default=8, help="per-rank batch")
+    co.add_argument("--width", type=positive_int, default=256, help="model width")
+    co.add_argument("--depth", type=positive_int, default=4, help="transformer blocks")
+    co.add_argument("--heads", type=positive_int, default=4, help="attention heads")
+    co.add_argument("--seq-len", type=positive_int, default=128, help="tokens per sample")
+    co.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: one GPU per rank")
+    co.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="precision of both sides")
+    co.add_argument("--out", default="outputs/bench", help="where the runs' directories go")

@@ -95,6 +95,13 @@ def cmd_estimate(
         console.print(f"[dim]{text}[/]", highlight=False)
 
     console.print(memory_table(memory_of(launcher, points, say)))
+    if any(p.cfg.train.compile for p in points):
+        console.print(
+            "train.compile: the memory and the step time are predicted for the eager step (compiled kernels "
+            "fuse and may hold less); the compile itself is in the warm-up steps, which the estimate leaves out",
+            highlight=False,
+            soft_wrap=True,
+        )
     found = estimate(launcher, points, args.estimate_from.resolve() if args.estimate_from else None, say)
     show_estimate(console, found.points, title)
     for why in found.refused:

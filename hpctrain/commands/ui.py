@@ -139,6 +139,8 @@ def summary_table(s: RunSummary) -> Table:
         t.add_row("  per rank", f"{s.throughput_per_rank:.1f} samples/s", "")
     if not s.timed_steps:
         t.add_row("wall time", f"{s.finished - s.started:.1f} s", "")
+    if s.compile_s > 0:  # in the warm-up steps: not in the step times below
+        t.add_row("torch.compile (warm-up, slowest rank)", f"{s.compile_s:.1f} s", "")
     if known(s.step_s):
         t.add_row("step time (mean)", f"{1e3 * s.step_s:.2f} ms", "100%")
     for label, seconds, sh in (

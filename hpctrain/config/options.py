@@ -94,6 +94,15 @@ class ElasticKeeps(StrEnum):
     batch_per_rank = "batch_per_rank"  # the global batch shrinks; optim.lr_scaling rescales the lr
 
 
+class CompileMode(StrEnum):
+    """torch.compile's modes (train.compile_mode)."""
+
+    default = "default"
+    reduce_overhead = "reduce-overhead"  # CUDA graphs where they apply
+    max_autotune = "max-autotune"
+    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
+
+
 class Device(StrEnum):
     auto = "auto"
     cpu = "cpu"

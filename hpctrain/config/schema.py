@@ -25,6 +25,7 @@ from hpctrain.config.options import (  # noqa: F401  (re-exported: the schema's 
     TOKEN_DATASETS,
     TOKEN_MODELS,
     Backend,
+    CompileMode,
     Compression,
     Dataset,
     Device,
@@ -289,6 +290,11 @@ class TrainConf:
     # checkpoints (after a requeue) come first
     resume_from: Optional[str] = None
     stop_on_nonfinite_loss: bool = True  # a NaN/inf loss ends the run, naming the step and rank
+    # torch.compile each of the model's blocks (model.checkpoint_blocks, or a built-in model's
+    # own), else the whole model; its inductor cache lives in the run directory (cache/), so a
+    # requeued run reuses it; compile time is recorded apart from the steps' (warm-up)
+    compile: bool = False
+    compile_mode: CompileMode = CompileMode.default  # default | reduce-overhead | max-autotune | ...
     # no step completed for this long: the run ends, naming the stalled rank(s); the torch engines'
     # ranks must also meet within it (engine/rendezvous.py); 0 = off
     stall_timeout_s: float = 300.0

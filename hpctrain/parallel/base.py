@@ -34,6 +34,8 @@ class ParallelismKind:
     torch_store: ClassVar[bool] = False
     # it changes how hpctrain's own trainer holds the model: a user script cannot take it
     builtin_only: ClassVar[bool] = False
+    # its trainer compiles the model's blocks (train.compile) where they are built
+    compiles: ClassVar[bool] = True
     # a parallelism from another package: the dataclass of its own settings, given as
     # parallelism.options.<key> (read with `read_options`); None: it takes none
     options: ClassVar[type[Any] | None] = None

@@ -46,6 +46,20 @@ def parallelism_problems(cfg: Config, world: int, facts: HostFacts | None = None
                 "use parallelism=data with script=..., or a model._target_ with the built-in trainer",
             )
         )
+    if cfg.train.compile and (cfg.script.path or not kind.compiles or cfg.parallelism.stages > 1):
+        p.append(
+            Problem(
+                "train.compile",
+                "compiles the built-in trainer's model block by block; "
+                + (
+                    "a script runs its own training"
+                    if cfg.script.path
+                    else "pipeline stages are not compiled yet"
+                ),
+                "drop train.compile"
+                + ("" if cfg.script.path else " for pipelines (fsdp, hsdp and data with tp compile)"),
+            )
+        )
     found = resume_checkpoints(cfg)  # a parallelism may not read every checkpoint format
     if found:
         p += kind.resume_problems(cfg, sharded_only=all(f.suffix == ".dcp" for f in found))

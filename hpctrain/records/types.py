@@ -52,6 +52,7 @@ class RankSummary:
     peak_memory_bytes: int
     parameters: int
     threads: int = 0  # torch threads of this rank (0: not recorded)
+    compile_s: float = 0.0  # seconds torch.compile took on this rank (train.compile; in its warm-up steps)
     # where SLURM's topology plugin places the node: its switches then the node, "s0.s1.n3"
     # (SLURM_TOPOLOGY_ADDR; "": not reported)
     topology: str = ""
@@ -125,6 +126,7 @@ class RunSummary:
     # and idle, tensor parallelism's collectives, the shard degree; none in plain data parallelism
     parts: Parts = field(default_factory=Parts)
     threads_per_rank: int = 0  # torch threads per rank (0: not recorded)
+    compile_s: float = 0.0  # the slowest rank's torch.compile seconds (train.compile; 0: not compiled)
     grad_tensors: int = 0
     grad_bucket_bytes: int = 0  # Horovod's fusion threshold or DDP's bucket size (0: no fusion)
     probe_small_s: float = 0.0  # see RankSummary

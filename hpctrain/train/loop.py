@@ -25,6 +25,7 @@ from hpctrain.events import format_event
 from hpctrain.records.parts import StepParts
 from hpctrain.records.restarts import attempt
 from hpctrain.train import checkpoint
+from hpctrain.train.compile import compile_seconds
 from hpctrain.train.data import held_out, holds_out
 from hpctrain.train.memory import peak_bytes, reset_peak
 from hpctrain.train.objective import logits_of
@@ -68,8 +69,8 @@ def train(
     ParallelismKind.build); return this rank's summary, or None if stopped by `control` (after a
     checkpoint). Rank 0 also logs and reports."""
     setup = prepare(cfg, engine, info, d, run_dir)
-    notes = list(setup.notes)
     t, restored = build(setup)
+    notes = list(setup.notes)  # with what the build said (train.compile's blocks)
     heap.release()  # the collector held since the rank started (hpctrain/heap.py)
     master = info.rank == 0
     if master:
@@ -121,6 +122,7 @@ def train(
         figures=t.figures(),
         accuracy=accuracy,
         topology=os.environ.get("SLURM_TOPOLOGY_ADDR", ""),
+        compile_s=compile_seconds(),
     )
 
 

@@ -20,6 +20,7 @@ from hpctrain.engine.fsdp_wrap import data_parallel_mesh
 from hpctrain.engine.ties import check_units
 from hpctrain.engine.world import CommError
 from hpctrain.train import checkpoint, shard_checkpoint
+from hpctrain.train.compile import compile_blocks
 from hpctrain.train.data import build_loader
 from hpctrain.train.parts import workload_label
 from hpctrain.train.setup import Setup, make_optimizer, recompute_blocks
@@ -43,6 +44,8 @@ class ShardedTrainer(DataParallelTrainer):
     def train_step(self, b: StepInput) -> StepResult:
         if self.layer_split is None or self.counted or b.step >= self.cfg.train.warmup_steps:
             return super().train_step(b)  # a timed step is never slowed by the counting
+        if self.cfg.train.compile:  # the counting's dispatch mode would make dynamo skip the blocks for good
+            return super().train_step(b)
         with self.layer_split.counting():
             out = super().train_step(b)
         self.counted = True
@@ -91,6 +94,7 @@ def sharded_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restored]:
         if s.layer_split is not None:
             model = split(s, mesh)
     recompute_blocks(s)
+    compile_blocks(cfg, model, s.run_dir, s.notes)
     units = shard_units(cfg.model, list(cfg.parallelism.shard.modules))
     check_units(model, units)
     model = s.materialize(engine.shard(model, layout, units, dp_mesh))
@@ -121,6 +125,7 @@ def tensor_parallel_trainer(s: Setup) -> tuple[ShardedTrainer, checkpoint.Restor
     s.common["watch"].phase("comm", 0)  # the mesh's process groups: every rank must arrive
     model = s.materialize(split(s, device_mesh(s)))
     recompute_blocks(s)
+    compile_blocks(s.cfg, model, s.run_dir, s.notes)
     return dcp_trainer(s, model)
 
 

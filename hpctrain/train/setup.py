@@ -21,6 +21,7 @@ from hpctrain.engine.clock import Clock, clock_for
 from hpctrain.engine.device import current_device
 from hpctrain.engine.world import RankInfo
 from hpctrain.train import checkpoint, optim
+from hpctrain.train.compile import compile_blocks
 from hpctrain.train.data import GlobalBatchSampler, build_loader
 from hpctrain.train.materialize import Deferred, defer, materialize, replayable
 from hpctrain.train.modules import checkpoint_blocks
@@ -178,6 +179,7 @@ def data_parallel_trainer(
     cfg, engine = s.cfg, s.engine
     s.materialize(s.module)
     recompute_blocks(s)
+    compile_blocks(cfg, s.module, s.run_dir, s.notes)
     scaler = make_scaler(cfg.precision, s.common["device"].type)
     s.common["watch"].phase("comm", 0)  # wrapping (DDP) and the broadcast wait for every rank
     model, optimizer = engine.wrap(s.module, make_optimizer(cfg, s.module, cfg.optim.lr))

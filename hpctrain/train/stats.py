@@ -49,6 +49,7 @@ def rank_stats(
     figures: Mapping[str, Mapping[str, Any]] | None = None,
     accuracy: float | None = None,
     topology: str = "",
+    compile_s: float = 0.0,
 ) -> RankSummary:
     """One rank's aggregate over its timed steps (warm-up steps excluded); `figures`: what its
     trainer measured once, by part key (Trainer.figures)."""
@@ -78,6 +79,7 @@ def rank_stats(
         parameters=parameters,
         parts=rank_parts(timed, figures or {}),
         threads=threads,
+        compile_s=compile_s,
         grad_tensors=grad_tensors,
         probe_small_s=probe[0],
         probe_full_s=probe[1],
@@ -147,6 +149,7 @@ def summarize(per_rank: Sequence[RankSummary], global_batch: int, **about: Any) 
         parameters=per_rank[0].parameters,
         per_rank=list(per_rank),
         threads_per_rank=per_rank[0].threads,
+        compile_s=max(r.compile_s for r in per_rank),
         grad_tensors=per_rank[0].grad_tensors,
         probe_small_s=avg("probe_small_s"),
         probe_full_s=avg("probe_full_s"),

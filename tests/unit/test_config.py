@@ -241,6 +241,12 @@ INVALID = [
     (["debug.slow_s=-1"], "debug.slow_s"),
     (["debug.hold_step=0"], "debug.hold_step"),
     (["debug.hold_step=100", "train.steps=100"], "debug.hold_step"),
+    (["train.compile_mode=fastest"], "train.compile_mode"),
+    (
+        ["train.compile=true", "parallelism=pipeline", "parallelism.stages=2", "cluster.ranks=2"],
+        "train.compile",
+    ),
+    (["train.compile=true", "script.path=train.py"], "train.compile"),
 ]
 
 

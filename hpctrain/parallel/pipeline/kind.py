@@ -43,6 +43,7 @@ class Pipeline(ParallelismKind):
     one_replica: ClassVar[bool] = True
     torch_store = True  # stages talk point to point over torch.distributed whatever the engine
     builtin_only = True
+    compiles = False  # its stages are traced pieces: train.compile is refused (parallel/rules.py)
 
     @classmethod
     def layout(cls, cfg: Config, world: int, ranks_per_node: int) -> Layout:
