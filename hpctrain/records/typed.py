@@ -244,13 +244,20 @@ def to_dict(record: Any) -> dict[str, Any]:
     return out
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a record type's field names, asked once (a step record a step)
+
+
 def _plain(value: Any) -> Any:
-    if type(value) is float:
+    kind = type(value)
+    if kind is float:
         return value if math.isfinite(value) else None
-    if type(value) in SCALARS:
+    if kind in SCALARS:
         return value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    names = _FIELDS.get(kind)
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(value))
+    if names is not None:
+        return {n: _plain(getattr(value, n)) for n in names}
     if isinstance(value, list | tuple):
         if all(type(x) in SCALARS and (type(x) is not float or math.isfinite(x)) for x in value):
             return list(value)

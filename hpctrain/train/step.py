@@ -192,7 +192,9 @@ class DataParallelTrainer(Trainer):
         # losses are divided by acc: the sum of their gradients is the per-rank batch mean. With
         # one micro-batch nothing is divided or summed: each is a kernel the host must queue, and a
         # small model on a GPU waits for the host (hpctrain bench overhead --device cuda).
-        for i, (xs, ys) in enumerate(zip(b.x.chunk(acc), b.y.chunk(acc))):
+        # one micro-batch: the batch itself (chunk would make two views a step, ~5 us each)
+        pieces = zip(b.x.chunk(acc), b.y.chunk(acc)) if acc > 1 else ((b.x, b.y),)
+        for i, (xs, ys) in enumerate(pieces):
             with engine.micro_batch(self.model, last=i == acc - 1):
                 with autocast(cfg.precision.name, self.device.type), rank_dims.within(self.dims):
                     loss = self.objective(self.model, xs, rank_dims.targets(self.dims, ys))

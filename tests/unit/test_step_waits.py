@@ -97,3 +97,40 @@ def test_one_rank_of_torch_distributed_votes_without_a_collective() -> None:
     engine.size = 1
     assert engine.vote_result(engine.vote(True, 3)) is True
     assert engine.vote_result(engine.vote(False, 4)) is False
+
+
+def _writes() -> int:
+    """Write system calls this process has made (the kernel's count: /proc/self/io syscw)."""
+    fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
+    return int(fields["syscw"])
+
+
+def test_a_steps_host_work_stays_within_its_budget(tmp_path: Path) -> None:
+    """Counted, not timed: per step the loop waits for the device once, starts and reads one stop
+    vote, and hands its record to the kernel in batches, not once a step (a write system call each,
+    issue 74). A change that adds a wait, a collective or a write per step fails here."""
+    from hpctrain.parallel import derive
+    from hpctrain.train.loop import Place, _steps
+    from hpctrain.train.stop import StopControl
+
+    steps = 300
+    cfg = load_config(
+        [
+            f"train.steps={steps}",
+            "train.warmup_steps=10",
+            "train.batch_per_rank=4",
+            "train.log_interval=100000",
+        ]
+    )
+    log: list[str] = []
+    t = _trainer(tmp_path, LoggingClock(log), LoggingEngine(log), cfg)
+    t.loader = [(torch.randn(4, 8), torch.zeros(4, dtype=torch.long)) for _ in range(steps)]
+    said: list[str] = []
+    before = _writes()
+    out = _steps(t, Place(0, derive(cfg), tmp_path), 0, said.append, StopControl())
+    writes = _writes() - before
+    assert out is not None and len(out) == steps
+    assert log.count("settle") == steps and log.count("vote") == log.count("vote_result") == steps
+    # the records: all of them in the file, written in a few batches (was one write per step)
+    assert len((tmp_path / "steps-rank0.jsonl").read_text().splitlines()) == steps
+    assert writes <= steps // 10, f"{writes} write system calls for {steps} steps"
