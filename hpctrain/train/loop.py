@@ -164,7 +164,7 @@ def _steps(
     steps_path = run_dir / records.steps_file(rank)
     out = records.resume_steps(steps_path, start)
     t.watch.phase("data", start)
-    with StepLog(steps_path) as steps_file:  # in batches: status sees progress within FLUSH_S
+    with StepLog(steps_path) as steps_file:  # a line a step, each handed to the kernel as written
         steps_file.add(out)
         t_prev = time.perf_counter()
         for step, (x, y) in enumerate(t.loader, start=start):
@@ -185,7 +185,6 @@ def _steps(
             t.watch.completed(step)
             if step + 1 == cfg.train.warmup_steps:  # the peak of the timed steps, as their times:
                 reset_peak(t.device)  # the first step's lazy imports and kernel choice are not the model's
-                t_prev = time.perf_counter()  # nor is the reset (on a CPU a trim of the heap: ms) a step's
             if cfg.train.stop_on_nonfinite_loss and not math.isfinite(r.loss):
                 raise NonFiniteLoss(
                     f"the loss is {r.loss} at step {step} on rank {rank} (lr {lr:g}); lower "

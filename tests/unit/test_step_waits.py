@@ -107,8 +107,9 @@ def _writes() -> int:
 
 def test_a_steps_host_work_stays_within_its_budget(tmp_path: Path) -> None:
     """Counted, not timed: per step the loop waits for the device once, starts and reads one stop
-    vote, and hands its record to the kernel in batches, not once a step (a write system call each,
-    issue 74). A change that adds a wait, a collective or a write per step fails here."""
+    vote, and makes one write system call, its record's (kept a line a step so that a rank killed
+    by a signal loses none: train/step_log.py). A change that adds a wait, a collective or a write
+    per step fails here."""
     from hpctrain.parallel import derive
     from hpctrain.train.loop import Place, _steps
     from hpctrain.train.stop import StopControl
@@ -131,6 +132,6 @@ def test_a_steps_host_work_stays_within_its_budget(tmp_path: Path) -> None:
     writes = _writes() - before
     assert out is not None and len(out) == steps
     assert log.count("settle") == steps and log.count("vote") == log.count("vote_result") == steps
-    # the records: all of them in the file, written in a few batches (was one write per step)
     assert len((tmp_path / "steps-rank0.jsonl").read_text().splitlines()) == steps
-    assert writes <= steps // 10, f"{writes} write system calls for {steps} steps"
+    # one a step, and a few of the harness and the heap trim: a second write a step would be 600
+    assert writes <= steps + 30, f"{writes} write system calls for {steps} steps"
