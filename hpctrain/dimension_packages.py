@@ -15,6 +15,8 @@ Each entry is (the package, the key of its parts in the records)."""
 
 from __future__ import annotations
 
+from functools import cache
+
 PACKAGES: dict[str, tuple[str, str]] = {
     "pp": ("hpctrain.parallel.pipeline", "pipeline"),
     "cp": ("hpctrain.parallel.context", "context"),
@@ -38,20 +40,22 @@ def modules(module: str, attr: str) -> dict[str, str]:
 def by_part(module: str, attr: str) -> dict[str, str]:
     """ "package.<module>:<attr>" of every registered package that has the module, the dimensions'
     then the parallelisms', by the key of its parts."""
-    from importlib.util import find_spec
-
     packages = [(key, package) for package, key in PACKAGES.values()] + list(PARALLELISM_PACKAGES.items())
-    return {
-        key: f"{package}.{module}:{attr}" for key, package in packages if find_spec(f"{package}.{module}")
-    }
+    return {key: f"{package}.{module}:{attr}" for key, package in packages if _has(package, module)}
 
 
 def with_settings() -> dict[str, str]:
     """ "package.settings:HOLDER" of the packages that have a settings module, by name."""
-    from importlib.util import find_spec
-
     return {
         name: f"{package}.settings:HOLDER"
         for name, (package, _) in PACKAGES.items()
-        if find_spec(f"{package}.settings") is not None
+        if _has(package, "settings")
     }
+
+
+@cache
+def _has(package: str, module: str) -> bool:
+    """Whether the package has the module, looked up once (the summary table asks per part)."""
+    from importlib.util import find_spec
+
+    return find_spec(f"{package}.{module}") is not None

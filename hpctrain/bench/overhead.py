@@ -40,6 +40,13 @@ MODELS = {
     "tiny": ("model=mlp", "model.width=16", "model.depth=1"),
 }
 LR = {"tiny": 0.005}  # batch 1 on random labels: 0.05 diverges within 300 steps (else the default)
+
+
+def lr_of(model: str) -> float:
+    """The learning rate both sides of a model's contest train with."""
+    return LR.get(model, 0.05)
+
+
 # how hpctrain runs each contender's way of averaging gradients
 HPCTRAIN_WAY = {
     "horovod": ("parallelism.engine=horovod",),
@@ -73,7 +80,7 @@ def _minimal_argv(engine: str, s: Setup) -> list[str]:
         argv += ["-x", var]
     argv += ["--"] if s.starter == "spawn" else []
     argv += [sys.executable, "-m", "hpctrain.bench.minimal", "--engine", engine, "--device", s.device]
-    argv += ["--model", s.model, "--lr", str(LR.get(s.model, 0.05))]
+    argv += ["--model", s.model, "--lr", str(lr_of(s.model))]
     return argv + ["--batch", str(s.batch), "--steps", str(s.steps), "--warmup", str(s.warmup)]
 
 
@@ -81,7 +88,7 @@ def hpctrain_argv(engine: str, run_dir: Path, s: Setup) -> list[str]:
     return hpctrain_run(
         run_dir,
         *MODELS[s.model],
-        f"optim.lr={LR.get(s.model, 0.05)}",
+        f"optim.lr={lr_of(s.model)}",
         "data=synthetic",
         "data.num_samples=4096",
         f"cluster.ranks={s.ranks}",

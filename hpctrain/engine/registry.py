@@ -58,9 +58,12 @@ def lacks(name: str, capability: type) -> bool:
 
 def engine_for(cfg: Config) -> Engine[Any]:
     """The configured engine, built on a rank with the run's wiring and its own settings."""
+    return _built(engine_class(str(cfg.parallelism.engine)), cfg)
+
+
+def _built(engine: type[Engine[Any]], cfg: Config) -> Engine[Any]:
     from hpctrain.engine.base import EngineRun, own_settings
 
-    engine = engine_class(str(cfg.parallelism.engine))
     return engine(EngineRun.of(cfg), own_settings(engine, cfg))
 
 
@@ -70,13 +73,10 @@ def engine_on_ranks(cfg: Config, layout: Layout) -> Engine[Any]:
     coordinate (agree to stop, gather their records) over torch.distributed, which such a layout
     starts for itself, and no engine of its own starts: Horovod's background thread spins in MPI
     with nothing to send (29-36% of a core per rank, issue 74)."""
-    from hpctrain.engine.base import EngineRun, own_settings
-
     configured = engine_class(str(cfg.parallelism.engine))
     if configured.torch_group or layout.world_size == 1 or layout.replicas * layout.shard * layout.inner > 1:
-        return engine_for(cfg)
-    coordinator = next(c for n in engine_names() if (c := engine_class(n)).torch_group)
-    return coordinator(EngineRun.of(cfg), own_settings(coordinator, cfg))
+        return _built(configured, cfg)
+    return _built(next(c for n in engine_names() if (c := engine_class(n)).torch_group), cfg)
 
 
 def engine_problems(cfg: Config) -> list[Problem]:

@@ -123,14 +123,15 @@ def _pieces(
     return pieces, mine, _piece_inputs(segments, whole, mine, x)
 
 
-def _wrap(cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any]) -> None:
+def _wrap(
+    cfg: Config, layout: Layout, piece: nn.Module, meshes: dict[str, Any], how: LayerSplit | None
+) -> None:
     """What the rank's build does to a piece: split it (TP), recompute its blocks, shard it."""
     from hpctrain.engine.clock import HostClock
     from hpctrain.engine.fsdp_wrap import shard_model
     from hpctrain.train.modules import checkpoint_blocks
 
     names = [n for n, _ in piece.named_modules() if n]
-    how = layer_split(cfg, layout)
     if how is not None:
         how.split(piece, meshes, whole=False)
     if cfg.model.activation_checkpointing:  # the blocks (or patterns: transformer.h.*) this piece holds
@@ -176,9 +177,9 @@ def trace_rank(cfg: Config, d: Derived, rank: int) -> Traced:
                 side.wrap(whole)
             with fake:
                 pieces, at, inputs = _pieces(cfg, layout, whole, x, rank)
-            for piece in pieces:
-                _wrap(cfg, layout, piece, meshes)
             how = layer_split(cfg, layout)
+            for piece in pieces:
+                _wrap(cfg, layout, piece, meshes, how)
             if cfg.user_code and how is not None and not layout.pipelined:  # as the ranks check it
                 with fake:
                     fits(cfg, pieces[0], x, y, how)

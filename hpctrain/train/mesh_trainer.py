@@ -42,9 +42,14 @@ class ShardedTrainer(DataParallelTrainer):
     counted: bool = False
 
     def train_step(self, b: StepInput) -> StepResult:
-        if self.layer_split is None or self.counted or b.step >= self.cfg.train.warmup_steps:
-            return super().train_step(b)  # a timed step is never slowed by the counting
-        if self.cfg.train.compile:  # the counting's dispatch mode would make dynamo skip the blocks for good
+        # a timed step is never slowed by the counting; nor is a compiled model counted: the
+        # counting's dispatch mode would make dynamo skip its blocks for good
+        if (
+            self.layer_split is None
+            or self.counted
+            or self.cfg.train.compile
+            or b.step >= self.cfg.train.warmup_steps
+        ):
             return super().train_step(b)
         with self.layer_split.counting():
             out = super().train_step(b)

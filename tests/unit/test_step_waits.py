@@ -108,7 +108,7 @@ def _writes() -> int:
 def test_a_steps_host_work_stays_within_its_budget(tmp_path: Path) -> None:
     """Counted, not timed: per step the loop waits for the device once, starts and reads one stop
     vote, and makes one write system call, its record's (kept a line a step so that a rank killed
-    by a signal loses none: train/step_log.py). A change that adds a wait, a collective or a write
+    by a signal loses none: train/loop.py). A change that adds a wait, a collective or a write
     per step fails here."""
     from hpctrain.parallel import derive
     from hpctrain.train.loop import Place, _steps
