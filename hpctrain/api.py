@@ -3,7 +3,7 @@
 A script that calls these gets what the built-in trainer has: per-step records
 (steps-rank{R}.jsonl), summary.json, scaling studies, and on SLURM a checkpoint-and-requeue at the
 time limit that resumes where it stopped. Outside hpctrain every call is a cheap no-op (None,
-False), so the script still runs with torchrun, horovodrun or plain python.
+False), so the script still runs with torchrun, horovodrun or plain python::
 
     from hpctrain import api
 
@@ -26,6 +26,20 @@ import os
 import time
 from pathlib import Path
 from typing import IO, Any
+
+__all__ = [
+    "run_dir",
+    "rank",
+    "batch_per_rank",
+    "global_batch",
+    "steps",
+    "start_timer",
+    "step",
+    "should_stop",
+    "save_checkpoint",
+    "load_checkpoint",
+    "request_stop",
+]
 
 RUN_DIR_VAR = "HPCTRAIN_RUN_DIR"
 
@@ -52,6 +66,7 @@ def run_dir() -> Path | None:
 
 
 def rank() -> int:
+    """This process's rank (0 outside hpctrain, or where no launcher set one)."""
     from hpctrain.engine.world import launcher_rank
 
     return launcher_rank(os.environ) or 0
@@ -64,6 +79,7 @@ def batch_per_rank() -> int | None:
 
 
 def global_batch() -> int | None:
+    """The global batch hpctrain planned (train.global_batch; a weak-scaling study grows it)."""
     v = os.environ.get("HPCTRAIN_GLOBAL_BATCH")
     return int(v) if v else None
 

@@ -77,6 +77,10 @@ T = TypeVar("T", bound=Named)
 
 
 class Registry(Generic[T]):
+    """The classes of one axis (engines, parallelisms) by name: "module:Class" targets imported on
+    first use, and those other installed packages register by entry point in `group`, which must
+    subclass `base`."""
+
     def __init__(
         self, axis: str, targets: dict[str, str], group: str | None = None, base: str | None = None
     ) -> None:
@@ -98,6 +102,7 @@ class Registry(Generic[T]):
             self.targets.setdefault(ep.name, ep.value)
 
     def names(self) -> list[str]:
+        """The built-in names, then those other installed packages register."""
         self.discover()
         return list(self.targets)
 
@@ -116,6 +121,7 @@ class Registry(Generic[T]):
         self._loaded.pop(name, None)
 
     def unknown(self, key: str, name: str) -> Problem:
+        """The problem of `key` naming no class of this axis, with the names there are."""
         names = ", ".join(self.names())
         return Problem(key, f"no {self.axis} named {name!r}: not one of {names}", f"use one of: {names}")
 

@@ -120,7 +120,7 @@ class SlurmClusterConf(ClusterConf):
     srun_args: List[str] = field(default_factory=list)  # extra srun arguments, one per item
     mpi: MpiPlugin = MpiPlugin.pmix  # srun --mpi plugin that starts MPI for Horovod (backend=mpi)
     signal_delay_s: int = 120  # SIGUSR2 this long before the time limit: checkpoint and requeue
-    max_requeues: int = 3  # requeues after time-outs or preemption before giving up
+    max_requeues: int = 3  # requeues after time-outs before giving up (submitit's max_num_timeout; a preemption's requeue is not counted)
     checkpoint_interval: int = 0  # also checkpoint every N steps (0: only on the signal)
     array_parallelism: int = 64  # array tasks of a sweep running at once
     submitit_folder: Optional[str] = None  # submitit's pickles and logs; null = <run dir>/submitit

@@ -50,6 +50,7 @@ class EngineRun:
 
     @classmethod
     def of(cls, cfg: Config) -> EngineRun:
+        """The run's wiring, read from its config."""
         par = cfg.parallelism
         return cls(
             device=str(cfg.train.device),
@@ -67,21 +68,22 @@ class Engine(ABC, Generic[S]):
     """Built once per rank with the run's wiring and the engine's own settings (registry.
     engine_for); plan time asks the class, which needs neither."""
 
-    name: ClassVar[str]  # set by the registry
-    # the schema's group of this engine's own parallelism.* keys (config/schema.py), or None:
-    # given to another engine, they are refused
+    #: set by the registry
+    name: ClassVar[str]
+    #: the schema's group of this engine's own parallelism.* keys (config/schema.py), or None:
+    #: given to another engine, they are refused
     settings: ClassVar[type[Any] | None] = None
-    # the allreduce benchmark's column that times the collective this engine averages with
-    # (records.AllreduceRow): what the alpha-beta fit and the roofline use
+    #: the allreduce benchmark's column that times the collective this engine averages with
+    #: (records.AllreduceRow): what the alpha-beta fit and the roofline use
     collective: ClassVar[str] = "hvd_s"
-    # how gradients are grouped into collectives: "fusion" (a buffer filled per cycle) or
-    # "buckets" (fixed-size groups, one collective each); the roofline counts messages by it
+    #: how gradients are grouped into collectives: "fusion" (a buffer filled per cycle) or
+    #: "buckets" (fixed-size groups, one collective each); the roofline counts messages by it
     grouping: ClassVar[str] = "fusion"
-    # averages in hooks on the gradients' accumulation (DDP), which a backward split into input
-    # and weight gradients (zero-bubble pipeline schedules) never calls
+    #: averages in hooks on the gradients' accumulation (DDP), which a backward split into input
+    #: and weight gradients (zero-bubble pipeline schedules) never calls
     reduces_in_hooks: ClassVar[bool] = False
-    # its ranks meet over torch.distributed's default process group, which a layout with nothing
-    # to average starts anyway (registry.engine_on_ranks)
+    #: its ranks meet over torch.distributed's default process group, which a layout with nothing
+    #: to average starts anyway (registry.engine_on_ranks)
     torch_group: ClassVar[bool] = False
 
     # --- plan time ---------------------------------------------------------------------------
@@ -156,7 +158,8 @@ class Engine(ABC, Generic[S]):
         """Start agreeing on a stop (max over ranks); the handle goes to vote_result."""
 
     @abstractmethod
-    def vote_result(self, handle: Any) -> bool: ...
+    def vote_result(self, handle: Any) -> bool:
+        """The agreed stop of a vote `vote` started: True when any rank asked to stop."""
 
     def wait_gradients(self, optimizer: Any) -> Mark | None:
         """Block until the averaged gradients are in place (for the device: later work on the
@@ -167,24 +170,28 @@ class Engine(ABC, Generic[S]):
         return None
 
     def optimizer_step(self, optimizer: Any, scaler: torch.amp.GradScaler | None) -> None:
+        """Step the optimizer with the averaged gradients (through the gradient scaler, if any)."""
         step_optimizer(optimizer, scaler)
 
     @abstractmethod
-    def barrier(self, name: str) -> None: ...
+    def barrier(self, name: str) -> None:
+        """Wait until every rank reaches the barrier `name`."""
 
     @abstractmethod
     def allreduce_now(self, t: torch.Tensor, name: str) -> None:
         """A blocking sum over every rank, with the collective the engine averages gradients with."""
 
     @abstractmethod
-    def allgather_object(self, obj: Any) -> list[Any]: ...
+    def allgather_object(self, obj: Any) -> list[Any]:
+        """Every rank's `obj` (picklable), in rank order, on every rank."""
 
     @abstractmethod
     def environment(self) -> dict[str, Any]:
         """env.json's engine part: versions, build, what it runs on."""
 
     @abstractmethod
-    def shutdown(self) -> None: ...
+    def shutdown(self) -> None:
+        """Leave the world at the end of the rank (idempotent)."""
 
 
 class StageReplicas(ABC):
@@ -230,10 +237,12 @@ class Timeline(ABC):
     """An engine that records its own timeline of collectives (Horovod's), for a profiler window."""
 
     @abstractmethod
-    def start_timeline(self, path: Path) -> None: ...
+    def start_timeline(self, path: Path) -> None:
+        """Start writing the engine's own timeline of collectives to `path` (rank 0)."""
 
     @abstractmethod
-    def stop_timeline(self) -> None: ...
+    def stop_timeline(self) -> None:
+        """Stop the timeline and close its file."""
 
 
 def own_settings(engine: type[Engine[Any]], cfg: Config) -> Any:

@@ -68,6 +68,7 @@ class RunSpec(Generic[P]):
 
     @property
     def run_dir(self) -> Path:
+        """The run's directory (its plan's)."""
         return Path(self.plan.run_dir)
 
 
@@ -80,6 +81,7 @@ class Job:
 
     @property
     def job_id(self) -> str:
+        """The launcher's id of the job (local: the supervisor's pid; SLURM: the job id)."""
         return self.ref.job_id
 
     @classmethod
@@ -90,6 +92,9 @@ class Job:
 
 @dataclass(frozen=True)
 class JobStatus:
+    """What the launcher knows of a job now: its state, its nodes, its elapsed time, and why it
+    waits or how it ended."""
+
     job_id: str
     state: records.State
     nodes: int | None = None
@@ -103,6 +108,7 @@ class JobStatus:
 
     @property
     def done(self) -> bool:
+        """The job has ended (completed, failed or cancelled)."""
         return self.state in DONE
 
 
@@ -115,6 +121,7 @@ class After:
 
     @property
     def mode(self) -> str:
+        """SLURM's dependency type: afterok or afterany."""
         return "afterok" if self.ok else "afterany"
 
 
@@ -128,10 +135,18 @@ class Excludes(ABC):
 
 
 class Launcher(ABC, Generic[P]):
-    name: ClassVar[str]  # set by the registry (launch/registry.py)
-    schema: ClassVar[type[ClusterConf]]  # the cluster config this launcher reads
-    sequential: ClassVar[bool] = False  # runs of a sweep go one after another (not at once)
-    cancel_on_interrupt: ClassVar[bool] = False  # ^C while waiting ends the runs (else they go on)
+    """Where runs run: plans them (pure), starts or submits them, and answers status, logs and
+    cancel for them. One class per launcher, chosen by `cluster=` (launch/registry.py); its
+    cluster config is its `schema`. `P` is the type of its plans."""
+
+    #: set by the registry (launch/registry.py)
+    name: ClassVar[str]
+    #: the cluster config this launcher reads
+    schema: ClassVar[type[ClusterConf]]
+    #: runs of a sweep go one after another (not at once)
+    sequential: ClassVar[bool] = False
+    #: ^C while waiting ends the runs (else they go on)
+    cancel_on_interrupt: ClassVar[bool] = False
 
     def __init__(self, facts: HostFacts | None = None, python: str = sys.executable) -> None:
         self.facts = facts
@@ -166,14 +181,17 @@ class Launcher(ABC, Generic[P]):
         return self.known_memory_per_rank(cfg)
 
     def known_memory_per_rank(self, cfg: Config) -> Limit | None:
+        """What the launcher knows of each rank's memory on its nodes (None: nothing)."""
         return None
 
     # --- planning (pure) --------------------------------------------------------------------
     @abstractmethod
-    def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> P: ...
+    def plan(self, cfg: Config, run_dir: Path, group_dir: Path | None = None) -> P:
+        """The run's plan (plan.json): how it starts, with what, where; pure."""
 
     @abstractmethod
-    def describe(self, runs: list[RunSpec[P]]) -> str: ...
+    def describe(self, runs: list[RunSpec[P]]) -> str:
+        """What --dry-run prints for the runs: the command or the script that would start them."""
 
     def held_until(self, cfg: Config, after: list[After]) -> Config | None:
         """cfg with the scheduler holding its job until `after` have ended (SLURM's
@@ -211,16 +229,20 @@ class Launcher(ABC, Generic[P]):
         the runs may end with it (a local launch watches its parent)."""
 
     @abstractmethod
-    def status(self, jobs: list[Job]) -> dict[str, JobStatus]: ...
+    def status(self, jobs: list[Job]) -> dict[str, JobStatus]:
+        """Each job's status, by job id."""
 
     @abstractmethod
-    def log_paths(self, job: Job, rank: int) -> list[Path]: ...
+    def log_paths(self, job: Job, rank: int) -> list[Path]:
+        """The files that hold what rank `rank` printed (`hpctrain logs --rank`)."""
 
     @abstractmethod
-    def follow_paths(self, job: Job) -> list[Path]: ...
+    def follow_paths(self, job: Job) -> list[Path]:
+        """The files a waiting `hpctrain run` shows as they grow (rank 0's and the launcher's)."""
 
     @abstractmethod
-    def cancel(self, jobs: list[Job]) -> None: ...
+    def cancel(self, jobs: list[Job]) -> None:
+        """Stop the jobs and every rank of them."""
 
     def dependents(self, jobs: list[Job]) -> list[tuple[str, str]]:
         """This scheduler's jobs held until one of `jobs` ends (their dependency names it: hpctrain
@@ -233,7 +255,8 @@ class Launcher(ABC, Generic[P]):
         return None
 
     @abstractmethod
-    def failure(self, job: Job, status: JobStatus) -> HpctrainError: ...
+    def failure(self, job: Job, status: JobStatus) -> HpctrainError:
+        """The error a failed job ends the command with: the failed rank, its cause, its last lines."""
 
     def accounted(self, job: Job, summary: records.RunSummary) -> records.RunSummary:
         """The summary with what the scheduler's accounting says the run cost (node-hours,

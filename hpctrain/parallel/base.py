@@ -24,23 +24,29 @@ if TYPE_CHECKING:
 
 
 class ParallelismKind:
-    name: ClassVar[str] = ""  # set by the registry
-    # the schema's groups of parallelism.* keys this parallelism reads (config/schema.py); another
-    # parallelism's, given to this one, are refused (they would do nothing)
+    """A way of spreading the model over the ranks (data, pipeline, fsdp...): its rules, its layout,
+    its notes and its account in the summary at plan time (class methods: no rank, no world), and
+    on the ranks the trainer it builds (`build`). Registered by name in parallel/registry.py or by
+    an entry point in the group `hpctrain.parallelisms` (examples/parallelism-plugin)."""
+
+    #: set by the registry
+    name: ClassVar[str] = ""
+    #: the schema's groups of parallelism.* keys this parallelism reads (config/schema.py); another
+    #: parallelism's, given to this one, are refused (they would do nothing)
     settings: ClassVar[tuple[type[Any], ...]] = ()
-    # the engine capability it needs (engine/base.py: Sharding, StageReplicas), or None
+    #: the engine capability it needs (engine/base.py: Sharding, StageReplicas), or None
     needs: ClassVar[type[Any] | None] = None
-    # the ranks meet over torch.distributed whatever the engine (stages' point-to-point, meshes)
+    #: the ranks meet over torch.distributed whatever the engine (stages' point-to-point, meshes)
     torch_store: ClassVar[bool] = False
-    # it changes how hpctrain's own trainer holds the model: a user script cannot take it
+    #: it changes how hpctrain's own trainer holds the model: a user script cannot take it
     builtin_only: ClassVar[bool] = False
-    # its trainer compiles the model's blocks (train.compile) where they are built
+    #: its trainer compiles the model's blocks (train.compile) where they are built
     compiles: ClassVar[bool] = True
-    # a parallelism from another package: the dataclass of its own settings, given as
-    # parallelism.options.<key> (read with `read_options`); None: it takes none
+    #: a parallelism from another package: the dataclass of its own settings, given as
+    #: parallelism.options.<key> (read with `read_options`); None: it takes none
     options: ClassVar[type[Any] | None] = None
-    # it takes the layout's named dimensions (parallel/dimensions.py: context parallelism), which
-    # divide its data-parallel ranks; a parallelism that does not refuses their settings
+    #: it takes the layout's named dimensions (parallel/dimensions.py: context parallelism), which
+    #: divide its data-parallel ranks; a parallelism that does not refuses their settings
     takes_dims: ClassVar[bool] = False
 
     # --- plan time ---------------------------------------------------------------------------

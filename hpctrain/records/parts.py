@@ -36,6 +36,9 @@ LEVELS = ("run", "rank", "step")
 
 
 class Part(Protocol):
+    """A part of the records: a frozen dataclass with its KEY under "parts", its LEVEL (run, rank or
+    step) and the flat keys of older records it replaces (FLAT); registered with register_part."""
+
     KEY: ClassVar[str]
     # records written before parts existed: flat key -> this part's field
     FLAT: ClassVar[Mapping[str, str]]
