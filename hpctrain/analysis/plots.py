@@ -38,10 +38,20 @@ def _log(ax: Any, which: str, base: float, unit: str = "") -> None:
     getattr(ax, f"set_{which}scale")("log", base=base)
     axis = ax.xaxis if which == "x" else ax.yaxis
     if unit == "B":
+        axis.set_major_locator(ticker.FixedLocator(_byte_ticks(*getattr(ax.dataLim, f"interval{which}"))))
+        axis.set_minor_locator(ticker.NullLocator())
         axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _bytes(v)))
     else:
         axis.set_major_formatter(ticker.LogFormatter(base))
         axis.set_minor_formatter(ticker.LogFormatter(base, labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
+def _byte_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
+    """Powers of two from `lo` to `hi`, every second or fourth one where all would crowd the axis:
+    at most `most` labels ("128 KiB" is 7 characters; eleven of them ran into each other)."""
+    first, last = math.ceil(math.log2(max(lo, 1.0))), math.floor(math.log2(max(hi, 1.0)))
+    step = max(1, math.ceil((last - first + 1) / most))
+    return [2.0**e for e in range(first, last + 1, step)]
 
 
 def _bytes(v: float) -> str:
@@ -298,6 +308,28 @@ PLOTS = {
 }
 
 
+def _any_mfu(a: Analysis) -> bool:
+    return any(math.isfinite(p.mfu) for p in a.points)
+
+
+def _any_roofline(a: Analysis) -> bool:
+    return any(s.comm is not None for s in a.series) and any(r.n > 1 for r in a.allreduce)
+
+
+# what a plot needs to show anything; a plot without it is left out of the report, not drawn as
+# an empty frame
+SHOWS: dict[str, Callable[[Analysis], bool]] = {
+    "mfu.png": _any_mfu,
+    "busbw.png": lambda a: bool(a.allreduce),
+    "roofline.png": _any_roofline,
+}
+
+
+def shown_plots(a: Analysis) -> list[str]:
+    """The plots of PLOTS this analysis has something to show in."""
+    return [name for name in PLOTS if SHOWS.get(name, lambda _: True)(a)]
+
+
 DIGEST = ".plots.sha256"  # beside the plots: what they were drawn from
 
 
@@ -307,7 +339,10 @@ def write_plots(a: Analysis, out: Path) -> list[Path]:
     `hpctrain analyze`) keeps the plots drawn from the same analysis by the same code. Drawing is
     most of a report's time (`hpctrain bench analyze`)."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / name for name in PLOTS]
+    names = shown_plots(a)
+    for name in set(PLOTS) - set(names):  # drawn by an earlier analysis that had something to show
+        (out / name).unlink(missing_ok=True)
+    paths = [out / name for name in names]
     digest = hashlib.sha256(repr(a).encode() + Path(__file__).read_bytes()).hexdigest()
     mark = out / DIGEST
     try:
@@ -317,7 +352,7 @@ def write_plots(a: Analysis, out: Path) -> list[Path]:
     if same:
         return paths
     mark.unlink(missing_ok=True)  # never a digest beside plots half redrawn
-    draw_all(a, list(zip(paths, PLOTS.values())))
+    draw_all(a, [(out / name, PLOTS[name]) for name in names])
     mark.write_text(digest)
     return paths
 

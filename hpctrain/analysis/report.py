@@ -12,6 +12,7 @@ from rich.table import Table
 
 from hpctrain.analysis.analyze import Analysis, Prediction, Series, interval_note
 from hpctrain.analysis.plots import write_plots
+from hpctrain.analysis.points_csv import csv_columns, csv_rows
 
 # the points table: these columns, each part's of the study's runs between (analysis/study_parts.py:
 # a pipeline's bubble, its theory, transfers and overhead), then AFTER
@@ -357,8 +358,8 @@ def write_report(a: Analysis, out: Path) -> dict[str, Path]:
     images = write_plots(a, out)
     with open(out / "points.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(columns(a))
-        w.writerows(rows(a))
+        w.writerow(csv_columns(a))
+        w.writerows(csv_rows(a))
     md = markdown(a, images)
     (out / "report.md").write_text(md)
     (out / "report.html").write_text(html_page(a, md, images))

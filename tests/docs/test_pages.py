@@ -54,6 +54,15 @@ def test_the_report_tutorial_explains_every_column_and_plot() -> None:
     assert [p for p in PLOTS if p not in files] == []
 
 
+def test_the_report_tutorial_lists_every_column_of_points_csv() -> None:
+    from hpctrain.analysis.points_csv import AFTER as CSV_AFTER
+    from hpctrain.analysis.points_csv import BEFORE as CSV_BEFORE
+
+    page = (DOCS / "tutorials" / "report.md").read_text()
+    listed = _table_first_cells(page, "csv column")
+    assert listed == {"series", "ranks", "reps", *(c for c, _ in (*CSV_BEFORE, *CSV_AFTER))}
+
+
 def test_the_run_directory_page_names_every_file_of_the_records_contract() -> None:
     """records/__init__.py's docstring is the contract: every file it names is on the page."""
     page = (DOCS / "reference" / "run-directory.md").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -140,13 +141,22 @@ def test_missing_runs_are_listed_and_the_report_is_written(tmp_path: Path) -> No
     a = analyze_dir(study)
     assert len(a.points) == 2 and len(a.missing) == 2
     paths = write_report(a, study / "report")
-    for key in ("csv", "markdown", "html", "throughput", "efficiency", "breakdown", "busbw", "roofline"):
+    for key in ("csv", "markdown", "html", "throughput", "efficiency", "breakdown"):
         assert paths[key].exists() and paths[key].stat().st_size > 0, key
+    # no model FLOPs and no allreduce benchmark: no MFU, bus bandwidth or roofline plot (not an
+    # empty frame), in the directory, the Markdown or the HTML
+    assert not {"mfu", "busbw", "roofline"} & set(paths)
+    assert sorted(p.name for p in (study / "report").glob("*.png")) == [
+        "breakdown.png",
+        "efficiency.png",
+        "throughput.png",
+    ]
     html = paths["html"].read_text()
-    assert html.count("data:image/png;base64,") == 6  # self-contained: every plot, mfu.png too
+    assert html.count("data:image/png;base64,") == 3  # self-contained: every plot drawn
+    assert "mfu" not in paths["markdown"].read_text()
     assert "failed-0" in paths["markdown"].read_text()
     # reported again from the same analysis: the plots are kept, not drawn again ...
-    drawn = {k: paths[k].stat().st_mtime_ns for k in ("throughput", "roofline")}
+    drawn = {k: paths[k].stat().st_mtime_ns for k in ("throughput", "breakdown")}
     again = write_report(analyze_dir(study), study / "report")
     assert {k: again[k].stat().st_mtime_ns for k in drawn} == drawn
     # ... and drawn again when what they show changed (a run that finished since)
@@ -216,8 +226,29 @@ def test_an_engine_comparison_study_is_reported_with_both_series(tmp_path: Path)
     assert [s.engine for s in a.series] == ["horovod", "ddp"]
     paths = write_report(a, tmp_path / "s" / "report")
     csv_rows = paths["csv"].read_text().splitlines()
-    assert csv_rows[0].startswith("series,N,") and len(csv_rows) == 5
+    assert csv_rows[0].startswith("series,ranks,reps,throughput_samples_per_s,") and len(csv_rows) == 5
     assert {line.split(",")[0] for line in csv_rows[1:]} == {"horovod", "ddp"}
+
+
+def test_points_csv_reads_into_numeric_columns_one_per_quantity(tmp_path: Path) -> None:
+    """pandas reads every column but the series' name as numbers, without parsing: shares and
+    efficiencies as fractions, an interval's bounds in columns of their own, unknowns as NaN;
+    the figures are the points' (hand-made: 100 samples/s at N=1, 60 at N=2 with 32 per rank)."""
+    import pandas as pd
+
+    runs = [_run(1, 100, 64), _run(2, 60, 32), _run(1, 90, 64, engine="ddp"), _run(2, 50, 32, engine="ddp")]
+    a = analyze_dir(_write_study(tmp_path / "s", "strong", runs))
+    df = pd.read_csv(write_report(a, tmp_path / "s" / "report")["csv"])
+    assert not pd.api.types.is_numeric_dtype(df.dtypes["series"])
+    assert all(pd.api.types.is_numeric_dtype(t) for c, t in df.dtypes.items() if c != "series"), df.dtypes
+    assert len(set(df.columns)) == len(df.columns)
+    row = df[(df.series == "horovod") & (df.ranks == 2)].iloc[0]
+    p = next(p for s in a.series if s.label == "horovod" for p in s.points if p.n == 2)
+    assert row.throughput_samples_per_s == pytest.approx(p.throughput)
+    assert row.speedup == pytest.approx(p.speedup) and row.efficiency == pytest.approx(p.speedup / 2)
+    assert row.step_ms == pytest.approx(1e3 * p.step_s) and row.comm_share == pytest.approx(p.comm_share)
+    assert 0 < row.efficiency < 1  # a fraction, not a percentage
+    assert math.isnan(row.efficiency_lo) and math.isnan(row.mfu)  # one repetition, no FLOPs: unknown
 
 
 def test_a_pipeline_point_reports_its_bubble_against_theory_and_memory_per_stage() -> None:
@@ -440,6 +471,27 @@ def test_mfu_has_its_own_line_in_the_terminal_and_a_column_in_the_report(tmp_pat
     md = write_report(a, tmp_path / "report")["markdown"].read_text()
     assert "MFU" in md.splitlines()[2].strip("| ").split(" | ")  # the main table's header
     assert "## Model FLOPs utilisation" in md
+    assert (tmp_path / "report" / "mfu.png").stat().st_size > 0 and "![mfu](mfu.png)" in md
+    # analysed again without the FLOPs (its runs' records replaced): the plot drawn before goes
+    write_report(analyze_runs("strong", [_run(n, 100, 64) for n in (1, 2)], []), tmp_path / "report")
+    assert not (tmp_path / "report" / "mfu.png").exists()
+
+
+def test_the_bus_bandwidth_axis_labels_do_not_overlap() -> None:
+    """1 KiB to 1 MiB once printed eleven labels into each other ("128 KiB512 KiB")."""
+    import matplotlib.pyplot as plt
+
+    from hpctrain.analysis.plots import _log
+
+    fig, ax = plt.subplots(dpi=100, figsize=(6, 4))
+    ax.plot([2.0**k for k in range(10, 21)], [1.0] * 11)
+    _log(ax, "x", 2, "B")
+    fig.tight_layout()
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+    plt.close(fig)
+    assert 3 <= len(boxes) <= 6
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
 
 
 def test_a_fit_that_determined_nothing_says_so_instead_of_nan_or_inf() -> None:
