@@ -21,7 +21,7 @@ from hpctrain.errors import ConfigError, Problem, RecordError
 from hpctrain.launch.base import Job, JobStatus
 from hpctrain.orchestrate import runs as orchestrate
 from hpctrain.orchestrate.sweep import split_common
-from hpctrain.records import State
+from hpctrain.records import LAST_LOSS_STEPS, State
 
 STUDY = re.compile(r"^[+~]*study([./=@]|$)")  # the study group or its keys
 
@@ -154,7 +154,8 @@ def sweep_table(console: Console, sweep_dir: Path, rows: Sequence[tuple[list[str
     table = Table(
         title=f"sweep {sweep_dir}", caption="common to every point: " + " ".join(common) if common else None
     )
-    for col in ("#", "varies", "state", "samples/s", "step ms", "comm share", "last loss"):
+    # the summary's figures, as `hpctrain status` and the run's own summary show them
+    for col in ("#", "varies", "state", "samples/s", "step ms", "comm share", f"loss, last {LAST_LOSS_STEPS} steps"):
         table.add_column(col)
     failed = 0
     for (_, run_dir, state), overrides in zip(rows, varying):

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from hpctrain.analysis.part_rows import rows_of
 from hpctrain.analysis.roofline import for_run
-from hpctrain.records import RunSummary
+from hpctrain.records import LAST_LOSS_STEPS, RunSummary
 from hpctrain.records.parts import shard_degree
 
 NOT_A_TERMINAL_WIDTH = 100_000  # pipes, SLURM log files, CI: never cut a table or wrap a line
@@ -199,11 +199,15 @@ def summary_table(s: RunSummary) -> Table:
     for row in parts["memory"]:
         t.add_row(*row)
     if known(s.first_loss):
-        t.add_row("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}", "")
+        t.add_row("loss first → last", f"{s.first_loss:.4f} → {s.last_loss:.4f}", LOSS_NOTE)
     if s.heldout_accuracy is not None:
         t.add_row("held-out accuracy", f"{100 * s.heldout_accuracy:.1f}%", "samples never trained on")
     t.add_row("timed steps", str(s.timed_steps), "")
     return t
+
+
+# what the loss row's two figures are: the progress lines show one rank's loss of one step
+LOSS_NOTE = f"last: mean of {LAST_LOSS_STEPS} steps, all ranks"
 
 
 def summary_advice(s: RunSummary) -> list[str]:

@@ -5,6 +5,7 @@ happens meanwhile goes to a Reporter."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -407,7 +408,24 @@ def progress_of(run_dir: Path) -> str:
     restarted += ", start retried" if len(done) > n else ""
     if not steps:
         return "-" + restarted
-    return f"step {steps[-1].step + 1}, {steps[-1].samples_per_s:.0f} samples/s{restarted}"
+    return f"step {steps[-1].step + 1}, {_throughput(run_dir, steps)}{restarted}"
+
+
+def _throughput(run_dir: Path, steps: list[records.StepRecord]) -> str:
+    """The throughput as the summary and the sweep table define it, the mean over the timed steps
+    (global batch x steps / their time): the summary's once the run has one, else rank 0's timed
+    steps so far; during warm-up, the last step's, said to be so."""
+    try:
+        s = records.read(run_dir / records.SUMMARY, records.RunSummary)
+    except (OSError, RecordError):
+        s = None
+    if s is not None and math.isfinite(s.throughput_samples_per_s):
+        return f"{s.throughput_samples_per_s:.1f} samples/s (mean of the timed steps)"
+    timed = [r for r in steps if r.timed and r.samples_per_s > 0]
+    if not timed:
+        return f"{steps[-1].samples_per_s:.1f} samples/s (last step, warm-up)"
+    mean = len(timed) / sum(1 / r.samples_per_s for r in timed)  # batch x steps / their time
+    return f"{mean:.1f} samples/s (mean of the timed steps so far)"
 
 
 def cancel(path: Path) -> tuple[list[Job], list[tuple[Job, JobStatus]]]:

@@ -41,6 +41,7 @@ from hpctrain.records.states import DONE, State
 from hpctrain.records.tune import TuneManifest, TuneTrial
 from hpctrain.records.typed import FORMAT_VERSION, from_dict, to_dict
 from hpctrain.records.types import (
+    LAST_LOSS_STEPS,
     AllreduceResult,
     AllreduceRow,
     ArrayRef,
@@ -66,6 +67,7 @@ from hpctrain.records.types import (
 )
 
 __all__ = [
+    "LAST_LOSS_STEPS",
     "DONE",
     "State",
     "AllreduceResult",

@@ -10,6 +10,10 @@ from hpctrain.records.layout import Layout
 from hpctrain.records.parts import Parts, RankParts, StepParts, nest_flat, stage_of
 from hpctrain.records.typed import FORMAT_VERSION
 
+# a summary's last loss: the mean of each rank's last steps' losses, then over the ranks (one
+# step's loss is one batch's: noisy); its first loss is step 1's, over the ranks
+LAST_LOSS_STEPS = 5
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -48,7 +52,7 @@ class RankSummary:
     compute_s: float
     comm_s: float
     first_loss: float
-    last_loss: float
+    last_loss: float  # the mean of this rank's last LAST_LOSS_STEPS steps' losses
     peak_memory_bytes: int
     parameters: int
     threads: int = 0  # torch threads of this rank (0: not recorded)

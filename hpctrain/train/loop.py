@@ -191,8 +191,7 @@ def _steps(
                     f"the loss is {r.loss} at step {step} on rank {rank} (lr {lr:g}); lower "
                     "optim.lr or use a wider precision, or set train.stop_on_nonfinite_loss=false"
                 )
-            if master:
-                last_event = _report(cfg, rec, emit, last_event)
+            last_event = _report(cfg, rec, emit, last_event, master)
             if control is not None:
                 if _checkpoint_due(cfg, control, step, r.stop):
                     steps_file.flush()
@@ -248,17 +247,23 @@ def _debug_hooks(
         _inject_failure(cfg.debug.fail_mode, rank, step)
 
 
-def _report(cfg: Config, rec: records.StepRecord, emit: Callable[[str], None], last_event: float) -> float:
-    """Rank 0: a log line every log_interval steps; progress events at most 5 times a second."""
+def _report(
+    cfg: Config, rec: records.StepRecord, emit: Callable[[str], None], last_event: float, master: bool
+) -> float:
+    """Every rank: a line into its own log every log_interval steps, naming the rank whose loss it
+    shows (`hpctrain logs --rank N`; the run's console follows rank 0's). Rank 0: progress events
+    at most 5 times a second."""
     step, steps = rec.step, cfg.train.steps
     now = time.monotonic()
     done = step + 1 == steps
     if (step + 1) % cfg.train.log_interval == 0 or done:
         emit(
-            f"step {step + 1}/{steps}  loss {rec.loss:.4f}  lr {rec.lr:.4g}  "
+            f"step {step + 1}/{steps}  loss {rec.loss:.4f} (rank {rec.rank})  lr {rec.lr:.4g}  "
             f"step {1e3 * rec.step_s:.1f} ms (compute {1e3 * rec.compute_s:.1f}, "
             f"comm {1e3 * rec.comm_s:.1f}, data {1e3 * rec.data_s:.1f})  {rec.samples_per_s:.0f} samples/s"
         )
+    if not master:
+        return last_event
     if done or now - last_event >= 0.2:
         emit(
             format_event(

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hpctrain.analysis.peak import achieved_tflops, mfu
-from hpctrain.records import FORMAT_VERSION, RankSummary, RunSummary, StepRecord
+from hpctrain.records import FORMAT_VERSION, LAST_LOSS_STEPS, RankSummary, RunSummary, StepRecord
 from hpctrain.records.parts import measured_parts, rank_parts, share
 
 
@@ -59,7 +59,7 @@ def rank_stats(
         return statistics.fmean(getattr(r, k) for r in timed) if timed else float("nan")
 
     step_times = [r.step_s for r in timed]
-    last = steps[-5:]
+    last = steps[-LAST_LOSS_STEPS:]
     return RankSummary(
         rank=rank,
         host=host,

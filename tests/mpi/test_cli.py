@@ -101,7 +101,7 @@ def test_a_sweep_with_a_failed_point_runs_the_others_and_exits_4(tmp_path: Path)
     assert "InjectedFailure" in r.stdout + r.stderr
     # the table compares the points by what they learnt too: the completed one's last loss
     last = json.loads((sweep / "0" / "summary.json").read_text())["last_loss"]
-    assert "last loss" in r.stdout and f"{last:.4f}" in r.stdout, r.stdout
+    assert "loss, last 5 steps" in r.stdout and f"{last:.4f}" in r.stdout, r.stdout
 
 
 def test_one_invalid_point_stops_the_whole_sweep_before_any_launch(tmp_path: Path) -> None:

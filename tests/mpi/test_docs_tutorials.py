@@ -8,6 +8,7 @@ that the test knows where the records are."""
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -29,6 +30,29 @@ def test_the_first_run_learns_the_digits(tmp_path: Path) -> None:
     assert s["world_size"] == 2 and s["heldout_accuracy"] > 0.9 and s["last_loss"] < 0.5
     for row in ("throughput", "exposed communication", "data wait", "held-out accuracy"):
         assert row in r.stdout  # the rows the page explains
+    # the figures agree as the page defines them: the last progress line is rank 0's loss of its
+    # last step; the summary's last loss is the mean of each rank's last 5 steps, over the ranks
+    steps = {
+        k: [json.loads(x) for x in (tmp_path / "run" / f"steps-rank{k}.jsonl").read_text().splitlines()]
+        for k in (0, 1)
+    }
+    last_line = [x for x in r.stdout.splitlines() if x.startswith("step 100/100")][-1]
+    assert f"loss {steps[0][-1]['loss']:.4f} (rank 0)" in last_line, last_line
+    by_hand = statistics.fmean(statistics.fmean(x["loss"] for x in steps[k][-5:]) for k in (0, 1))
+    assert s["last_loss"] == pytest.approx(by_hand, rel=1e-6)
+    assert (
+        f"{s['first_loss']:.4f} → {s['last_loss']:.4f}" in r.stdout
+        and "last: mean of 5 steps, all ranks" in r.stdout
+    )
+    # every rank's log holds its own lines: the page's `logs --rank 1 --follow` (the run has ended)
+    argv = [
+        str(tmp_path / "run") if a == "outputs/<date>/<time>-train" else a
+        for a in page_command(PAGE, "hpctrain logs")
+    ]
+    logs = hpctrain(*argv)
+    assert logs.returncode == 0, logs.stderr
+    assert f"step 100/100  loss {steps[1][-1]['loss']:.4f} (rank 1)" in logs.stdout, logs.stdout[-2000:]
+    assert "(rank 0)" not in logs.stdout
 
 
 def test_the_sweep_runs_every_point(tmp_path: Path) -> None:
@@ -42,6 +66,13 @@ def test_the_sweep_runs_every_point(tmp_path: Path) -> None:
         for s in (json.loads(p.read_text()) for p in sweep.glob("*/summary.json"))
     )
     assert len(runs) == 4 and done == [("bf16", 1), ("bf16", 2), ("fp32", 1), ("fp32", 2)]
+    # one throughput per run: the sweep table's, status's and the summary's are the same figure
+    for point in sorted(p for p in sweep.iterdir() if p.is_dir()):
+        x = json.loads((point / "summary.json").read_text())["throughput_samples_per_s"]
+        row = next(line for line in r.stdout.splitlines() if line.startswith(f"│ {point.name} "))
+        assert f" {x:.1f} " in row, (x, row)
+        st = hpctrain("status", str(point))
+        assert f"{x:.1f} samples/s (mean of the timed steps)" in st.stdout, st.stdout
 
 
 def test_a_background_run_is_followed_and_cancelled_with_the_pages_commands(tmp_path: Path) -> None:
