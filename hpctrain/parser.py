@@ -160,6 +160,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     tr.add_argument("--uri", help="an MLflow tracking URI (a server, or sqlite:///path.db)")
     tr.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
     doc = sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
+    doc.add_argument(
+        "--json",
+        action="store_true",
+        help="print the checks as JSON (name, ok, detail, fix, required), for scripts and tests",
+    )
     doc.set_defaults(handler="hpctrain.commands.doctor:cmd_doctor")
     ins = sub.add_parser(
         "install",

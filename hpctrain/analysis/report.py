@@ -111,6 +111,24 @@ def shown(a: Analysis) -> tuple[list[str], list[list[str]]]:
     return [head[i] for i in keep], [[r[i] for i in keep] for r in table]
 
 
+# A page's tables are split in two, each narrow enough for a page or a documentation site's
+# column (one of 17 columns was cut at the page's edge): the scaling, then where the time goes,
+# memory, cost and the step model; both start with the point's series and N.
+KEY_COLUMNS = ("series", "N")
+SCALING_COLUMNS = ("reps", "samples/s", "samples/s range", "speedup", "effic.", "effic. range", "MFU")
+HALVES = ("Scaling", "Where the time goes, memory, cost and the step model")
+
+
+def halves(a: Analysis) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The points table as two: (title, columns, rows) of the scaling, then of the rest."""
+    head, table = shown(a)
+    out = []
+    for title, first in zip(HALVES, (True, False)):
+        keep = [i for i, c in enumerate(head) if c in KEY_COLUMNS or (c in SCALING_COLUMNS) == first]
+        out.append((title, [head[i] for i in keep], [[r[i] for i in keep] for r in table]))
+    return out
+
+
 # the terminal keeps its table narrow enough for a wide terminal: these have lines of their own
 ON_THEIR_OWN_LINES = ("MFU",)
 
@@ -303,8 +321,9 @@ def _md_table(head: list[str] | tuple[str, ...], body: list[list[str]]) -> list[
 
 
 def markdown(a: Analysis, images: list[Path]) -> str:
-    columns, table = shown(a)
-    md = [f"# {a.kind.capitalize()} scaling report", ""] + _md_table(columns, table)
+    md = [f"# {a.kind.capitalize()} scaling report"]
+    for title, columns, table in halves(a):
+        md += ["", f"## {title}", ""] + _md_table(columns, table)
     md += ["", interval_note(a)]
     if predictions(a):
         md += ["", "## Prediction beyond the measured scales (band: the largest leave-one-out error)", ""]
@@ -328,8 +347,9 @@ def _html_table(head: list[str] | tuple[str, ...], body: list[list[str]]) -> str
 
 def html_page(a: Analysis, md_text: str, images: list[Path]) -> str:
     """Self-contained: the plots are embedded as data URIs."""
-    columns, table = shown(a)
-    body = [f"<h1>{html.escape(a.kind.capitalize())} scaling report</h1>", _html_table(columns, table)]
+    body = [f"<h1>{html.escape(a.kind.capitalize())} scaling report</h1>"]
+    for title, columns, table in halves(a):
+        body += [f"<h2>{html.escape(title)}</h2>", _html_table(columns, table)]
     body.append(f"<p>{html.escape(interval_note(a))}</p>")
     if predictions(a):
         body.append("<h2>Prediction beyond the measured scales</h2>")

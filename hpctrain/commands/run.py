@@ -155,7 +155,15 @@ def sweep_table(console: Console, sweep_dir: Path, rows: Sequence[tuple[list[str
         title=f"sweep {sweep_dir}", caption="common to every point: " + " ".join(common) if common else None
     )
     # the summary's figures, as `hpctrain status` and the run's own summary show them
-    for col in ("#", "varies", "state", "samples/s", "step ms", "comm share", f"loss, last {LAST_LOSS_STEPS} steps"):
+    for col in (
+        "#",
+        "varies",
+        "state",
+        "samples/s",
+        "step ms",
+        "comm share",
+        f"loss, last {LAST_LOSS_STEPS} steps",
+    ):
         table.add_column(col)
     failed = 0
     for (_, run_dir, state), overrides in zip(rows, varying):

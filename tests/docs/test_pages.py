@@ -54,6 +54,24 @@ def test_the_report_tutorial_explains_every_column_and_plot() -> None:
     assert [p for p in PLOTS if p not in files] == []
 
 
+FIRST_PAGES = ("index.md", "install.md", "quickstart.md")
+CODE_WIDTH = 96  # what the site's code font fits in its content column (conf.py); longer is cut
+
+
+def test_the_first_pages_code_fits_the_page_without_scrolling() -> None:
+    """A new user copies from these pages: a comment cut at the page's edge ("(minutes; cached")
+    hides what a command does."""
+    long = []
+    for name in FIRST_PAGES:
+        fenced = False
+        for n, line in enumerate((DOCS / name).read_text().splitlines(), 1):
+            if line.startswith("```"):
+                fenced = not fenced
+            elif fenced and len(line) > CODE_WIDTH:
+                long.append(f"{name}:{n}: {len(line)} characters")
+    assert long == []
+
+
 def test_the_report_tutorial_lists_every_column_of_points_csv() -> None:
     from hpctrain.analysis.points_csv import AFTER as CSV_AFTER
     from hpctrain.analysis.points_csv import BEFORE as CSV_BEFORE

@@ -1,12 +1,16 @@
-"""hpctrain installed the way a cluster user installs it: the wheel built from this checkout, put
-into a fresh environment outside the checkout by a non-root user, with apt, dpkg and sudo
-unavailable (each masked in a private mount namespace), and run from there: a 2-rank local run
-that learns, doctor, a SLURM dry run, a site preset from the user's config directory, a Hydra app
-swept with hydra/launcher=hpctrain_local, and a 2-node SLURM job whose records the user owns.
+"""hpctrain installed the way a cluster user installs it, by docs/install.md's commands run
+literally: the release's wheel and sdist built from this checkout, then, as a non-root user with
+apt, dpkg and sudo unavailable (each masked in a private mount namespace), the page's block: a
+virtual environment, uv, torch, the wheel, `hpctrain doctor` (exit 0, and every fix it prints is
+a command that user can run or says what it needs), and the page's first run, which learns. Then
+from that environment: a SLURM dry run, a site preset from the user's config directory, a Hydra
+app swept with hydra/launcher=hpctrain_local, and a 2-node SLURM job whose records the user
+owns; and the page's other ways in (the sdist, a clone, a git URL), each into a fresh environment.
 
-The environment is built once per test session (`uv pip install`, as fast as a cached install:
-seconds) and shared by the two streams through a lock; torch is pinned to this suite's own build
-(the CPU build here), everything else resolves from the index as for any user."""
+One line of the page is not run as written: torch's, whose `--torch-backend=cpu` reaches
+PyTorch's own index, which this machine cannot; it installs this suite's torch build (the CPU
+build here) from the local wheels instead. Everything else resolves from the index as for any
+user. The environment is built once per test session and shared by the two streams (a lock)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import fcntl
 import json
 import os
 import pwd
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,6 +44,23 @@ AS_USER = (
 )
 
 
+PAGE = ROOT / "docs" / "install.md"
+VENV = "venvs/hpctrain"  # the page's environment, in the user's home
+TORCH_LINE = "uv pip install torch --torch-backend=cpu"
+
+
+def page_block(first: str) -> list[str]:
+    """The lines of the install page's bash block whose first line starts with `first`."""
+    blocks = re.findall(r"^```bash\n(.*?)^```", PAGE.read_text(), flags=re.M | re.S)
+    found = [b.splitlines() for b in blocks if b.startswith(first)]
+    assert found, f"docs/install.md has no bash block starting with {first!r}"
+    return found[0]
+
+
+def _command(line: str) -> str:
+    return line.split("  #")[0].strip()
+
+
 def as_user(
     home: Path,
     *argv: str,
@@ -49,7 +72,7 @@ def as_user(
     shell = {
         "WHO": USER,
         "HOMEDIR": str(home),
-        "UPATH": f"{home / 'env' / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "UPATH": f"{home / VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin",
         "PATH": os.environ["PATH"],
     }
     assigned = [f"{k}={v}" for k, v in (extra or {}).items()]
@@ -91,10 +114,27 @@ def user_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _fresh_environment(home: Path, out: Path) -> None:
-    for old in ("env", "outputs", "multirun", ".config", "app", "wheel"):
+    for old in ("env", "venvs", "variants", "outputs", "multirun", ".config", "app", "wheel", "hpctrain"):
         shutil.rmtree(home / old, ignore_errors=True)
-    # the sdist, then the wheel from the sdist (so the sdist is complete): what a release uploads;
-    # uv's build front end, as `python -m build` builds them (the same files; 4.7 CPU-s to 9.7)
+    for old in home.glob("hpctrain-*"):
+        old.unlink()
+    wheel, sdist = _release(out)
+    for f in (wheel, sdist):  # the release's files, where the user downloaded them
+        shutil.copy(f, home)
+        shutil.chown(home / f.name, USER)
+    block = page_block("python3 -m venv")
+    assert TORCH_LINE in map(_command, block) and f"uv pip install {wheel.name}" in map(_command, block)
+    script = "\n".join(_torch_here() if _command(x) == TORCH_LINE else x for x in block)
+    done = as_user(home, "bash", "-c", f"set -euxo pipefail\n{script}", extra=_network())
+    assert done.returncode == 0, (
+        f"docs/install.md's block failed:\n{done.stdout[-4000:]}\n{done.stderr[-6000:]}"
+    )
+    (home / "install.out").write_text(done.stdout)
+
+
+def _release(out: Path) -> tuple[Path, Path]:
+    """The sdist, then the wheel from the sdist (so the sdist is complete): what a release uploads;
+    uv's build front end, as `python -m build` builds them (the same files; 4.7 CPU-s to 9.7)."""
     uv = str(Path(sys.executable).with_name("uv"))
     built = subprocess.run([uv, "build", "--out-dir", str(out), str(ROOT)], capture_output=True, text=True)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
@@ -113,24 +153,22 @@ def _fresh_environment(home: Path, out: Path) -> None:
         "hpctrain/containers/hpctrain.def",
     }
     assert shipped | {"hydra_plugins/hpctrain_launcher/launcher.py"} <= names
-    (home / "wheel").mkdir()
-    shutil.copy(wheel, home / "wheel")
-    shutil.chown(home / "wheel", USER)
+    return wheel, sdist
+
+
+def _torch_here() -> str:
+    """The torch line as this machine can run it: this suite's build (CPU here), no CUDA download."""
     links = [f"--find-links={d}" for d in os.environ.get("PIP_FIND_LINKS", "").split() if d]
-    made = as_user(home, uv, "venv", "-q", "--python", "/usr/bin/python3", str(home / "env"))
-    assert made.returncode == 0, made.stderr
-    # the site's network settings (its CA bundle, proxies), as a user's login environment has them
-    net = {
+    return " ".join(["uv", "pip", "install", "-q", *links, f"torch=={torch.__version__}"])
+
+
+def _network() -> dict[str, str]:
+    """The site's network settings (its CA bundle, proxies), as a user's login environment has them."""
+    return {
         k: v
         for k, v in os.environ.items()
         if k.startswith(("SSL_CERT_", "PIP_")) or k.lower().endswith("_proxy")
     }
-    torch_pin = f"torch=={torch.__version__}"  # this suite's build (CPU here): no CUDA download
-    got = as_user(
-        home, uv, "pip", "install", "-q", "--python", str(home / "env" / "bin" / "python"), *links,
-        str(home / "wheel" / wheel.name), torch_pin, extra=net,
-    )  # fmt: skip
-    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
 
 
 def _ok(r: subprocess.CompletedProcess[str]) -> str:
@@ -140,25 +178,59 @@ def _ok(r: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.mark.mpi
-def test_a_pip_installed_hpctrain_trains_as_a_user_without_root_and_learns(user_home: Path) -> None:
+def test_the_install_pages_commands_install_and_train_as_a_user_without_root(user_home: Path) -> None:
     assert as_user(user_home, "sudo", "true").returncode != 0  # masked: no root to be had
     assert as_user(user_home, "apt-get", "--version").returncode != 0
     assert _ok(as_user(user_home, "hpctrain", "--version")).strip() == f"hpctrain {__version__}"
-    doctor = _ok(as_user(user_home, "hpctrain", "doctor", extra={"COLUMNS": "250"}))
-    shipped = user_home / "env" / "lib"
-    assert "configs (hpctrain)" in doctor and str(shipped) in doctor and "hpctrain install horovod" in doctor
-    run = as_user(
-        user_home, "hpctrain", "run", "cluster.ranks=2", "data=digits", "train.steps=60", "--no-progress",
-        extra={"COLUMNS": "200"},
-    )  # fmt: skip
-    _ok(run)
+    # the page's first run: DDP without Horovod (not a refusal), 2 ranks, and the loss falls
     (summary_file,) = (user_home / "outputs").glob("*/*-train/summary.json")
     summary = json.loads(summary_file.read_text())
-    assert summary["engine"] == "ddp" and summary["world_size"] == 2  # no Horovod: DDP, not a refusal
+    assert summary["engine"] == "ddp" and summary["world_size"] == 2 and summary["timed_steps"] > 0
     assert summary["last_loss"] < summary["first_loss"] / 2 and summary["heldout_accuracy"] > 0.8, summary
-    assert "held-out accuracy" in run.stdout
+    said = (user_home / "install.out").read_text()
+    assert "held-out accuracy" in said and "ready for local runs" in said
     owner = pwd.getpwnam(USER).pw_uid
     assert {p.stat().st_uid for p in summary_file.parent.rglob("*")} == {owner}
+    # doctor's configs come from the installed package, and every fix it prints is the user's to
+    # run here (its command is on their PATH) or says plainly what it needs
+    doctor = json.loads(_ok(as_user(user_home, "hpctrain", "doctor", "--json")))
+    shipped = str(user_home / VENV / "lib")
+    assert any(c["name"] == "configs (hpctrain)" and c["detail"].startswith(shipped) for c in doctor)
+    for check in (c for c in doctor if not c["ok"]):
+        fix = check["fix"]
+        if fix.startswith(("needs root:", "needs a clone of", "ask your site", "submit from your cluster")):
+            continue
+        word = fix.split()[0]
+        found = as_user(user_home, "bash", "-c", f"command -v {shlex.quote(word)}")
+        assert found.returncode == 0, f"{check['name']}: {fix!r}: {word} is not the user's to run"
+    assert any(c["name"] == "horovod" and c["fix"] == "hpctrain install horovod" for c in doctor)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("way", ["tar.gz", "clone", "git"])
+def test_the_install_pages_other_ways_in_install_hpctrain(user_home: Path, way: str) -> None:
+    """The page's other lines for hpctrain itself, each into a fresh environment (torch first, as
+    the page says): the release's source archive, a clone (the archive unpacked stands in for
+    it) and a git URL of it (that clone made a repository, as the user's own clone would be)."""
+    (line,) = [
+        _command(x)
+        for x in page_block("uv pip install hpctrain-")
+        if {"tar.gz": ".tar.gz", "clone": "./hpctrain", "git": "git+"}[way] in x
+    ]
+    src = user_home / "variants" / way
+    sdist = next(user_home.glob("hpctrain-*.tar.gz")).name
+    setup = [
+        f"mkdir -p {src} && cd {src} && cp ~/{sdist} .",
+        f"tar xzf {sdist} && mv {sdist.removesuffix('.tar.gz')} hpctrain",
+        "git -C hpctrain init -q && git -C hpctrain add -A && git -C hpctrain -c user.name=u -c user.email=u@h commit -qm r",
+        f"uv venv -q env && source env/bin/activate && {_torch_here()}",
+        line.replace("<url of your clone>", f"file://{src}/hpctrain"),
+        "hpctrain --version && hpctrain run --dry-run cluster=slurm | grep -q '#SBATCH'",
+        "python -c 'import hpctrain, sys; sys.exit(\"site-packages\" not in hpctrain.__file__)'",
+    ]
+    r = as_user(user_home, "bash", "-c", "set -euxo pipefail\n" + "\n".join(setup), extra=_network())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    assert f"hpctrain {__version__}" in r.stdout
 
 
 @pytest.mark.mpi

