@@ -104,8 +104,8 @@ fi
 # the type checker, the linter, the formatter, the layer contract and the docs' build are gates, like the tests;
 # mypy's cache lives beside the wheels, outside the clone (it checks files by hash: 28 s -> 1 s)
 "$VENV/bin/python" -m mypy --cache-dir "$CACHE/mypy" hpctrain hydra_plugins
-"$VENV/bin/python" -m ruff check hpctrain hydra_plugins tests scripts
-"$VENV/bin/python" -m ruff format --check hpctrain hydra_plugins tests scripts
+"$VENV/bin/python" -m ruff check hpctrain hydra_plugins tests scripts examples
+"$VENV/bin/python" -m ruff format --check hpctrain hydra_plugins tests scripts examples
 "$VENV/bin/lint-imports"
 # the documentation site: the generated references current, every link and anchor resolving, the
 # sample report made again by today's analysis, warnings as errors (tests/docs checks its commands)

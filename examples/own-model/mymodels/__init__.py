@@ -1,0 +1,1 @@
+"""Your code: hpctrain imports it by the `_target_` paths in the command line."""
