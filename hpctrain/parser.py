@@ -122,6 +122,30 @@ def _add_estimate(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_track(sub: Subparsers) -> None:
+    tr = sub.add_parser(
+        "track",
+        help="send a run, sweep or study to MLflow / TensorBoard from its records (again: never twice)",
+        description="Logs what is new of a run, sweep or study directory: where its config's "
+        "tracking.* says, else to MLflow's default store (sqlite:///<run.output_root>/mlflow.db). "
+        "Runs of an offline cluster are sent later from a login node this way.",
+    )
+    tr.set_defaults(handler="hpctrain.commands.track:cmd_track")
+    tr.add_argument("path", type=Path, help="a run, sweep or study directory")
+    tr.add_argument("--uri", help="an MLflow tracking URI (a server, or sqlite:///path.db)")
+    tr.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
+
+
+def _add_doctor(sub: Subparsers) -> None:
+    doc = sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
+    doc.add_argument(
+        "--json",
+        action="store_true",
+        help="print the checks as JSON (name, ok, detail, fix, required), for scripts and tests",
+    )
+    doc.set_defaults(handler="hpctrain.commands.doctor:cmd_doctor")
+
+
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """hpctrain's parser: its own commands, and (given the command line `argv` that names none of
     them: another's, or --help) those other installed packages add through entry points in
@@ -148,24 +172,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     _add_jobs(sub)
     _add_study(sub)
     _add_tune(sub)
-    tr = sub.add_parser(
-        "track",
-        help="send a run, sweep or study to MLflow / TensorBoard from its records (again: never twice)",
-        description="Logs what is new of a run, sweep or study directory: where its config's "
-        "tracking.* says, else to MLflow's default store (sqlite:///<run.output_root>/mlflow.db). "
-        "Runs of an offline cluster are sent later from a login node this way.",
-    )
-    tr.set_defaults(handler="hpctrain.commands.track:cmd_track")
-    tr.add_argument("path", type=Path, help="a run, sweep or study directory")
-    tr.add_argument("--uri", help="an MLflow tracking URI (a server, or sqlite:///path.db)")
-    tr.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
-    doc = sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
-    doc.add_argument(
-        "--json",
-        action="store_true",
-        help="print the checks as JSON (name, ok, detail, fix, required), for scripts and tests",
-    )
-    doc.set_defaults(handler="hpctrain.commands.doctor:cmd_doctor")
+    _add_track(sub)
+    _add_doctor(sub)
     ins = sub.add_parser(
         "install",
         help="build and install Horovod for this environment (no root; cached per user)",

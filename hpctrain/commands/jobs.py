@@ -16,6 +16,7 @@ from hpctrain.errors import LaunchError, RecordError
 from hpctrain.events import parse_event
 from hpctrain.launch.registry import load_job
 from hpctrain.orchestrate import runs as orchestrate
+from hpctrain.orchestrate.progress import progress_of
 from hpctrain.orchestrate.sweep import split_common, state_rank
 from hpctrain.records import State
 from hpctrain.records.preflight import checks as preflight_checks
@@ -64,7 +65,7 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
             f"[{color}]{st.state}[/]",
             str(st.nodes) if st.nodes is not None else "-",
             st.elapsed,
-            orchestrate.progress_of(job.run_dir),
+            progress_of(job.run_dir),
             (error or st.reason) + (" (it can never start as submitted: cancel it)" if st.blocked else "")
             if st.state != State.COMPLETED
             else "",

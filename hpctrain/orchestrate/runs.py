@@ -5,7 +5,6 @@ happens meanwhile goes to a Reporter."""
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from hpctrain.config.derived import default_run_dir
 from hpctrain.config.load import load_config
 from hpctrain.config.points import load_configs
 from hpctrain.config.schema import Config
-from hpctrain.errors import ConfigError, RecordError
+from hpctrain.errors import ConfigError
 from hpctrain.events import parse_event
 from hpctrain.launch.base import After, Job, JobStatus, Launcher, RunSpec
 from hpctrain.launch.registry import launcher_class, launcher_for, load_job
@@ -28,7 +27,6 @@ from hpctrain.orchestrate.started import by_launcher, jobs_in, launcher_of
 from hpctrain.orchestrate.sweep import expand
 from hpctrain.orchestrate.validate import check_memory, memory_key, validate_points
 from hpctrain.records import State
-from hpctrain.records.restarts import counted, read_restarts
 
 # kept in the logs, not shown: submitit's own lines (in its format, or in a Hydra job's logging
 # format: "[date][submitit][INFO] - ..."), and the profiler's stage markers (Kineto prints
@@ -384,48 +382,6 @@ def statuses(jobs: list[Job]) -> list[tuple[Job, JobStatus, str]]:
             error = str(launcher_of(job).failure(job, st)).splitlines()[0]
         out.append((job, st, error))
     return out
-
-
-def progress_of(run_dir: Path) -> str:
-    """Latest step and throughput from rank 0's step records (a partial last line is skipped);
-    between the attempts of a restart, and after a supervisor killed there, from the attempt set
-    aside (steps-rank0.jsonl.N, the newest), so the progress made is not shown as none."""
-    steps: list[records.StepRecord] = []
-    current = run_dir / records.steps_file(0)
-    kept = sorted(
-        run_dir.glob(f"{current.name}.*"), key=lambda p: int(p.suffix[1:]) if p.suffix[1:].isdigit() else -1
-    )
-    for path in [current, *reversed(kept)]:
-        try:
-            steps = records.read_steps(path)
-        except RecordError:
-            continue
-        if steps:
-            break
-    done = read_restarts(run_dir)
-    n = len(counted(done))
-    restarted = f", {n} restart{'s' if n > 1 else ''}" if n else ""
-    restarted += ", start retried" if len(done) > n else ""
-    if not steps:
-        return "-" + restarted
-    return f"step {steps[-1].step + 1}, {_throughput(run_dir, steps)}{restarted}"
-
-
-def _throughput(run_dir: Path, steps: list[records.StepRecord]) -> str:
-    """The throughput as the summary and the sweep table define it, the mean over the timed steps
-    (global batch x steps / their time): the summary's once the run has one, else rank 0's timed
-    steps so far; during warm-up, the last step's, said to be so."""
-    try:
-        s = records.read(run_dir / records.SUMMARY, records.RunSummary)
-    except (OSError, RecordError):
-        s = None
-    if s is not None and math.isfinite(s.throughput_samples_per_s):
-        return f"{s.throughput_samples_per_s:.1f} samples/s (mean of the timed steps)"
-    timed = [r for r in steps if r.timed and r.samples_per_s > 0]
-    if not timed:
-        return f"{steps[-1].samples_per_s:.1f} samples/s (last step, warm-up)"
-    mean = len(timed) / sum(1 / r.samples_per_s for r in timed)  # batch x steps / their time
-    return f"{mean:.1f} samples/s (mean of the timed steps so far)"
 
 
 def cancel(path: Path) -> tuple[list[Job], list[tuple[Job, JobStatus]]]:

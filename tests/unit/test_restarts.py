@@ -178,7 +178,7 @@ def test_progress_between_two_attempts_is_the_set_aside_attempts(tmp_path: Path)
     """Round 5, class 10: a supervisor killed mid-restart left status showing progress `-`: rank
     0's step records were set aside (steps-rank0.jsonl.1) and the next attempt had none yet."""
     from hpctrain import records
-    from hpctrain.orchestrate.runs import progress_of
+    from hpctrain.orchestrate.progress import progress_of
     from hpctrain.records.restarts import Restart, record
     from tests.unit.test_records import STEP
 
@@ -268,7 +268,7 @@ def test_status_reports_the_throughput_the_summary_and_the_sweep_table_report(tm
     import dataclasses
 
     from hpctrain import records
-    from hpctrain.orchestrate.runs import progress_of
+    from hpctrain.orchestrate.progress import progress_of
     from tests.unit.test_records import STEP
 
     def step(k: int, step_s: float, timed: bool = True) -> records.StepRecord:
