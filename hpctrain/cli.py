@@ -68,6 +68,19 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
         ) from None
 
 
+def _remote(args: argparse.Namespace, argv: Sequence[str]) -> int | None:
+    """The command's exit status where it ran on a cluster behind SSH (cluster.remote, or a
+    directory whose remote.json says it lives there); None where it runs here. Only commands
+    that plan or follow work can go there: the others never import the remote package."""
+    from hpctrain.remote import ON_RECORDS, PLANNED
+
+    if args.command not in PLANNED and args.command not in ON_RECORDS:
+        return None
+    from hpctrain.remote.forward import maybe_forward
+
+    return maybe_forward(args, argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     code = _main(argv)
     return _unwaited(code) if argv is None else code
@@ -87,7 +100,8 @@ def _main(argv: Sequence[str] | None) -> int:
         signal.signal(sig, signal.default_int_handler)
     try:
         _with_overrides_file(args)
-        return dispatch(args, console)
+        forwarded = _remote(args, sys.argv[1:] if argv is None else argv)
+        return forwarded if forwarded is not None else dispatch(args, console)
     except HpctrainError as e:
         err.print(Text("error: ", style="bold red") + Text(str(e)), soft_wrap=True)
         return e.exit_code

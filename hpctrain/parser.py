@@ -136,6 +136,18 @@ def _add_track(sub: Subparsers) -> None:
     tr.add_argument("--tensorboard", action="store_true", help="also write TensorBoard event files")
 
 
+def _add_pull(sub: Subparsers) -> None:
+    pl = sub.add_parser(
+        "pull",
+        help="fetch a remote run's, sweep's or study's records and report (cluster.remote)",
+        description="Copies the records, summary, report and plots of a run, sweep or study that lives "
+        "on a cluster behind SSH into its directory here (its remote.json says where it lives); never "
+        "the code snapshot, pickles or weights.",
+    )
+    pl.set_defaults(handler="hpctrain.commands.pull:cmd_pull")
+    pl.add_argument("path", type=Path, help="the run, sweep or study directory here")
+
+
 def _add_doctor(sub: Subparsers) -> None:
     doc = sub.add_parser("doctor", help="report what this environment can do, and how to fix what is missing")
     doc.add_argument(
@@ -174,6 +186,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     _add_tune(sub)
     _add_track(sub)
     _add_doctor(sub)
+    _add_pull(sub)
     ins = sub.add_parser(
         "install",
         help="build and install Horovod for this environment (no root; cached per user)",

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install what the local test cluster needs (Debian 12): SLURM 22.05 controller, node daemon,
-# client and accounting daemon, munge for authentication, MariaDB for accounting (sacct).
+# client and accounting daemon, munge for authentication, MariaDB for accounting (sacct), and an
+# sshd for the tests of a cluster reached over SSH (cluster.remote; started on loopback by them).
 # Idempotent: installs only what is missing. Services are NOT enabled; slurm/start.sh runs them.
 # One install at a time: the test command starts both versions' clusters at once, and on a bare
 # machine both found the packages missing; the second apt-get then failed on dpkg's lock (and the
 # first one's exit would have removed policy-rc.d under the second's install).
 set -euo pipefail
-PKGS=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server util-linux iproute2 procps)
+PKGS=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server util-linux iproute2 procps openssh-server)
 missing() { local p; for p in "${PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done; }
 [ -n "$(missing)" ] || exit 0
 SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo

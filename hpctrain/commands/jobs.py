@@ -16,7 +16,7 @@ from hpctrain.errors import LaunchError, RecordError
 from hpctrain.events import parse_event
 from hpctrain.launch.registry import load_job
 from hpctrain.orchestrate import runs as orchestrate
-from hpctrain.orchestrate.progress import progress_of
+from hpctrain.orchestrate.progress import PROGRESS_NOTE, progress_of
 from hpctrain.orchestrate.sweep import split_common, state_rank
 from hpctrain.records import State
 from hpctrain.records.preflight import checks as preflight_checks
@@ -77,6 +77,7 @@ def status(path: Path, console: Console, show_all: bool = False) -> int:
         own = [" ".join(o for o in by_name.get(name, []) if o not in common)] if any(varying) else []
         table.add_row(name, *own, "-", "[yellow]NOT STARTED[/]", "-", "-", "-", why)
     console.print(table)
+    console.print(f"[dim]{PROGRESS_NOTE}[/]", highlight=False, soft_wrap=True)
     for source in sorted({st.source for _, st, _ in found if st.source}):  # accounting down or off
         console.print(f"note: {source}", highlight=False, markup=False)
     for (job, _, _), _own in rows[: len(rows) - hidden]:  # what each restart cost (records/restarts.py)

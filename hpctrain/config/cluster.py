@@ -127,6 +127,12 @@ class SlurmClusterConf(ClusterConf):
     exclude: List[str] = field(default_factory=list)  # nodes never to run on (sbatch --exclude)
     nodelist: List[str] = field(default_factory=list)  # nodes the job must include (sbatch --nodelist)
     dependency: Optional[str] = None  # sbatch --dependency, e.g. afterok:123 (run.after sets it)
+    # the cluster behind SSH, from this machine: user@login.example.org or an ~/.ssh/config alias;
+    # its hpctrain plans and submits (null: SLURM is here)
+    remote: Optional[str] = None
+    remote_dir: str = "hpctrain"  # there: code bundles and run directories (relative: to the remote home)
+    remote_hpctrain: str = "hpctrain"  # there: the hpctrain command (on the login PATH, or a path)
+    remote_ssh_config: Optional[str] = None  # an ssh config file for it (ssh -F); null = ~/.ssh/config
     # SLURM commands (sbatch, squeue, sacct, scontrol, ...) per minute once a burst of 30 is spent:
     # a good citizen under a cluster's per-user RPC limits (hpctrain/launch/slurm/scheduler.py)
     queries_per_min: float = 30.0

@@ -88,6 +88,8 @@ def system_fix(at: Installed, what: str, module: str, deb: str | None, without_r
         return f"{'sudo ' if at.sudo else ''}apt-get install {deb}"
     if at.root and not deb:
         return f"install {what} (apt has no package of it here)"
+    if at.root:
+        return f"install {what} with this system's package manager ({deb} on Debian and Ubuntu)"
     if without_root:
         return without_root
     packaged = f" (the package {deb} on Debian and Ubuntu)" if deb else ""

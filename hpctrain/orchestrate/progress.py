@@ -39,15 +39,22 @@ def progress_of(run_dir: Path) -> str:
 def _throughput(run_dir: Path, steps: list[records.StepRecord]) -> str:
     """The throughput as the summary and the sweep table define it, the mean over the timed steps
     (global batch x steps / their time): the summary's once the run has one, else rank 0's timed
-    steps so far; during warm-up, the last step's, said to be so."""
+    steps so far; during warm-up, the last step's, said to be so. The status table's caption
+    says so (PROGRESS_NOTE): the cell stays narrow."""
     try:
         s = records.read(run_dir / records.SUMMARY, records.RunSummary)
     except (OSError, RecordError):
         s = None
     if s is not None and math.isfinite(s.throughput_samples_per_s):
-        return f"{s.throughput_samples_per_s:.1f} samples/s (mean of the timed steps)"
+        return f"{s.throughput_samples_per_s:.1f} samples/s"
     timed = [r for r in steps if r.timed and r.samples_per_s > 0]
     if not timed:
-        return f"{steps[-1].samples_per_s:.1f} samples/s (last step, warm-up)"
+        return f"{steps[-1].samples_per_s:.1f} samples/s (warm-up)"
     mean = len(timed) / sum(1 / r.samples_per_s for r in timed)  # batch x steps / their time
-    return f"{mean:.1f} samples/s (mean of the timed steps so far)"
+    return f"{mean:.1f} samples/s"
+
+
+PROGRESS_NOTE = (
+    "progress: the last step, and the throughput as the run's summary defines it (the mean over the "
+    "timed steps; while a run goes on, rank 0's so far)"
+)

@@ -19,6 +19,7 @@
     sweep.json           SweepManifest (in a sweep directory)
     study.json           StudyManifest, allreduce-n{N}.json AllreduceResult (in a study directory)
     tune.json            TuneManifest, best.yaml, trial-{K}/ run directories (in a tune directory)
+    remote.json          RemoteRef: where a run, sweep or study made from here lives on a cluster behind SSH
 
 Writes are atomic (temporary file + rename), so a reader never sees half a file; readers check
 every field and raise RecordError naming the file (and line) and what is wrong.
@@ -56,6 +57,7 @@ from hpctrain.records.types import (
     RankNeeds,
     RankPlan,
     RankSummary,
+    RemoteRef,
     RunSummary,
     StepRecord,
     StudyManifest,
@@ -85,6 +87,7 @@ __all__ = [
     "RankNeeds",
     "RankPlan",
     "RankSummary",
+    "RemoteRef",
     "RecordError",
     "RecordMissing",
     "RunSummary",
@@ -123,6 +126,7 @@ def plan_file(run_dir: Path, env: Mapping[str, str]) -> Path:
 
 
 JOB = "job.json"
+REMOTE = "remote.json"  # RemoteRef: this machine's record of a run that lives on a remote cluster
 STATE = "state.json"
 ENV = "env.json"
 SUMMARY = "summary.json"

@@ -270,6 +270,19 @@ class JobRef:
 
 
 @dataclass(frozen=True)
+class RemoteRef:
+    """remote.json: this machine's record of a run, sweep or study that lives on a cluster behind
+    SSH (cluster.remote): where it is, and the hpctrain that made it (status, logs, cancel, pull)."""
+
+    format_version: int
+    destination: str  # ssh's destination: user@host or an ~/.ssh/config alias
+    remote_dir: str  # its directory there (relative to the remote home, or absolute)
+    hpctrain: str  # the hpctrain command there
+    version: str  # the version both sides ran
+    ssh_config: str | None = None  # the ssh config file (ssh -F), None: the user's
+
+
+@dataclass(frozen=True)
 class Failure:
     rank: int | None
     cause: str

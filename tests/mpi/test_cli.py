@@ -69,7 +69,7 @@ def test_a_missing_mpirun_is_a_launch_error_exit_3(tmp_path: Path, how: list[str
 def test_doctor_without_mpirun_fails_and_shows_the_fix(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"  # a PATH with everything doctor runs except OpenMPI
     bin_dir.mkdir()
-    for tool in ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo"):
+    for tool in ("sbatch", "srun", "squeue", "sacct", "scancel", "sinfo", "apt-get"):  # apt-get: root's fix
         if shutil.which(tool):
             (bin_dir / tool).symlink_to(shutil.which(tool))
     env = dict(os.environ, PATH=str(bin_dir), COLUMNS="200", TERM="dumb")

@@ -184,7 +184,7 @@ def test_progress_between_two_attempts_is_the_set_aside_attempts(tmp_path: Path)
 
     (tmp_path / "steps-rank0.jsonl.1").write_text(records.step_line(STEP) * 2)
     record(tmp_path, Restart(1, 0.0, "rank 1: killed by signal 9", 1, "vm", 4, 2, 1, 0.5))
-    said = f"step {STEP.step + 1}, {STEP.samples_per_s:.1f} samples/s (mean of the timed steps so far), 1 restart"
+    said = f"step {STEP.step + 1}, {STEP.samples_per_s:.1f} samples/s, 1 restart"
     assert progress_of(tmp_path) == said
     (tmp_path / "steps-rank0.jsonl").write_text("")  # the new attempt's, empty so far
     assert progress_of(tmp_path).startswith(f"step {STEP.step + 1},")
@@ -275,12 +275,12 @@ def test_status_reports_the_throughput_the_summary_and_the_sweep_table_report(tm
         return dataclasses.replace(STEP, step=k, step_s=step_s, samples_per_s=64 / step_s, timed=timed)
 
     (tmp_path / "steps-rank0.jsonl").write_text(records.step_line(step(0, 1.0, timed=False)))
-    assert progress_of(tmp_path) == "step 1, 64.0 samples/s (last step, warm-up)"
+    assert progress_of(tmp_path) == "step 1, 64.0 samples/s (warm-up)"
     # timed steps of 0.1 s and 0.3 s: 64 x 2 / 0.4 s = 320 samples/s (not the last step's 213.3)
     (tmp_path / "steps-rank0.jsonl").write_text(
         "".join(records.step_line(step(k, t)) for k, t in ((1, 0.1), (2, 0.3)))
     )
-    assert progress_of(tmp_path) == "step 3, 320.0 samples/s (mean of the timed steps so far)"
+    assert progress_of(tmp_path) == "step 3, 320.0 samples/s"
     from hpctrain.bench.analyze import synthetic_summary
     from tests.conftest import replace_summary
 
@@ -288,4 +288,4 @@ def test_status_reports_the_throughput_the_summary_and_the_sweep_table_report(tm
         synthetic_summary(1, 64, 0.2, 0.2, 0.0, 0.0, 1000, "ddp"), throughput_samples_per_s=301.25
     )
     records.write(tmp_path / records.SUMMARY, summary)
-    assert progress_of(tmp_path) == "step 3, 301.2 samples/s (mean of the timed steps)"
+    assert progress_of(tmp_path) == "step 3, 301.2 samples/s"

@@ -69,7 +69,38 @@ def slurm_problems(cfg: Config, c: SlurmClusterConf) -> list[Problem]:
                 f"set cluster.ranks_per_node={c.gpus_per_node}",
             )
         )
-    return p + _script_problems(c) + _rank_problems(cfg, c)
+    return p + _script_problems(c) + _rank_problems(cfg, c) + _remote_problems(c)
+
+
+# what reaches ssh's command line: a destination ssh cannot read as an option, paths of plain words
+SSH_DESTINATION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.%+-]*(@[A-Za-z0-9_][A-Za-z0-9_.:%+-]*)?$")
+REMOTE_PATH = re.compile(r"^[A-Za-z0-9_.~/+-]+$")
+
+
+def _remote_problems(c: SlurmClusterConf) -> list[Problem]:
+    """cluster.remote and its settings: each value reaches ssh or the remote shell, so only
+    plain words are taken (hpctrain quotes them too)."""
+    if c.remote is None:
+        return []
+    p = []
+    if not SSH_DESTINATION.match(c.remote):
+        p.append(
+            Problem(
+                "cluster.remote",
+                f"{c.remote!r} is not an ssh destination (user@host or an alias of your ssh config)",
+                "set it to user@login.example.org, or to a Host of ~/.ssh/config",
+            )
+        )
+    for key, value in (("remote_dir", c.remote_dir), ("remote_hpctrain", c.remote_hpctrain)):
+        if not REMOTE_PATH.match(value) or value.startswith("-") or ".." in value.split("/"):
+            p.append(
+                Problem(
+                    f"cluster.{key}",
+                    f"{value!r} is not a plain path (letters, digits, . _ ~ / + - only, no ..)",
+                    f"set cluster.{key} to a path without spaces, quotes or shell characters",
+                )
+            )
+    return p
 
 
 def _script_problems(c: SlurmClusterConf) -> list[Problem]:

@@ -1,0 +1,283 @@
+"""A command typed here, run by the cluster's hpctrain (`cluster.remote`): its versions compared
+first, the code and configs sent once per content (bundle.py), the command line sent as data (a
+script on ssh's standard input, every word quoted: nothing of it reaches the login shell), its
+output and exit status passed through unchanged (a refusal is exit 2 here as there). A run, sweep
+or study gets a directory here too, with `remote.json` naming where it lives; `status`, `logs`,
+`cancel`, `analyze` and `pull` on that directory go to the cluster, and its records, summary and
+report come back when a waited-for command ends or on `hpctrain pull`."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import shlex
+import subprocess
+import sys
+import tarfile
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from hpctrain import __version__, records
+from hpctrain.errors import ConfigError, LaunchError, RecordError
+from hpctrain.facts import cache_dir
+from hpctrain.remote import ON_RECORDS, PLANNED
+from hpctrain.remote.bundle import CONF, Bundle
+from hpctrain.remote.ssh import Target, call, control_dir, interactive
+
+# what does not come back: the code snapshot (it went there from here), pickles, weights
+LEFT_THERE = ("code", "submitit", "checkpoints", "model.pt", "cache")
+
+
+def target_of(ref: records.RemoteRef) -> Target:
+    return Target(ref.destination, ref.ssh_config, control_dir(cache_dir()))
+
+
+def maybe_forward(args: argparse.Namespace, argv: Sequence[str]) -> int | None:
+    """The command's exit status where it went to the cluster; None where it runs here."""
+    if args.command in PLANNED and not getattr(args, "cfg", False):
+        return _planned(args, list(argv))
+    if args.command in ON_RECORDS:
+        found = recorded(Path(args.path))
+        if found is not None:
+            return _on_records(args, list(argv), *found)
+    return None
+
+
+def recorded(path: Path) -> tuple[Path, records.RemoteRef] | None:
+    """The local record of a remote run, sweep or study that `path` is (or is inside)."""
+    for d in [path, *path.resolve().parents]:
+        if (d / records.REMOTE).is_file():
+            return d, records.read(d / records.REMOTE, records.RemoteRef)
+    return None
+
+
+def _planned(args: argparse.Namespace, argv: list[str]) -> int | None:
+    if args.command == "study" and args.kind == "resume":
+        found = recorded(Path(args.overrides[0])) if args.overrides else None
+        return None if found is None else _on_records(args, argv, *found)
+    from hpctrain.config.derived import default_run_dir
+    from hpctrain.config.load import load_config
+    from hpctrain.orchestrate.sweep import expand
+    from hpctrain.remote.bundle import build, members
+
+    overrides = list(args.overrides)
+    if not may_be_remote(overrides):
+        return None
+    first = expand(overrides, args.config_dir)[0] if getattr(args, "multirun", False) else overrides
+    study = [f"study={args.kind}"] if args.command == "study" else []  # as the study composes it
+    try:
+        cfg = load_config([*first, *study], args.config_dir)
+    except ConfigError:
+        return None  # the command itself refuses it, as it would anyway
+    destination = getattr(cfg.cluster, "remote", None)
+    if not destination:
+        return None
+    target = Target(destination, cfg.cluster.remote_ssh_config, control_dir(cache_dir()))
+    there = Remote(target, cfg.cluster.remote_dir, cfg.cluster.remote_hpctrain)
+    there.check_version()
+    home = there.send(build(members(Path(cfg.code.dir or "."), list(cfg.code.include), args.config_dir)))
+    dry = bool(getattr(args, "dry_run", False) or getattr(args, "estimate", False))
+    local = _created(args, default_run_dir(cfg, datetime.now()))
+    remote_dir = f"{there.root}/runs/{local.parent.name}/{local.name}"
+    words = _rewritten(argv, PLANNED[args.command], overrides)
+    words += [
+        "cluster.remote=null",
+        f"run.dir={hydra_quoted(_stem(args, remote_dir))}",
+        'code.include=["**/*"]',
+        "--config-dir",
+        f"{home}/{CONF}",
+    ]
+    if dry:
+        return there.run(f"{home}/code", words)
+    refused = there.check(f"{home}/code", words)
+    if refused is not None:
+        return refused
+    ref = records.new(
+        records.RemoteRef,
+        destination=destination,
+        ssh_config=cfg.cluster.remote_ssh_config,
+        remote_dir=remote_dir,
+        hpctrain=there.hpctrain,
+        version=__version__,
+    )
+    local.mkdir(parents=True, exist_ok=False)
+    records.write(local / records.REMOTE, ref)
+    print(f"remote: {destination}:{remote_dir} (this machine's record: {local})", flush=True)
+    code = there.run(f"{home}/code", words)
+    if not getattr(args, "no_wait", False):
+        there.pull(remote_dir, local)
+    return code
+
+
+def hydra_quoted(value: str) -> str:
+    """A string as one quoted value of Hydra's override grammar (a run name's characters in a path)."""
+    # Hydra's quoted strings: a quote is escaped by a backslash, and only backslashes before a
+    # quote (or the closing one) are escapes themselves
+    inner = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, inner) + "'"
+
+
+# only a site preset (a cluster option hpctrain does not ship) or the key itself can make a
+# command remote: the others are not composed twice
+SHIPPED_CLUSTERS = ("local", "slurm")
+MAYBE_REMOTE = re.compile(r"^[+~]*cluster(=|\.remote=)")
+
+
+def may_be_remote(overrides: Sequence[str]) -> bool:
+    """Could these overrides make the command run on a remote cluster?"""
+    for o in overrides:
+        m = MAYBE_REMOTE.match(o)
+        if m and (m.group(1) != "=" or o.split("=", 1)[1] not in SHIPPED_CLUSTERS):
+            return True
+    return False
+
+
+def _created(args: argparse.Namespace, stem: Path) -> Path:
+    """The directory the command creates from run.dir (or the dated default): a study's has its
+    kind after it."""
+    return stem.with_name(f"{stem.name}-{args.kind}") if args.command == "study" else stem
+
+
+def _stem(args: argparse.Namespace, created: str) -> str:
+    """run.dir for the cluster's command, so that it creates `created`."""
+    suffix = f"-{args.kind}" if args.command == "study" else ""
+    return created.removesuffix(suffix)
+
+
+def _rewritten(argv: list[str], words: int, overrides: list[str]) -> list[str]:
+    """The command line as the cluster's hpctrain takes it: the overrides file's content (read
+    here) and the command line's overrides, in that order, after the command's words; this
+    machine's --config-dir and --overrides-file dropped (their content travels)."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in ("--config-dir", "--overrides-file"):
+            skip = True
+            continue
+        if a.startswith(("--config-dir=", "--overrides-file=")) or (i >= words and a in overrides):
+            continue
+        out.append(a)
+    return [*out[:words], *overrides, *out[words:]]
+
+
+def _on_records(args: argparse.Namespace, argv: list[str], local: Path, ref: records.RemoteRef) -> int:
+    """status, logs, cancel, analyze or study resume of a remote directory: the same command
+    there, on its remote path (and what it wrote comes back)."""
+    given = Path(args.overrides[0] if args.command == "study" else args.path)
+    inside = given.resolve().relative_to(local.resolve())
+    there = Remote(target_of(ref), "", ref.hpctrain)
+    remote_path = f"{ref.remote_dir}/{inside.as_posix()}".removesuffix("/.")
+    words = [remote_path if a == str(given) or Path(a) == given else a for a in argv]
+    code = there.run(".", words)
+    if args.command in ("analyze", "study") or (args.command == "status" and code == 0):
+        there.pull(ref.remote_dir, local)
+    return code
+
+
+def command_script(hpctrain: str, cwd: str, words: list[str]) -> str:
+    """The script `sh -s` runs there: every word quoted, so an override holding `$(...)`, quotes,
+    `;` or a newline reaches hpctrain as the value it is. The login shell sees only `sh -s`."""
+    return f"cd {shlex.quote(cwd)} || exit 3\nexec {shlex.join([hpctrain, *words])}\n"
+
+
+class Remote:
+    """The cluster's hpctrain, through one shared SSH connection."""
+
+    def __init__(self, target: Target, root: str, hpctrain: str) -> None:
+        self.target, self.root, self.hpctrain = target, root, hpctrain
+
+    def check_version(self) -> None:
+        """The cluster's hpctrain is this one's version, or the command is refused naming both;
+        and `root` made absolute (the remote home's, where it is relative or starts with ~/)."""
+        r = call(self.target, f"pwd && {shlex.quote(self.hpctrain)} --version", timeout=60)
+        home, _, said = r.stdout.decode(errors="replace").strip().partition("\n")
+        if not self.root.startswith("/"):
+            self.root = f"{home}/{self.root.removeprefix('~/')}"
+        if r.returncode == 127 or not said.startswith("hpctrain "):
+            raise LaunchError(
+                f"{self.target.destination} has no `{self.hpctrain}` on its login PATH: install hpctrain "
+                f"{__version__} there (the install page), or set cluster.remote_hpctrain to its path"
+            )
+        theirs = said.split()[1]
+        if theirs != __version__:
+            raise LaunchError(
+                f"hpctrain here is {__version__}, on {self.target.destination} it is {theirs}: the "
+                f"two must match. Install hpctrain {__version__} there (e.g. `uv pip install "
+                f"hpctrain-{__version__}-py3-none-any.whl` in its environment), or hpctrain {theirs} here"
+            )
+
+    def send(self, bundle: Bundle) -> str:
+        """The bundle's directory there (`<root>/bundles/<hash>`), sent only if it is not there yet."""
+        home = f"{self.root}/bundles/{bundle.digest[:24]}"
+        q = shlex.quote(home)
+        if call(self.target, f"test -d {q}/code").returncode == 0:
+            return home
+        tmp = shlex.quote(f"{home}.part")
+        script = (
+            f"rm -rf {tmp} && mkdir -p {tmp} && tar -x -f - -C {tmp} && mkdir -p {tmp}/{CONF} && mv {tmp} {q}"
+        )
+        r = call(self.target, f"sh -c {shlex.quote(script)}", stdin=bundle.data, timeout=600)
+        if r.returncode != 0:
+            call(self.target, f"rm -rf {tmp}")
+            said = r.stderr.decode(errors="replace").strip().splitlines()
+            raise LaunchError(
+                f"the code could not be written on {self.target.destination} under {self.root}: "
+                f"{said[-1] if said else 'tar failed'} (a full disk or a directory you may not write: "
+                "free space there, or set cluster.remote_dir)"
+            )
+        return home
+
+    def check(self, cwd: str, words: list[str]) -> int | None:
+        """The command as a dry run there: None where it plans, else its exit status, its output
+        shown here (a refusal: exit 2, nothing submitted, nothing created here or there)."""
+        script = command_script(self.hpctrain, cwd, [*words, "--dry-run"])
+        r = call(self.target, "sh -s", stdin=script.encode(), timeout=600)
+        if r.returncode == 0:
+            return None
+        sys.stdout.write(r.stdout.decode(errors="replace"))
+        sys.stderr.write(r.stderr.decode(errors="replace"))
+        return r.returncode
+
+    def run(self, cwd: str, words: list[str]) -> int:
+        """`hpctrain WORDS` there, in `cwd`, its output shown here as it comes; its exit status."""
+        script = command_script(self.hpctrain, cwd, words)
+        self.target.control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        argv = self.target.argv("sh -s", interactive=interactive())
+        proc = subprocess.run(argv, input=script.encode(), stdout=sys.stdout, stderr=sys.stderr)
+        if proc.returncode == 255:
+            # ssh's own failure has printed its reason; name it as hpctrain does
+            raise LaunchError(f"the connection to {self.target.destination} failed (ssh exit 255)")
+        return proc.returncode
+
+    def pull(self, remote_dir: str, local: Path) -> None:
+        """The records, summary, report and plots of `remote_dir` into `local` (never the code
+        snapshot, pickles or weights); only regular files and directories inside it are taken."""
+        skip = " ".join(f"--exclude=./{x}" for x in LEFT_THERE)
+        r = call(self.target, f"tar -c -f - -C {shlex.quote(remote_dir)} {skip} .", timeout=600)
+        if r.returncode != 0:
+            said = r.stderr.decode(errors="replace").strip().splitlines()
+            raise LaunchError(f"could not fetch {remote_dir}: {said[-1] if said else 'tar failed'}")
+        unpack(r.stdout, local)
+
+
+def unpack(data: bytes, into: Path) -> None:
+    """A fetched archive into `into`: regular files and directories whose names stay inside it;
+    anything else (a link, a device, `..`, an absolute name) is refused, not written."""
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for m in tar.getmembers():
+            name = Path(m.name)
+            if name.is_absolute() or ".." in name.parts or not (m.isfile() or m.isdir()):
+                raise RecordError(f"the fetched records hold {m.name!r}, which is not a file inside the run")
+            dest = into / name
+            if m.isdir():
+                dest.mkdir(parents=True, exist_ok=True)
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            src = tar.extractfile(m)
+            if src is not None:
+                records.write_atomic(dest, src.read())
