@@ -8,7 +8,8 @@ import argparse
 from rich.console import Console
 
 from hpctrain.errors import ConfigError, Problem
-from hpctrain.remote.forward import Remote, recorded, target_of
+from hpctrain.remote.forward import recorded, target_of
+from hpctrain.remote.there import Remote
 
 
 def cmd_pull(args: argparse.Namespace, console: Console) -> int:

@@ -17,6 +17,9 @@ from hpctrain.errors import ConfigError, Problem
 from hpctrain.resources import shipped
 
 ENV = "HPCTRAIN_CONFIG_PATH"
+IGNORE_USER = (
+    "HPCTRAIN_IGNORE_USER_CONFIG"  # 1: not ~/.config/hpctrain (remote commands: their configs travel)
+)
 LEGACY_ENV = "HPCTRAIN_CONF_DIR"  # before search paths: one directory; now added like the others
 
 
@@ -90,7 +93,8 @@ def search_path(
         elif all(p != s.path for s in sources):
             sources.append(Source(p, origin))
     user = user_dir(env)
-    if user.is_dir() and all(user.resolve() != s.path for s in sources):
+    mine = env.get(IGNORE_USER) != "1"  # a command sent from another machine brings its own
+    if mine and user.is_dir() and all(user.resolve() != s.path for s in sources):
         sources.append(Source(user.resolve(), "user"))
     found = SearchPath(tuple(sources))
     problems += _hidden(found)

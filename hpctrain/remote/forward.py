@@ -9,25 +9,18 @@ report come back when a waited-for command ends or on `hpctrain pull`."""
 from __future__ import annotations
 
 import argparse
-import io
 import re
-import shlex
-import subprocess
-import sys
-import tarfile
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
 from hpctrain import __version__, records
-from hpctrain.errors import ConfigError, LaunchError, RecordError
+from hpctrain.errors import ConfigError
 from hpctrain.facts import cache_dir
 from hpctrain.remote import ON_RECORDS, PLANNED
-from hpctrain.remote.bundle import CONF, Bundle
-from hpctrain.remote.ssh import Target, call, control_dir, interactive
-
-# what does not come back: the code snapshot (it went there from here), pickles, weights
-LEFT_THERE = ("code", "submitit", "checkpoints", "model.pt", "cache")
+from hpctrain.remote.bundle import CONF
+from hpctrain.remote.ssh import Target, control_dir
+from hpctrain.remote.there import Remote
 
 
 def target_of(ref: records.RemoteRef) -> Target:
@@ -105,7 +98,7 @@ def _planned(args: argparse.Namespace, argv: list[str]) -> int | None:
     local.mkdir(parents=True, exist_ok=False)
     records.write(local / records.REMOTE, ref)
     print(f"remote: {destination}:{remote_dir} (this machine's record: {local})", flush=True)
-    code = there.run(f"{home}/code", words)
+    code = there.run(f"{home}/code", words, follow_up=f"hpctrain status {local}")
     if not getattr(args, "no_wait", False):
         there.pull(remote_dir, local)
     return code
@@ -161,7 +154,23 @@ def _rewritten(argv: list[str], words: int, overrides: list[str]) -> list[str]:
         if a.startswith(("--config-dir=", "--overrides-file=")) or (i >= words and a in overrides):
             continue
         out.append(a)
-    return [*out[:words], *overrides, *out[words:]]
+    rest = out[words:]
+    rest = [_there(a) if i and rest[i - 1] in PATH_FLAGS else a for i, a in enumerate(rest)]
+    return [*out[:words], *overrides, *rest]
+
+
+PATH_FLAGS = ("--after", "--resume", "--from")  # flags whose value names a directory of runs
+
+
+def _there(word: str) -> str:
+    """A word naming a directory that lives there (--after DIR[:any], --resume DIR): its path there."""
+    path, sep, how = word.rpartition(":") if word.endswith((":ok", ":any")) else (word, "", "")
+    found = recorded(Path(path)) if path and not path.startswith("-") else None
+    if found is None:
+        return word
+    local, ref = found
+    inside = Path(path).resolve().relative_to(local.resolve()).as_posix()
+    return f"{ref.remote_dir}/{inside}".removesuffix("/.") + sep + how
 
 
 def _on_records(args: argparse.Namespace, argv: list[str], local: Path, ref: records.RemoteRef) -> int:
@@ -176,108 +185,3 @@ def _on_records(args: argparse.Namespace, argv: list[str], local: Path, ref: rec
     if args.command in ("analyze", "study") or (args.command == "status" and code == 0):
         there.pull(ref.remote_dir, local)
     return code
-
-
-def command_script(hpctrain: str, cwd: str, words: list[str]) -> str:
-    """The script `sh -s` runs there: every word quoted, so an override holding `$(...)`, quotes,
-    `;` or a newline reaches hpctrain as the value it is. The login shell sees only `sh -s`."""
-    return f"cd {shlex.quote(cwd)} || exit 3\nexec {shlex.join([hpctrain, *words])}\n"
-
-
-class Remote:
-    """The cluster's hpctrain, through one shared SSH connection."""
-
-    def __init__(self, target: Target, root: str, hpctrain: str) -> None:
-        self.target, self.root, self.hpctrain = target, root, hpctrain
-
-    def check_version(self) -> None:
-        """The cluster's hpctrain is this one's version, or the command is refused naming both;
-        and `root` made absolute (the remote home's, where it is relative or starts with ~/)."""
-        r = call(self.target, f"pwd && {shlex.quote(self.hpctrain)} --version", timeout=60)
-        home, _, said = r.stdout.decode(errors="replace").strip().partition("\n")
-        if not self.root.startswith("/"):
-            self.root = f"{home}/{self.root.removeprefix('~/')}"
-        if r.returncode == 127 or not said.startswith("hpctrain "):
-            raise LaunchError(
-                f"{self.target.destination} has no `{self.hpctrain}` on its login PATH: install hpctrain "
-                f"{__version__} there (the install page), or set cluster.remote_hpctrain to its path"
-            )
-        theirs = said.split()[1]
-        if theirs != __version__:
-            raise LaunchError(
-                f"hpctrain here is {__version__}, on {self.target.destination} it is {theirs}: the "
-                f"two must match. Install hpctrain {__version__} there (e.g. `uv pip install "
-                f"hpctrain-{__version__}-py3-none-any.whl` in its environment), or hpctrain {theirs} here"
-            )
-
-    def send(self, bundle: Bundle) -> str:
-        """The bundle's directory there (`<root>/bundles/<hash>`), sent only if it is not there yet."""
-        home = f"{self.root}/bundles/{bundle.digest[:24]}"
-        q = shlex.quote(home)
-        if call(self.target, f"test -d {q}/code").returncode == 0:
-            return home
-        tmp = shlex.quote(f"{home}.part")
-        script = (
-            f"rm -rf {tmp} && mkdir -p {tmp} && tar -x -f - -C {tmp} && mkdir -p {tmp}/{CONF} && mv {tmp} {q}"
-        )
-        r = call(self.target, f"sh -c {shlex.quote(script)}", stdin=bundle.data, timeout=600)
-        if r.returncode != 0:
-            call(self.target, f"rm -rf {tmp}")
-            said = r.stderr.decode(errors="replace").strip().splitlines()
-            raise LaunchError(
-                f"the code could not be written on {self.target.destination} under {self.root}: "
-                f"{said[-1] if said else 'tar failed'} (a full disk or a directory you may not write: "
-                "free space there, or set cluster.remote_dir)"
-            )
-        return home
-
-    def check(self, cwd: str, words: list[str]) -> int | None:
-        """The command as a dry run there: None where it plans, else its exit status, its output
-        shown here (a refusal: exit 2, nothing submitted, nothing created here or there)."""
-        script = command_script(self.hpctrain, cwd, [*words, "--dry-run"])
-        r = call(self.target, "sh -s", stdin=script.encode(), timeout=600)
-        if r.returncode == 0:
-            return None
-        sys.stdout.write(r.stdout.decode(errors="replace"))
-        sys.stderr.write(r.stderr.decode(errors="replace"))
-        return r.returncode
-
-    def run(self, cwd: str, words: list[str]) -> int:
-        """`hpctrain WORDS` there, in `cwd`, its output shown here as it comes; its exit status."""
-        script = command_script(self.hpctrain, cwd, words)
-        self.target.control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        argv = self.target.argv("sh -s", interactive=interactive())
-        proc = subprocess.run(argv, input=script.encode(), stdout=sys.stdout, stderr=sys.stderr)
-        if proc.returncode == 255:
-            # ssh's own failure has printed its reason; name it as hpctrain does
-            raise LaunchError(f"the connection to {self.target.destination} failed (ssh exit 255)")
-        return proc.returncode
-
-    def pull(self, remote_dir: str, local: Path) -> None:
-        """The records, summary, report and plots of `remote_dir` into `local` (never the code
-        snapshot, pickles or weights); only regular files and directories inside it are taken."""
-        skip = " ".join(f"--exclude=./{x}" for x in LEFT_THERE)
-        r = call(self.target, f"tar -c -f - -C {shlex.quote(remote_dir)} {skip} .", timeout=600)
-        if r.returncode != 0:
-            said = r.stderr.decode(errors="replace").strip().splitlines()
-            raise LaunchError(f"could not fetch {remote_dir}: {said[-1] if said else 'tar failed'}")
-        unpack(r.stdout, local)
-
-
-def unpack(data: bytes, into: Path) -> None:
-    """A fetched archive into `into`: regular files and directories whose names stay inside it;
-    anything else (a link, a device, `..`, an absolute name) is refused, not written."""
-    into.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for m in tar.getmembers():
-            name = Path(m.name)
-            if name.is_absolute() or ".." in name.parts or not (m.isfile() or m.isdir()):
-                raise RecordError(f"the fetched records hold {m.name!r}, which is not a file inside the run")
-            dest = into / name
-            if m.isdir():
-                dest.mkdir(parents=True, exist_ok=True)
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            src = tar.extractfile(m)
-            if src is not None:
-                records.write_atomic(dest, src.read())

@@ -272,3 +272,82 @@ def test_a_study_from_the_laptop_uses_one_connection_and_its_report_comes_back(l
     assert laptop.logins() == before + 1  # version, code, dry run, study, report: one login
     study = _local(laptop, "*/*-st-strong")
     assert (study / "report" / "report.md").stat().st_size > 0 and (study / "report" / "points.csv").exists()
+
+
+def _close_connection(laptop: Laptop) -> None:
+    cache = laptop.env["HPCTRAIN_CACHE"]
+    subprocess.run(
+        ["ssh", "-F", str(laptop.ssh_config), "-o", f"ControlPath={cache}/ssh/%C", "-O", "exit", "cluster"],
+        capture_output=True,
+    )
+
+
+def test_logs_follow_and_cancel_work_on_a_running_job_from_the_laptop(laptop: Laptop) -> None:
+    _ok(
+        laptop.hpctrain(
+            "run",
+            "cluster=mysite",
+            "--no-wait",
+            "run.name=long",
+            "data=digits",
+            "train.steps=100000",
+            "--no-progress",
+        )
+    )
+    local = _local(laptop, "*/*-long")
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "hpctrain.cli", "logs", str(local), "--follow"],
+        cwd=laptop.project,
+        env=laptop.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None
+    seen = ""
+    deadline = time.monotonic() + 180
+    while "step 10/100000" not in seen and time.monotonic() < deadline:
+        seen += follow.stdout.readline()
+    assert "step 10/100000" in seen, seen  # the running job's lines, as they come
+    _ok(laptop.hpctrain("cancel", str(local)))
+    follow.communicate(timeout=120)  # --follow ends with the run
+    assert follow.returncode is not None
+    status = _ok(laptop.hpctrain("status", str(local)))
+    assert "CANCELLED" in status, status
+
+
+def test_a_dropped_connection_leaves_the_study_running_and_resume_finishes_it_without_resubmitting(
+    laptop: Laptop,
+) -> None:
+    study = subprocess.Popen(
+        [sys.executable, "-m", "hpctrain.cli", "study", "strong", "cluster=mysite", "study.nodes=[1,2]",
+         "study.repetitions=1", "study.steps=30", "study.warmup_steps=2", "study.allreduce_bench=false",
+         "data=digits", "run.name=drop", "--no-progress"],
+        cwd=laptop.project, env=laptop.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert study.stdout is not None
+    seen = ""
+    while "study strong:" not in seen:  # the cluster's study has planned its runs
+        line = study.stdout.readline()
+        assert line, study.communicate(timeout=60)
+        seen += line
+    _close_connection(laptop)
+    out, err = study.communicate(timeout=120)
+    local = _local(laptop, "*/*-drop-strong")
+    follow_up = f"the command goes on there: hpctrain status {local.relative_to(laptop.project)}"
+    assert study.returncode == 3 and follow_up in err, err
+    sessions = laptop.remote_home / "hpctrain" / "sessions"
+    deadline = time.monotonic() + 300
+    while not any(
+        (s / "rc").exists() and "drop" in (s / "driver.sh").read_text() for s in sessions.iterdir()
+    ):
+        assert time.monotonic() < deadline, "the study there never ended"
+        time.sleep(1)
+    r = _ok(laptop.hpctrain("study", "resume", str(local), "--no-progress"))
+    assert "2 run(s) already finished; running the other 0" in r or "already finished" in r, r
+    ids = [
+        json.loads(p.read_text())["job_id"]
+        for p in (laptop.remote_home / "hpctrain" / "runs").rglob("*-drop-strong/*/job.json")
+    ]
+    assert len(ids) == len(set(ids)) == 2  # nothing submitted twice
+    assert (local / "report" / "report.md").stat().st_size > 0  # the report came back

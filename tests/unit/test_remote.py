@@ -17,8 +17,9 @@ from hpctrain.config import load_config
 from hpctrain.errors import ConfigError, RecordError
 from hpctrain.orchestrate.validate import validate
 from hpctrain.remote.bundle import build
-from hpctrain.remote.forward import _rewritten, command_script, hydra_quoted, may_be_remote, unpack
+from hpctrain.remote.forward import _rewritten, hydra_quoted, may_be_remote
 from hpctrain.remote.ssh import Target, control_dir, refusal
+from hpctrain.remote.there import command_script, detached_script, unpack
 
 
 def test_ssh_shares_one_checked_connection_and_never_prompts_without_a_terminal(tmp_path: Path) -> None:
@@ -155,3 +156,57 @@ def test_only_a_site_preset_or_the_key_itself_can_make_a_command_remote() -> Non
     assert not may_be_remote(["data=digits", "cluster=slurm", "cluster.nodes=2", "cluster=local"])
     assert may_be_remote(["cluster=mysite"]) and may_be_remote(["cluster.remote=me@login"])
     assert may_be_remote(["cluster=slurm,mysite"])  # a sweep over presets
+
+
+def test_a_detached_command_shows_its_output_and_exit_status_and_keeps_its_words_as_data(
+    tmp_path: Path,
+) -> None:
+    """What a run, study or tune runs there: in a session of its own (a dropped connection leaves
+    it running), its stdout and stderr shown as they are, its exit status passed on."""
+    stand_in = tmp_path / "hpctrain"
+    stand_in.write_text(
+        f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n"
+        "print('to stderr', file=sys.stderr)\nsys.exit(4)\n"
+    )
+    stand_in.chmod(0o755)
+    session = tmp_path / "sessions" / "s1"
+    script = detached_script(str(stand_in), str(tmp_path), ["run", *HOSTILE], str(session))
+    r = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert r.returncode == 4, r.stderr
+    assert json.loads(r.stdout) == ["run", *HOSTILE] and r.stderr == "to stderr\n"
+    assert not (tmp_path / "MARK").exists() and (session / "rc").read_text().strip() == "4"
+
+
+def test_a_directory_that_lives_there_is_named_by_its_path_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--after DIR[:any] and --resume DIR of work made from here go to the cluster as its paths."""
+    from hpctrain import records
+
+    local = tmp_path / "outputs" / "d" / "12-00-00-sweep"
+    local.mkdir(parents=True)
+    ref = records.new(
+        records.RemoteRef,
+        destination="c",
+        remote_dir="/home/me/hpctrain/runs/d/12-00-00-sweep",
+        hpctrain="hpctrain",
+        version="0",
+    )
+    records.write(local / records.REMOTE, ref)
+    argv = ["run", "--after", f"{local}:any", "--after", str(local / "0"), "--no-progress", str(local)]
+    words = _rewritten(argv, 1, [])
+    there = "/home/me/hpctrain/runs/d/12-00-00-sweep"
+    assert words == ["run", "--after", f"{there}:any", "--after", f"{there}/0", "--no-progress", str(local)]
+
+
+def test_a_command_sent_from_another_machine_reads_only_the_configs_it_brought(tmp_path: Path) -> None:
+    """The cluster user's own ~/.config/hpctrain would hide a preset of the same name sent from the
+    laptop, or be hidden by it (hpctrain refuses both): the command there reads only its bundle's."""
+    from hpctrain.config.search import search_path
+
+    (tmp_path / ".config" / "hpctrain" / "cluster").mkdir(parents=True)
+    env = {"HOME": str(tmp_path)}
+    assert [s.origin for s in search_path(None, env).sources] == ["hpctrain", "user"]
+    assert [s.origin for s in search_path(None, {**env, "HPCTRAIN_IGNORE_USER_CONFIG": "1"}).sources] == [
+        "hpctrain"
+    ]

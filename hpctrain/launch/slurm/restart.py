@@ -227,13 +227,15 @@ def main(argv: list[str]) -> int:
     jid = job_id(env)
     run_dir = run_dir_of(folder, jid)
     cfg = planned_config(run_dir)
-    if cfg.cluster.preflight.enabled and resubmitted_without_bad_nodes(cfg, run_dir):
-        return status
     max_restarts = cfg.train.max_restarts
     stderr = Path(folder) / f"{jid}_0_log.err"
     started, offset, place, plan_name = _job_start(env), 0, list[str](), ""
     alive = hostnames(env.get("SLURM_JOB_NODELIST", ""))  # the first step's: the whole allocation
     while status != 0:
+        # after each failed step, not only the first: a start retried after MPI's start-up
+        # segfault (start_fault) runs the check again, and may fail it (a CI run did)
+        if cfg.cluster.preflight.enabled and resubmitted_without_bad_nodes(cfg, run_dir):
+            return status
         done = restarts.read_restarts(run_dir)
         state = job_state(jid)
         srun_said = _tail(stderr, offset)  # read once: the cause and the lost nodes both come from it
