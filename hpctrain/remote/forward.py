@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hpctrain import __version__, records
-from hpctrain.errors import ConfigError
+from hpctrain.errors import ConfigError, Problem
 from hpctrain.facts import cache_dir
 from hpctrain.remote import ON_RECORDS, PLANNED
 from hpctrain.remote.bundle import CONF
@@ -176,6 +176,16 @@ def _there(word: str) -> str:
 def _on_records(args: argparse.Namespace, argv: list[str], local: Path, ref: records.RemoteRef) -> int:
     """status, logs, cancel, analyze or study resume of a remote directory: the same command
     there, on its remote path (and what it wrote comes back)."""
+    if getattr(args, "out", None):
+        raise ConfigError(
+            [
+                Problem(
+                    "--out",
+                    f"{local} lives on {ref.destination}: its report is written there, into its report/",
+                    "drop --out: the report comes back into the study's report/ here",
+                )
+            ]
+        )
     given = Path(args.overrides[0] if args.command == "study" else args.path)
     inside = given.resolve().relative_to(local.resolve())
     there = Remote(target_of(ref), "", ref.hpctrain)

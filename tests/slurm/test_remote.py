@@ -272,6 +272,12 @@ def test_a_study_from_the_laptop_uses_one_connection_and_its_report_comes_back(l
     assert laptop.logins() == before + 1  # version, code, dry run, study, report: one login
     study = _local(laptop, "*/*-st-strong")
     assert (study / "report" / "report.md").stat().st_size > 0 and (study / "report" / "points.csv").exists()
+    # analyzed again from the laptop: there, and the report comes back (not to a path of this machine)
+    shutil.rmtree(study / "report")
+    assert "scaling" in _ok(laptop.hpctrain("analyze", str(study)))
+    assert (study / "report" / "report.html").stat().st_size > 0
+    refused = laptop.hpctrain("analyze", str(study), "--out", "here")
+    assert refused.returncode == 2 and "--out" in refused.stderr, refused.stderr
 
 
 def _close_connection(laptop: Laptop) -> None:
@@ -351,3 +357,16 @@ def test_a_dropped_connection_leaves_the_study_running_and_resume_finishes_it_wi
     ]
     assert len(ids) == len(set(ids)) == 2  # nothing submitted twice
     assert (local / "report" / "report.md").stat().st_size > 0  # the report came back
+
+
+def test_a_tune_from_the_laptop_runs_its_trials_there_and_its_choice_comes_back(laptop: Laptop) -> None:
+    _ok(
+        laptop.hpctrain(
+            "tune", "cluster=mysite", "cluster.nodes=2", "data=digits", "train.steps=8", "train.warmup_steps=2",
+            "parallelism.engine=ddp", "tune.keys=[parallelism.compression]", "run.name=tn",
+        )
+    )  # fmt: skip
+    home = _local(laptop, "*/*-tn")
+    trials = json.loads((home / "tune.json").read_text())["trials"]
+    assert len(trials) >= 2 and (home / "best.yaml").exists()  # its records and choice, here
+    assert all((home / t["name"] / "summary.json").exists() for t in trials if t.get("name"))
