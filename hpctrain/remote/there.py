@@ -58,6 +58,15 @@ def detached_script(hpctrain: str, cwd: str, words: list[str], session: str) -> 
     )
 
 
+CAUSES = ("No space left on device", "Disk quota exceeded", "Permission denied", "Read-only file system")
+
+
+def cause(stderr: bytes) -> str:
+    """The line of a failed command's stderr that says why (tar's last line only says it failed)."""
+    lines = [x for x in stderr.decode(errors="replace").strip().splitlines() if x.strip()]
+    return next((x for c in CAUSES for x in lines if c in x), lines[0] if lines else "no message")
+
+
 class Remote:
     """The cluster's hpctrain, through one shared SSH connection."""
 
@@ -97,11 +106,10 @@ class Remote:
         r = call(self.target, f"sh -c {shlex.quote(script)}", stdin=bundle.data, timeout=600)
         if r.returncode != 0:
             call(self.target, f"rm -rf {tmp}")
-            said = r.stderr.decode(errors="replace").strip().splitlines()
             raise LaunchError(
                 f"the code could not be written on {self.target.destination} under {self.root}: "
-                f"{said[-1] if said else 'tar failed'} (a full disk or a directory you may not write: "
-                "free space there, or set cluster.remote_dir)"
+                f"{cause(r.stderr)} (a full disk or a directory you may not write: free space "
+                "there, or set cluster.remote_dir)"
             )
         return home
 
@@ -145,8 +153,7 @@ class Remote:
         skip = " ".join(f"--exclude=./{x}" for x in LEFT_THERE)
         r = call(self.target, f"tar -c -f - -C {shlex.quote(remote_dir)} {skip} .", timeout=600)
         if r.returncode != 0:
-            said = r.stderr.decode(errors="replace").strip().splitlines()
-            raise LaunchError(f"could not fetch {remote_dir}: {said[-1] if said else 'tar failed'}")
+            raise LaunchError(f"could not fetch {remote_dir}: {cause(r.stderr)}")
         unpack(r.stdout, local)
 
 

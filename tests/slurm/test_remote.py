@@ -8,6 +8,7 @@ preset names the cluster. Everything the laptop does goes through the real ssh c
 from __future__ import annotations
 
 import json
+import os
 import pwd
 import re
 import shutil
@@ -22,7 +23,7 @@ import pytest
 
 from hpctrain import __version__
 from hpctrain.facts import free_tcp_port
-from tests.conftest import ROOT, SlurmCluster
+from tests.conftest import ROOT, SlurmCluster, small_tmpfs
 from tests.install.test_user_install import USER, VENV
 from tests.install.test_user_install import user_home as user_home  # the fixture, used below
 
@@ -370,3 +371,29 @@ def test_a_tune_from_the_laptop_runs_its_trials_there_and_its_choice_comes_back(
     trials = json.loads((home / "tune.json").read_text())["trials"]
     assert len(trials) >= 2 and (home / "best.yaml").exists()  # its records and choice, here
     assert all((home / t["name"] / "summary.json").exists() for t in trials if t.get("name"))
+
+
+def test_a_full_disk_there_is_named_and_nothing_is_left_half_written(laptop: Laptop) -> None:
+    """The cluster's remote_dir on a 64 KiB tmpfs (never the machine's disk) and 256 KiB of code to
+    send: the command fails naming the disk, no half-written bundle stays there, and nothing was
+    created here."""
+    tiny = laptop.remote_home / "tinydisk"
+    shutil.rmtree(tiny, ignore_errors=True)  # an earlier session's mount point (unmounted)
+    (laptop.project / "big.bin").write_bytes(os.urandom(256 * 1024))  # untracked: only this test sends it
+    try:
+        with small_tmpfs(tiny, "64k"):
+            shutil.chown(tiny, USER, USER)
+            r = laptop.hpctrain(
+                "run", "cluster=mysite", f"cluster.remote_dir={tiny}", "code.include=[big.bin]",
+                "run.name=full", *SHORT,
+            )  # fmt: skip
+            assert r.returncode == 3, r.stdout + r.stderr
+            assert "could not be written on cluster" in r.stderr and "No space left on device" in r.stderr, (
+                r.stderr
+            )
+            bundles = tiny / "bundles"
+            assert not bundles.exists() or list(bundles.iterdir()) == []  # the half-sent one removed
+    finally:
+        (laptop.project / "big.bin").unlink()
+        shutil.rmtree(tiny, ignore_errors=True)
+    assert not list((laptop.project / "outputs").glob("*/*-full"))
