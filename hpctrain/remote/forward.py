@@ -23,8 +23,18 @@ from hpctrain.remote.ssh import Target, control_dir
 from hpctrain.remote.there import Remote
 
 
+def target(destination: str, ssh_config: str | None) -> Target:
+    return Target(destination, ssh_config, control_dir(cache_dir()))
+
+
 def target_of(ref: records.RemoteRef) -> Target:
-    return Target(ref.destination, ref.ssh_config, control_dir(cache_dir()))
+    return target(ref.destination, ref.ssh_config)
+
+
+def path_there(path: Path, local: Path, ref: records.RemoteRef) -> str:
+    """The path there of `path`, a directory inside `local`, the record of `ref`'s directory."""
+    inside = path.resolve().relative_to(local.resolve()).as_posix()
+    return f"{ref.remote_dir}/{inside}".removesuffix("/.")
 
 
 def maybe_forward(args: argparse.Namespace, argv: Sequence[str]) -> int | None:
@@ -67,17 +77,26 @@ def _planned(args: argparse.Namespace, argv: list[str]) -> int | None:
     destination = getattr(cfg.cluster, "remote", None)
     if not destination:
         return None
-    target = Target(destination, cfg.cluster.remote_ssh_config, control_dir(cache_dir()))
-    there = Remote(target, cfg.cluster.remote_dir, cfg.cluster.remote_hpctrain)
+    there = Remote(
+        target(destination, cfg.cluster.remote_ssh_config),
+        cfg.cluster.remote_dir,
+        cfg.cluster.remote_hpctrain,
+    )
     there.check_version()
     home = there.send(build(members(Path(cfg.code.dir or "."), list(cfg.code.include), args.config_dir)))
-    dry = bool(getattr(args, "dry_run", False) or getattr(args, "estimate", False))
-    local = _created(args, default_run_dir(cfg, datetime.now()))
-    remote_dir = f"{there.root}/runs/{local.parent.name}/{local.name}"
+    dry = bool(
+        getattr(args, "dry_run", False)
+        or getattr(args, "estimate", False)
+        or getattr(args, "estimate_from", None)
+    )
+    stem = default_run_dir(cfg, datetime.now())  # run.dir, or the dated default
+    remote_stem = f"{there.root}/runs/{stem.parent.name}/{stem.name}"
+    suffix = f"-{args.kind}" if args.command == "study" else ""  # a study's directory has its kind after it
+    local, remote_dir = stem.with_name(stem.name + suffix), remote_stem + suffix
     words = _rewritten(argv, PLANNED[args.command], overrides)
     words += [
         "cluster.remote=null",
-        f"run.dir={hydra_quoted(_stem(args, remote_dir))}",
+        f"run.dir={hydra_quoted(remote_stem)}",
         'code.include=["**/*"]',
         "--config-dir",
         f"{home}/{CONF}",
@@ -127,18 +146,6 @@ def may_be_remote(overrides: Sequence[str]) -> bool:
     return False
 
 
-def _created(args: argparse.Namespace, stem: Path) -> Path:
-    """The directory the command creates from run.dir (or the dated default): a study's has its
-    kind after it."""
-    return stem.with_name(f"{stem.name}-{args.kind}") if args.command == "study" else stem
-
-
-def _stem(args: argparse.Namespace, created: str) -> str:
-    """run.dir for the cluster's command, so that it creates `created`."""
-    suffix = f"-{args.kind}" if args.command == "study" else ""
-    return created.removesuffix(suffix)
-
-
 def _rewritten(argv: list[str], words: int, overrides: list[str]) -> list[str]:
     """The command line as the cluster's hpctrain takes it: the overrides file's content (read
     here) and the command line's overrides, in that order, after the command's words; this
@@ -166,11 +173,7 @@ def _there(word: str) -> str:
     """A word naming a directory that lives there (--after DIR[:any], --resume DIR): its path there."""
     path, sep, how = word.rpartition(":") if word.endswith((":ok", ":any")) else (word, "", "")
     found = recorded(Path(path)) if path and not path.startswith("-") else None
-    if found is None:
-        return word
-    local, ref = found
-    inside = Path(path).resolve().relative_to(local.resolve()).as_posix()
-    return f"{ref.remote_dir}/{inside}".removesuffix("/.") + sep + how
+    return word if found is None else path_there(Path(path), *found) + sep + how
 
 
 def _on_records(args: argparse.Namespace, argv: list[str], local: Path, ref: records.RemoteRef) -> int:
@@ -187,9 +190,8 @@ def _on_records(args: argparse.Namespace, argv: list[str], local: Path, ref: rec
             ]
         )
     given = Path(args.overrides[0] if args.command == "study" else args.path)
-    inside = given.resolve().relative_to(local.resolve())
     there = Remote(target_of(ref), "", ref.hpctrain)
-    remote_path = f"{ref.remote_dir}/{inside.as_posix()}".removesuffix("/.")
+    remote_path = path_there(given, local, ref)
     words = [remote_path if a == str(given) or Path(a) == given else a for a in argv]
     code = there.run(".", words)
     if args.command in ("analyze", "study") or (args.command == "status" and code == 0):

@@ -52,11 +52,12 @@ SOCKET_PATH_MAX = 100  # a Unix socket's path must fit in 108 bytes; %C is 40 ch
 
 
 def control_dir(cache: Path) -> Path:
-    """Where the shared connection's socket lives: hpctrain's cache, or, where that path is too
-    long for a socket, a directory of this user's own under /tmp (made 0700; refused if another
-    user owns it)."""
+    """Where the shared connection's socket lives, made now: hpctrain's cache, or, where that path
+    is too long for a socket, a directory of this user's own under /tmp (made 0700; refused if
+    another user owns it)."""
     mine = cache / "ssh"
     if len(str(mine)) + 41 <= SOCKET_PATH_MAX:
+        mine.mkdir(parents=True, exist_ok=True, mode=0o700)
         return mine
     short = Path(f"/tmp/hpctrain-ssh-{os.getuid()}")
     short.mkdir(mode=0o700, exist_ok=True)
@@ -99,7 +100,6 @@ def call(
     target: Target, remote: str, stdin: bytes | None = None, timeout: float | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     """Run `remote` there and collect its output; ssh's own failure is a LaunchError naming it."""
-    target.control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         r = subprocess.run(
             target.argv(remote, interactive=False),

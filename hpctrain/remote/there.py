@@ -17,7 +17,7 @@ from pathlib import Path
 from hpctrain import __version__, records
 from hpctrain.errors import LaunchError, RecordError
 from hpctrain.remote.bundle import CONF, Bundle
-from hpctrain.remote.ssh import Target, call, interactive
+from hpctrain.remote.ssh import SSH_FAILED, Target, call, interactive
 
 # what does not come back: the code snapshot (it went there from here), pickles, weights
 LEFT_THERE = ("code", "submitit", "checkpoints", "model.pt", "cache")
@@ -134,7 +134,6 @@ class Remote:
             script = detached_script(self.hpctrain, cwd, words, session)
         else:
             script = command_script(self.hpctrain, cwd, words)
-        self.target.control_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         argv = self.target.argv("sh -s", interactive=interactive())
         try:
             proc = subprocess.run(argv, input=script.encode(), stdout=sys.stdout, stderr=sys.stderr)
@@ -142,7 +141,7 @@ class Remote:
             if follow_up:
                 print(f"hpctrain: it goes on on {self.target.destination}: {follow_up}", file=sys.stderr)
             raise
-        if proc.returncode == 255:  # ssh's own failure, its reason printed above
+        if proc.returncode == SSH_FAILED:  # ssh's own failure, its reason printed above
             goes_on = f"; the command goes on there: {follow_up}" if follow_up else ""
             raise LaunchError(f"the connection to {self.target.destination} was lost (ssh exit 255){goes_on}")
         return proc.returncode
