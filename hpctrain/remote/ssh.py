@@ -80,8 +80,8 @@ def refusal(destination: str, stderr: str) -> str:
     if "Permission denied" in text:
         return (
             f"{destination} refused the login: add your key (ssh-copy-id {destination}), or, where the "
-            f"cluster asks for a second factor, run `ssh {destination}` once to log in (hpctrain then "
-            f"reuses that connection for {CONTROL_PERSIST_S // 60} minutes)"
+            "cluster asks for a second factor, run the command from a terminal: it asks once, and "
+            f"hpctrain's later commands reuse that connection for {CONTROL_PERSIST_S // 60} minutes"
         )
     if "Could not resolve hostname" in text:
         return f"{destination} is not a host name this machine resolves (nor an alias of your ssh config)"
@@ -102,7 +102,9 @@ def call(
     """Run `remote` there and collect its output; ssh's own failure is a LaunchError naming it."""
     try:
         r = subprocess.run(
-            target.argv(remote, interactive=False),
+            # on a terminal, the first command may open the shared connection with a prompt (a
+            # second factor): ssh asks on the terminal itself, whatever its pipes
+            target.argv(remote, interactive=interactive()),
             input=stdin,
             capture_output=True,
             timeout=timeout,
